@@ -1,0 +1,232 @@
+//! Reading and validating a configuration file. Errors name the file, the JSON path of the
+//! offending field and, where there is one, the fix.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::types::{GatewayConfig, ServerConfig, Settings};
+
+/// A configuration error that names where it happened.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}: invalid JSON: {message}")]
+    Syntax { file: String, message: String },
+    #[error("{file}: field `{field}`: {message}")]
+    Field {
+        file: String,
+        field: String,
+        message: String,
+    },
+}
+
+/// Loads and validates a configuration file.
+pub fn load_file(path: &Path) -> Result<GatewayConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_str(&text, &path.display().to_string())
+}
+
+/// Parses configuration text; `file` is only used in error messages.
+pub fn parse_str(text: &str, file: &str) -> Result<GatewayConfig, ConfigError> {
+    let mut value: Value = serde_json::from_str(text).map_err(|e| ConfigError::Syntax {
+        file: file.to_string(),
+        message: e.to_string(),
+    })?;
+    strip_comments(&mut value);
+    let field_err = |field: &str, message: String| ConfigError::Field {
+        file: file.to_string(),
+        field: field.to_string(),
+        message,
+    };
+    let Value::Object(mut top) = value else {
+        return Err(field_err(
+            "(top level)",
+            "expected an object: {\"mcpServers\": {NAME: {\"command\": ...}}}".into(),
+        ));
+    };
+
+    let settings = match top.remove("palisade") {
+        Some(v) => decode::<Settings>(v, "palisade", file)?,
+        None => Settings::default(),
+    };
+
+    // Claude Desktop's shape has `mcpServers`; IronCurtain writes the server map flat.
+    let (servers_obj, prefix) = match top.remove("mcpServers") {
+        Some(Value::Object(map)) => {
+            if let Some(extra) = top.keys().next() {
+                return Err(field_err(
+                    extra,
+                    "unknown top-level key (expected only `mcpServers`, `palisade` and `_comment*`)"
+                        .into(),
+                ));
+            }
+            (map, "mcpServers.")
+        }
+        Some(_) => return Err(field_err("mcpServers", "expected an object of servers".into())),
+        None => (top, ""),
+    };
+
+    let mut servers = Vec::with_capacity(servers_obj.len());
+    for (name, v) in servers_obj {
+        let field = format!("{prefix}{name}");
+        validate_server_name(&name).map_err(|m| field_err(&field, m))?;
+        let server: ServerConfig = decode(v, &field, file)?;
+        if server.command.trim().is_empty() {
+            return Err(field_err(
+                &format!("{field}.command"),
+                "is empty: give the executable to run".into(),
+            ));
+        }
+        if let Some(t) = &server.transport {
+            if t != "stdio" {
+                return Err(field_err(
+                    &format!("{field}.type"),
+                    format!("transport `{t}` is not supported; palisade launches stdio servers"),
+                ));
+            }
+        }
+        servers.push((name, server));
+    }
+    Ok(GatewayConfig { servers, settings })
+}
+
+/// Server names become tool-name prefixes (`server__tool`), so they must not contain the
+/// separator or characters clients reject in tool names.
+fn validate_server_name(name: &str) -> Result<(), String> {
+    let ok_chars = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if name.is_empty() || !ok_chars || name.contains("__") || name.len() > 48 {
+        return Err(format!(
+            "server name `{name}` must be 1-48 characters of [A-Za-z0-9_-] without `__` \
+             (it prefixes tool names as NAME__tool)"
+        ));
+    }
+    Ok(())
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    value: Value,
+    field: &str,
+    file: &str,
+) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
+        let inner = e.path().to_string();
+        let full = if inner == "." || inner.is_empty() {
+            field.to_string()
+        } else {
+            format!("{field}.{inner}")
+        };
+        ConfigError::Field {
+            file: file.to_string(),
+            field: full,
+            message: e.into_inner().to_string(),
+        }
+    })
+}
+
+/// Removes `_comment`, `_comment2`, ... keys at every depth: they are documentation.
+fn strip_comments(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            let keep: Map<String, Value> = std::mem::take(map)
+                .into_iter()
+                .filter(|(k, _)| !k.starts_with("_comment"))
+                .collect();
+            *map = keep;
+            map.values_mut().for_each(strip_comments);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_comments),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{NetworkConfig, SandboxSetting};
+
+    #[test]
+    fn claude_desktop_shape_with_sandbox_block() {
+        let cfg = parse_str(
+            r#"{"mcpServers": {"fs": {"command": "node", "args": ["a"],
+                "sandbox": {"filesystem": {"allowWrite": ["/tmp/x"]},
+                            "network": {"allowedDomains": ["example.com"]}}}},
+                "palisade": {"sandboxPolicy": "warn"}}"#,
+            "c.json",
+        )
+        .unwrap();
+        assert_eq!(cfg.servers.len(), 1);
+        let SandboxSetting::Enabled(sb) = &cfg.servers[0].1.sandbox else {
+            panic!("sandbox should be enabled")
+        };
+        assert_eq!(sb.filesystem.allow_write, vec!["/tmp/x".to_string()]);
+        assert!(matches!(sb.network, NetworkConfig::Allowlist(_)));
+        assert_eq!(
+            cfg.settings.sandbox_policy,
+            Some(crate::config::SandboxPolicy::Warn)
+        );
+    }
+
+    #[test]
+    fn unknown_key_names_file_and_field() {
+        let err = parse_str(
+            r#"{"mcpServers": {"fs": {"command": "node", "sandbox": {"filesytem": {}}}}}"#,
+            "c.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("c.json"), "{err}");
+        assert!(err.contains("mcpServers.fs"), "{err}");
+        assert!(err.contains("filesytem"), "{err}");
+    }
+
+    #[test]
+    fn comments_are_ignored_everywhere() {
+        let cfg = parse_str(
+            r#"{"_comment": "x", "mcpServers": {"a": {"command": "c", "_comment2": "y",
+                "sandbox": {"_comment": "z"}}}}"#,
+            "c.json",
+        )
+        .unwrap();
+        assert_eq!(cfg.servers[0].0, "a");
+    }
+
+    #[test]
+    fn the_ironcurtain_corpus_file_loads_as_a_flat_map() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/corpus/ironcurtain/src/config/mcp-servers.json");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            eprintln!("skipped: corpus not found at {}", path.display());
+            return;
+        };
+        let cfg = parse_str(&text, "mcp-servers.json").unwrap();
+        let names: Vec<_> = cfg.servers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["filesystem", "git", "fetch", "github", "google-workspace"]
+        );
+        assert_eq!(cfg.servers[0].1.sandbox, SandboxSetting::Disabled);
+    }
+
+    #[test]
+    fn bad_server_name_and_unrestricted_network_are_rejected() {
+        let e = parse_str(r#"{"mcpServers": {"a__b": {"command": "c"}}}"#, "f").unwrap_err();
+        assert!(e.to_string().contains("a__b"));
+        let e = parse_str(
+            r#"{"mcpServers": {"a": {"command": "c", "sandbox": {"network": true}}}}"#,
+            "f",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("network"), "{e}");
+    }
+}

@@ -1,0 +1,11 @@
+//! What the user wrote: the server file (`{"mcpServers": {...}}`, Claude Desktop's format, or
+//! IronCurtain's flat map) and the optional `"palisade"` settings block in the same file.
+//!
+//! Stage one of two (see docs/architecture.md): this module only parses and validates what
+//! was written. It never probes the machine; `sandbox::resolve` does that.
+
+mod load;
+mod types;
+
+pub use load::{load_file, parse_str, ConfigError};
+pub use types::*;

@@ -1,0 +1,213 @@
+//! Plain serde types for the configuration file. Every struct rejects unknown keys; keys
+//! starting with `_comment` are stripped before deserialisation (see `load`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// A whole configuration file, in file order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GatewayConfig {
+    /// Servers in the order the file lists them (order decides tool listing order).
+    pub servers: Vec<(String, ServerConfig)>,
+    pub settings: Settings,
+}
+
+impl GatewayConfig {
+    pub fn server(&self, name: &str) -> Option<&ServerConfig> {
+        self.servers.iter().find(|(n, _)| n == name).map(|(_, s)| s)
+    }
+}
+
+/// One downstream server.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServerConfig {
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory of the server (inside the sandbox: the same absolute path).
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// Free text, as IronCurtain's files carry it.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// `false` opts out of the sandbox; absent means the restrictive default.
+    #[serde(default)]
+    pub sandbox: SandboxSetting,
+    /// Claude Desktop's `type` (only "stdio" is supported).
+    #[serde(default, rename = "type")]
+    pub transport: Option<String>,
+}
+
+/// The per-server `sandbox` key: `false`, absent/`true`, or an object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum SandboxSetting {
+    /// `"sandbox": false`: the user explicitly runs this server unsandboxed.
+    Disabled,
+    Enabled(SandboxConfig),
+}
+
+impl Default for SandboxSetting {
+    fn default() -> Self {
+        SandboxSetting::Enabled(SandboxConfig::default())
+    }
+}
+
+impl<'de> Deserialize<'de> for SandboxSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Not an untagged enum: those swallow the inner error, and a typo inside `sandbox`
+        // must be reported with its field name.
+        let value = serde_json::Value::deserialize(d)?;
+        match value {
+            serde_json::Value::Bool(true) => Ok(SandboxSetting::default()),
+            serde_json::Value::Bool(false) => Ok(SandboxSetting::Disabled),
+            serde_json::Value::Object(_) => serde_json::from_value::<SandboxConfig>(value)
+                .map(SandboxSetting::Enabled)
+                .map_err(serde::de::Error::custom),
+            other => Err(serde::de::Error::custom(format!(
+                "expected false, true or an object, found {other}"
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SandboxConfig {
+    #[serde(default)]
+    pub filesystem: FilesystemConfig,
+    #[serde(default)]
+    pub network: NetworkConfig,
+    /// A profile from `sandbox-profiles/` by name; otherwise matched from the command.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Per-server override of the global sandbox policy.
+    #[serde(default)]
+    pub policy: Option<SandboxPolicy>,
+    #[serde(default)]
+    pub backend: Option<Backend>,
+    #[serde(default)]
+    pub limits: Option<Limits>,
+}
+
+/// Filesystem grants, in srt/IronCurtain vocabulary. Paths may start with `~`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FilesystemConfig {
+    #[serde(default)]
+    pub allow_write: Vec<String>,
+    #[serde(default)]
+    pub allow_read: Vec<String>,
+    #[serde(default)]
+    pub deny_read: Vec<String>,
+    #[serde(default)]
+    pub deny_write: Vec<String>,
+}
+
+/// `false` (default): loopback only. An object: HTTP(S) to an allowlist through the proxy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub enum NetworkConfig {
+    #[default]
+    None,
+    Allowlist(DomainLists),
+}
+
+impl<'de> Deserialize<'de> for NetworkConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        match value {
+            serde_json::Value::Bool(false) | serde_json::Value::Null => Ok(NetworkConfig::None),
+            serde_json::Value::Object(_) => serde_json::from_value::<DomainLists>(value)
+                .map(NetworkConfig::Allowlist)
+                .map_err(serde::de::Error::custom),
+            other => Err(serde::de::Error::custom(format!(
+                "expected false or {{\"allowedDomains\": [...]}}, found {other} \
+                 (unrestricted network is not offered; list the domains the server needs)"
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DomainLists {
+    #[serde(default)]
+    pub allowed_domains: Vec<String>,
+    #[serde(default)]
+    pub denied_domains: Vec<String>,
+}
+
+/// Resource limits per server. `None` fields take the defaults in `sandbox::spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Limits {
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+    #[serde(default)]
+    pub processes: Option<u64>,
+    #[serde(default)]
+    pub open_files: Option<u64>,
+    #[serde(default)]
+    pub cpu_seconds: Option<u64>,
+}
+
+/// What to do when a server cannot be contained.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxPolicy {
+    /// Refuse to run what cannot be contained.
+    #[default]
+    Enforce,
+    /// Run it anyway, loudly, and record that.
+    Warn,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Palisade's own bubblewrap sandbox.
+    #[default]
+    Bwrap,
+    /// Anthropic's sandbox-runtime (`srt`).
+    Srt,
+}
+
+/// The optional `"palisade"` block. Command-line flags override each field.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Settings {
+    #[serde(default)]
+    pub sandbox_policy: Option<SandboxPolicy>,
+    #[serde(default)]
+    pub backend: Option<Backend>,
+    #[serde(default)]
+    pub audit_log: Option<PathBuf>,
+    #[serde(default)]
+    pub escalation: Option<String>,
+    #[serde(default)]
+    pub escalation_timeout: Option<u64>,
+    #[serde(default)]
+    pub sandbox_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub policy: Option<PathBuf>,
+    #[serde(default)]
+    pub annotations: Option<PathBuf>,
+    #[serde(default)]
+    pub lists: Option<PathBuf>,
+    /// Extra paths the policy always denies (palisade's own files are always protected).
+    #[serde(default)]
+    pub protected_paths: Vec<PathBuf>,
+    /// Per-request timeout towards downstream servers, in seconds.
+    #[serde(default)]
+    pub call_timeout: Option<u64>,
+    /// Timeout for a downstream server's initialize handshake, in seconds.
+    #[serde(default)]
+    pub startup_timeout: Option<u64>,
+    /// Directory holding sandbox profiles that override the built-in ones.
+    #[serde(default)]
+    pub profiles_dir: Option<PathBuf>,
+}

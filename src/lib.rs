@@ -1,0 +1,18 @@
+//! Palisade: every MCP server an agent uses in its own OS sandbox, behind one policy proxy.
+//!
+//! Data flows one way through the modules:
+//! `config` (what the user wrote) → `policy` (decide a call; pure) → `roots` (where each
+//! server may operate) → `sandbox` (the spec, its bwrap/srt rendering, the launcher) →
+//! `gateway` (route, police, forward, audit), with `approval` and `audit` on the side.
+//! `fsserver` is a built-in downstream server; `cli` is the thin command-line edge.
+
+pub mod approval;
+pub mod audit;
+pub mod cli;
+pub mod config;
+pub mod fsserver;
+pub mod gateway;
+pub mod logging;
+pub mod policy;
+pub mod roots;
+pub mod sandbox;

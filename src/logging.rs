@@ -1,0 +1,28 @@
+//! Tracing setup. Logs always go to stderr (or a file): stdout of `serve`, `run` and
+//! `fs-server` is the MCP channel and must carry nothing but JSON-RPC.
+
+use std::path::Path;
+
+use anyhow::Context;
+use tracing_subscriber::EnvFilter;
+
+/// Installs the global subscriber. `RUST_LOG` wins over `level` when set.
+pub fn init(level: &str, log_file: Option<&Path>) -> anyhow::Result<()> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    match log_file {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("cannot open log file {}", path.display()))?;
+            builder
+                .with_ansi(false)
+                .with_writer(std::sync::Mutex::new(file))
+                .try_init()
+        }
+        None => builder.with_writer(std::io::stderr).try_init(),
+    }
+    .map_err(|e| anyhow::anyhow!("cannot install logger: {e}"))
+}

@@ -1,0 +1,109 @@
+//! `SandboxSpec`: the one input of the argv builders. Plain data, no I/O. Every path in a
+//! spec is absolute and canonical; producing such paths is the caller's job (`roots`,
+//! `sandbox::closure`), so that rendering can stay pure.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// Read-only or read-write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    Ro,
+    Rw,
+}
+
+/// Why a path is visible in the sandbox; shown by `check` and `profiles show`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MountOrigin {
+    /// The curated system base (`/usr`, selected `/etc` entries, ...).
+    SystemBase,
+    /// The command's runtime closure (interpreter, package directory, venv).
+    Runtime,
+    /// A root derived from the policy or granted by the user.
+    Root,
+    /// From a sandbox profile.
+    Profile,
+    /// Private per-server state that persists across restarts in the session.
+    State,
+    /// The egress proxy socket.
+    Network,
+}
+
+/// A bind mount at the same absolute path inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Mount {
+    pub path: PathBuf,
+    pub access: Access,
+    pub origin: MountOrigin,
+}
+
+/// Network isolation for one server.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum NetworkSpec {
+    /// A private network namespace with loopback only.
+    #[default]
+    None,
+    /// A private namespace whose only way out is the egress proxy's unix socket, bridged to
+    /// 127.0.0.1 ports inside by socat.
+    Proxied {
+        /// Host path of the proxy's unix socket for this server.
+        socket: PathBuf,
+        http_port: u16,
+        socks_port: u16,
+    },
+    /// The host network, shared: only ever the result of a warn-mode degradation.
+    Host,
+}
+
+/// Resource limits applied to the sandboxed process tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ResourceLimits {
+    /// Address-space limit (RLIMIT_AS), bytes.
+    pub address_space: Option<u64>,
+    /// Processes for the sandbox's user (RLIMIT_NPROC).
+    pub processes: Option<u64>,
+    /// Open files (RLIMIT_NOFILE).
+    pub open_files: Option<u64>,
+    /// CPU seconds (RLIMIT_CPU).
+    pub cpu_seconds: Option<u64>,
+}
+
+impl Default for ResourceLimits {
+    /// Defaults that stop a fork bomb or a runaway allocation without hurting real servers
+    /// (Node reserves a lot of address space, hence the generous AS limit).
+    fn default() -> Self {
+        ResourceLimits {
+            address_space: None,
+            processes: None,
+            open_files: Some(4096),
+            cpu_seconds: None,
+        }
+    }
+}
+
+/// Everything the sandbox of one process contains.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SandboxSpec {
+    /// Absolute path of the executable (resolved with `which` before the spec is built).
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// The complete environment of the command; nothing else is inherited.
+    pub env: BTreeMap<String, String>,
+    /// Working directory inside the sandbox (same absolute path as on the host).
+    pub cwd: PathBuf,
+    /// Bind mounts, in the order given; the renderer sorts them (see `bwrap`).
+    pub mounts: Vec<Mount>,
+    /// Paths made unreadable even when below a mount (srt's `denyRead`).
+    pub deny: Vec<PathBuf>,
+    /// Private HOME (a tmpfs inside the sandbox).
+    pub home: PathBuf,
+    pub network: NetworkSpec,
+    pub limits: ResourceLimits,
+    /// Keep the PID namespace shared with the host (a profile relaxation for Chromium).
+    pub share_pid: bool,
+}
