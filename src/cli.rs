@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::commands;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "palisade",
@@ -14,7 +16,12 @@ use clap::{Parser, Subcommand};
 )]
 pub struct Cli {
     /// Log level for stderr (overridden by RUST_LOG).
-    #[arg(long, global = true, default_value = "info", env = "PALISADE_LOG_LEVEL")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "info",
+        env = "PALISADE_LOG_LEVEL"
+    )]
     pub log_level: String,
     /// Also write logs to this file instead of stderr.
     #[arg(long, global = true)]
@@ -25,8 +32,20 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the end-to-end demo on an embedded default configuration.
-    Demo,
+    /// Run the gateway on an embedded default and show what it does (start here).
+    Demo(commands::demo::DemoArgs),
+    /// Serve MCP on stdio in front of every configured server, each in its own sandbox.
+    Serve(commands::serve::ServeArgs),
+    /// Run one command in a sandbox: the drop-in wrapper for an existing client config.
+    Run(commands::run::RunArgs),
+    /// Show what this machine can enforce and what would happen to each configured server.
+    Check(commands::check::CheckArgs),
+    /// Evaluate calls against a policy, print its roots, run scenario files.
+    Policy(commands::policy::PolicyArgs),
+    /// Verify audit logs.
+    Audit(commands::audit::AuditArgs),
+    /// The built-in filesystem MCP server.
+    FsServer(commands::fs_server::FsServerArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -35,10 +54,13 @@ pub fn main() -> ExitCode {
         eprintln!("palisade: {e:#}");
         return ExitCode::from(2);
     }
-    match cli.command {
-        Command::Demo => {
-            eprintln!("palisade demo: not yet");
-            ExitCode::SUCCESS
-        }
-    }
+    commands::finish(match cli.command {
+        Command::Demo(a) => commands::demo::run(a),
+        Command::Serve(a) => commands::serve::run(a),
+        Command::Run(a) => commands::run::run(a),
+        Command::Check(a) => commands::check::run(a),
+        Command::Policy(a) => commands::policy::run(a),
+        Command::Audit(a) => commands::audit::run(a),
+        Command::FsServer(a) => commands::fs_server::run(a),
+    })
 }

@@ -9,7 +9,9 @@ use tracing_subscriber::EnvFilter;
 /// Installs the global subscriber. `RUST_LOG` wins over `level` when set.
 pub fn init(level: &str, log_file: Option<&Path>) -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
     match log_file {
         Some(path) => {
             let file = std::fs::OpenOptions::new()

@@ -71,7 +71,12 @@ pub fn parse_str(text: &str, file: &str) -> Result<GatewayConfig, ConfigError> {
             }
             (map, "mcpServers.")
         }
-        Some(_) => return Err(field_err("mcpServers", "expected an object of servers".into())),
+        Some(_) => {
+            return Err(field_err(
+                "mcpServers",
+                "expected an object of servers".into(),
+            ))
+        }
         None => (top, ""),
     };
 

@@ -1,1 +1,4 @@
-//! Placeholder: filled in by its own issue.
+//! One source of truth for where each server may operate: path canonicalisation (`canon`),
+//! `file://` URIs (`uri`), containment checks (`guard`) and per-server root sets (`derive`).
+
+pub mod canon;

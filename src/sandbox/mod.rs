@@ -3,6 +3,7 @@
 //! can enforce; probes), `resolve` (enforce/warn decision per server; pure), `launch` (the
 //! only part that starts processes).
 
+pub mod launch;
 pub mod spec;
 
 pub use spec::*;

@@ -1,0 +1,48 @@
+//! One module per CLI command: its flags (clap `Args`) and its entry point. Commands are the
+//! edge where `anyhow` context is added; they return the process exit code.
+
+pub mod audit;
+pub mod check;
+pub mod demo;
+pub mod fs_server;
+pub mod policy;
+pub mod run;
+pub mod serve;
+
+use std::process::ExitCode;
+
+/// An error that carries the exit code it must end the process with.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ExitWith {
+    pub code: u8,
+    pub message: String,
+}
+
+impl ExitWith {
+    pub fn new(code: u8, message: impl Into<String>) -> Self {
+        ExitWith {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Builds the multi-threaded runtime the async commands share.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Maps a command's outcome to the process exit code, printing errors on stderr.
+pub fn finish(outcome: anyhow::Result<ExitCode>) -> ExitCode {
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            let code = e.downcast_ref::<ExitWith>().map_or(1, |x| x.code);
+            eprintln!("palisade: {e:#}");
+            ExitCode::from(code)
+        }
+    }
+}
