@@ -44,6 +44,8 @@ pub struct ServerConfig {
 }
 
 /// The per-server `sandbox` key: `false`, absent/`true`, or an object.
+// A config is parsed once per start; the size difference between variants is irrelevant.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum SandboxSetting {
     /// `"sandbox": false`: the user explicitly runs this server unsandboxed.
