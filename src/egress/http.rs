@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWrite
 
 use super::dial::{dial, DialError, ServerCtx};
 use super::events::Protocol;
-use super::relay::relay;
+use super::relay::{close_after_reply, relay};
 
 /// At most this many header lines in a request head.
 const MAX_HEADERS: usize = 128;
@@ -196,7 +196,12 @@ pub fn forward_head(target: &Target, headers: &[(String, String)]) -> Option<Str
 }
 
 /// Writes a small error response and closes.
-async fn respond<W: AsyncWrite + Unpin>(w: &mut W, status: &str, body: &str, reason: Option<&str>) {
+async fn respond<W: AsyncRead + AsyncWrite + Unpin>(
+    w: &mut W,
+    status: &str,
+    body: &str,
+    reason: Option<&str>,
+) {
     let mut head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len() + 1
@@ -211,7 +216,7 @@ async fn respond<W: AsyncWrite + Unpin>(w: &mut W, status: &str, body: &str, rea
     head.push('\n');
     // The client may already be gone; nothing more to do for it then.
     let _ = w.write_all(head.as_bytes()).await;
-    let _ = w.shutdown().await;
+    close_after_reply(w).await;
 }
 
 /// Outcome of reading the head, before any upstream work.

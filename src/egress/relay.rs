@@ -28,3 +28,18 @@ pub(crate) async fn relay<A, B>(
         }
     }
 }
+
+/// After an error reply: half-close, then read and discard what the client still sends (at
+/// most 64 KiB, at most 1 s). Closing a unix socket with unread input makes the kernel reset
+/// the peer, which would discard the reply before the client reads it.
+pub(crate) async fn close_after_reply<S>(stream: &mut S)
+where
+    S: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = stream.shutdown().await;
+    let mut sink = tokio::io::sink();
+    let mut rest = (&mut *stream).take(64 * 1024);
+    let drain = tokio::io::copy(&mut rest, &mut sink);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), drain).await;
+}

@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
 use super::dial::{dial, DialError, ServerCtx};
 use super::events::Protocol;
-use super::relay::relay;
+use super::relay::{close_after_reply, relay};
 
 const VERSION: u8 = 5;
 const METHOD_NO_AUTH: u8 = 0x00;
@@ -145,6 +145,7 @@ where
     if let Err((frame, why)) = greeting {
         tracing::info!(server = %ctx.name, why, "egress: SOCKS5 greeting refused");
         let _ = client.write_all(&frame).await;
+        close_after_reply(&mut client).await;
         return;
     }
     if client.write_all(&[VERSION, METHOD_NO_AUTH]).await.is_err() {
@@ -155,6 +156,7 @@ where
         Ok(Ok(Handshake::Reject(frame, why))) => {
             tracing::info!(server = %ctx.name, why, "egress: SOCKS5 request refused");
             let _ = client.write_all(&frame).await;
+            close_after_reply(&mut client).await;
             return;
         }
         Ok(Err(_)) | Err(_) => {
@@ -180,6 +182,7 @@ where
                 tracing::info!(server = %ctx.name, host, port, error = %e, "egress: upstream failed");
             }
             let _ = client.write_all(&reply_frame(code)).await;
+            close_after_reply(&mut client).await;
             return;
         }
     };
