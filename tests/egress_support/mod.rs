@@ -42,7 +42,7 @@ pub async fn http_origin() -> SocketAddr {
                         host = v.trim().to_string();
                     }
                 }
-                let body = format!("origin saw [{}] host [{}]\n", request_line.trim_end(), host);
+                let body = format!("origin saw [{}] host [{}]", request_line.trim_end(), host);
                 let resp = format!(
                     "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
                     body.len(),
