@@ -195,6 +195,14 @@ async fn ip_literals_are_refused_unless_explicitly_allowed() {
 
     let (code, _) = socks5_ipv4(&sock, Ipv4Addr::LOCALHOST, port).await;
     assert_eq!(code, 2);
+    let mut v6 = vec![5, 1, 0, 5, 1, 0, 4];
+    v6.extend_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
+    v6.extend_from_slice(&port.to_be_bytes());
+    assert_eq!(
+        raw_exchange(&sock, &v6).await[..4],
+        [5, 0, 5, 2],
+        "SOCKS5 ATYP 4 refused"
+    );
     let (status, _, _) = http_connect(&sock, &format!("[::ffff:127.0.0.1]:{port}")).await;
     assert!(status.starts_with("HTTP/1.1 403"), "{status}");
     // A numeric name the C resolver would read as 127.0.0.1 is not a name.

@@ -151,10 +151,7 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
     } else if let Some(v4) = embedded_v4(ip) {
         // IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96) and 6to4 (2002::/16) carry an IPv4
         // address that a gateway may deliver to: classify what they carry.
-        match classify_v4(v4) {
-            AddressClass::Public => AddressClass::Public,
-            other => other,
-        }
+        classify_v4(v4)
     } else if seg[0] == 0x2001 && seg[1] == 0xdb8 {
         AddressClass::Reserved
     } else {
