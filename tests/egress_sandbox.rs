@@ -194,3 +194,133 @@ async fn a_sandboxed_process_reaches_only_allowed_names_through_the_proxy() {
         );
     }
 }
+
+/// The MCP client side of the fetch test: the `mcp` SDK spawns the sandboxed server over
+/// stdio, calls `fetch` once per URL, prints one JSON line per call. `raw`: the HTML
+/// simplifier (readabilipy) runs `npm install` on first use when it finds node, which a
+/// sandbox rightly refuses; that is a profile matter, not the network's.
+const FETCH_CLIENT: &str = r#"
+import asyncio, json, sys
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+async def main():
+    argv = json.loads(sys.argv[1])
+    urls = json.loads(sys.argv[2])
+    params = StdioServerParameters(command=argv[0], args=argv[1:])
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await asyncio.wait_for(session.initialize(), 60)
+            for url in urls:
+                try:
+                    r = await asyncio.wait_for(session.call_tool("fetch", {"url": url, "raw": True}), 60)
+                    text = " ".join(getattr(c, "text", "") for c in r.content)
+                    print(json.dumps({"url": url, "error": bool(r.is_error), "text": text}), flush=True)
+                except Exception as e:
+                    print(json.dumps({"url": url, "error": True, "text": repr(e)}), flush=True)
+
+asyncio.run(main())
+"#;
+
+fn test_deps() -> PathBuf {
+    std::env::var_os("PALISADE_TEST_DEPS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_mcp_server_fetch_in_a_sandbox_fetches_allowed_urls_only() {
+    let Some((bwrap, socat, _)) = tools() else {
+        return;
+    };
+    let venv = test_deps().join("venv");
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        eprintln!(
+            "SKIPPED: no test venv at {} (run scripts/install-test-deps.sh)",
+            venv.display()
+        );
+        return;
+    }
+    // The venv's interpreter lives elsewhere (pyenv): bind its installation read-only too.
+    let real_python = std::fs::canonicalize(&python).unwrap();
+    let python_home = real_python
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+
+    let dir = tempfile::tempdir().unwrap();
+    let origin = http_origin().await;
+    let port = origin.port();
+    let p = proxy(dir.path(), Limits::default());
+    let mut events = p.subscribe();
+    let sock = p
+        .add_server("fetch", &lists(&[format!("allowed.test:{port}")], &[]))
+        .unwrap();
+    let w = wiring(&WiringOptions::new(&sock, &socat));
+    let inner = w.wrap(
+        python.to_str().unwrap(),
+        &[
+            "-m".into(),
+            "mcp_server_fetch".into(),
+            "--ignore-robots-txt".into(),
+        ],
+    );
+    let mut argv = sandbox_argv(&bwrap, &w, &inner);
+    // Insert the runtime binds before `--`.
+    let sep = argv.iter().position(|a| a == "--").unwrap();
+    let extra: Vec<String> = [
+        "--ro-bind".to_string(),
+        python_home.display().to_string(),
+        python_home.display().to_string(),
+        "--ro-bind".to_string(),
+        venv.display().to_string(),
+        venv.display().to_string(),
+        "--tmpfs".to_string(),
+        "/tmp".to_string(),
+        "--setenv".to_string(),
+        "HOME".to_string(),
+        "/tmp".to_string(),
+    ]
+    .into();
+    argv.splice(sep..sep, extra);
+
+    let allowed = format!("http://allowed.test:{port}/page");
+    let denied = format!("http://denied.test:{port}/page");
+    let out = tokio::process::Command::new(&python)
+        .arg("-c")
+        .arg(FETCH_CLIENT)
+        .arg(serde_json::to_string(&argv).unwrap())
+        .arg(serde_json::to_string(&[&allowed, &denied]).unwrap())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "client failed:\n{stdout}\n{stderr}");
+    let results: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), 2, "{stdout}\n{stderr}");
+    let text = |i: usize| results[i]["text"].as_str().unwrap().to_string();
+    assert_eq!(results[0]["error"], false, "{}\n{stderr}", text(0));
+    assert!(
+        text(0).contains(&format!(
+            "origin saw [GET /page HTTP/1.1] host [allowed.test:{port}]"
+        )),
+        "{}",
+        text(0)
+    );
+    assert_eq!(results[1]["error"], true, "{}", text(1));
+    assert!(text(1).contains("403"), "{}", text(1));
+    assert!(!text(1).contains("origin saw"), "{}", text(1));
+
+    let ev = events.try_recv().expect("the refusal was published");
+    assert_eq!(
+        (ev.server.as_str(), ev.host.as_str(), ev.port),
+        ("fetch", "denied.test", port)
+    );
+}
