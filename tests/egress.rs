@@ -566,3 +566,31 @@ async fn bad_config_entries_and_unsafe_socket_dirs_are_errors() {
         .unwrap_err();
     assert!(err.to_string().contains("mode 0700"), "{err}");
 }
+
+#[tokio::test]
+async fn an_allowed_but_dead_origin_is_a_gateway_error_not_a_refusal() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let p = proxy(dir.path(), Limits::default());
+    let mut events = p.subscribe();
+    let sock = p
+        .add_server("a", &lists(&[format!("allowed.test:{port}")], &[]))
+        .unwrap();
+    let (status, head, _) = http_connect(&sock, &format!("allowed.test:{port}")).await;
+    assert!(status.starts_with("HTTP/1.1 502"), "{status}");
+    assert!(!head.contains("X-Palisade-Refusal"), "{head}");
+    let (code, _) = socks5_domain(&sock, "allowed.test", port).await;
+    assert_eq!(code, 5, "connection refused");
+    assert!(
+        matches!(
+            events.try_recv(),
+            Err(broadcast::error::TryRecvError::Empty)
+        ),
+        "no refusal event for an upstream failure"
+    );
+}

@@ -6,7 +6,9 @@
 //!
 //! It assumes the launcher gives the sandbox its own network namespace (`--unshare-net`),
 //! `/proc` (the wrapper waits for the bridges in `/proc/net/tcp`), `/dev/null`, `/bin/sh`
-//! and socat. It must never do I/O or decide policy.
+//! and socat, and its own PID namespace: the bridges are reaped when the namespace ends with
+//! the server. With a shared PID namespace (the `share_pid` relaxation) they would outlive
+//! the server. It must never do I/O or decide policy.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
