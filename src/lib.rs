@@ -11,6 +11,7 @@ pub mod audit;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod egress;
 pub mod fsserver;
 pub mod gateway;
 pub mod logging;
