@@ -147,7 +147,10 @@ fn corpus_scenarios_agree_with_ironcurtains_engine() {
     // Every difference is deliberate: arguments that do not fit the tool's schema are
     // refused before the engine (docs/policy.md lists them).
     for d in &differences {
-        assert_eq!(d.2, "structural-invalid-arguments", "undocumented difference {d:?}");
+        assert_eq!(
+            d.2, "structural-invalid-arguments",
+            "undocumented difference {d:?}"
+        );
     }
 }
 
@@ -162,60 +165,118 @@ fn hand_checked_corpus_cases() {
     let e = verifier_env();
     let fs = "filesystem";
     check(
-        &eval(&p, &e, fs, "read_file", json!({"path": "~/Downloads/a.txt"})),
+        &eval(
+            &p,
+            &e,
+            fs,
+            "read_file",
+            json!({"path": "~/Downloads/a.txt"}),
+        ),
         Status::Allow,
         "allow-read-downloads",
     );
     // Traversal out of Downloads is judged where it lands.
     check(
-        &eval(&p, &e, fs, "read_file", json!({"path": "/home/provos/Downloads/../.ssh/id_rsa"})),
+        &eval(
+            &p,
+            &e,
+            fs,
+            "read_file",
+            json!({"path": "/home/provos/Downloads/../.ssh/id_rsa"}),
+        ),
         Status::Escalate,
         "escalate-read-outside-permitted",
     );
     // Per-element discharge: one path by the sandbox, one by a rule: allowed, attributed
     // to the rule.
     check(
-        &eval(&p, &e, fs, "read_multiple_files",
-            json!({"paths": [format!("{SANDBOX}/a"), "/home/provos/Downloads/b"]})),
+        &eval(
+            &p,
+            &e,
+            fs,
+            "read_multiple_files",
+            json!({"paths": [format!("{SANDBOX}/a"), "/home/provos/Downloads/b"]}),
+        ),
         Status::Allow,
         "allow-read-downloads",
     );
     // One element outside: the catch-all escalate discharges it, escalate wins.
     check(
-        &eval(&p, &e, fs, "read_multiple_files",
-            json!({"paths": ["/home/provos/Downloads/b", "/etc/passwd"]})),
+        &eval(
+            &p,
+            &e,
+            fs,
+            "read_multiple_files",
+            json!({"paths": ["/home/provos/Downloads/b", "/etc/passwd"]}),
+        ),
         Status::Escalate,
         "escalate-read-outside-permitted",
     );
     // Roles evaluated separately: reading Documents is allowed, writing it is not.
-    let d = eval(&p, &e, fs, "edit_file", json!({"path": "~/Documents/x.md", "edits": []}));
+    let d = eval(
+        &p,
+        &e,
+        fs,
+        "edit_file",
+        json!({"path": "~/Documents/x.md", "edits": []}),
+    );
     check(&d, Status::Escalate, "escalate-write-outside-permitted");
     assert_eq!(d.roles, vec![Role::WritePath]);
     // Conditional roles: dryRun makes it a read.
     check(
-        &eval(&p, &e, fs, "edit_file", json!({"path": "~/Documents/x.md", "edits": [], "dryRun": true})),
+        &eval(
+            &p,
+            &e,
+            fs,
+            "edit_file",
+            json!({"path": "~/Documents/x.md", "edits": [], "dryRun": true}),
+        ),
         Status::Allow,
         "allow-read-documents",
     );
     // Protected: IronCurtain's home is denied, the sandbox inside it is not.
     check(
-        &eval(&p, &e, fs, "write_file", json!({"path": "~/.ironcurtain/config.json", "content": ""})),
+        &eval(
+            &p,
+            &e,
+            fs,
+            "write_file",
+            json!({"path": "~/.ironcurtain/config.json", "content": ""}),
+        ),
         Status::Deny,
         "structural-protected-path",
     );
     check(
-        &eval(&p, &e, fs, "write_file", json!({"path": format!("{SANDBOX}/n.txt"), "content": ""})),
+        &eval(
+            &p,
+            &e,
+            fs,
+            "write_file",
+            json!({"path": format!("{SANDBOX}/n.txt"), "content": ""}),
+        ),
         Status::Allow,
         "structural-sandbox-allow",
     );
     // Domains through a dynamic list, and an IP literal.
     check(
-        &eval(&p, &e, "fetch", "http_fetch", json!({"url": "https://www.nytimes.com/x"})),
+        &eval(
+            &p,
+            &e,
+            "fetch",
+            "http_fetch",
+            json!({"url": "https://www.nytimes.com/x"}),
+        ),
         Status::Allow,
         "allow-fetch-news-sites",
     );
     check(
-        &eval(&p, &e, "fetch", "http_fetch", json!({"url": "http://169.254.169.254/latest"})),
+        &eval(
+            &p,
+            &e,
+            "fetch",
+            "http_fetch",
+            json!({"url": "http://169.254.169.254/latest"}),
+        ),
         Status::Escalate,
         "escalate-fetch-other-urls",
     );
@@ -226,7 +287,13 @@ fn hand_checked_corpus_cases() {
     );
     // Encoded traversal and relative paths with no server cwd are refused.
     check(
-        &eval(&p, &e, fs, "read_file", json!({"path": "/home/provos/Downloads/%2e%2e/.ssh/id_rsa"})),
+        &eval(
+            &p,
+            &e,
+            fs,
+            "read_file",
+            json!({"path": "/home/provos/Downloads/%2e%2e/.ssh/id_rsa"}),
+        ),
         Status::Deny,
         "structural-bad-path",
     );
@@ -237,7 +304,13 @@ fn hand_checked_corpus_cases() {
     );
     // A path role given a non-string is refused rather than ignored.
     check(
-        &eval(&p, &e, fs, "read_multiple_files", json!({"paths": [{"p": "/etc/passwd"}]})),
+        &eval(
+            &p,
+            &e,
+            fs,
+            "read_multiple_files",
+            json!({"paths": [{"p": "/etc/passwd"}]}),
+        ),
         Status::Deny,
         "structural-invalid-arguments",
     );
@@ -262,8 +335,11 @@ fn fixture(rules: Value, annotations: Value, lists: Option<Value>) -> Fixture {
     )
     .unwrap();
     let lists_path = lists.map(|l| {
-        std::fs::write(root.join("l.json"), serde_json::to_string(&json!({"lists": l})).unwrap())
-            .unwrap();
+        std::fs::write(
+            root.join("l.json"),
+            serde_json::to_string(&json!({"lists": l})).unwrap(),
+        )
+        .unwrap();
         root.join("l.json")
     });
     let policy = Policy::load(
@@ -275,7 +351,11 @@ fn fixture(rules: Value, annotations: Value, lists: Option<Value>) -> Fixture {
         PolicyOptions::default(),
     )
     .unwrap();
-    Fixture { _dir: dir, root, policy }
+    Fixture {
+        _dir: dir,
+        root,
+        policy,
+    }
 }
 
 fn tool(name: &str, args: Value) -> Value {
@@ -283,7 +363,11 @@ fn tool(name: &str, args: Value) -> Value {
 }
 
 fn env_with(scope: Scope) -> scenarios::Env {
-    scenarios::Env { home: Some("/home/u".into()), cwd: None, scope }
+    scenarios::Env {
+        home: Some("/home/u".into()),
+        cwd: None,
+        scope,
+    }
 }
 
 #[test]
@@ -305,13 +389,47 @@ fn first_match_per_role_and_most_restrictive_across_roles() {
     let e = env_with(Scope::default());
     let r = f.root.to_str().unwrap();
     // First match wins: the earlier allow shadows the later, narrower deny.
-    check(&eval(&f.policy, &e, "s", "read", json!({"p": format!("{r}/a/secret/k")})), Status::Allow, "allow-read-a");
+    check(
+        &eval(
+            &f.policy,
+            &e,
+            "s",
+            "read",
+            json!({"p": format!("{r}/a/secret/k")}),
+        ),
+        Status::Allow,
+        "allow-read-a",
+    );
     // Nothing matches: default deny.
-    check(&eval(&f.policy, &e, "s", "read", json!({"p": "/etc/passwd"})), Status::Deny, "default-deny");
+    check(
+        &eval(&f.policy, &e, "s", "read", json!({"p": "/etc/passwd"})),
+        Status::Deny,
+        "default-deny",
+    );
     // allow (read) + escalate (write) -> escalate.
-    check(&eval(&f.policy, &e, "s", "copy", json!({"from": format!("{r}/a/x"), "to": "/tmp/y"})), Status::Escalate, "escalate-write");
+    check(
+        &eval(
+            &f.policy,
+            &e,
+            "s",
+            "copy",
+            json!({"from": format!("{r}/a/x"), "to": "/tmp/y"}),
+        ),
+        Status::Escalate,
+        "escalate-write",
+    );
     // allow + escalate + deny -> deny.
-    check(&eval(&f.policy, &e, "s", "move", json!({"from": format!("{r}/a/x"), "to": "/tmp/y"})), Status::Deny, "deny-delete");
+    check(
+        &eval(
+            &f.policy,
+            &e,
+            "s",
+            "move",
+            json!({"from": format!("{r}/a/x"), "to": "/tmp/y"}),
+        ),
+        Status::Deny,
+        "deny-delete",
+    );
 }
 
 #[test]
@@ -327,10 +445,18 @@ fn symlinks_are_judged_by_their_target() {
     let link = f.root.join("a/link");
     let target = format!("{}/a/link/secret", f.root.display());
     // Before the symlink exists the path is inside `a`: allowed.
-    check(&eval(&f.policy, &e, "s", "read", json!({"p": target})), Status::Allow, "allow-read-a");
+    check(
+        &eval(&f.policy, &e, "s", "read", json!({"p": target})),
+        Status::Allow,
+        "allow-read-a",
+    );
     std::os::unix::fs::symlink(f.root.join("outside"), &link).unwrap();
     // The same string through the planted link lands outside: denied.
-    check(&eval(&f.policy, &e, "s", "read", json!({"p": target})), Status::Deny, "default-deny");
+    check(
+        &eval(&f.policy, &e, "s", "read", json!({"p": target})),
+        Status::Deny,
+        "default-deny",
+    );
 }
 
 #[test]
@@ -342,8 +468,16 @@ fn relative_paths_resolve_against_the_servers_cwd() {
     );
     let mut e = env_with(Scope::default());
     e.cwd = Some(f.root.join("a"));
-    check(&eval(&f.policy, &e, "s", "read", json!({"p": "notes.txt"})), Status::Allow, "allow-read-a");
-    check(&eval(&f.policy, &e, "s", "read", json!({"p": "../b/notes.txt"})), Status::Deny, "default-deny");
+    check(
+        &eval(&f.policy, &e, "s", "read", json!({"p": "notes.txt"})),
+        Status::Allow,
+        "allow-read-a",
+    );
+    check(
+        &eval(&f.policy, &e, "s", "read", json!({"p": "../b/notes.txt"})),
+        Status::Deny,
+        "default-deny",
+    );
 }
 
 #[test]
@@ -361,24 +495,86 @@ fn domains_lists_and_missing_lists() {
             tool("issue", json!({"owner": ["github-owner"]})),
             tool("mail", json!({"owner": ["github-owner"]})),
         ]}}),
-        Some(json!({"owners": {"values": ["provos"], "manualAdditions": ["me"], "manualRemovals": ["provos"]}})),
+        Some(
+            json!({"owners": {"values": ["provos"], "manualAdditions": ["me"], "manualRemovals": ["provos"]}}),
+        ),
     );
     assert!(f.policy.warnings().iter().any(|w| w.contains("@nope")));
     let e = env_with(Scope::default());
     let p = &f.policy;
-    check(&eval(p, &e, "s", "get", json!({"url": "https://example.org/"})), Status::Allow, "allow-any-name");
+    check(
+        &eval(p, &e, "s", "get", json!({"url": "https://example.org/"})),
+        Status::Allow,
+        "allow-any-name",
+    );
     for ip in ["http://10.0.0.1/", "http://[::1]/", "http://2130706433/"] {
-        check(&eval(p, &e, "s", "get", json!({"url": ip})), Status::Deny, "default-deny");
+        check(
+            &eval(p, &e, "s", "get", json!({"url": ip})),
+            Status::Deny,
+            "default-deny",
+        );
     }
-    check(&eval(p, &e, "s", "clone", json!({"remote": "git@github.com:a/b.git"})), Status::Allow, "allow-gh");
-    check(&eval(p, &e, "s", "clone", json!({"remote": "https://gitlab.com/me/repo.git"})), Status::Allow, "allow-gh");
-    check(&eval(p, &e, "s", "clone", json!({"remote": "https://gitlab.com/you/repo"})), Status::Deny, "default-deny");
-    check(&eval(p, &e, "s", "clone", json!({"remote": "https://evilgithub.com/a/b"})), Status::Deny, "default-deny");
+    check(
+        &eval(
+            p,
+            &e,
+            "s",
+            "clone",
+            json!({"remote": "git@github.com:a/b.git"}),
+        ),
+        Status::Allow,
+        "allow-gh",
+    );
+    check(
+        &eval(
+            p,
+            &e,
+            "s",
+            "clone",
+            json!({"remote": "https://gitlab.com/me/repo.git"}),
+        ),
+        Status::Allow,
+        "allow-gh",
+    );
+    check(
+        &eval(
+            p,
+            &e,
+            "s",
+            "clone",
+            json!({"remote": "https://gitlab.com/you/repo"}),
+        ),
+        Status::Deny,
+        "default-deny",
+    );
+    check(
+        &eval(
+            p,
+            &e,
+            "s",
+            "clone",
+            json!({"remote": "https://evilgithub.com/a/b"}),
+        ),
+        Status::Deny,
+        "default-deny",
+    );
     // manualAdditions in, manualRemovals out.
-    check(&eval(p, &e, "s", "issue", json!({"owner": "me"})), Status::Allow, "allow-listed-owner");
-    check(&eval(p, &e, "s", "issue", json!({"owner": "provos"})), Status::Deny, "default-deny");
+    check(
+        &eval(p, &e, "s", "issue", json!({"owner": "me"})),
+        Status::Allow,
+        "allow-listed-owner",
+    );
+    check(
+        &eval(p, &e, "s", "issue", json!({"owner": "provos"})),
+        Status::Deny,
+        "default-deny",
+    );
     // A rule over a list that does not exist can never match.
-    check(&eval(p, &e, "s", "mail", json!({"owner": "anyone"})), Status::Deny, "default-deny");
+    check(
+        &eval(p, &e, "s", "mail", json!({"owner": "anyone"})),
+        Status::Deny,
+        "default-deny",
+    );
 }
 
 #[test]
@@ -386,21 +582,53 @@ fn load_errors_name_file_rule_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let pf = dir.path().join("p.json");
     std::fs::write(&pf, r#"{"rules":[{"name":"r1","if":{"paths":{"roles":["read-path"],"witin":"/a"}},"then":"allow","reason":"x"}]}"#).unwrap();
-    let e = Policy::load(&PolicyPaths { policy: Some(pf.clone()), ..Default::default() }, PolicyOptions::default())
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("p.json") && e.contains("rules[0]") && e.contains("witin"), "{e}");
-    std::fs::write(&pf, r#"{"rules":[{"name":"r2","if":{"roles":["read-pth"]},"then":"allow","reason":"x"}]}"#).unwrap();
-    let e = Policy::load(&PolicyPaths { policy: Some(pf.clone()), ..Default::default() }, PolicyOptions::default())
-        .unwrap_err()
-        .to_string();
+    let e = Policy::load(
+        &PolicyPaths {
+            policy: Some(pf.clone()),
+            ..Default::default()
+        },
+        PolicyOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("p.json") && e.contains("rules[0]") && e.contains("witin"),
+        "{e}"
+    );
+    std::fs::write(
+        &pf,
+        r#"{"rules":[{"name":"r2","if":{"roles":["read-pth"]},"then":"allow","reason":"x"}]}"#,
+    )
+    .unwrap();
+    let e = Policy::load(
+        &PolicyPaths {
+            policy: Some(pf.clone()),
+            ..Default::default()
+        },
+        PolicyOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("read-pth"), "{e}");
     let af = dir.path().join("a.json");
-    std::fs::write(&af, r#"{"servers":{"fs":{"tools":[{"toolName":"t","args":{"p":["reed-path"]}}]}}}"#).unwrap();
-    let e = Policy::load(&PolicyPaths { annotations: Some(af), ..Default::default() }, PolicyOptions::default())
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("\"fs\"") && e.contains("\"t\"") && e.contains("args.p"), "{e}");
+    std::fs::write(
+        &af,
+        r#"{"servers":{"fs":{"tools":[{"toolName":"t","args":{"p":["reed-path"]}}]}}}"#,
+    )
+    .unwrap();
+    let e = Policy::load(
+        &PolicyPaths {
+            annotations: Some(af),
+            ..Default::default()
+        },
+        PolicyOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("\"fs\"") && e.contains("\"t\"") && e.contains("args.p"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -411,35 +639,124 @@ fn builtin_default_policy() {
     let mut p = Policy::builtin_default();
     let schema = json!({"type":"object","properties":{"path":{"type":"string"},"content":{"type":"string"}},"additionalProperties":false});
     let none = json!({"type":"object","properties":{}});
-    p.register_tools("fs", &[
-        ToolInfo { name: "read_text_file", input_schema: &schema, read_only_hint: Some(true), destructive_hint: None },
-        ToolInfo { name: "write_file", input_schema: &schema, read_only_hint: Some(false), destructive_hint: Some(true) },
-        ToolInfo { name: "list_allowed_directories", input_schema: &none, read_only_hint: Some(true), destructive_hint: None },
-        ToolInfo { name: "reset", input_schema: &none, read_only_hint: None, destructive_hint: Some(true) },
-    ]);
+    p.register_tools(
+        "fs",
+        &[
+            ToolInfo {
+                name: "read_text_file",
+                input_schema: &schema,
+                read_only_hint: Some(true),
+                destructive_hint: None,
+            },
+            ToolInfo {
+                name: "write_file",
+                input_schema: &schema,
+                read_only_hint: Some(false),
+                destructive_hint: Some(true),
+            },
+            ToolInfo {
+                name: "list_allowed_directories",
+                input_schema: &none,
+                read_only_hint: Some(true),
+                destructive_hint: None,
+            },
+            ToolInfo {
+                name: "reset",
+                input_schema: &none,
+                read_only_hint: None,
+                destructive_hint: Some(true),
+            },
+        ],
+    );
     let scope = Scope::new(Some(&sandbox), &[base.join("palisade.json")], None).unwrap();
     let roots = vec![sandbox.clone(), proj.clone()];
     let ev = |tool: &str, args: Value| {
         let a = args.as_object().unwrap().clone();
-        p.evaluate(&CallContext { server: "fs", tool, arguments: &a, cwd: None, home: None, scope: &scope, roots: &roots })
+        p.evaluate(&CallContext {
+            server: "fs",
+            tool,
+            arguments: &a,
+            cwd: None,
+            home: None,
+            scope: &scope,
+            roots: &roots,
+        })
     };
     let s = |x: &Path| x.to_str().unwrap().to_string();
-    check(&ev("read_text_file", json!({"path": s(&proj.join("a"))})), Status::Allow, "default-read-in-roots");
-    check(&ev("write_file", json!({"path": s(&sandbox.join("a")), "content": ""})), Status::Allow, "default-sandbox-dir");
-    check(&ev("write_file", json!({"path": s(&proj.join("a")), "content": ""})), Status::Escalate, "default-write-in-roots");
-    check(&ev("read_text_file", json!({"path": "/etc/passwd"})), Status::Deny, "default-outside-roots");
-    check(&ev("read_text_file", json!({"path": s(&base.join("palisade.json"))})), Status::Deny, "structural-protected-path");
-    check(&ev("read_text_file", json!({"path": s(&proj.join("a")), "mode": "x"})), Status::Deny, "structural-invalid-arguments");
-    check(&ev("list_allowed_directories", json!({})), Status::Allow, "default-read-only-tool");
-    check(&ev("reset", json!({})), Status::Escalate, "default-unscoped-tool");
-    check(&ev("shell", json!({"cmd": "rm -rf /"})), Status::Deny, "structural-unknown-tool");
+    check(
+        &ev("read_text_file", json!({"path": s(&proj.join("a"))})),
+        Status::Allow,
+        "default-read-in-roots",
+    );
+    check(
+        &ev(
+            "write_file",
+            json!({"path": s(&sandbox.join("a")), "content": ""}),
+        ),
+        Status::Allow,
+        "default-sandbox-dir",
+    );
+    check(
+        &ev(
+            "write_file",
+            json!({"path": s(&proj.join("a")), "content": ""}),
+        ),
+        Status::Escalate,
+        "default-write-in-roots",
+    );
+    check(
+        &ev("read_text_file", json!({"path": "/etc/passwd"})),
+        Status::Deny,
+        "default-outside-roots",
+    );
+    check(
+        &ev(
+            "read_text_file",
+            json!({"path": s(&base.join("palisade.json"))}),
+        ),
+        Status::Deny,
+        "structural-protected-path",
+    );
+    check(
+        &ev(
+            "read_text_file",
+            json!({"path": s(&proj.join("a")), "mode": "x"}),
+        ),
+        Status::Deny,
+        "structural-invalid-arguments",
+    );
+    check(
+        &ev("list_allowed_directories", json!({})),
+        Status::Allow,
+        "default-read-only-tool",
+    );
+    check(
+        &ev("reset", json!({})),
+        Status::Escalate,
+        "default-unscoped-tool",
+    );
+    check(
+        &ev("shell", json!({"cmd": "rm -rf /"})),
+        Status::Deny,
+        "structural-unknown-tool",
+    );
 }
 
 #[test]
 fn roots_derived_from_the_corpus_policy() {
     let p = corpus_policy("generated");
-    let roots = derive_roots(&p, "filesystem", Some(Path::new(SANDBOX)), None, Some(Path::new(HOME))).unwrap();
-    let got: Vec<(String, Access)> = roots.iter().map(|r| (r.path.display().to_string(), r.access)).collect();
+    let roots = derive_roots(
+        &p,
+        "filesystem",
+        Some(Path::new(SANDBOX)),
+        None,
+        Some(Path::new(HOME)),
+    )
+    .unwrap();
+    let got: Vec<(String, Access)> = roots
+        .iter()
+        .map(|r| (r.path.display().to_string(), r.access))
+        .collect();
     assert_eq!(
         got,
         vec![
@@ -455,8 +772,18 @@ fn roots_derived_from_the_corpus_policy() {
         allow_read: vec!["/usr/share/dict".into()],
         ..Default::default()
     };
-    let roots = derive_roots(&p, "fetch", Some(Path::new(SANDBOX)), Some(&grants), Some(Path::new(HOME))).unwrap();
-    let got: Vec<(String, Access)> = roots.iter().map(|r| (r.path.display().to_string(), r.access)).collect();
+    let roots = derive_roots(
+        &p,
+        "fetch",
+        Some(Path::new(SANDBOX)),
+        Some(&grants),
+        Some(Path::new(HOME)),
+    )
+    .unwrap();
+    let got: Vec<(String, Access)> = roots
+        .iter()
+        .map(|r| (r.path.display().to_string(), r.access))
+        .collect();
     assert_eq!(
         got,
         vec![

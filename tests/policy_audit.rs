@@ -5,8 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 use palisade::audit::{
-    AuditLog, AuditOptions, AuditRecord, CallResult, PolicyDecisionRecord, Redaction,
-    ResultStatus,
+    AuditLog, AuditOptions, AuditRecord, CallResult, PolicyDecisionRecord, Redaction, ResultStatus,
 };
 use palisade::policy::Status;
 use serde_json::json;
@@ -24,7 +23,10 @@ fn record(i: u32, args: serde_json::Value) -> AuditRecord {
             reason: "r".into(),
         },
         escalation_result: None,
-        result: CallResult { status: ResultStatus::Success, error: None },
+        result: CallResult {
+            status: ResultStatus::Success,
+            error: None,
+        },
         duration_ms: 3,
         sandboxed: true,
         sandbox_backend: Some("bwrap".into()),
@@ -35,7 +37,8 @@ fn record(i: u32, args: serde_json::Value) -> AuditRecord {
 fn write_log(path: &Path, n: u32) {
     let log = AuditLog::open(path).unwrap();
     for i in 0..n {
-        log.append(&record(i, json!({"path": format!("/d/{i}")}))).unwrap();
+        log.append(&record(i, json!({"path": format!("/d/{i}")})))
+            .unwrap();
     }
 }
 
@@ -45,11 +48,18 @@ fn verify(path: &Path) -> (bool, String) {
         .arg(path)
         .output()
         .unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path).unwrap().lines().map(str::to_string).collect()
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 fn rewrite(path: &Path, l: &[String]) {
@@ -61,22 +71,52 @@ fn records_carry_ironcurtains_fields_and_redacted_arguments() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("audit.jsonl");
     let log = AuditLog::open(&p).unwrap();
-    log.append(&record(1, json!({"content": "card 4111 1111 1111 1111, ssn 123-45-6789", "api_key": "abc"})))
-        .unwrap();
+    log.append(&record(
+        1,
+        json!({"content": "card 4111 1111 1111 1111, ssn 123-45-6789", "api_key": "abc"}),
+    ))
+    .unwrap();
     let text = std::fs::read_to_string(&p).unwrap();
-    assert!(!text.contains("4111") && !text.contains("6789") && !text.contains("abc"), "{text}");
+    assert!(
+        !text.contains("4111") && !text.contains("6789") && !text.contains("abc"),
+        "{text}"
+    );
     let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
-    for k in ["timestamp", "requestId", "serverName", "toolName", "arguments", "policyDecision",
-              "result", "durationMs", "sandboxed", "sandboxBackend", "seq", "prevHash", "hash"] {
+    for k in [
+        "timestamp",
+        "requestId",
+        "serverName",
+        "toolName",
+        "arguments",
+        "policyDecision",
+        "result",
+        "durationMs",
+        "sandboxed",
+        "sandboxBackend",
+        "seq",
+        "prevHash",
+        "hash",
+    ] {
         assert!(v.get(k).is_some(), "missing {k}");
     }
     assert_eq!(v["policyDecision"]["status"], "allow");
     // Shapes only: no value survives.
     let p2 = dir.path().join("shapes.jsonl");
-    let log = AuditLog::open_with(&p2, AuditOptions { redaction: Redaction::Shapes, sync_each: true }).unwrap();
-    log.append(&record(1, json!({"path": "/home/u/secret-plans.txt"}))).unwrap();
+    let log = AuditLog::open_with(
+        &p2,
+        AuditOptions {
+            redaction: Redaction::Shapes,
+            sync_each: true,
+        },
+    )
+    .unwrap();
+    log.append(&record(1, json!({"path": "/home/u/secret-plans.txt"})))
+        .unwrap();
     let text = std::fs::read_to_string(&p2).unwrap();
-    assert!(!text.contains("secret-plans") && text.contains("string(24)"), "{text}");
+    assert!(
+        !text.contains("secret-plans") && text.contains("string(24)"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -107,7 +147,10 @@ fn verify_detects_edited_removed_and_reordered_records() {
     removed.remove(1);
     rewrite(&p, &removed);
     let (ok, out) = verify(&p);
-    assert!(!ok && out.contains(":2: ") && out.contains("removed"), "{out}");
+    assert!(
+        !ok && out.contains(":2: ") && out.contains("removed"),
+        "{out}"
+    );
 
     let mut reordered = orig.clone();
     reordered.swap(3, 4);
@@ -128,7 +171,10 @@ fn a_damaged_tail_refuses_to_reopen() {
     let mut l = lines(&p);
     l[1] = l[1].replace("read_file", "read_fil3");
     rewrite(&p, &l);
-    assert!(AuditLog::open(&p).unwrap_err().to_string().contains("damaged"));
+    assert!(AuditLog::open(&p)
+        .unwrap_err()
+        .to_string()
+        .contains("damaged"));
     // A line cut mid-write (no newline) too.
     std::fs::write(&p, "{\"seq\":1").unwrap();
     assert!(AuditLog::open(&p).is_err());
@@ -141,7 +187,11 @@ fn writes_fail_closed_on_a_full_device() {
     let e = log.append(&record(1, json!({}))).unwrap_err();
     assert!(e.to_string().contains("No space"), "{e}");
     // Poisoned afterwards: nothing more is accepted.
-    assert!(log.append(&record(2, json!({}))).unwrap_err().to_string().contains("refusing"));
+    assert!(log
+        .append(&record(2, json!({})))
+        .unwrap_err()
+        .to_string()
+        .contains("refusing"));
 }
 
 #[test]

@@ -61,7 +61,9 @@ pub struct AuditLog {
 
 impl std::fmt::Debug for AuditLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AuditLog").field("path", &self.path).finish()
+        f.debug_struct("AuditLog")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
@@ -171,7 +173,9 @@ fn last_state(file: &mut File, path: &Path) -> Result<ChainState, AuditError> {
     };
     // A file not ending in a newline was cut mid-write: appending would break the chain.
     let text = std::str::from_utf8(&tail).map_err(|_| damaged(LineError::Malformed))?;
-    let body = text.strip_suffix('\n').ok_or(damaged(LineError::Malformed))?;
+    let body = text
+        .strip_suffix('\n')
+        .ok_or(damaged(LineError::Malformed))?;
     let last = body.rsplit('\n').next().unwrap_or(body);
     if start > 0 && !body.contains('\n') {
         return Err(damaged(LineError::Malformed));

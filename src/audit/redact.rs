@@ -70,7 +70,7 @@ pub fn luhn_valid(s: &str) -> bool {
             }
         })
         .sum();
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 fn ssn_plausible(area: &str, group: &str, serial: &str) -> bool {
@@ -149,7 +149,10 @@ mod tests {
             redact_str("pay 4111 1111 1111 1111 now"),
             "pay [REDACTED:card] now"
         );
-        assert_eq!(redact_str("card 4111-1111-1111-1111"), "card [REDACTED:card]");
+        assert_eq!(
+            redact_str("card 4111-1111-1111-1111"),
+            "card [REDACTED:card]"
+        );
         // Same length, checksum off by one: an order number, kept.
         assert_eq!(
             redact_str("order 4111111111111112"),
@@ -163,17 +166,15 @@ mod tests {
         assert_eq!(redact_str("not 000-12-3456"), "not 000-12-3456");
         let k = format!("key=sk-{}", "a".repeat(24));
         assert_eq!(redact_str(&k), "key=[REDACTED:api-key]");
-        assert_eq!(
-            redact_str("AKIAIOSFODNN7EXAMPLE"),
-            "[REDACTED:api-key]"
-        );
+        assert_eq!(redact_str("AKIAIOSFODNN7EXAMPLE"), "[REDACTED:api-key]");
         let gh = format!("ghp_{}", "b".repeat(36));
         assert_eq!(redact_str(&gh), "[REDACTED:api-key]");
     }
 
     #[test]
     fn secret_named_arguments_and_nesting() {
-        let a = json!({"path":"/tmp/x","password":"hunter2","nested":[{"note":"4111111111111111"}]});
+        let a =
+            json!({"path":"/tmp/x","password":"hunter2","nested":[{"note":"4111111111111111"}]});
         let r = redact_arguments(&a, Redaction::Sensitive);
         assert_eq!(
             r,

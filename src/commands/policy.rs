@@ -126,9 +126,14 @@ fn load(files: &PolicyFiles) -> anyhow::Result<Loaded> {
         tracing::warn!("{w}");
     }
     let mut protected: Vec<PathBuf> = files.protected.clone();
-    for f in [&files.policy, &files.annotations, &files.lists, &files.config]
-        .into_iter()
-        .flatten()
+    for f in [
+        &files.policy,
+        &files.annotations,
+        &files.lists,
+        &files.config,
+    ]
+    .into_iter()
+    .flatten()
     {
         protected.push(absolute(f)?);
     }
@@ -196,12 +201,14 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
                 None => all_servers(&l),
             };
             for name in names {
-                let grants = l.config.as_ref().and_then(|c| c.server(&name)).and_then(|s| {
-                    match &s.sandbox {
+                let grants = l
+                    .config
+                    .as_ref()
+                    .and_then(|c| c.server(&name))
+                    .and_then(|s| match &s.sandbox {
                         SandboxSetting::Enabled(sb) => Some(&sb.filesystem),
                         SandboxSetting::Disabled => None,
-                    }
-                });
+                    });
                 let roots = derive_roots(
                     &l.policy,
                     &name,

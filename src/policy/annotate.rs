@@ -67,7 +67,17 @@ fn looks_like_url(name: &str, prop: &Value) -> bool {
 fn read_only_by_name(tool: &str) -> bool {
     let t = tool.to_ascii_lowercase();
     [
-        "read", "get", "list", "search", "find", "show", "view", "stat", "status", "diff", "log",
+        "read",
+        "get",
+        "list",
+        "search",
+        "find",
+        "show",
+        "view",
+        "stat",
+        "status",
+        "diff",
+        "log",
         "directory_tree",
     ]
     .iter()
@@ -88,7 +98,11 @@ pub fn derive_annotation(tool: &ToolInfo<'_>) -> Annotation {
         vec![Role::ReadPath, Role::WritePath]
     };
     let mut args = Vec::new();
-    if let Some(props) = tool.input_schema.get("properties").and_then(Value::as_object) {
+    if let Some(props) = tool
+        .input_schema
+        .get("properties")
+        .and_then(Value::as_object)
+    {
         for (name, prop) in props {
             let roles = if looks_like_path(name, prop) {
                 path_roles.clone()

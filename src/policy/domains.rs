@@ -51,7 +51,9 @@ pub fn domain_for(value: &str, role: Role) -> String {
         git_domain(value)
     } else {
         match url::Url::parse(value) {
-            Ok(u) => u.host_str().map_or_else(|| value.to_string(), str::to_string),
+            Ok(u) => u
+                .host_str()
+                .map_or_else(|| value.to_string(), str::to_string),
             Err(_) => value.to_string(),
         }
     }
@@ -105,8 +107,14 @@ mod tests {
         assert!(!matches_pattern("[::1]", "*"));
         assert!(!matches_pattern("::1", "*"));
         // WHATWG parsing turns integer hosts into dotted quads first.
-        assert_eq!(domain_for("http://2130706433/x", Role::FetchUrl), "127.0.0.1");
-        assert!(!matches_pattern(&domain_for("http://0x7f.1/", Role::FetchUrl), "*"));
+        assert_eq!(
+            domain_for("http://2130706433/x", Role::FetchUrl),
+            "127.0.0.1"
+        );
+        assert!(!matches_pattern(
+            &domain_for("http://0x7f.1/", Role::FetchUrl),
+            "*"
+        ));
     }
 
     #[test]

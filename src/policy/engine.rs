@@ -1,13 +1,17 @@
 //! Evaluation: the order of checks, role by role, path by path.
 //!
-//! 1. Unknown or unannotated tool: deny. 2. Arguments checked against the tool's schema;
-//! role-bearing arguments must be strings or arrays of strings. 3. Every path-role value is
-//! canonicalised against the server's cwd and home; a bad path denies. 4. Protected paths
-//! deny. 5. URL roles outside the server's configured domain allowlist escalate. 6. Roles
-//! whose paths all lie in the session sandbox dir are resolved (allowed). 7. Each remaining
-//! resource role goes through the rules (or the built-in default): values are discharged one
-//! by one by the first rule that matches them, undischarged values deny, the most restrictive
-//! result across values and roles wins (deny > escalate > allow).
+//! 1. Unknown or unannotated tool: deny.
+//! 2. Arguments checked against the tool's schema; role-bearing arguments must be strings or
+//!    arrays of strings.
+//! 3. Every path-role value is canonicalised against the server's cwd and home; a bad path
+//!    denies.
+//! 4. Protected paths deny.
+//! 5. URL roles outside the server's configured domain allowlist escalate.
+//! 6. Roles whose paths all lie in the session sandbox dir are resolved (allowed).
+//! 7. Each remaining resource role goes through the rules (or the built-in default): values
+//!    are discharged one by one by the first rule that matches them, undischarged values
+//!    deny, the most restrictive result across values and roles wins (deny > escalate >
+//!    allow).
 //!
 //! Pure apart from canonicalisation (step 3). Must never allow when a step cannot decide.
 
@@ -236,9 +240,7 @@ fn compiled(policy: &Policy, call: &Call<'_>, resolved: &[Role]) -> Decision {
             all,
         );
     }
-    let candidates = policy
-        .index
-        .candidates(call.ctx.server, call.ctx.tool);
+    let candidates = policy.index.candidates(call.ctx.server, call.ctx.tool);
     let rules = candidates.iter().map(|&i| &policy.rules[i as usize]);
     if todo.is_empty() {
         // No resource roles at all: the first rule that matches decides.
@@ -314,7 +316,11 @@ fn for_role(policy: &Policy, candidates: &[u32], call: &Call<'_>, role: Role) ->
     let mut best: Option<Decision> = None;
     if is_path && role.sandbox_safe() && call.ctx.scope.sandbox_dir.is_some() {
         let before = remaining.len();
-        remaining.retain(|v| !call.canonical(v).is_some_and(|p| call.ctx.scope.in_sandbox(p)));
+        remaining.retain(|v| {
+            !call
+                .canonical(v)
+                .is_some_and(|p| call.ctx.scope.in_sandbox(p))
+        });
         if remaining.len() < before {
             best = Some(Decision::new(
                 Status::Allow,
@@ -365,7 +371,9 @@ fn for_role(policy: &Policy, candidates: &[u32], call: &Call<'_>, role: Role) ->
 }
 
 fn non_path_conditions(rule: &Rule, call: &Call<'_>) -> bool {
-    rule.roles.as_ref().is_none_or(|r| call.tool_has_any_role(r))
+    rule.roles
+        .as_ref()
+        .is_none_or(|r| call.tool_has_any_role(r))
         && rule
             .server
             .as_ref()
@@ -407,7 +415,9 @@ fn domains_ok(rule: &Rule, call: &Call<'_>, role: Option<Role>) -> bool {
 }
 
 fn lists_ok(rule: &Rule, call: &Call<'_>, role: Option<Role>) -> bool {
-    let Some(lists) = &rule.lists else { return true };
+    let Some(lists) = &rule.lists else {
+        return true;
+    };
     lists.iter().all(|lc| {
         let targets = match role {
             Some(r) if lc.roles.contains(&r) => vec![r],

@@ -119,7 +119,10 @@ impl Rule {
     pub fn relevant_to(&self, role: Role) -> bool {
         self.roles.as_ref().is_none_or(|r| r.contains(&role))
             && self.paths.as_ref().is_none_or(|p| p.roles.contains(&role))
-            && self.domains.as_ref().is_none_or(|d| d.roles.contains(&role))
+            && self
+                .domains
+                .as_ref()
+                .is_none_or(|d| d.roles.contains(&role))
             && self
                 .lists
                 .as_ref()
@@ -256,11 +259,12 @@ pub fn load_lists(file: &Path) -> Result<HashMap<String, Vec<String>>, LoadError
     let raw: DynamicListsFile = typed(file, read_json(file)?)?;
     let mut out = HashMap::new();
     for (name, v) in raw.lists {
-        let list: ResolvedList = serde_path_to_error::deserialize(v).map_err(|e| LoadError::List {
-            file: file.to_path_buf(),
-            list: name.clone(),
-            message: format!("at `{}`: {}", e.path(), e.inner()),
-        })?;
+        let list: ResolvedList =
+            serde_path_to_error::deserialize(v).map_err(|e| LoadError::List {
+                file: file.to_path_buf(),
+                list: name.clone(),
+                message: format!("at `{}`: {}", e.path(), e.inner()),
+            })?;
         let mut values: Vec<String> = Vec::new();
         for v in list.values.into_iter().chain(list.manual_additions) {
             if !list.manual_removals.contains(&v) && !values.contains(&v) {
@@ -336,10 +340,7 @@ fn convert_rule(
                 return Err(err("if.paths.roles", "must name at least one role".into()));
             }
             if let Some(bad) = p.roles.iter().find(|r| !r.sandbox_safe()) {
-                return Err(err(
-                    "if.paths.roles",
-                    format!("{bad} is not a path role"),
-                ));
+                return Err(err("if.paths.roles", format!("{bad} is not a path role")));
             }
             let base = Base { cwd: None, home };
             let within = canon::canonicalize(&p.within, &base)
@@ -358,18 +359,15 @@ fn convert_rule(
             allowed: expand("if.domains.allowed", d.allowed),
         }),
     };
-    let lists_c = match c.lists {
-        None => None,
-        Some(ls) => Some(
-            ls.into_iter()
-                .map(|l| ListCond {
-                    roles: l.roles,
-                    allowed: expand("if.lists.allowed", l.allowed),
-                    match_type: l.match_type,
-                })
-                .collect(),
-        ),
-    };
+    let lists_c = c.lists.map(|ls| {
+        ls.into_iter()
+            .map(|l| ListCond {
+                roles: l.roles,
+                allowed: expand("if.lists.allowed", l.allowed),
+                match_type: l.match_type,
+            })
+            .collect()
+    });
     Ok(Rule {
         name: r.name,
         reason: r.reason,

@@ -125,7 +125,12 @@ pub struct Decision {
 }
 
 impl Decision {
-    pub(crate) fn new(status: Status, rule: &str, reason: impl Into<String>, roles: Vec<Role>) -> Self {
+    pub(crate) fn new(
+        status: Status,
+        rule: &str,
+        reason: impl Into<String>,
+        roles: Vec<Role>,
+    ) -> Self {
         Decision {
             status,
             rule: rule.to_string(),

@@ -48,9 +48,7 @@ fn one_fits(t: &str, v: &Value) -> bool {
     match t {
         "string" => v.is_string(),
         "number" => v.is_number(),
-        "integer" => {
-            v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0)
-        }
+        "integer" => v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
         "boolean" => v.is_boolean(),
         "array" => v.is_array(),
         "object" => v.is_object(),

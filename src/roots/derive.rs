@@ -53,19 +53,20 @@ pub fn derive_roots(
     let base = Base { cwd: None, home };
     let canon_str = |s: &str| canon::canonicalize(s, &base);
     let mut out: Vec<DerivedRoot> = Vec::new();
-    let mut add = |path: PathBuf, access: Access, source: RootSource| {
-        match out.iter_mut().find(|r| r.path == path) {
-            Some(existing) => {
-                if access == Access::Rw {
-                    existing.access = Access::Rw;
-                }
+    let mut add = |path: PathBuf, access: Access, source: RootSource| match out
+        .iter_mut()
+        .find(|r| r.path == path)
+    {
+        Some(existing) => {
+            if access == Access::Rw {
+                existing.access = Access::Rw;
             }
-            None => out.push(DerivedRoot {
-                path,
-                access,
-                source,
-            }),
         }
+        None => out.push(DerivedRoot {
+            path,
+            access,
+            source,
+        }),
     };
     if let Some(sb) = sandbox_dir {
         let s = sb.to_str().ok_or(PathError::Encoding)?;
@@ -94,7 +95,11 @@ pub fn derive_roots(
         } else {
             Access::Ro
         };
-        add(p.within.clone(), access, RootSource::Rule(rule.name.clone()));
+        add(
+            p.within.clone(),
+            access,
+            RootSource::Rule(rule.name.clone()),
+        );
     }
     if let Some(g) = grants {
         for w in &g.allow_write {
