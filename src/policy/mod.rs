@@ -90,10 +90,17 @@ impl Scope {
             .is_some_and(|s| canon::is_within(p, s))
     }
 
-    /// Protected, unless it lies inside the sandbox dir (which may sit under a protected
-    /// directory, as IronCurtain's `~/.ironcurtain/sandbox` does).
+    /// Inside a protected path. The sandbox dir is carved out of a protected directory that
+    /// contains it (IronCurtain's `~/.ironcurtain/sandbox` sits under protected
+    /// `~/.ironcurtain`), but a protected file inside the sandbox dir stays protected: the
+    /// carve-out never lets a sandbox chosen too wide expose palisade's own files.
     pub fn is_protected(&self, p: &Path) -> bool {
-        !self.in_sandbox(p) && self.protected.iter().any(|pp| canon::is_within(p, pp))
+        self.protected.iter().any(|pp| {
+            canon::is_within(p, pp)
+                && !self.sandbox_dir.as_deref().is_some_and(|s| {
+                    s != pp.as_path() && canon::is_within(s, pp) && canon::is_within(p, s)
+                })
+        })
     }
 }
 
