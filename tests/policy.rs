@@ -891,3 +891,28 @@ fn cli_explain_and_test() {
     assert_eq!(lines[321]["summary"]["total"], 321);
     assert_eq!(lines[321]["summary"]["passed"], 160);
 }
+
+/// IronCurtain ignores arguments its annotation does not list; a stale annotation would then
+/// let a new path argument through unchecked. Palisade denies them.
+#[test]
+fn unannotated_arguments_are_denied() {
+    let p = corpus_policy("generated");
+    let e = verifier_env();
+    let ok = eval(
+        &p,
+        &e,
+        "filesystem",
+        "read_file",
+        json!({"path": "~/Downloads/a"}),
+    );
+    check(&ok, Status::Allow, "allow-read-downloads");
+    let d = eval(
+        &p,
+        &e,
+        "filesystem",
+        "read_file",
+        json!({"path": "~/Downloads/a", "also": "/etc/shadow"}),
+    );
+    check(&d, Status::Deny, "structural-unannotated-argument");
+    assert!(d.reason.contains("\"also\""), "{}", d.reason);
+}

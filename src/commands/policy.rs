@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
-use crate::config::{GatewayConfig, NetworkConfig, SandboxSetting};
+use crate::config::{FilesystemConfig, GatewayConfig, NetworkConfig, SandboxSetting};
 use crate::policy::{scenarios, CallContext, Policy, PolicyOptions, PolicyPaths, Scope};
 use crate::roots::derive::derive_roots;
 
@@ -201,19 +201,11 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
                 None => all_servers(&l),
             };
             for name in names {
-                let grants = l
-                    .config
-                    .as_ref()
-                    .and_then(|c| c.server(&name))
-                    .and_then(|s| match &s.sandbox {
-                        SandboxSetting::Enabled(sb) => Some(&sb.filesystem),
-                        SandboxSetting::Disabled => None,
-                    });
                 let roots = derive_roots(
                     &l.policy,
                     &name,
                     l.scope.sandbox_dir.as_deref(),
-                    grants,
+                    l.config.as_ref().and_then(|c| grants(c, &name)),
                     l.home.as_deref(),
                 )
                 .with_context(|| format!("deriving the roots of {name}"))?;
@@ -249,16 +241,20 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn server_roots(l: &Loaded, cfg: &GatewayConfig, server: &str) -> anyhow::Result<Vec<PathBuf>> {
-    let grants = cfg.server(server).and_then(|s| match &s.sandbox {
+/// A server's `sandbox.filesystem` grants (none when it runs unsandboxed or is unknown).
+fn grants<'c>(cfg: &'c GatewayConfig, server: &str) -> Option<&'c FilesystemConfig> {
+    cfg.server(server).and_then(|s| match &s.sandbox {
         SandboxSetting::Enabled(sb) => Some(&sb.filesystem),
         SandboxSetting::Disabled => None,
-    });
+    })
+}
+
+fn server_roots(l: &Loaded, cfg: &GatewayConfig, server: &str) -> anyhow::Result<Vec<PathBuf>> {
     Ok(derive_roots(
         &l.policy,
         server,
         l.scope.sandbox_dir.as_deref(),
-        grants,
+        grants(cfg, server),
         l.home.as_deref(),
     )?
     .into_iter()

@@ -1,8 +1,8 @@
 //! Evaluation: the order of checks, role by role, path by path.
 //!
 //! 1. Unknown or unannotated tool: deny.
-//! 2. Arguments checked against the tool's schema; role-bearing arguments must be strings or
-//!    arrays of strings.
+//! 2. Arguments checked against the tool's schema; an argument the annotation does not list
+//!    denies; role-bearing arguments must be strings or arrays of strings.
 //! 3. Every path-role value is canonicalised against the server's cwd and home; a bad path
 //!    denies.
 //! 4. Protected paths deny.
@@ -119,6 +119,21 @@ pub(crate) fn evaluate(policy: &Policy, ctx: &CallContext<'_>) -> Decision {
     // 2. Arguments.
     if let Err(why) = validate::check_arguments(ann.input_schema.as_ref(), ctx.arguments) {
         return deny("structural-invalid-arguments", why);
+    }
+    // An argument the annotation does not know has no roles, so nothing would check it: a
+    // stale annotation file must not let a new path argument through unjudged.
+    if let Some(name) = ctx
+        .arguments
+        .keys()
+        .find(|k| !ann.args.iter().any(|(n, _)| n == *k))
+    {
+        return deny(
+            "structural-unannotated-argument",
+            format!(
+                "argument {name:?} of {}/{} has no annotation (re-annotate the server's tools)",
+                ctx.server, ctx.tool
+            ),
+        );
     }
     let args = resolve_roles(ann, ctx.arguments);
     for (name, roles) in &args {

@@ -405,8 +405,14 @@ pub fn load_annotations(
                     field: format!("args.{name}"),
                     message,
                 };
-                let spec: RoleSpec = serde_path_to_error::deserialize(spec)
-                    .map_err(|e| tool_err(format!("{} (at `{}`)", e.inner(), e.path())))?;
+                // Not through the untagged enum directly: its error would not say which role
+                // is wrong.
+                let spec: RoleSpec = if spec.is_array() {
+                    serde_path_to_error::deserialize(spec).map(RoleSpec::Static)
+                } else {
+                    serde_path_to_error::deserialize(spec).map(RoleSpec::Conditional)
+                }
+                .map_err(|e| tool_err(format!("{} (at `{}`)", e.inner(), e.path())))?;
                 args.push((
                     name.clone(),
                     match spec {

@@ -190,19 +190,19 @@ impl Policy {
         })
     }
 
-    /// The built-in default policy with default options.
+    /// The built-in default policy with default options (`$HOME` for `~`).
     pub fn builtin_default() -> Policy {
-        let options = PolicyOptions {
-            home: std::env::var_os("HOME").map(PathBuf::from),
-            ..PolicyOptions::default()
-        };
+        let home = std::env::var_os("HOME").map(PathBuf::from);
         Policy {
             source: PolicySource::BuiltinDefault,
             rules: Vec::new(),
             index: load::RuleIndex::default(),
             annotations: HashMap::new(),
             annotations_from_file: false,
-            options,
+            options: PolicyOptions {
+                home,
+                ..PolicyOptions::default()
+            },
             warnings: Vec::new(),
         }
     }

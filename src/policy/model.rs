@@ -131,9 +131,9 @@ impl std::fmt::Display for Role {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompiledPolicyFile {
+    /// Other top-level keys (`generatedAt`, hashes, `listDefinitions`) are bookkeeping the
+    /// engine does not need: lists are matched by the type their rule condition names.
     pub rules: Vec<CompiledRule>,
-    #[serde(default)]
-    pub list_definitions: Vec<ListDefinition>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -191,15 +191,6 @@ pub enum ListType {
     Identifiers,
 }
 
-/// A symbolic list the compiler emitted; its values live in `dynamic-lists.json`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ListDefinition {
-    pub name: String,
-    #[serde(rename = "type")]
-    pub list_type: ListType,
-}
-
 /// `dynamic-lists.json`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -246,9 +237,9 @@ pub struct StoredAnnotation {
     pub input_schema: Option<serde_json::Value>,
 }
 
-/// An argument's roles: a plain list, or roles that depend on sibling arguments.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+/// An argument's roles: a plain list, or roles that depend on sibling arguments (a JSON
+/// array or an object; `load` picks the variant by shape so errors name the bad role).
+#[derive(Debug, Clone)]
 pub enum RoleSpec {
     Static(Vec<Role>),
     Conditional(ConditionalRoles),
