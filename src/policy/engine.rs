@@ -525,3 +525,86 @@ fn truncate(s: &str) -> String {
     }
     format!("{}...", s[..end].replace('\0', "\\0"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cond(v: Value) -> RoleCondition {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn args(v: Value) -> serde_json::Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn role_conditions_follow_javascript_semantics() {
+        let a = args(json!({"dryRun": true, "mode": "delete", "n": 0, "s": "", "nul": null}));
+        assert!(condition_holds(
+            &cond(json!({"arg":"dryRun","equals":true})),
+            &a
+        ));
+        assert!(!condition_holds(
+            &cond(json!({"arg":"dryRun","equals":"true"})),
+            &a
+        ));
+        assert!(condition_holds(
+            &cond(json!({"arg":"mode","in":["delete","remove"]})),
+            &a
+        ));
+        assert!(!condition_holds(
+            &cond(json!({"arg":"missing","in":["x"]})),
+            &a
+        ));
+        assert!(condition_holds(
+            &cond(json!({"arg":"n","is":"present"})),
+            &a
+        ));
+        assert!(condition_holds(
+            &cond(json!({"arg":"nul","is":"absent"})),
+            &a
+        ));
+        assert!(condition_holds(
+            &cond(json!({"arg":"missing","is":"absent"})),
+            &a
+        ));
+        assert!(condition_holds(&cond(json!({"arg":"n","is":"falsy"})), &a));
+        assert!(condition_holds(&cond(json!({"arg":"s","is":"falsy"})), &a));
+        assert!(condition_holds(
+            &cond(json!({"arg":"mode","is":"truthy"})),
+            &a
+        ));
+        assert!(!condition_holds(
+            &cond(json!({"arg":"missing","is":"truthy"})),
+            &a
+        ));
+    }
+
+    #[test]
+    fn first_matching_when_clause_wins_else_default() {
+        let ann = Annotation {
+            args: vec![(
+                "target".into(),
+                ArgRoles::Conditional(
+                    serde_json::from_value(json!({
+                        "default": ["read-path", "delete-path"],
+                        "when": [
+                            {"condition": {"arg": "dry", "equals": true}, "roles": ["read-path"]},
+                            {"condition": {"arg": "dry", "is": "present"}, "roles": ["delete-path"]}
+                        ]
+                    }))
+                    .unwrap(),
+                ),
+            )],
+            input_schema: None,
+            read_only: None,
+            derived: false,
+        };
+        let roles = |v: Value| resolve_roles(&ann, &args(v))[0].1.to_vec();
+        assert_eq!(roles(json!({"dry": true})), vec![Role::ReadPath]);
+        assert_eq!(roles(json!({"dry": false})), vec![Role::DeletePath]);
+        assert_eq!(roles(json!({})), vec![Role::ReadPath, Role::DeletePath]);
+    }
+}
