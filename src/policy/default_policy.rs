@@ -19,7 +19,7 @@ use super::{Decision, Policy};
 use crate::roots::canon;
 
 pub(crate) fn evaluate(policy: &Policy, call: &Call<'_>, ann: &Annotation) -> Decision {
-    let roles = call.resource_roles();
+    let roles = call.roles.clone();
     if roles.is_empty() {
         return if ann.read_only == Some(true) {
             Decision::new(

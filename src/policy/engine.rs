@@ -34,6 +34,8 @@ pub(crate) struct Call<'a> {
     pub ctx: &'a CallContext<'a>,
     /// Argument name -> roles (conditional roles resolved against this call).
     pub args: Vec<(&'a str, Cow<'a, [Role]>)>,
+    /// Distinct resource roles of the tool, in argument order (the evaluation order).
+    pub roles: Vec<Role>,
     /// Raw path value -> canonical path, for every path-role value.
     pub paths: Vec<(&'a str, PathBuf)>,
 }
@@ -73,24 +75,23 @@ impl<'a> Call<'a> {
             .map(|(_, p)| p.as_path())
     }
 
-    /// Distinct resource roles of the tool, in argument order.
-    pub fn resource_roles(&self) -> Vec<Role> {
-        let mut out: Vec<Role> = Vec::new();
-        for (_, roles) in &self.args {
-            for r in roles.iter() {
-                if r.is_resource() && !out.contains(r) {
-                    out.push(*r);
-                }
-            }
-        }
-        out
-    }
-
     fn tool_has_any_role(&self, roles: &[Role]) -> bool {
         self.args
             .iter()
             .any(|(_, rs)| rs.iter().any(|r| roles.contains(r)))
     }
+}
+
+fn resource_roles(args: &[(&str, Cow<'_, [Role]>)]) -> Vec<Role> {
+    let mut out: Vec<Role> = Vec::new();
+    for (_, roles) in args {
+        for r in roles.iter() {
+            if r.is_resource() && !out.contains(r) {
+                out.push(*r);
+            }
+        }
+    }
+    out
 }
 
 fn push_strings<'a>(v: Option<&'a Value>, out: &mut Vec<&'a str>) {
@@ -160,14 +161,17 @@ pub(crate) fn evaluate(policy: &Policy, ctx: &CallContext<'_>) -> Decision {
         cwd: ctx.cwd,
         home: ctx.home,
     };
+    let roles = resource_roles(&args);
     let mut call = Call {
         ctx,
         args,
+        roles,
         paths: Vec::new(),
     };
     let path_roles: Vec<Role> = call
-        .resource_roles()
-        .into_iter()
+        .roles
+        .iter()
+        .copied()
         .filter(|r| r.category() == RoleCategory::Path)
         .collect();
     let mut paths = Vec::new();
@@ -241,7 +245,7 @@ pub(crate) fn evaluate(policy: &Policy, ctx: &CallContext<'_>) -> Decision {
 }
 
 fn compiled(policy: &Policy, call: &Call<'_>, resolved: &[Role]) -> Decision {
-    let all = call.resource_roles();
+    let all = call.roles.clone();
     let todo: Vec<Role> = all
         .iter()
         .copied()

@@ -290,6 +290,28 @@ mod prop_tests {
         #[test]
         fn normalize_never_leaves_dotdot(segs in prop::collection::vec(segment(), 0..12)) {
             let raw = format!("/root/{}", segs.join("/"));
+            let encoded = segs.iter().any(|s| s.contains('%'));
+            // Encoded dots and separators are refused outright, never interpreted.
+            prop_assert_eq!(normalize(&raw, &Base::default()).is_err(), encoded);
+            // The same path as a file:// URI is decoded once, then judged the same way
+            // (a decoded `%2e%2e` becomes a real `..`, so it is checked as one).
+            let uri = format!("file:///root/{}", segs.join("/"));
+            if let Ok(p) = normalize(&uri, &Base::default()) {
+                prop_assert!(!p.components().any(|c| matches!(c, Component::ParentDir | Component::CurDir)));
+                let mut depth: i64 = 0;
+                let mut escaped = false;
+                for s in &segs {
+                    let s = if s == "%2e%2e" { ".." } else { s.as_str() };
+                    for part in s.split("%2f") {
+                        match part {
+                            ".." => { depth -= 1; escaped |= depth < 0; }
+                            "." | "" => {}
+                            _ => depth += 1,
+                        }
+                    }
+                }
+                prop_assert_eq!(is_within(&p, Path::new("/root")), !escaped, "{} -> {}", uri, p.display());
+            }
             if let Ok(p) = normalize(&raw, &Base::default()) {
                 prop_assert!(p.is_absolute());
                 prop_assert!(!p.components().any(|c| matches!(c, Component::ParentDir | Component::CurDir)));
