@@ -324,6 +324,15 @@ struct Fixture {
 }
 
 fn fixture(rules: Value, annotations: Value, lists: Option<Value>) -> Fixture {
+    fixture_with(rules, annotations, lists, PolicyOptions::default())
+}
+
+fn fixture_with(
+    rules: Value,
+    annotations: Value,
+    lists: Option<Value>,
+    options: PolicyOptions,
+) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap();
     let text = serde_json::to_string(&json!({"rules": rules})).unwrap();
@@ -915,4 +924,46 @@ fn unannotated_arguments_are_denied() {
     );
     check(&d, Status::Deny, "structural-unannotated-argument");
     assert!(d.reason.contains("\"also\""), "{}", d.reason);
+}
+
+/// The server's configured allowedDomains gate URL roles before the rules: a rule that
+/// allows every push still escalates a push to a host outside the list.
+#[test]
+fn server_domain_allowlist_escalates_before_rules() {
+    let rules = json!([{"name":"allow-push","if":{"tool":["push"]},"then":"allow","reason":"r"}]);
+    let ann = json!({"git": {"tools": [tool("push", json!({"remote": ["git-remote-url"]}))]}});
+    let open = fixture(rules.clone(), ann.clone(), None);
+    let gated = fixture_with(
+        rules,
+        ann,
+        None,
+        PolicyOptions {
+            server_domains: [("git".to_string(), vec!["*.github.com".to_string()])].into(),
+            ..Default::default()
+        },
+    );
+    let e = env_with(Scope::default());
+    let evil = json!({"remote": "https://evil.example/x.git"});
+    // Without the gate the rule allows it (so the check below is not vacuous).
+    check(
+        &eval(&open.policy, &e, "git", "push", evil.clone()),
+        Status::Allow,
+        "allow-push",
+    );
+    check(
+        &eval(&gated.policy, &e, "git", "push", evil),
+        Status::Escalate,
+        "structural-domain-escalate",
+    );
+    check(
+        &eval(
+            &gated.policy,
+            &e,
+            "git",
+            "push",
+            json!({"remote": "git@github.com:me/r.git"}),
+        ),
+        Status::Allow,
+        "allow-push",
+    );
 }

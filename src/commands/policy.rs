@@ -1,7 +1,6 @@
 //! `palisade policy`: evaluate one call, print derived roots, run a scenario file.
 //! The edge: loads files with context on errors, prints JSON on stdout, decides exit codes.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -9,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
-use crate::config::{FilesystemConfig, GatewayConfig, NetworkConfig, SandboxSetting};
+use crate::config::{FilesystemConfig, GatewayConfig, SandboxSetting};
 use crate::policy::{scenarios, CallContext, Policy, PolicyOptions, PolicyPaths, Scope};
 use crate::roots::derive::derive_roots;
 
@@ -98,18 +97,10 @@ fn load(files: &PolicyFiles) -> anyhow::Result<Loaded> {
         .home
         .clone()
         .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
-    let mut server_domains = HashMap::new();
-    if let Some(cfg) = &config {
-        for (name, s) in &cfg.servers {
-            if let SandboxSetting::Enabled(sb) = &s.sandbox {
-                if let NetworkConfig::Allowlist(d) = &sb.network {
-                    if !d.allowed_domains.is_empty() {
-                        server_domains.insert(name.clone(), d.allowed_domains.clone());
-                    }
-                }
-            }
-        }
-    }
+    let server_domains = config
+        .as_ref()
+        .map(PolicyOptions::server_domains_from)
+        .unwrap_or_default();
     let policy = Policy::load(
         &PolicyPaths {
             policy: files.policy.clone(),

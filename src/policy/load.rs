@@ -71,6 +71,26 @@ pub struct PolicyOptions {
     pub server_domains: HashMap<String, Vec<String>>,
 }
 
+impl PolicyOptions {
+    /// Each sandboxed server's `sandbox.network.allowedDomains` from the user's config (the
+    /// `server_domains` option), skipping servers with none.
+    pub fn server_domains_from(cfg: &crate::config::GatewayConfig) -> HashMap<String, Vec<String>> {
+        use crate::config::{NetworkConfig, SandboxSetting};
+        cfg.servers
+            .iter()
+            .filter_map(|(name, s)| match &s.sandbox {
+                SandboxSetting::Enabled(sb) => match &sb.network {
+                    NetworkConfig::Allowlist(d) if !d.allowed_domains.is_empty() => {
+                        Some((name.clone(), d.allowed_domains.clone()))
+                    }
+                    _ => None,
+                },
+                SandboxSetting::Disabled => None,
+            })
+            .collect()
+    }
+}
+
 /// A rule in the engine's form.
 #[derive(Debug, Clone)]
 pub struct Rule {
