@@ -357,7 +357,7 @@ fn fixture_with(
             annotations: Some(root.join("a.json")),
             lists: lists_path,
         },
-        PolicyOptions::default(),
+        options,
     )
     .unwrap();
     Fixture {
