@@ -1,1 +1,21 @@
-//! Placeholder: filled in by its own issue.
+//! The audit log: one hash-chained JSONL record per call that reached the gateway's
+//! pipeline (denied calls too), written and flushed before the response goes upstream.
+//!
+//! Where it sits: the gateway builds an [`AuditRecord`] after the call completes (or is
+//! denied) and calls [`AuditLog::append`]; on `Err` the call fails closed.
+//! `palisade audit verify` uses [`verify::verify`].
+//!
+//! Must never: write an unredacted argument (redaction is on unless shapes-only is chosen),
+//! drop a record silently, or keep writing after a failed write.
+
+pub mod chain;
+pub mod log;
+pub mod record;
+pub mod redact;
+pub mod verify;
+
+pub use log::{AuditError, AuditLog, AuditOptions};
+pub use record::{
+    now_rfc3339, AuditRecord, CallResult, EscalationResult, PolicyDecisionRecord, ResultStatus,
+};
+pub use redact::Redaction;

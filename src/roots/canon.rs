@@ -35,6 +35,8 @@ pub struct Base<'a> {
 /// Checks a raw path string and makes it absolute and lexically normal (`~` expanded,
 /// `.`/`..` collapsed) without touching the filesystem.
 pub fn normalize(raw: &str, base: &Base<'_>) -> Result<PathBuf, PathError> {
+    let decoded = decode_input(raw)?;
+    let raw: &str = &decoded;
     if raw.is_empty() {
         return Err(PathError::Empty);
     }
@@ -57,6 +59,40 @@ pub fn normalize(raw: &str, base: &Base<'_>) -> Result<PathBuf, PathError> {
         return Err(PathError::Relative);
     }
     Ok(lexical_normalize(&expanded))
+}
+
+/// Turns what a tool argument holds into a plain path string, decoding exactly once:
+/// a `file://` URI (RFC 8089: `file:///p` or `file://localhost/p`) is percent-decoded;
+/// a plain path is taken literally, as the server will take it, except that percent escapes
+/// of `/`, `.`, `%`, `\` or NUL are refused, so an encoded `..` or separator can never mean
+/// one thing to the policy and another to a server that decodes.
+pub fn decode_input(raw: &str) -> Result<std::borrow::Cow<'_, str>, PathError> {
+    let lower = raw.get(..7).map(str::to_ascii_lowercase);
+    if lower.as_deref() == Some("file://") {
+        let rest = &raw[7..];
+        let path = if let Some(p) = rest.strip_prefix("localhost/") {
+            &rest["localhost".len()..][..p.len() + 1]
+        } else if rest.starts_with('/') {
+            rest
+        } else {
+            return Err(PathError::Uri);
+        };
+        if path.contains(['?', '#']) {
+            return Err(PathError::Uri);
+        }
+        let bytes: Vec<u8> = percent_encoding::percent_decode_str(path).collect();
+        let s = String::from_utf8(bytes).map_err(|_| PathError::Encoding)?;
+        return Ok(std::borrow::Cow::Owned(s));
+    }
+    let hex = |c: u8| (c as char).to_digit(16);
+    for w in raw.as_bytes().windows(3) {
+        if let (b'%', Some(h), Some(l)) = (w[0], hex(w[1]), hex(w[2])) {
+            if matches!(h * 16 + l, 0x2f | 0x2e | 0x25 | 0x5c | 0) {
+                return Err(PathError::Encoding);
+            }
+        }
+    }
+    Ok(std::borrow::Cow::Borrowed(raw))
 }
 
 /// Collapses `.` and `..` lexically; `..` at the root stays at the root.
@@ -168,5 +204,166 @@ mod tests {
         assert!(is_within(Path::new("/a/b/c"), Path::new("/a/b")));
         assert!(is_within(Path::new("/a/b"), Path::new("/a/b")));
         assert!(!is_within(Path::new("/a/bc"), Path::new("/a/b")));
+    }
+}
+
+#[cfg(test)]
+mod decode_tests {
+    use super::*;
+
+    #[test]
+    fn file_uris_are_decoded_once() {
+        let b = Base::default();
+        assert_eq!(
+            normalize("file:///home/u/my%20docs", &b).unwrap(),
+            PathBuf::from("/home/u/my docs")
+        );
+        assert_eq!(
+            normalize("file://localhost/etc/x", &b).unwrap(),
+            PathBuf::from("/etc/x")
+        );
+        // Decoded once: a doubly encoded dot stays a literal `%2e` name component.
+        assert_eq!(
+            normalize("file:///a/%252e%252e/b", &b).unwrap(),
+            PathBuf::from("/a/%2e%2e/b")
+        );
+        assert_eq!(
+            normalize("file://evil.host/x", &b).unwrap_err(),
+            PathError::Uri
+        );
+        assert_eq!(
+            normalize("file:///a%ff", &b).unwrap_err(),
+            PathError::Encoding
+        );
+        assert_eq!(normalize("file:///a%00b", &b).unwrap_err(), PathError::Nul);
+    }
+
+    #[test]
+    fn encoded_dots_and_separators_in_plain_paths_are_refused() {
+        let b = Base::default();
+        for bad in [
+            "/ok/%2e%2e/etc",
+            "/ok/..%2fetc",
+            "/ok/%2E%2E",
+            "/a%5c..",
+            "/a%00",
+        ] {
+            assert_eq!(
+                normalize(bad, &b).unwrap_err(),
+                PathError::Encoding,
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            normalize("/ok/100%25done", &b).unwrap_err(),
+            PathError::Encoding
+        );
+        assert_eq!(
+            normalize("/ok/a%20b", &b).unwrap(),
+            PathBuf::from("/ok/a%20b")
+        );
+        assert_eq!(normalize("/ok/50%", &b).unwrap(), PathBuf::from("/ok/50%"));
+    }
+}
+
+#[cfg(test)]
+mod prop_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn segment() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("..".to_string()),
+            Just(".".to_string()),
+            Just("%2e%2e".to_string()),
+            Just("%2f".to_string()),
+            Just("".to_string()),
+            "[a-z]{1,4}",
+            Just("link".to_string()),
+        ]
+    }
+
+    proptest! {
+        /// Whatever mix of `..`, `.`, empty segments and encodings follows the root, the
+        /// result either is refused or lies lexically inside the root iff it has no `..`
+        /// climbing above it; and it never contains a `..` component.
+        #[test]
+        fn normalize_never_leaves_dotdot(segs in prop::collection::vec(segment(), 0..12)) {
+            let raw = format!("/root/{}", segs.join("/"));
+            let encoded = segs.iter().any(|s| s.contains('%'));
+            // Encoded dots and separators are refused outright, never interpreted.
+            prop_assert_eq!(normalize(&raw, &Base::default()).is_err(), encoded);
+            // The same path as a file:// URI is decoded once, then judged the same way
+            // (a decoded `%2e%2e` becomes a real `..`, so it is checked as one).
+            let uri = format!("file:///root/{}", segs.join("/"));
+            if let Ok(p) = normalize(&uri, &Base::default()) {
+                prop_assert!(!p.components().any(|c| matches!(c, Component::ParentDir | Component::CurDir)));
+                let mut depth: i64 = 0;
+                let mut escaped = false;
+                for s in &segs {
+                    let s = if s == "%2e%2e" { ".." } else { s.as_str() };
+                    for part in s.split("%2f") {
+                        match part {
+                            ".." => { depth -= 1; escaped |= depth < 0; }
+                            "." | "" => {}
+                            _ => depth += 1,
+                        }
+                    }
+                }
+                prop_assert_eq!(is_within(&p, Path::new("/root")), !escaped, "{} -> {}", uri, p.display());
+            }
+            if let Ok(p) = normalize(&raw, &Base::default()) {
+                prop_assert!(p.is_absolute());
+                prop_assert!(!p.components().any(|c| matches!(c, Component::ParentDir | Component::CurDir)));
+                // Depth accounting: it is within /root exactly when no prefix climbs out.
+                let mut depth: i64 = 0;
+                let mut escaped = false;
+                for s in &segs {
+                    match s.as_str() {
+                        ".." => { depth -= 1; if depth < 0 { escaped = true; } }
+                        "." | "" => {}
+                        _ => depth += 1,
+                    }
+                }
+                prop_assert_eq!(is_within(&p, Path::new("/root")), !escaped, "{} -> {}", raw, p.display());
+            }
+        }
+
+        /// Through a real directory with a symlink pointing outside, canonicalisation
+        /// reports the real target: a path is judged inside the root only if it really is.
+        #[test]
+        fn symlinks_cannot_smuggle_paths_out(segs in prop::collection::vec(segment(), 0..8)) {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().join("root");
+            let outside = dir.path().join("outside");
+            std::fs::create_dir_all(&root).unwrap();
+            std::fs::create_dir_all(&outside).unwrap();
+            std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+            let root = std::fs::canonicalize(&root).unwrap();
+            let raw = format!("{}/{}", root.display(), segs.join("/"));
+            if let Ok(p) = canonicalize(&raw, &Base::default()) {
+                let through_link = {
+                    let mut depth: i64 = 0;
+                    let mut via = false;
+                    let mut escaped = false;
+                    for s in &segs {
+                        match s.as_str() {
+                            ".." => {
+                                depth -= 1;
+                                escaped |= depth < 0;
+                                via &= depth > 0;
+                            }
+                            "." | "" => {}
+                            "link" if depth == 0 && !escaped => { via = true; depth += 1; }
+                            _ => depth += 1,
+                        }
+                    }
+                    via || escaped
+                };
+                if is_within(&p, &root) {
+                    prop_assert!(!through_link, "{} -> {}", raw, p.display());
+                }
+            }
+        }
     }
 }

@@ -1,0 +1,185 @@
+//! The audit log writer: append-only JSONL, one sealed record per call, written and flushed
+//! to the kernel before `append` returns, so the gateway can answer upstream only after the
+//! record exists. Reopening an existing log continues its chain.
+//!
+//! Concurrency: a `std::sync::Mutex` around the file. The critical section is one `write`
+//! of one line (a few hundred bytes, O_APPEND) plus hashing, microseconds, so calling it from
+//! an async task does not stall the runtime in practice; with `sync_each` (fsync per record)
+//! the gateway should call it through `tokio::task::spawn_blocking`.
+//!
+//! Fails closed: any write error is returned, and the log is then poisoned (every later
+//! append fails too), because a partly written line would break the chain for every record
+//! after it. Never drops a record silently.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use super::chain::{self, ChainState, LineError};
+use super::record::AuditRecord;
+use super::redact::{self, Redaction};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("audit log {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("audit log {path}: last record is damaged ({source}); run `palisade audit verify`")]
+    Damaged { path: PathBuf, source: LineError },
+    #[error("audit log {path}: an earlier write failed; refusing further records")]
+    Poisoned { path: PathBuf },
+    #[error("audit record could not be serialised: {0}")]
+    Serialize(String),
+}
+
+/// Options for opening a log.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AuditOptions {
+    pub redaction: Redaction,
+    /// fsync after each record (durable across power loss; much slower).
+    pub sync_each: bool,
+}
+
+struct Writer {
+    file: File,
+    state: ChainState,
+    poisoned: bool,
+}
+
+/// An open audit log. Share it behind an `Arc`; `append` takes `&self`.
+pub struct AuditLog {
+    path: PathBuf,
+    options: AuditOptions,
+    inner: Mutex<Writer>,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// The longest record line `open` will look back for when resuming a chain.
+const MAX_TAIL: u64 = 4 << 20;
+
+impl AuditLog {
+    /// Opens (creating, mode 0600) with default options: redaction on.
+    pub fn open(path: &Path) -> Result<AuditLog, AuditError> {
+        Self::open_with(path, AuditOptions::default())
+    }
+
+    pub fn open_with(path: &Path, options: AuditOptions) -> Result<AuditLog, AuditError> {
+        let io = |source| AuditError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(io)?;
+        let state = last_state(&mut file, path)?;
+        Ok(AuditLog {
+            path: path.to_path_buf(),
+            options,
+            inner: Mutex::new(Writer {
+                file,
+                state,
+                poisoned: false,
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Redacts, seals and writes one record; returns only after the line reached the kernel
+    /// (and the disk, with `sync_each`). On error the call must fail closed.
+    pub fn append(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        let mut value =
+            serde_json::to_value(record).map_err(|e| AuditError::Serialize(e.to_string()))?;
+        let Value::Object(ref mut body) = value else {
+            return Err(AuditError::Serialize("record is not an object".into()));
+        };
+        if let Some(args) = body.get_mut("arguments") {
+            *args = redact::redact_arguments(args, self.options.redaction);
+        }
+        let body = std::mem::take(body);
+        let mut w = self.inner.lock().map_err(|_| AuditError::Poisoned {
+            path: self.path.clone(),
+        })?;
+        if w.poisoned {
+            return Err(AuditError::Poisoned {
+                path: self.path.clone(),
+            });
+        }
+        let (mut line, next) = chain::seal(body, &w.state);
+        line.push('\n');
+        let result = w
+            .file
+            .write_all(line.as_bytes())
+            .and_then(|()| w.file.flush())
+            .and_then(|()| {
+                if self.options.sync_each {
+                    w.file.sync_data()
+                } else {
+                    Ok(())
+                }
+            });
+        match result {
+            Ok(()) => {
+                w.state = next;
+                Ok(())
+            }
+            Err(source) => {
+                w.poisoned = true;
+                Err(AuditError::Io {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+/// The chain state after the file's last record (genesis for an empty file).
+fn last_state(file: &mut File, path: &Path) -> Result<ChainState, AuditError> {
+    let io = |source| AuditError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let len = file.seek(SeekFrom::End(0)).map_err(io)?;
+    if len == 0 {
+        return Ok(ChainState::genesis());
+    }
+    let start = len.saturating_sub(MAX_TAIL);
+    file.seek(SeekFrom::Start(start)).map_err(io)?;
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail).map_err(io)?;
+    let damaged = |source| AuditError::Damaged {
+        path: path.to_path_buf(),
+        source,
+    };
+    // A file not ending in a newline was cut mid-write: appending would break the chain.
+    let text = std::str::from_utf8(&tail).map_err(|_| damaged(LineError::Malformed))?;
+    let body = text
+        .strip_suffix('\n')
+        .ok_or(damaged(LineError::Malformed))?;
+    let last = body.rsplit('\n').next().unwrap_or(body);
+    if start > 0 && !body.contains('\n') {
+        return Err(damaged(LineError::Malformed));
+    }
+    let (_, _, state) = chain::open_line(last).map_err(damaged)?;
+    Ok(state)
+}

@@ -1,0 +1,80 @@
+//! One audit record: the fields IronCurtain writes (same names, so its tools read ours),
+//! plus the sandbox backend and any degradation. The hash-chain fields (`seq`, `prevHash`,
+//! `hash`) are added by the writer, not by callers.
+//!
+//! Plain data, no I/O.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::policy::{Decision, Status};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditRecord {
+    /// RFC 3339, UTC.
+    pub timestamp: String,
+    pub request_id: String,
+    pub server_name: String,
+    pub tool_name: String,
+    /// The call's arguments; redacted by the writer before they are written.
+    pub arguments: Value,
+    pub policy_decision: PolicyDecisionRecord,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation_result: Option<EscalationResult>,
+    pub result: CallResult,
+    pub duration_ms: u64,
+    /// True only when the server really runs inside an OS sandbox (not in warn mode, not
+    /// degraded to unsandboxed).
+    pub sandboxed: bool,
+    /// `bwrap`, `srt`, or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_backend: Option<String>,
+    /// What the sandbox could not enforce for this server (empty when fully enforced).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub degradation: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyDecisionRecord {
+    pub status: Status,
+    pub rule: String,
+    pub reason: String,
+}
+
+impl From<&Decision> for PolicyDecisionRecord {
+    fn from(d: &Decision) -> Self {
+        PolicyDecisionRecord {
+            status: d.status,
+            rule: d.rule.clone(),
+            reason: d.reason.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EscalationResult {
+    Approved,
+    Denied,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallResult {
+    pub status: ResultStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResultStatus {
+    Success,
+    Denied,
+    Error,
+}
+
+/// The current time as the records write it.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}

@@ -1,0 +1,224 @@
+//! The audit log: redaction on disk, chaining across reopen, tamper detection through the
+//! real `palisade audit verify`, and writes that fail closed.
+
+use std::path::Path;
+use std::process::Command;
+
+use palisade::audit::{
+    AuditLog, AuditOptions, AuditRecord, CallResult, PolicyDecisionRecord, Redaction, ResultStatus,
+};
+use palisade::policy::Status;
+use serde_json::json;
+
+fn record(i: u32, args: serde_json::Value) -> AuditRecord {
+    AuditRecord {
+        timestamp: palisade::audit::now_rfc3339(),
+        request_id: format!("req-{i}"),
+        server_name: "filesystem".into(),
+        tool_name: "read_file".into(),
+        arguments: args,
+        policy_decision: PolicyDecisionRecord {
+            status: Status::Allow,
+            rule: "allow-read-downloads".into(),
+            reason: "r".into(),
+        },
+        escalation_result: None,
+        result: CallResult {
+            status: ResultStatus::Success,
+            error: None,
+        },
+        duration_ms: 3,
+        sandboxed: true,
+        sandbox_backend: Some("bwrap".into()),
+        degradation: vec![],
+    }
+}
+
+fn write_log(path: &Path, n: u32) {
+    let log = AuditLog::open(path).unwrap();
+    for i in 0..n {
+        log.append(&record(i, json!({"path": format!("/d/{i}")})))
+            .unwrap();
+    }
+}
+
+fn verify(path: &Path) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["audit", "verify"])
+        .arg(path)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn rewrite(path: &Path, l: &[String]) {
+    std::fs::write(path, l.iter().map(|x| format!("{x}\n")).collect::<String>()).unwrap();
+}
+
+#[test]
+fn records_carry_ironcurtains_fields_and_redacted_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("audit.jsonl");
+    let log = AuditLog::open(&p).unwrap();
+    log.append(&record(
+        1,
+        json!({"content": "card 4111 1111 1111 1111, ssn 123-45-6789", "api_key": "abc"}),
+    ))
+    .unwrap();
+    let text = std::fs::read_to_string(&p).unwrap();
+    assert!(
+        !text.contains("4111") && !text.contains("6789") && !text.contains("abc"),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    for k in [
+        "timestamp",
+        "requestId",
+        "serverName",
+        "toolName",
+        "arguments",
+        "policyDecision",
+        "result",
+        "durationMs",
+        "sandboxed",
+        "sandboxBackend",
+        "seq",
+        "prevHash",
+        "hash",
+    ] {
+        assert!(v.get(k).is_some(), "missing {k}");
+    }
+    assert_eq!(v["policyDecision"]["status"], "allow");
+    // Shapes only: no value survives.
+    let p2 = dir.path().join("shapes.jsonl");
+    let log = AuditLog::open_with(
+        &p2,
+        AuditOptions {
+            redaction: Redaction::Shapes,
+            sync_each: true,
+        },
+    )
+    .unwrap();
+    log.append(&record(1, json!({"path": "/home/u/secret-plans.txt"})))
+        .unwrap();
+    let text = std::fs::read_to_string(&p2).unwrap();
+    assert!(
+        !text.contains("secret-plans") && text.contains("string(24)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn chain_continues_across_reopen_and_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("audit.jsonl");
+    write_log(&p, 3);
+    write_log(&p, 2);
+    let (ok, out) = verify(&p);
+    assert!(ok, "{out}");
+    assert!(out.contains("5 records, chain intact"), "{out}");
+}
+
+#[test]
+fn verify_detects_edited_removed_and_reordered_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("audit.jsonl");
+    write_log(&p, 5);
+    let orig = lines(&p);
+
+    let mut edited = orig.clone();
+    edited[2] = edited[2].replace("/d/2", "/d/X");
+    rewrite(&p, &edited);
+    let (ok, out) = verify(&p);
+    assert!(!ok && out.contains(":3: record was edited"), "{out}");
+
+    let mut removed = orig.clone();
+    removed.remove(1);
+    rewrite(&p, &removed);
+    let (ok, out) = verify(&p);
+    assert!(
+        !ok && out.contains(":2: ") && out.contains("removed"),
+        "{out}"
+    );
+
+    let mut reordered = orig.clone();
+    reordered.swap(3, 4);
+    rewrite(&p, &reordered);
+    let (ok, out) = verify(&p);
+    assert!(!ok && out.contains(":4: "), "{out}");
+
+    // The untouched log still verifies, so the checks above are not vacuous.
+    rewrite(&p, &orig);
+    assert!(verify(&p).0);
+}
+
+#[test]
+fn a_damaged_tail_refuses_to_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("audit.jsonl");
+    write_log(&p, 2);
+    let mut l = lines(&p);
+    l[1] = l[1].replace("read_file", "read_fil3");
+    rewrite(&p, &l);
+    assert!(AuditLog::open(&p)
+        .unwrap_err()
+        .to_string()
+        .contains("damaged"));
+    // A line cut mid-write (no newline) too.
+    std::fs::write(&p, "{\"seq\":1").unwrap();
+    assert!(AuditLog::open(&p).is_err());
+}
+
+#[test]
+fn writes_fail_closed_on_a_full_device() {
+    // /dev/full accepts the open and fails every write with ENOSPC.
+    let log = AuditLog::open(Path::new("/dev/full")).unwrap();
+    let e = log.append(&record(1, json!({}))).unwrap_err();
+    assert!(e.to_string().contains("No space"), "{e}");
+    // Poisoned afterwards: nothing more is accepted.
+    assert!(log
+        .append(&record(2, json!({})))
+        .unwrap_err()
+        .to_string()
+        .contains("refusing"));
+}
+
+#[test]
+fn unwritable_path_fails_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("no-such-dir/audit.jsonl");
+    assert!(AuditLog::open(&p).is_err());
+}
+
+#[test]
+fn concurrent_appends_keep_one_valid_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("audit.jsonl");
+    let log = std::sync::Arc::new(AuditLog::open(&p).unwrap());
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    log.append(&record(t * 100 + i, json!({"i": i}))).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let (ok, out) = verify(&p);
+    assert!(ok && out.contains("200 records"), "{out}");
+}
