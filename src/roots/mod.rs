@@ -2,3 +2,5 @@
 //! `file://` URIs (`uri`), containment checks (`guard`) and per-server root sets (`derive`).
 
 pub mod canon;
+pub mod guard;
+pub mod uri;
