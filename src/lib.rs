@@ -9,6 +9,7 @@
 pub mod approval;
 pub mod audit;
 pub mod cli;
+pub mod client;
 pub mod commands;
 pub mod config;
 pub mod fsserver;

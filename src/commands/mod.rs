@@ -2,6 +2,7 @@
 //! edge where `anyhow` context is added; they return the process exit code.
 
 pub mod audit;
+pub mod bench_client;
 pub mod check;
 pub mod demo;
 pub mod fs_server;
