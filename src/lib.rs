@@ -12,6 +12,7 @@ pub mod cli;
 pub mod client;
 pub mod commands;
 pub mod config;
+pub mod demo;
 pub mod fsserver;
 pub mod gateway;
 pub mod logging;

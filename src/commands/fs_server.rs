@@ -28,8 +28,10 @@ pub struct FsServerArgs {
 pub fn run(args: FsServerArgs) -> anyhow::Result<ExitCode> {
     let mut roots: Vec<_> = args.roots.into_iter().map(|p| (p, Access::Rw)).collect();
     roots.extend(args.ro_roots.into_iter().map(|p| (p, Access::Ro)));
-    let mut limits = crate::fsserver::ops::Limits::default();
-    limits.max_read_bytes = args.max_read_bytes;
+    let limits = crate::fsserver::ops::Limits {
+        max_read_bytes: args.max_read_bytes,
+        ..Default::default()
+    };
     let server = FsServer::new(FsServerOptions {
         roots,
         limits,
