@@ -26,7 +26,11 @@ pub fn init(level: &str, log_file: Option<&Path>) -> anyhow::Result<()> {
                 .with_writer(std::sync::Mutex::new(file))
                 .try_init()
         }
-        None => builder.with_writer(std::io::stderr).try_init(),
+        // No colour codes when stderr is a pipe or file (a gateway capturing a server's log).
+        None => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .try_init(),
     }
     .map_err(|e| anyhow::anyhow!("cannot install logger: {e}"))
 }

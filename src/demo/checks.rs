@@ -81,11 +81,18 @@ pub fn summarize_record(r: &Value) -> String {
             .map(str::to_string)
             .unwrap_or_else(|| v.to_string())
     };
+    // `status` is the contract's name; `decision` is accepted as a synonym.
+    let pd = &r["policyDecision"];
+    let decision = if pd["status"].is_null() {
+        &pd["decision"]
+    } else {
+        &pd["status"]
+    };
     let mut line = format!(
         "{}/{}  policy={}",
         s(&r["serverName"]),
         s(&r["toolName"]),
-        s(&r["policyDecision"]["status"])
+        s(decision)
     );
     if let Some(rule) = r["policyDecision"]["rule"].as_str() {
         line.push_str(&format!(" ({rule})"));
