@@ -10,6 +10,7 @@
 use std::fmt::Write as _;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::canon::{self, Base, PathError, MAX_PATH_LEN};
 use super::uri;
@@ -35,7 +36,7 @@ pub enum GuardError {
     #[error(transparent)]
     BadPath(#[from] PathError),
     #[error("FORBIDDEN: {path} is outside the allowed roots ({roots})")]
-    Outside { path: PathBuf, roots: String },
+    Outside { path: PathBuf, roots: Arc<str> },
     #[error(
         "FORBIDDEN: {path} is inside the read-only root {root}; writing needs a read-write root"
     )]
@@ -60,10 +61,15 @@ pub struct Allowed<'g> {
 }
 
 /// An immutable set of canonical roots. Build a new guard when the roots change.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RootGuard {
     /// Sorted by path bytes, deduplicated; lookups binary-search each ancestor.
     roots: Vec<GuardRoot>,
+    /// Bit `n` set when some root is `n` bytes long: ancestors of other lengths are skipped
+    /// without a search.
+    lengths: Vec<u64>,
+    /// The refusal text naming the roots, built once.
+    described: Arc<str>,
     cwd: Option<PathBuf>,
     home: Option<PathBuf>,
 }
@@ -112,6 +118,12 @@ pub fn canonicalize_path(path: &Path) -> Result<PathBuf, PathError> {
     )))
 }
 
+impl Default for RootGuard {
+    fn default() -> Self {
+        RootGuard::empty()
+    }
+}
+
 impl RootGuard {
     /// Builds a guard; every root is canonicalised (symlinks resolved) here, once. Roots that
     /// canonicalise to the same directory are merged (read-write wins: both grants hold).
@@ -132,8 +144,16 @@ impl RootGuard {
         });
         // After sorting, duplicates are adjacent and the rw one comes first.
         out.dedup_by(|later, first| later.path == first.path);
+        let mut lengths = vec![0u64; MAX_PATH_LEN / 64 + 1];
+        for r in &out {
+            let n = r.path.as_os_str().len();
+            lengths[n / 64] |= 1 << (n % 64);
+        }
+        let described = Arc::from(describe(&out));
         Ok(RootGuard {
             roots: out,
+            lengths,
+            described,
             cwd: options.cwd,
             home: options.home,
         })
@@ -141,7 +161,13 @@ impl RootGuard {
 
     /// A guard with no roots: refuses everything.
     pub fn empty() -> Self {
-        RootGuard::default()
+        RootGuard {
+            roots: Vec::new(),
+            lengths: Vec::new(),
+            described: Arc::from(describe(&[])),
+            cwd: None,
+            home: None,
+        }
     }
 
     pub fn roots(&self) -> &[GuardRoot] {
@@ -180,7 +206,7 @@ impl RootGuard {
     ) -> Result<Allowed<'_>, GuardError> {
         match self.deepest_root(&canonical) {
             None => Err(GuardError::Outside {
-                roots: self.describe_roots(),
+                roots: Arc::clone(&self.described),
                 path: canonical,
             }),
             Some(root) if need == Need::Write && root.access != Access::Rw => {
@@ -204,6 +230,14 @@ impl RootGuard {
         // `ancestors()` walks whole components, deepest first, so `/a/bc` never meets `/a/b`.
         path.ancestors().find_map(|anc| {
             let key = anc.as_os_str().as_bytes();
+            let n = key.len();
+            if self
+                .lengths
+                .get(n / 64)
+                .is_none_or(|w| w & (1 << (n % 64)) == 0)
+            {
+                return None;
+            }
             self.roots
                 .binary_search_by(|r| r.path.as_os_str().as_bytes().cmp(key))
                 .ok()
@@ -212,27 +246,31 @@ impl RootGuard {
     }
 
     /// `"/a (rw), /b (ro)"`, capped so a refusal stays readable with hundreds of roots.
-    pub fn describe_roots(&self) -> String {
-        const SHOWN: usize = 8;
-        if self.roots.is_empty() {
-            return "no roots are configured".to_string();
-        }
-        let mut s = String::new();
-        for (i, r) in self.roots.iter().take(SHOWN).enumerate() {
-            if i > 0 {
-                s.push_str(", ");
-            }
-            let mode = match r.access {
-                Access::Ro => "ro",
-                Access::Rw => "rw",
-            };
-            let _ = write!(s, "{} ({mode})", r.path.display());
-        }
-        if self.roots.len() > SHOWN {
-            let _ = write!(s, " and {} more", self.roots.len() - SHOWN);
-        }
-        s
+    pub fn describe_roots(&self) -> &str {
+        &self.described
     }
+}
+
+fn describe(roots: &[GuardRoot]) -> String {
+    const SHOWN: usize = 8;
+    if roots.is_empty() {
+        return "no roots are configured".to_string();
+    }
+    let mut s = String::new();
+    for (i, r) in roots.iter().take(SHOWN).enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        let mode = match r.access {
+            Access::Ro => "ro",
+            Access::Rw => "rw",
+        };
+        let _ = write!(s, "{} ({mode})", r.path.display());
+    }
+    if roots.len() > SHOWN {
+        let _ = write!(s, " and {} more", roots.len() - SHOWN);
+    }
+    s
 }
 
 #[cfg(test)]
