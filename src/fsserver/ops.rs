@@ -47,6 +47,51 @@ fn safe_flags() -> i32 {
     libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC
 }
 
+/// How a file is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpenFor {
+    Read,
+    /// Create or truncate.
+    Write,
+}
+
+/// Opens a canonical path so that NO component may be a symlink (openat2 with
+/// `RESOLVE_NO_SYMLINKS`): a directory swapped for a link between the guard's check and this
+/// open fails with ELOOP instead of leading outside the roots. Where openat2 is unavailable
+/// (ENOSYS before Linux 5.6, or EPERM from a seccomp filter) it falls back to `O_NOFOLLOW`,
+/// which protects the final component only.
+fn open_confined(path: &Path, how: OpenFor) -> std::io::Result<std::fs::File> {
+    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+    use nix::sys::stat::Mode;
+    use std::os::fd::FromRawFd;
+
+    let access = match how {
+        OpenFor::Read => OFlag::O_RDONLY,
+        OpenFor::Write => OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC,
+    };
+    let flags = access | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let mut open_how = OpenHow::new()
+        .flags(flags)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    if how == OpenFor::Write {
+        // The kernel rejects a mode without O_CREAT (EINVAL).
+        open_how = open_how.mode(Mode::from_bits_truncate(0o644));
+    }
+    match openat2(libc::AT_FDCWD, path, open_how) {
+        // SAFETY: openat2 just returned this descriptor; nothing else owns or closes it.
+        Ok(fd) => Ok(unsafe { std::fs::File::from_raw_fd(fd) }),
+        Err(nix::errno::Errno::ENOSYS | nix::errno::Errno::EPERM) => {
+            let mut o = OpenOptions::new();
+            match how {
+                OpenFor::Read => o.read(true),
+                OpenFor::Write => o.write(true).create(true).truncate(true).mode(0o644),
+            };
+            o.custom_flags(safe_flags()).open(path)
+        }
+        Err(e) => Err(std::io::Error::from(e)),
+    }
+}
+
 fn kind_of(ft: fs::FileType) -> &'static str {
     if ft.is_symlink() {
         "symlink"
@@ -61,11 +106,8 @@ fn kind_of(ft: fs::FileType) -> &'static str {
 
 /// Reads a regular UTF-8 file of at most `max` bytes.
 pub fn read_text(path: &Path, max: u64) -> Result<String, FsError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(safe_flags())
-        .open(path)
-        .map_err(|e| FsError::from_io(&e, path, "read"))?;
+    let file =
+        open_confined(path, OpenFor::Read).map_err(|e| FsError::from_io(&e, path, "read"))?;
     let meta = file
         .metadata()
         .map_err(|e| FsError::from_io(&e, path, "stat"))?;
@@ -126,6 +168,13 @@ pub fn write_file(path: &Path, content: &str, max: usize) -> Result<Value, FsErr
         .ok_or_else(|| FsError::new(ErrorCode::BadPath, "cannot write the root directory"))?;
     match fs::symlink_metadata(parent) {
         Ok(m) if m.is_dir() => {}
+        Ok(m) if m.file_type().is_symlink() => {
+            // The guard resolved every link; one here was planted after the check.
+            return Err(FsError::new(
+                ErrorCode::Forbidden,
+                format!("parent {} is a symlink", parent.display()),
+            ));
+        }
         Ok(_) => {
             return Err(FsError::new(
                 ErrorCode::NotADir,
@@ -140,14 +189,8 @@ pub fn write_file(path: &Path, content: &str, max: usize) -> Result<Value, FsErr
         }
     }
     let created = !path.exists();
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .custom_flags(safe_flags())
-        .open(path)
-        .map_err(|e| FsError::from_io(&e, path, "write"))?;
+    let mut file =
+        open_confined(path, OpenFor::Write).map_err(|e| FsError::from_io(&e, path, "write"))?;
     let meta = file
         .metadata()
         .map_err(|e| FsError::from_io(&e, path, "stat"))?;
@@ -448,6 +491,34 @@ mod tests {
             ErrorCode::Forbidden
         );
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "secret");
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_link_after_the_check_is_refused() {
+        // The guard checked `root/dir/f` (a real directory then); the attacker swaps `dir`
+        // for a link to the outside before the open.
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        let outside = t.path().join("outside");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("f"), "secret").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("dir")).unwrap();
+        let checked = root.join("dir/f");
+        // Unprotected, the swapped path leads outside.
+        assert_eq!(std::fs::read_to_string(&checked).unwrap(), "secret");
+        assert_eq!(
+            read_text(&checked, 100).unwrap_err().code,
+            ErrorCode::Forbidden
+        );
+        assert_eq!(
+            write_file(&checked, "pwned", 100).unwrap_err().code,
+            ErrorCode::Forbidden
+        );
+        assert_eq!(
+            std::fs::read_to_string(outside.join("f")).unwrap(),
+            "secret"
+        );
     }
 
     #[test]
