@@ -22,11 +22,19 @@ pub struct DemoArgs {
 
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let palisade = std::env::current_exe().context("cannot find the palisade executable")?;
-    let report = super::runtime()?.block_on(crate::demo::run(DemoOptions {
+    let opts = DemoOptions {
         palisade,
         sandbox_policy: args.sandbox_policy,
         timeout: Duration::from_secs(args.timeout_secs),
-    }))?;
+    };
+    let report = super::runtime()?.block_on(async move {
+        tokio::select! {
+            r = crate::demo::run(opts) => r,
+            // Dropping the demo's future kills the gateway (kill_on_drop) and removes the
+            // workspace (TempDir), so an interrupted demo leaves nothing behind.
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        }
+    })?;
     let warnings = report
         .steps
         .iter()
