@@ -48,6 +48,9 @@ pub enum Command {
     Audit(commands::audit::AuditArgs),
     /// The built-in filesystem MCP server.
     FsServer(commands::fs_server::FsServerArgs),
+    /// Measure an MCP server's call latency and throughput (for scripts/bench.sh).
+    #[command(hide = true)]
+    BenchClient(commands::bench_client::BenchClientArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -65,5 +68,6 @@ pub fn main() -> ExitCode {
         Command::Audit(a) => commands::audit::run(a),
         Command::Approve(a) => commands::approve::run(a),
         Command::FsServer(a) => commands::fs_server::run(a),
+        Command::BenchClient(a) => commands::bench_client::run(a),
     })
 }

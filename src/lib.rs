@@ -9,8 +9,10 @@
 pub mod approval;
 pub mod audit;
 pub mod cli;
+pub mod client;
 pub mod commands;
 pub mod config;
+pub mod demo;
 pub mod egress;
 pub mod fsserver;
 pub mod gateway;

@@ -8,7 +8,9 @@ use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber. `RUST_LOG` wins over `level` when set.
 pub fn init(level: &str, log_file: Option<&Path>) -> anyhow::Result<()> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    // rmcp logs every message at info: keep it to warnings unless RUST_LOG asks for more.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{level},rmcp=warn")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false);
@@ -24,7 +26,11 @@ pub fn init(level: &str, log_file: Option<&Path>) -> anyhow::Result<()> {
                 .with_writer(std::sync::Mutex::new(file))
                 .try_init()
         }
-        None => builder.with_writer(std::io::stderr).try_init(),
+        // No colour codes when stderr is a pipe or file (a gateway capturing a server's log).
+        None => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .try_init(),
     }
     .map_err(|e| anyhow::anyhow!("cannot install logger: {e}"))
 }

@@ -3,6 +3,7 @@
 
 pub mod approve;
 pub mod audit;
+pub mod bench_client;
 pub mod check;
 pub mod demo;
 pub mod fs_server;

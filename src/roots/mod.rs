@@ -3,3 +3,5 @@
 
 pub mod canon;
 pub mod derive;
+pub mod guard;
+pub mod uri;
