@@ -67,21 +67,10 @@ pub fn normalize(raw: &str, base: &Base<'_>) -> Result<PathBuf, PathError> {
 /// of `/`, `.`, `%`, `\` or NUL are refused, so an encoded `..` or separator can never mean
 /// one thing to the policy and another to a server that decodes.
 pub fn decode_input(raw: &str) -> Result<std::borrow::Cow<'_, str>, PathError> {
-    let lower = raw.get(..7).map(str::to_ascii_lowercase);
-    if lower.as_deref() == Some("file://") {
-        let rest = &raw[7..];
-        let path = if let Some(p) = rest.strip_prefix("localhost/") {
-            &rest["localhost".len()..][..p.len() + 1]
-        } else if rest.starts_with('/') {
-            rest
-        } else {
-            return Err(PathError::Uri);
-        };
-        if path.contains(['?', '#']) {
-            return Err(PathError::Uri);
-        }
-        let bytes: Vec<u8> = percent_encoding::percent_decode_str(path).collect();
-        let s = String::from_utf8(bytes).map_err(|_| PathError::Encoding)?;
+    if crate::roots::uri::is_file_uri(raw) {
+        // One decoder for file URIs in the whole program: the RFC 8089 one in `uri`.
+        let path = crate::roots::uri::uri_to_path(raw)?;
+        let s = path.into_os_string().into_string().map_err(|_| PathError::Encoding)?;
         return Ok(std::borrow::Cow::Owned(s));
     }
     let hex = |c: u8| (c as char).to_digit(16);

@@ -17,12 +17,9 @@ use crate::config::FilesystemConfig;
 use crate::policy::{Policy, Status};
 use crate::roots::canon::{self, Base, PathError};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Access {
-    Ro,
-    Rw,
-}
+/// Read-only or read-write: the same type the sandbox mounts with, so a root's access and
+/// its mount's access cannot drift apart.
+pub use crate::sandbox::Access;
 
 /// Why a directory is a root (shown by `palisade policy roots` and used as the root name).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
