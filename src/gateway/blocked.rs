@@ -183,7 +183,10 @@ fn extract_target(text: &str) -> Option<String> {
             || code.starts_with("ENOTFOUND")
             || code.starts_with("ENETUNREACH")
             || code.starts_with("EHOSTUNREACH");
-        is_code.then(|| w[1].trim_matches(|c: char| c == ',' || c == '\'').to_string())
+        is_code.then(|| {
+            w[1].trim_matches(|c: char| c == ',' || c == '\'')
+                .to_string()
+        })
     })
 }
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, Implementation, ListRootsResult,
-    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestMetaObject,
-    ResourceUpdatedNotificationParam, Root, ServerResult,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    RequestMetaObject, ResourceUpdatedNotificationParam, Root, ServerResult,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient, RoleServer, ServiceError};

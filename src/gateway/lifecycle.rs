@@ -121,10 +121,7 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                 settle(&mut first);
                 return;
             }
-            Err(e) => {
-                settle(&mut first);
-                e.to_string()
-            }
+            Err(e) => e.to_string(),
         };
         failures += 1;
         if failures > shared.limits.max_restarts {
@@ -138,6 +135,7 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                     reason: format!("gave up after {failures} failures; last: {reason}"),
                 }
             });
+            settle(&mut first);
             return;
         }
         let delay = backoff(&shared.limits, failures);
@@ -153,6 +151,8 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                 attempt: failures,
             }
         });
+        // The first start has settled (as "restarting") once its failure is recorded.
+        settle(&mut first);
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             _ = shared.shutdown.cancelled() => break,
@@ -207,9 +207,7 @@ async fn start(shared: &Shared, slot: &Slot, req: &LaunchRequest) -> Result<Runn
         server: slot.name.clone(),
         roots: spawn::root_uris(&req.grants)
             .into_iter()
-            .map(|(uri, path)| {
-                rmcp::model::Root::new(uri).with_name(path.display().to_string())
-            })
+            .map(|(uri, path)| rmcp::model::Root::new(uri).with_name(path.display().to_string()))
             .collect(),
         progress: progress.clone(),
         upstream: shared.upstream.clone(),
@@ -279,7 +277,9 @@ async fn fetch_lists(running: &Running, timeout: Duration) -> Result<ServerLists
         .unwrap_or_default();
     let mut lists = ServerLists::default();
     if caps.tools.is_some() {
-        lists.tools = list_all(&running.conn, ListKind::Tools, timeout).await?.tools;
+        lists.tools = list_all(&running.conn, ListKind::Tools, timeout)
+            .await?
+            .tools;
     }
     if caps.prompts.is_some() {
         lists.prompts = list_all(&running.conn, ListKind::Prompts, timeout)

@@ -38,8 +38,8 @@ use crate::config::GatewayConfig;
 use crate::sandbox::launch::Enforcement;
 
 pub use stages::{
-    AllowAll, ApprovalOutcome, Approver, AuditError, AuditSink, CallInfo, CallOutcome,
-    CallPolicy, CallRecord, Decision, LogAudit, NoApprover, PolicyVerdict, Stages,
+    AllowAll, ApprovalOutcome, Approver, AuditError, AuditSink, CallInfo, CallOutcome, CallPolicy,
+    CallRecord, Decision, LogAudit, NoApprover, PolicyVerdict, Stages,
 };
 pub use state::{Limits, Status};
 
@@ -134,7 +134,9 @@ impl Gateway {
                     &opts.sandbox_dir,
                     home.as_deref(),
                 ) {
-                    Ok(req) => Arc::new(state::Slot::new(name.clone(), Some(req), Status::Starting)),
+                    Ok(req) => {
+                        Arc::new(state::Slot::new(name.clone(), Some(req), Status::Starting))
+                    }
                     Err(e) => {
                         tracing::error!(server = %name, "not started: {e}");
                         Arc::new(state::Slot::new(

@@ -42,10 +42,10 @@ pub async fn call_tool(
     // Stage 1: route. Unknown names are refused before anything else (nothing to audit:
     // no server was involved and no policy could apply).
     let catalog = shared.catalog();
-    let Route { server, name: tool } = catalog
-        .tool(&params.name)
-        .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?
-        .clone();
+    let Route { server, name: tool } = match catalog.tool(&params.name) {
+        Ok(route) => route.clone(),
+        Err(e) => return Err(unroutable(shared, &params.name, e)),
+    };
     drop(catalog);
     let slot = shared.slots[server].clone();
     let arguments = params.arguments.clone().unwrap_or_default();
@@ -165,6 +165,20 @@ async fn forward(
         Err(ForwardError::Server(e)) => Answer::Error(e),
         Err(e) => Answer::Error(ErrorData::internal_error(e.to_string(), None)),
     }
+}
+
+/// The error for a name the catalog does not know: when its prefix names a configured server
+/// that is down, say why it is down rather than "unknown tool".
+fn unroutable(shared: &Shared, full: &str, e: super::registry::RouteError) -> ErrorData {
+    if let Some((server, _)) = super::registry::split_name(full) {
+        if let Some(slot) = shared.slots.iter().find(|s| s.name == server) {
+            let status = slot.snapshot().status;
+            if status != Status::Running {
+                return not_running(server, &status);
+            }
+        }
+    }
+    ErrorData::invalid_params(e.to_string(), None)
 }
 
 /// The error for a call to a server that is not running, with the reason.

@@ -56,10 +56,8 @@ impl<T: ProgressTarget> ProgressMap<T> {
     pub fn register(&self, token: ProgressToken, target: T) -> Vec<ProgressNotificationParam> {
         let mut st = self.lock();
         st.routes.insert(token.clone(), target);
-        let (early, rest): (Vec<_>, Vec<_>) = st
-            .parked
-            .drain(..)
-            .partition(|p| p.progress_token == token);
+        let (early, rest): (Vec<_>, Vec<_>) =
+            st.parked.drain(..).partition(|p| p.progress_token == token);
         st.parked = rest.into();
         early
     }
@@ -116,8 +114,14 @@ mod tests {
     #[test]
     fn early_notifications_are_delivered_on_registration() {
         let map = ProgressMap::<&'static str>::default();
-        assert_eq!(map.route(&ProgressNotificationParam::new(tok(7), 1.0)), None);
-        assert_eq!(map.route(&ProgressNotificationParam::new(tok(8), 1.0)), None);
+        assert_eq!(
+            map.route(&ProgressNotificationParam::new(tok(7), 1.0)),
+            None
+        );
+        assert_eq!(
+            map.route(&ProgressNotificationParam::new(tok(8), 1.0)),
+            None
+        );
         let early = map.register(tok(7), "agent");
         assert_eq!(early.len(), 1);
         assert_eq!(early[0].progress_token, tok(7));

@@ -130,17 +130,21 @@ impl Catalog {
     }
 
     pub fn tool(&self, full: &str) -> Result<&Route, RouteError> {
-        self.tool_routes.get(full).ok_or_else(|| RouteError::Unknown {
-            kind: "tool",
-            name: full.to_string(),
-        })
+        self.tool_routes
+            .get(full)
+            .ok_or_else(|| RouteError::Unknown {
+                kind: "tool",
+                name: full.to_string(),
+            })
     }
 
     pub fn prompt(&self, full: &str) -> Result<&Route, RouteError> {
-        self.prompt_routes.get(full).ok_or_else(|| RouteError::Unknown {
-            kind: "prompt",
-            name: full.to_string(),
-        })
+        self.prompt_routes
+            .get(full)
+            .ok_or_else(|| RouteError::Unknown {
+                kind: "prompt",
+                name: full.to_string(),
+            })
     }
 
     /// The server that serves `uri` (exact listing first, then templates).

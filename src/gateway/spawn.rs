@@ -253,22 +253,30 @@ mod tests {
         let sd = tmp.path().join("sb");
         let home = Path::new("/home/u");
         let a = launch_request("a", &cfg.servers[0].1, &cfg.settings, &sd, Some(home)).unwrap();
-        let got: Vec<_> = a.grants.iter().map(|g| (g.path.clone(), g.access)).collect();
-        assert_eq!(got, [(sd.clone(), Access::Rw), (w, Access::Rw), (r, Access::Ro)]);
+        let got: Vec<_> = a
+            .grants
+            .iter()
+            .map(|g| (g.path.clone(), g.access))
+            .collect();
+        assert_eq!(
+            got,
+            [(sd.clone(), Access::Rw), (w, Access::Rw), (r, Access::Ro)]
+        );
         assert_eq!(a.deny_read, [PathBuf::from("/home/u/.ssh")]);
         assert_eq!(a.policy, SandboxPolicy::Warn);
         assert!(a.sandboxed);
         let b = launch_request("b", &cfg.servers[1].1, &cfg.settings, &sd, Some(home)).unwrap();
         assert!(!b.sandboxed);
         assert_eq!(b.policy, SandboxPolicy::Enforce);
-        assert_eq!(b.grants.len(), 1, "the sandbox dir is granted even when opted out");
+        assert_eq!(
+            b.grants.len(),
+            1,
+            "the sandbox dir is granted even when opted out"
+        );
     }
 
     #[test]
     fn file_uris_percent_encode_spaces_and_hashes() {
-        assert_eq!(
-            file_uri(Path::new("/tmp/a b/#x")),
-            "file:///tmp/a%20b/%23x"
-        );
+        assert_eq!(file_uri(Path::new("/tmp/a b/#x")), "file:///tmp/a%20b/%23x");
     }
 }

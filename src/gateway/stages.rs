@@ -94,8 +94,11 @@ pub enum ApprovalOutcome {
 /// The approval stage: asked only for calls the policy escalated. May take long (a human);
 /// the pipeline does not hold any lock while it waits.
 pub trait Approver: Send + Sync + 'static {
-    fn approve(&self, call: &CallInfo<'_>, verdict: &PolicyVerdict)
-        -> BoxFuture<'static, ApprovalOutcome>;
+    fn approve(
+        &self,
+        call: &CallInfo<'_>,
+        verdict: &PolicyVerdict,
+    ) -> BoxFuture<'static, ApprovalOutcome>;
 }
 
 /// The default: nobody can be asked, so every escalation is denied.

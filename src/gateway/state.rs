@@ -52,11 +52,18 @@ pub enum Status {
     Starting,
     Running,
     /// Down, another start is scheduled.
-    Restarting { reason: String, attempt: u32 },
+    Restarting {
+        reason: String,
+        attempt: u32,
+    },
     /// Down for good: too many failures.
-    Failed { reason: String },
+    Failed {
+        reason: String,
+    },
     /// The launcher refused to run it (enforce mode and no sandbox) or its config is invalid.
-    Refused { reason: String },
+    Refused {
+        reason: String,
+    },
     Stopped,
 }
 

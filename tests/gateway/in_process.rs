@@ -1,0 +1,161 @@
+//! The gateway in-process over `tokio::io::duplex`, driven by an rmcp client, with the policy,
+//! approval and audit stages injected through `GatewayOptions::stages`: proves the seams the
+//! policy engine and audit log plug into, against a real downstream server.
+
+use std::sync::{Arc, Mutex};
+
+use palisade::gateway::{
+    AuditError, AuditSink, CallInfo, CallOutcome, CallPolicy, CallRecord, Decision, Gateway,
+    GatewayOptions, PolicyVerdict, Stages,
+};
+use rmcp::model::{CallToolRequestParams, ClientConfig, ProtocolVersion};
+use rmcp::ServiceExt;
+use serde_json::json;
+
+use crate::support::*;
+
+/// Denies `write_result`, escalates `write_raise`, allows the rest.
+struct TestPolicy;
+
+impl CallPolicy for TestPolicy {
+    fn decide(&self, call: &CallInfo<'_>) -> PolicyVerdict {
+        let (decision, reason) = match call.tool {
+            "write_result" => (Decision::Deny, "writes are not allowed in this test"),
+            "write_raise" => (Decision::Escalate, "writing needs a human"),
+            _ => (Decision::Allow, "read-only"),
+        };
+        PolicyVerdict {
+            decision,
+            rule: Some("test-rule".into()),
+            reason: reason.into(),
+        }
+    }
+}
+
+#[derive(Default, Clone)]
+struct Collect(Arc<Mutex<Vec<CallRecord>>>);
+
+impl AuditSink for Collect {
+    fn record(&self, rec: &CallRecord) -> Result<(), AuditError> {
+        self.0.lock().unwrap().push(rec.clone());
+        Ok(())
+    }
+}
+
+struct Broken;
+
+impl AuditSink for Broken {
+    fn record(&self, _rec: &CallRecord) -> Result<(), AuditError> {
+        Err(AuditError("disk full".into()))
+    }
+}
+
+fn args(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    v.as_object().unwrap().clone()
+}
+
+async fn start(
+    ws: &Workspace,
+    audit: Arc<dyn AuditSink>,
+) -> (
+    rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>,
+    tokio::task::JoinHandle<()>,
+) {
+    let servers =
+        json!({"probe": {"command": python().display().to_string(), "args": [probe_server()]}});
+    let cfg_path = ws.config(servers, json!({}));
+    let config = palisade::config::load_file(&cfg_path).unwrap();
+    let mut opts = GatewayOptions::new(config).unwrap();
+    opts.stages = Stages {
+        policy: Arc::new(TestPolicy),
+        audit,
+        ..Stages::default()
+    };
+    let gateway = Gateway::start(opts).await.unwrap();
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let served = tokio::spawn(async move {
+        let (r, w) = tokio::io::split(server_io);
+        gateway.serve((r, w), std::future::pending()).await.unwrap();
+    });
+    let (r, w) = tokio::io::split(client_io);
+    let client = ClientConfig::default()
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+        .serve((r, w))
+        .await
+        .unwrap();
+    (client, served)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_and_approval_stages_decide_and_every_call_is_audited() {
+    let ws = Workspace::new();
+    let records = Collect::default();
+    let (client, served) = start(&ws, Arc::new(records.clone())).await;
+    let target = ws.path().join("should-not-exist.txt");
+    let path = target.display().to_string();
+
+    let ok = client
+        .call_tool(CallToolRequestParams::new("probe__pid"))
+        .await
+        .unwrap();
+    assert_ne!(ok.is_error, Some(true));
+
+    let denied = client
+        .call_tool(
+            CallToolRequestParams::new("probe__write_result")
+                .with_arguments(args(json!({"path": path, "text": "x"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(denied.is_error, Some(true));
+    let text = &denied.content[0].as_text().unwrap().text;
+    assert_eq!(
+        text,
+        "DENIED by policy: writes are not allowed in this test"
+    );
+
+    let escalated = client
+        .call_tool(
+            CallToolRequestParams::new("probe__write_raise")
+                .with_arguments(args(json!({"path": path, "text": "x"}))),
+        )
+        .await
+        .unwrap();
+    let text = &escalated.content[0].as_text().unwrap().text;
+    assert_eq!(
+        text,
+        "ESCALATION REQUIRED: writing needs a human. Denied: no approver is configured."
+    );
+    assert!(!target.exists(), "denied calls never reached the server");
+
+    let recs = records.0.lock().unwrap().clone();
+    assert_eq!(recs.len(), 3);
+    assert_eq!(recs[0].tool_name, "pid");
+    assert_eq!(recs[0].result, CallOutcome::Success);
+    assert!(!recs[0].sandboxed, "the launcher stub does not sandbox");
+    assert!(matches!(recs[1].result, CallOutcome::Denied { .. }));
+    assert_eq!(recs[1].policy_decision.rule.as_deref(), Some("test-rule"));
+    assert_eq!(recs[1].arguments["path"], json!(path));
+    assert!(matches!(recs[2].result, CallOutcome::Denied { .. }));
+    assert!(recs[2].escalation_result.is_some());
+
+    client.cancel().await.unwrap();
+    served.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_audit_sink_fails_the_call_closed() {
+    let ws = Workspace::new();
+    let (client, served) = start(&ws, Arc::new(Broken)).await;
+    let err = client
+        .call_tool(CallToolRequestParams::new("probe__pid"))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("audit log could not be written (disk full)"),
+        "{msg}"
+    );
+    client.cancel().await.unwrap();
+    served.await.unwrap();
+}
