@@ -76,6 +76,11 @@ async def aggregate(s, rec):
         "dirs": await call(s, "fs__list_allowed_directories", {}),
         "unknown": await call(s, "nosuch__tool", {}),
     }
+    c = await s.complete(
+        types.PromptReference(type="ref/prompt", name="everything__completable-prompt"),
+        {"name": "department", "value": "Sa"},
+    )
+    out["completion"] = c.completion.values
     if resources:
         r = await s.read_resource(resources[0])
         out["read_first_resource"] = len(r.contents)
@@ -148,6 +153,34 @@ async def crash(s, rec):
         "second": again,
         "other_server_still_works": await call(s, "everything__echo", {"message": "x"}),
         "notifications": rec.methods,
+    }
+
+
+async def logging(s, rec):
+    """Turns on server-everything's simulated logging and waits for a relayed message."""
+    got = []
+    rec.logs = got
+    await s.set_logging_level("debug")
+    r = await call(s, "everything__toggle-simulated-logging", {})
+    deadline = time.monotonic() + DEADLINE
+    while not any(m == "notifications/message" for m in rec.methods) and time.monotonic() < deadline:
+        await anyio.sleep(0.05)
+    return {"toggle": r, "notifications": rec.methods}
+
+
+async def timeouts(s, rec):
+    """A hung request and an over-size answer (rmcp drops lines over 16 MiB) both end in an
+    error within the configured call timeout, and the hung one is cancelled downstream."""
+    marker = os.environ["DRIVE_MARKER"]
+    hung = await call(s, "probe__wait_for_cancel", {"marker": marker})
+    deadline = time.monotonic() + DEADLINE
+    while not os.path.exists(marker) and time.monotonic() < deadline:
+        await anyio.sleep(0.05)
+    return {
+        "hung": hung,
+        "hung_cancelled_downstream": os.path.exists(marker),
+        "huge": await call(s, "probe__huge", {"mib": 17}),
+        "small_after": await call(s, "probe__huge", {"mib": 0}),
     }
 
 

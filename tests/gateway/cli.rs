@@ -47,6 +47,8 @@ fn aggregates_three_servers_under_namespaced_names() {
     );
     assert_eq!(r["prompt_messages"], 1);
     assert!(!r["resources"].as_array().unwrap().is_empty());
+    // completions route by the namespaced prompt name and come back from the real server
+    assert_eq!(r["completion"], json!(["Sales"]));
     assert_eq!(r["read_first_resource"], 1);
 }
 
@@ -315,4 +317,40 @@ fn sandbox_blocked_marks_thrown_and_is_error_writes_only_when_sandboxed() {
             "without a sandbox the writes succeed (the attack works unprotected): {r}"
         );
     }
+}
+
+#[test]
+fn logging_is_relayed_from_a_downstream_server() {
+    let ws = Workspace::new();
+    let cfg = ws.config(three_servers(&ws, None), json!({}));
+    let r = drive(&ws, "logging", &strs(&serve_cmd(&cfg)), &[]);
+    assert_eq!(r["toggle"]["ok"], true, "{r}");
+    let notes = names(&r["notifications"]);
+    assert!(
+        notes.contains(&"notifications/message".to_string()),
+        "{notes:?}"
+    );
+}
+
+/// A request the server never answers, and an answer over rmcp's 16 MiB line limit (which
+/// rmcp drops silently), both end with an error at the call timeout instead of hanging; the
+/// hung request is cancelled downstream and the gateway keeps serving.
+#[test]
+fn hung_and_oversize_answers_end_in_errors_not_hangs() {
+    let ws = Workspace::new();
+    let cfg = ws.config(three_servers(&ws, None), json!({"callTimeout": 3}));
+    let marker = ws.path().join("timeout-marker");
+    let r = drive(
+        &ws,
+        "timeouts",
+        &strs(&serve_cmd(&cfg)),
+        &[("DRIVE_MARKER", marker.to_str().unwrap())],
+    );
+    for key in ["hung", "huge"] {
+        assert_eq!(r[key]["ok"], false, "{key}: {r}");
+        let text = r[key]["text"].as_str().unwrap();
+        assert!(text.contains("did not answer within 3s"), "{key}: {text}");
+    }
+    assert_eq!(r["hung_cancelled_downstream"], true, "{r}");
+    assert_eq!(r["small_after"]["ok"], true, "{r}");
 }

@@ -4,6 +4,7 @@ Tools the real reference servers do not offer but the tests need:
 - pid: the server's own pid, so a test can kill exactly this process by id;
 - wait_for_cancel: blocks until cancelled, then writes a marker file (proves that the
   agent's cancellation reached the downstream server through the gateway);
+- huge: an answer of N MiB, to exceed rmcp's 16 MiB line limit;
 - write_raise / write_result: write a file; an OSError becomes a JSON-RPC error (MCPError)
   or an `isError: true` result respectively: the thrown and the isError case of
   [SANDBOX BLOCKED].
@@ -36,6 +37,13 @@ async def wait_for_cancel(marker: str) -> str:
             f.write("cancelled")
         raise
     return "not cancelled"
+
+
+@server.tool()
+def huge(mib: int) -> str:
+    """Returns a string of `mib` MiB (one JSON-RPC line larger than rmcp's 16 MiB limit
+    when mib > 16)."""
+    return "x" * (mib * 1024 * 1024)
 
 
 def _write(path: str, text: str) -> None:
