@@ -1,0 +1,89 @@
+//! The question asked and the answers approvers give. Field names of `EscalationRequest`
+//! follow IronCurtain's request files so its approval tools can read ours.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EscalationRequest {
+    pub escalation_id: String,
+    pub server_name: String,
+    pub tool_name: String,
+    /// The call's arguments, already redacted for display.
+    pub arguments: serde_json::Value,
+    /// The policy rule's reason for escalating.
+    pub reason: String,
+    /// Extra context: the rule name, the roles involved, what an approval would grant.
+    #[serde(default)]
+    pub context: serde_json::Value,
+}
+
+impl EscalationRequest {
+    pub fn new(
+        server_name: &str,
+        tool_name: &str,
+        arguments: serde_json::Value,
+        reason: &str,
+        context: serde_json::Value,
+    ) -> Self {
+        EscalationRequest {
+            escalation_id: uuid::Uuid::new_v4().to_string(),
+            server_name: server_name.into(),
+            tool_name: tool_name.into(),
+            arguments,
+            reason: reason.into(),
+            context,
+        }
+    }
+}
+
+/// Who decided; recorded in the audit log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApproverKind {
+    Deny,
+    Dir,
+    Tty,
+    Elicit,
+    Exec,
+}
+
+impl std::fmt::Display for ApproverKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = match self {
+            ApproverKind::Deny => "deny",
+            ApproverKind::Dir => "dir",
+            ApproverKind::Tty => "tty",
+            ApproverKind::Elicit => "elicit",
+            ApproverKind::Exec => "exec",
+        };
+        f.write_str(s)
+    }
+}
+
+/// One approver's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Approve,
+    /// Denied, with why (shown to the agent).
+    Deny(String),
+    /// This approver does not decide; ask the next one (why is logged).
+    Pass(String),
+}
+
+/// The chain's final decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    pub approved: bool,
+    /// The approver that decided; `None` when nobody did (then it is a denial).
+    pub decided_by: Option<ApproverKind>,
+    pub detail: String,
+}
+
+impl Decision {
+    /// The text the agent receives for a denied escalation.
+    pub fn denial_message(&self, reason: &str) -> String {
+        format!("ESCALATION REQUIRED: {reason}. Denied: {}.", self.detail)
+    }
+}

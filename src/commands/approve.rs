@@ -1,0 +1,71 @@
+//! `palisade approve --dir PATH`: the human side of file-IPC escalations, for a second
+//! terminal. Lists pending requests and asks about each, or answers all at once. This
+//! command talks to a person, so it prints on stdout.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::approval::{write_response, PendingRequest};
+
+/// Answer pending escalations written by `palisade serve --escalation dir:PATH`.
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// The approval directory given to `--escalation dir:PATH`.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Approve every pending request without asking.
+    #[arg(long, conflicts_with = "deny_all")]
+    pub all: bool,
+    /// Deny every pending request without asking.
+    #[arg(long)]
+    pub deny_all: bool,
+    /// Only list pending requests.
+    #[arg(long, conflicts_with_all = ["all", "deny_all"])]
+    pub list: bool,
+}
+
+pub fn run(args: ApproveArgs) -> anyhow::Result<ExitCode> {
+    let pending = PendingRequest::list(&args.dir)
+        .with_context(|| format!("cannot read approval directory {}", args.dir.display()))?;
+    if pending.is_empty() {
+        println!("no pending requests in {}", args.dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    let mut out = std::io::stdout();
+    for item in pending {
+        let p = match item {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("palisade: skipping unreadable request {e}");
+                continue;
+            }
+        };
+        let r = &p.request;
+        println!(
+            "\n{}\n  server: {}\n  tool:   {}\n  args:   {}\n  why:    {}",
+            r.escalation_id, r.server_name, r.tool_name, r.arguments, r.reason
+        );
+        let approved = if args.list {
+            continue;
+        } else if args.all {
+            true
+        } else if args.deny_all {
+            false
+        } else {
+            print!("Approve? [y/N] ");
+            out.flush()?;
+            let answer = lines.next().transpose()?.unwrap_or_default();
+            matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+        };
+        write_response(&args.dir, &r.escalation_id, approved)
+            .with_context(|| format!("cannot write the response for {}", r.escalation_id))?;
+        println!("  -> {}", if approved { "approved" } else { "denied" });
+    }
+    Ok(ExitCode::SUCCESS)
+}
