@@ -7,6 +7,10 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::gateway::approval::UpstreamElicitor;
 use crate::gateway::{Gateway, GatewayOptions};
 
 /// Serve MCP on stdio, aggregating every configured server, each in its own sandbox.
@@ -79,13 +83,43 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
     flag!(audit_log);
     flag!(escalation);
     flag!(escalation_timeout);
-    if s.policy.is_some() || s.audit_log.is_some() || s.escalation.is_some() {
-        // The engine, audit log and approvers plug into GatewayOptions::stages; until they
-        // are wired here the defaults apply, and the user is told so rather than left to guess.
+    if s.policy.is_some() || s.audit_log.is_some() {
+        // The engine and the audit log plug into GatewayOptions::stages (policy, audit); until
+        // they are wired here the defaults apply, and the user is told so rather than left to
+        // guess.
         tracing::warn!(
-            "--policy/--audit-log/--escalation are not wired into the gateway yet: \
-             allowing all calls, auditing to the log, denying escalations"
+            "--policy/--audit-log are not wired into the gateway yet: allowing all calls and \
+             auditing to the log"
         );
     }
-    Ok(GatewayOptions::new(config)?)
+    let escalation = s.escalation.clone();
+    let timeout_s = s.escalation_timeout.unwrap_or(DEFAULT_ESCALATION_TIMEOUT);
+    let mut opts = GatewayOptions::new(config)?;
+    if let Some(spec) = escalation {
+        opts.stages.approver = Arc::new(approval_chain(&spec, timeout_s, &opts)?);
+    }
+    Ok(opts)
+}
+
+/// IronCurtain's approval timeout.
+const DEFAULT_ESCALATION_TIMEOUT: u64 = 300;
+
+/// `--escalation` as an approval chain; `elicit` asks the agent's MCP client.
+fn approval_chain(
+    spec: &str,
+    timeout_s: u64,
+    opts: &GatewayOptions,
+) -> anyhow::Result<crate::approval::ApprovalChain> {
+    use crate::approval::{build_chain, parse_escalation, TIMEOUT_RANGE};
+    anyhow::ensure!(
+        TIMEOUT_RANGE.contains(&timeout_s),
+        "--escalation-timeout {timeout_s}: must be within {}-{} seconds",
+        TIMEOUT_RANGE.start(),
+        TIMEOUT_RANGE.end()
+    );
+    let specs = parse_escalation(spec).context("--escalation")?;
+    let elicitor: Arc<dyn crate::approval::Elicitor> =
+        Arc::new(UpstreamElicitor::new(opts.upstream.clone()));
+    build_chain(&specs, Some(elicitor), Duration::from_secs(timeout_s))
+        .map_err(|e| anyhow::anyhow!("--escalation: {e}"))
 }

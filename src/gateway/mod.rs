@@ -11,6 +11,7 @@
 //! [`Gateway::serve`] over any transport (in-process tests, the demo), then
 //! [`Gateway::shutdown`].
 
+pub mod approval;
 pub mod blocked;
 pub mod downstream;
 pub mod lifecycle;
@@ -38,10 +39,11 @@ use crate::config::GatewayConfig;
 use crate::sandbox::launch::Enforcement;
 
 pub use stages::{
-    AllowAll, ApprovalOutcome, Approver, AuditError, AuditSink, CallInfo, CallOutcome, CallPolicy,
-    CallRecord, Decision, LogAudit, NoApprover, PolicyVerdict, Stages,
+    AllowAll, ApprovalOutcome, ApprovalStage, AuditError, AuditSink, CallInfo, CallOutcome,
+    CallPolicy, CallRecord, Decision, LogAudit, NoApprover, PolicyVerdict, Stages,
 };
 pub use state::{Limits, Status};
+pub use upstream_link::UpstreamLink;
 
 /// Everything `Gateway::start` needs. Build with [`GatewayOptions::new`] and adjust fields.
 #[derive(Debug, Clone)]
@@ -52,6 +54,9 @@ pub struct GatewayOptions {
     pub limits: Limits,
     /// Policy, approval and audit stages (defaults: allow all, no approver, log audit).
     pub stages: Stages,
+    /// The agent's side of the connection, once it connects; give a clone to stages that
+    /// talk to the agent (the `elicit` approver: `approval::UpstreamElicitor`).
+    pub upstream: UpstreamLink,
 }
 
 impl GatewayOptions {
@@ -74,6 +79,7 @@ impl GatewayOptions {
             sandbox_dir,
             limits,
             stages: Stages::default(),
+            upstream: UpstreamLink::default(),
         })
     }
 }
@@ -150,7 +156,12 @@ impl Gateway {
                 }
             })
             .collect();
-        let shared = Arc::new(state::Shared::new(slots, opts.stages, opts.limits));
+        let shared = Arc::new(state::Shared::new(
+            slots,
+            opts.stages,
+            opts.limits,
+            opts.upstream,
+        ));
         let mut supervisors = Vec::new();
         let mut settled = Vec::new();
         for idx in 0..shared.slots.len() {

@@ -92,25 +92,26 @@ pub enum ApprovalOutcome {
 }
 
 /// The approval stage: asked only for calls the policy escalated. May take long (a human);
-/// the pipeline does not hold any lock while it waits.
-pub trait Approver: Send + Sync + 'static {
-    fn approve(
-        &self,
+/// the pipeline holds no lock while it waits. `crate::approval::ApprovalChain` implements it
+/// (see `gateway::approval`).
+pub trait ApprovalStage: Send + Sync + 'static {
+    fn approve<'a>(
+        &'a self,
         call: &CallInfo<'_>,
         verdict: &PolicyVerdict,
-    ) -> BoxFuture<'static, ApprovalOutcome>;
+    ) -> BoxFuture<'a, ApprovalOutcome>;
 }
 
 /// The default: nobody can be asked, so every escalation is denied.
 #[derive(Debug, Default)]
 pub struct NoApprover;
 
-impl Approver for NoApprover {
-    fn approve(
-        &self,
+impl ApprovalStage for NoApprover {
+    fn approve<'a>(
+        &'a self,
         _call: &CallInfo<'_>,
         _verdict: &PolicyVerdict,
-    ) -> BoxFuture<'static, ApprovalOutcome> {
+    ) -> BoxFuture<'a, ApprovalOutcome> {
         Box::pin(std::future::ready(ApprovalOutcome::Denied {
             reason: "no approver is configured".into(),
         }))
@@ -178,7 +179,7 @@ impl AuditSink for LogAudit {
 #[derive(Clone)]
 pub struct Stages {
     pub policy: Arc<dyn CallPolicy>,
-    pub approver: Arc<dyn Approver>,
+    pub approver: Arc<dyn ApprovalStage>,
     pub audit: Arc<dyn AuditSink>,
 }
 

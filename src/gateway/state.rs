@@ -138,11 +138,16 @@ pub struct Changed {
 }
 
 impl Shared {
-    pub fn new(slots: Vec<Arc<Slot>>, stages: Stages, limits: Limits) -> Shared {
+    pub fn new(
+        slots: Vec<Arc<Slot>>,
+        stages: Stages,
+        limits: Limits,
+        upstream: UpstreamLink,
+    ) -> Shared {
         Shared {
             slots,
             catalog: RwLock::new(Arc::new(Catalog::default())),
-            upstream: UpstreamLink::default(),
+            upstream,
             stages,
             limits,
             shutdown: CancellationToken::new(),

@@ -22,3 +22,9 @@ impl UpstreamLink {
         guard.as_ref().filter(|p| !p.is_transport_closed()).cloned()
     }
 }
+
+impl std::fmt::Debug for UpstreamLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UpstreamLink")
+    }
+}

@@ -159,3 +159,88 @@ async fn a_failing_audit_sink_fails_the_call_closed() {
     client.cancel().await.unwrap();
     served.await.unwrap();
 }
+
+/// A client that approves every elicitation, as a person clicking "approve" would.
+struct ApprovingClient;
+
+impl rmcp::ClientHandler for ApprovingClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            rmcp::model::ClientCapabilities::builder()
+                .enable_elicitation()
+                .build(),
+            rmcp::model::Implementation::new("approving-test-client", "1"),
+        )
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        let text = serde_json::to_string(&request).unwrap();
+        assert!(
+            text.contains("write_raise"),
+            "the question names the tool: {text}"
+        );
+        Ok(
+            rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept)
+                .with_content(json!({"approve": true})),
+        )
+    }
+}
+
+/// `--escalation elicit`: the real approval chain asks the agent's client through
+/// `elicitation/create`; an approval lets the escalated call through to the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escalation_approved_by_elicitation_reaches_the_server() {
+    let ws = Workspace::new();
+    let servers =
+        json!({"probe": {"command": python().display().to_string(), "args": [probe_server()]}});
+    let cfg_path = ws.config(servers, json!({}));
+    let config = palisade::config::load_file(&cfg_path).unwrap();
+    let mut opts = GatewayOptions::new(config).unwrap();
+    let specs = palisade::approval::parse_escalation("elicit").unwrap();
+    let elicitor = std::sync::Arc::new(palisade::gateway::approval::UpstreamElicitor::new(
+        opts.upstream.clone(),
+    ));
+    let chain =
+        palisade::approval::build_chain(&specs, Some(elicitor), std::time::Duration::from_secs(30))
+            .unwrap();
+    let records = Collect::default();
+    opts.stages = Stages {
+        policy: Arc::new(TestPolicy),
+        approver: Arc::new(chain),
+        audit: Arc::new(records.clone()),
+    };
+    let gateway = Gateway::start(opts).await.unwrap();
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let served = tokio::spawn(async move {
+        let (r, w) = tokio::io::split(server_io);
+        gateway.serve((r, w), std::future::pending()).await.unwrap();
+    });
+    let (r, w) = tokio::io::split(client_io);
+    let client = ApprovingClient.serve((r, w)).await.unwrap();
+
+    let target = ws.path().join("approved.txt");
+    let result = client
+        .call_tool(
+            CallToolRequestParams::new("probe__write_raise").with_arguments(args(
+                json!({"path": target.display().to_string(), "text": "ok"}),
+            )),
+        )
+        .await
+        .unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "ok");
+    let recs = records.0.lock().unwrap().clone();
+    assert_eq!(
+        recs[0].escalation_result,
+        Some(palisade::gateway::ApprovalOutcome::Approved {
+            by: "elicit".into()
+        })
+    );
+    client.cancel().await.unwrap();
+    served.await.unwrap();
+}
