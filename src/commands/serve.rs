@@ -51,7 +51,7 @@ pub struct ServeArgs {
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let opts = options(args)?;
     let rt = super::runtime()?;
-    rt.block_on(async {
+    let outcome = rt.block_on(async {
         let gateway = Gateway::start(opts)
             .await
             .context("cannot start the gateway")?;
@@ -59,7 +59,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             tracing::info!(server = %s.name, "status: {:?}, {} tools", s.status, s.tools);
         }
         gateway.serve_stdio().await.context("gateway failed")
-    })?;
+    });
+    // Every child is reaped by now. Tokio reads stdin on a blocking thread that a signal does
+    // not interrupt; do not let dropping the runtime wait for it.
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    outcome?;
     Ok(ExitCode::SUCCESS)
 }
 

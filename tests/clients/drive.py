@@ -322,6 +322,26 @@ def stdout_only(cmd):
     return {"lines": len(c.lines), "bad_lines": bad, "exit": code, "child_alive": child_alive}
 
 
+def sigterm(cmd):
+    """SIGTERM (not stdin EOF) ends the gateway, and its children are reaped."""
+    c = Raw(cmd)
+    c.initialize()
+    pid = c.request("tools/call", {"name": "probe__pid", "arguments": {}})
+    child = int(pid["result"]["content"][0]["text"])
+    c.p.send_signal(signal.SIGTERM)
+    try:
+        code = c.p.wait(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        c.p.kill()
+        code = "killed"
+    try:
+        os.kill(child, 0)
+        child_alive = True
+    except ProcessLookupError:
+        child_alive = False
+    return {"exit": code, "child_alive": child_alive}
+
+
 def main():
     scenario = sys.argv[1]
     cmd = sys.argv[sys.argv.index("--") + 1 :]
@@ -329,6 +349,8 @@ def main():
         report = raw_tools(cmd)
     elif scenario == "stdout":
         report = stdout_only(cmd)
+    elif scenario == "sigterm":
+        report = sigterm(cmd)
     else:
         body = globals()[scenario]
         report = anyio.run(with_session, cmd, body)

@@ -280,11 +280,16 @@ fn sandbox_blocked_marks_thrown_and_is_error_writes_only_when_sandboxed() {
         &strs(&serve_cmd(&cfg)),
         &[("DRIVE_TARGET", target.to_str().unwrap())],
     );
-    let log = ws.stderr_text();
+    // Each call's audit record (logged by the default audit sink) says whether its server
+    // really ran sandboxed.
+    let records = audit_records(&ws);
+    assert!(records.len() >= 3, "every call was audited: {records:?}");
     let sandboxed = |server: &str| {
-        log.lines().any(|l| {
-            l.contains("started (enforcement: sandboxed") && l.contains(&format!("server={server}"))
-        })
+        let mine: Vec<_> = records
+            .iter()
+            .filter(|r| r["serverName"] == server)
+            .collect();
+        !mine.is_empty() && mine.iter().all(|r| r["sandboxed"] == true)
     };
     let texts = [&r["raise"], &r["result"], &r["fs"]];
     if sandboxed("probe") && sandboxed("fs") {
@@ -353,4 +358,13 @@ fn hung_and_oversize_answers_end_in_errors_not_hangs() {
     }
     assert_eq!(r["hung_cancelled_downstream"], true, "{r}");
     assert_eq!(r["small_after"]["ok"], true, "{r}");
+}
+
+#[test]
+fn sigterm_stops_the_gateway_and_reaps_every_child() {
+    let ws = Workspace::new();
+    let cfg = ws.config(three_servers(&ws, None), json!({}));
+    let r = drive(&ws, "sigterm", &strs(&serve_cmd(&cfg)), &[]);
+    assert_eq!(r["exit"], 0, "{r}");
+    assert_eq!(r["child_alive"], false, "{r}");
 }

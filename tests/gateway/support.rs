@@ -175,3 +175,12 @@ pub fn names(v: &Value) -> Vec<String> {
         .map(|x| x.as_str().unwrap().to_string())
         .collect()
 }
+
+/// The audit records the default `LogAudit` sink wrote to palisade's stderr.
+pub fn audit_records(ws: &Workspace) -> Vec<Value> {
+    ws.stderr_text()
+        .lines()
+        .filter_map(|l| l.split_once(" audit ").map(|(_, json)| json))
+        .filter_map(|json| serde_json::from_str(json.trim()).ok())
+        .collect()
+}
