@@ -72,15 +72,7 @@ impl ClientHandler for DownstreamHandler {
         Ok(ListRootsResult::new(self.roots.clone()))
     }
 
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        if let Some(target) = self.progress.route(&params) {
-            forward_progress(&target, params).await;
-        }
-    }
+    // No `on_progress`: progress never reaches rmcp; `tap.rs` forwards it in stream order.
 
     async fn on_logging_message(
         &self,

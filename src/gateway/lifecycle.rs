@@ -214,8 +214,10 @@ async fn start(shared: &Shared, slot: &Slot, req: &LaunchRequest) -> Result<Runn
         list_changed: list_tx,
     };
     let timeout = shared.limits.startup_timeout;
+    // Progress is taken off the stream in order (see tap.rs); everything else goes to rmcp.
+    let stdout = super::tap::start(slot.name.clone(), spawned.stdout, progress.clone());
     let init = tokio::select! {
-        r = tokio::time::timeout(timeout, serve_client(handler, (spawned.stdout, spawned.stdin))) => r,
+        r = tokio::time::timeout(timeout, serve_client(handler, (stdout, spawned.stdin))) => r,
         _ = shared.shutdown.cancelled() => {
             reap_now(&mut child, &slot.name).await;
             return Err(StartError::Shutdown);

@@ -21,6 +21,7 @@ pub mod registry;
 pub mod spawn;
 pub mod stages;
 pub mod state;
+pub mod tap;
 pub mod upstream;
 pub mod upstream_link;
 

@@ -120,19 +120,9 @@ async def cancel(s, rec):
 
 
 async def crash(s, rec):
-    first = await call(s, "probe__pid", {})
-    pid = int(first["text"])
-    result = {}
-
-    async def long_call():
-        result["inflight"] = await call(
-            s, "probe__wait_for_cancel", {"marker": "/nonexistent/x"}
-        )
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(long_call)
-        await anyio.sleep(0.5)
-        os.kill(pid, signal.SIGKILL)
+    first = await call(s, "probe__instance", {})
+    # The probe SIGKILLs itself while this call runs: a crash mid-call.
+    inflight = await call(s, "probe__die_in", {"seconds": 0.5})
     # The gateway must still answer, announce the change, list the probe's tools as gone,
     # then bring them back.
     deadline = time.monotonic() + DEADLINE
@@ -144,10 +134,10 @@ async def crash(s, rec):
     while "probe__pid" not in names and time.monotonic() < deadline:
         await anyio.sleep(0.1)
         names = await tool_names(s)
-    again = await call(s, "probe__pid", {})
+    again = await call(s, "probe__instance", {})
     return {
-        "first_pid": pid,
-        "inflight": result.get("inflight"),
+        "first": first,
+        "inflight": inflight,
         "tools_after_crash": listed_after_crash,
         "tools_after_restart": names,
         "second": again,
@@ -294,18 +284,52 @@ def raw_tools(cmd):
     return {"initialize": init, "tools": tools["result"]["tools"]}
 
 
+def descendants(root):
+    """Every live process below `root` (by /proc parent links): palisade's children and
+    theirs (bwrap, the servers), with host pids."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    stat = f.read()
+                parent[int(d)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    out, frontier = set(), {root}
+    while frontier:
+        nxt = {p for p, pp in parent.items() if pp in frontier and p not in out}
+        out |= nxt
+        frontier = nxt
+    return sorted(out)
+
+
+def alive(pids):
+    """The pids still running (zombies count as gone: they are only waiting to be reaped by
+    init once palisade has exited)."""
+    left = []
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                stat = f.read()
+            if stat[stat.rindex(")") + 2] != "Z":
+                left.append(p)
+        except OSError:
+            pass
+    return left
+
+
 def stdout_only(cmd):
     c = Raw(cmd)
     c.initialize()
     c.request("tools/list")
-    pid = c.request("tools/call", {"name": "probe__pid", "arguments": {}})
-    child = int(pid["result"]["content"][0]["text"])
+    c.request("tools/call", {"name": "probe__pid", "arguments": {}})
+    children = descendants(c.p.pid)
     c.request("tools/call", {"name": "nosuch__tool", "arguments": {}})
     c.request("tools/call", {"name": "probe__write_result", "arguments": {"path": "/proc/nope/x", "text": "x"}})
     c.request("prompts/list")
     c.request("resources/list")
     code = c.close()
-    time.sleep(0.2)
     bad = []
     for line in c.lines:
         try:
@@ -314,32 +338,28 @@ def stdout_only(cmd):
                 bad.append(line)
         except ValueError:
             bad.append(line)
-    try:
-        os.kill(child, 0)
-        child_alive = True
-    except ProcessLookupError:
-        child_alive = False
-    return {"lines": len(c.lines), "bad_lines": bad, "exit": code, "child_alive": child_alive}
+    return {
+        "lines": len(c.lines),
+        "bad_lines": bad,
+        "exit": code,
+        "children": children,
+        "children_alive": alive(children),
+    }
 
 
 def sigterm(cmd):
     """SIGTERM (not stdin EOF) ends the gateway, and its children are reaped."""
     c = Raw(cmd)
     c.initialize()
-    pid = c.request("tools/call", {"name": "probe__pid", "arguments": {}})
-    child = int(pid["result"]["content"][0]["text"])
+    c.request("tools/call", {"name": "probe__pid", "arguments": {}})
+    children = descendants(c.p.pid)
     c.p.send_signal(signal.SIGTERM)
     try:
         code = c.p.wait(timeout=DEADLINE)
     except subprocess.TimeoutExpired:
         c.p.kill()
         code = "killed"
-    try:
-        os.kill(child, 0)
-        child_alive = True
-    except ProcessLookupError:
-        child_alive = False
-    return {"exit": code, "child_alive": child_alive}
+    return {"exit": code, "children": children, "children_alive": alive(children)}
 
 
 def main():

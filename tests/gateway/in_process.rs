@@ -132,7 +132,15 @@ async fn policy_and_approval_stages_decide_and_every_call_is_audited() {
     assert_eq!(recs.len(), 3);
     assert_eq!(recs[0].tool_name, "pid");
     assert_eq!(recs[0].result, CallOutcome::Success);
-    assert!(!recs[0].sandboxed, "the launcher stub does not sandbox");
+    assert_eq!(
+        recs[0].sandboxed,
+        recs[0]
+            .enforcement
+            .as_ref()
+            .is_some_and(|e| e.is_sandboxed()),
+        "the flag follows the launcher's enforcement record"
+    );
+    assert!(recs[0].enforcement.is_some());
     assert!(matches!(recs[1].result, CallOutcome::Denied { .. }));
     assert_eq!(recs[1].policy_decision.rule.as_deref(), Some("test-rule"));
     assert_eq!(recs[1].arguments["path"], json!(path));
@@ -223,7 +231,8 @@ async fn an_escalation_approved_by_elicitation_reaches_the_server() {
     let (r, w) = tokio::io::split(client_io);
     let client = ApprovingClient.serve((r, w)).await.unwrap();
 
-    let target = ws.path().join("approved.txt");
+    // The session sandbox dir: writable by the server whether or not it runs sandboxed.
+    let target = ws.path().join("sandbox/approved.txt");
     let result = client
         .call_tool(
             CallToolRequestParams::new("probe__write_raise").with_arguments(args(

@@ -50,9 +50,9 @@ pub fn palisade() -> &'static str {
 /// The three real servers: fs (server-filesystem), everything, probe. `sandbox`, when given,
 /// is the `sandbox` block of fs and probe.
 pub fn three_servers(ws: &Workspace, sandbox: Option<Value>) -> Value {
-    // server-filesystem exits when a command-line directory is missing; palisade's roots
-    // replace this one as soon as it asks.
-    let cli_dir = ws.path().join("cli-dir");
+    // server-filesystem exits when its command-line directory is missing or outside its
+    // sandbox: give it the session sandbox dir (every server's first grant and root).
+    let cli_dir = ws.path().join("sandbox");
     std::fs::create_dir_all(&cli_dir).unwrap();
     let mut v = serde_json::json!({
         "fs": {"command": "node", "args": [node_server("server-filesystem"), cli_dir.display().to_string()]},

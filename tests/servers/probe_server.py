@@ -1,7 +1,9 @@
 """A small real MCP server (Python `mcp` SDK, MCPServer) for the gateway tests.
 
 Tools the real reference servers do not offer but the tests need:
-- pid: the server's own pid, so a test can kill exactly this process by id;
+- pid: the server's own pid (inside its PID namespace when sandboxed);
+- instance: a random id drawn at start, to tell a restarted server from the first one;
+- die_in: SIGKILLs this server after a delay, i.e. a crash in the middle of a call;
 - wait_for_cancel: blocks until cancelled, then writes a marker file (proves that the
   agent's cancellation reached the downstream server through the gateway);
 - huge: an answer of N MiB, to exceed rmcp's 16 MiB line limit;
@@ -12,19 +14,36 @@ Tools the real reference servers do not offer but the tests need:
 
 import asyncio
 import os
+import signal
 import sys
+import threading
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 
 server = MCPServer("probe")
+INSTANCE = os.urandom(8).hex()
+
+
+@server.tool()
+def instance() -> str:
+    """A random id drawn when this server process started."""
+    return INSTANCE
 
 
 @server.tool()
 def pid() -> str:
     """This server's process id."""
     return str(os.getpid())
+
+
+@server.tool()
+async def die_in(seconds: float) -> str:
+    """Kills this server with SIGKILL after `seconds`, while the call is still running."""
+    threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    await asyncio.sleep(120)
+    return "survived"
 
 
 @server.tool()
