@@ -260,6 +260,7 @@ async fn start(shared: &Shared, slot: &Slot, req: &LaunchRequest) -> Result<Runn
     };
     // Notifications that raced the first listing are covered by it.
     while running.list_rx.try_recv().is_ok() {}
+    shared.stages.policy.tools_listed(&slot.name, &lists.tools);
     slot.update(|s| {
         s.live = Some(Live {
             conn: running.conn.clone(),
@@ -390,6 +391,9 @@ async fn watch(shared: &Shared, slot: &Slot, running: &mut Running) -> End {
             Some(kind) = running.list_rx.recv() => {
                 match list_all(&running.conn, kind, shared.limits.call_timeout).await {
                     Ok(fresh) => {
+                        if kind == ListKind::Tools {
+                            shared.stages.policy.tools_listed(&slot.name, &fresh.tools);
+                        }
                         slot.update(|s| {
                             if let Some(live) = &mut s.live {
                                 let mut lists = (*live.lists).clone();

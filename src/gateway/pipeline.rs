@@ -49,10 +49,13 @@ pub async fn call_tool(
     drop(catalog);
     let slot = shared.slots[server].clone();
     let arguments = params.arguments.clone().unwrap_or_default();
+    let roots: &[std::path::PathBuf] = slot.roots();
     let call = CallInfo {
         server: &slot.name,
         tool: &tool,
         arguments: &arguments,
+        roots,
+        cwd: slot.req.as_ref().and_then(|r| r.cwd.as_deref()),
     };
 
     // Stage 2: policy.

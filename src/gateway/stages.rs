@@ -6,6 +6,7 @@
 //!
 //! Never: decide anything here by looking at test switches; implementations are injected.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -25,6 +26,10 @@ pub struct CallInfo<'a> {
     pub tool: &'a str,
     /// Arguments as the agent sent them.
     pub arguments: &'a Map<String, Value>,
+    /// The server's roots (its grant paths, session sandbox dir first), canonical.
+    pub roots: &'a [PathBuf],
+    /// The server's working directory, for relative path arguments.
+    pub cwd: Option<&'a Path>,
 }
 
 /// allow / deny / escalate.
@@ -66,6 +71,10 @@ impl PolicyVerdict {
 /// The policy stage. Pure and quick: it runs on the request task for every call.
 pub trait CallPolicy: Send + Sync + 'static {
     fn decide(&self, call: &CallInfo<'_>) -> PolicyVerdict;
+
+    /// Called whenever a server's tool list is (re)fetched, before its tools are offered, so
+    /// an engine can learn argument roles from the schemas. Default: ignored.
+    fn tools_listed(&self, _server: &str, _tools: &[rmcp::model::Tool]) {}
 }
 
 /// The default until a policy engine is configured: allows everything, and says so once.

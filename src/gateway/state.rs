@@ -86,20 +86,31 @@ pub struct Slot {
     pub name: String,
     /// `None` when the request could not be built (the reason is in `Status::Refused`).
     pub req: Option<LaunchRequest>,
+    /// The grant paths, in order (the roots the server is given).
+    roots: Vec<std::path::PathBuf>,
     state: RwLock<SlotState>,
 }
 
 impl Slot {
     pub fn new(name: String, req: Option<LaunchRequest>, status: Status) -> Slot {
+        let roots = req
+            .as_ref()
+            .map(|r| r.grants.iter().map(|g| g.path.clone()).collect())
+            .unwrap_or_default();
         Slot {
             name,
             req,
+            roots,
             state: RwLock::new(SlotState {
                 status,
                 live: None,
                 enforcement: None,
             }),
         }
+    }
+
+    pub fn roots(&self) -> &[std::path::PathBuf] {
+        &self.roots
     }
 
     pub fn snapshot(&self) -> SlotState {

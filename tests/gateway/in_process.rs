@@ -14,12 +14,20 @@ use serde_json::json;
 
 use crate::support::*;
 
-/// Denies `write_result`, escalates `write_raise`, allows the rest.
-struct TestPolicy;
+/// Denies `write_result`, escalates `write_raise`, allows the rest; records which tool lists
+/// it was shown.
+#[derive(Default, Clone)]
+struct TestPolicy {
+    listed: Arc<Mutex<Vec<String>>>,
+}
 
 impl CallPolicy for TestPolicy {
     fn decide(&self, call: &CallInfo<'_>) -> PolicyVerdict {
         let (decision, reason) = match call.tool {
+            // The engine needs the server's roots: the session sandbox dir comes first.
+            _ if !call.roots.first().is_some_and(|r| r.ends_with("sandbox")) => {
+                (Decision::Deny, "no roots given to the policy")
+            }
             "write_result" => (Decision::Deny, "writes are not allowed in this test"),
             "write_raise" => (Decision::Escalate, "writing needs a human"),
             _ => (Decision::Allow, "read-only"),
@@ -29,6 +37,11 @@ impl CallPolicy for TestPolicy {
             rule: Some("test-rule".into()),
             reason: reason.into(),
         }
+    }
+
+    fn tools_listed(&self, server: &str, tools: &[rmcp::model::Tool]) {
+        let mut l = self.listed.lock().unwrap();
+        l.extend(tools.iter().map(|t| format!("{server}/{}", t.name)));
     }
 }
 
@@ -57,6 +70,7 @@ fn args(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
 async fn start(
     ws: &Workspace,
     audit: Arc<dyn AuditSink>,
+    policy: TestPolicy,
 ) -> (
     rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>,
     tokio::task::JoinHandle<()>,
@@ -67,7 +81,7 @@ async fn start(
     let config = palisade::config::load_file(&cfg_path).unwrap();
     let mut opts = GatewayOptions::new(config).unwrap();
     opts.stages = Stages {
-        policy: Arc::new(TestPolicy),
+        policy: Arc::new(policy),
         audit,
         ..Stages::default()
     };
@@ -90,7 +104,16 @@ async fn start(
 async fn policy_and_approval_stages_decide_and_every_call_is_audited() {
     let ws = Workspace::new();
     let records = Collect::default();
-    let (client, served) = start(&ws, Arc::new(records.clone())).await;
+    let policy = TestPolicy::default();
+    let (client, served) = start(&ws, Arc::new(records.clone()), policy.clone()).await;
+    assert!(
+        policy
+            .listed
+            .lock()
+            .unwrap()
+            .contains(&"probe/write_raise".to_string()),
+        "the policy was shown the probe's tools before they were offered"
+    );
     let target = ws.path().join("should-not-exist.txt");
     let path = target.display().to_string();
 
@@ -154,7 +177,7 @@ async fn policy_and_approval_stages_decide_and_every_call_is_audited() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_audit_sink_fails_the_call_closed() {
     let ws = Workspace::new();
-    let (client, served) = start(&ws, Arc::new(Broken)).await;
+    let (client, served) = start(&ws, Arc::new(Broken), TestPolicy::default()).await;
     let err = client
         .call_tool(CallToolRequestParams::new("probe__pid"))
         .await
@@ -218,7 +241,7 @@ async fn an_escalation_approved_by_elicitation_reaches_the_server() {
             .unwrap();
     let records = Collect::default();
     opts.stages = Stages {
-        policy: Arc::new(TestPolicy),
+        policy: Arc::new(TestPolicy::default()),
         approver: Arc::new(chain),
         audit: Arc::new(records.clone()),
     };
