@@ -12,7 +12,7 @@ use std::process::Stdio;
 use tokio::io::AsyncBufReadExt;
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use crate::config::{NetworkConfig, SandboxPolicy, SandboxSetting, ServerConfig, Settings};
+use crate::config::{NetworkConfig, SandboxSetting, ServerConfig, Settings};
 use crate::roots::canon::{self, Base};
 use crate::sandbox::launch::{self, Enforcement, Grant, LaunchError, LaunchRequest, Prepared};
 use crate::sandbox::Access;
@@ -100,11 +100,6 @@ pub fn launch_request(
         backend,
         profile,
     })
-}
-
-/// True when `policy` would refuse rather than degrade (for messages).
-pub fn is_enforce(req: &LaunchRequest) -> bool {
-    req.policy == SandboxPolicy::Enforce
 }
 
 /// A spawned server: its process and the two pipes rmcp speaks over.
@@ -233,7 +228,7 @@ pub fn file_uri(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_str;
+    use crate::config::{parse_str, SandboxPolicy};
 
     #[test]
     fn grants_are_sandbox_dir_then_write_then_read_and_policy_overrides() {

@@ -24,7 +24,6 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use super::downstream::{ForwardError, UpTarget, PROTOCOL};
 use super::pipeline::{self, forwarded_meta};
-use super::registry::split_name;
 use super::state::Shared;
 
 /// The agent-facing handler. Cheap to clone.
@@ -285,9 +284,4 @@ impl ServerHandler for Upstream {
         }
         first_err.map_or(Ok(()), Err)
     }
-}
-
-/// Splits a namespaced name for callers outside the catalog (e.g. `check`).
-pub fn server_of(full: &str) -> Option<&str> {
-    split_name(full).map(|(s, _)| s)
 }
