@@ -1,8 +1,17 @@
 //! `palisade serve`: the gateway: one MCP server on stdio in front of every configured server.
+//! The edge: flags and config are merged here (flags win), errors get context, and the
+//! gateway runs until stdin closes or SIGINT/SIGTERM. stdout is the MCP channel.
 
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Args;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::gateway::approval::UpstreamElicitor;
+use crate::gateway::{Gateway, GatewayOptions};
 
 /// Serve MCP on stdio, aggregating every configured server, each in its own sandbox.
 #[derive(Debug, Args)]
@@ -39,6 +48,82 @@ pub struct ServeArgs {
     pub escalation_timeout: Option<u64>,
 }
 
-pub fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`palisade serve` is not implemented yet")
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let opts = options(args)?;
+    let rt = super::runtime()?;
+    let outcome = rt.block_on(async {
+        let gateway = Gateway::start(opts)
+            .await
+            .context("cannot start the gateway")?;
+        for s in gateway.status() {
+            tracing::info!(server = %s.name, "status: {:?}, {} tools", s.status, s.tools);
+        }
+        gateway.serve_stdio().await.context("gateway failed")
+    });
+    // Every child is reaped by now. Tokio reads stdin on a blocking thread that a signal does
+    // not interrupt; do not let dropping the runtime wait for it.
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    outcome?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Merges the config file's `palisade` block with the flags (flags win).
+pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
+    let mut config = crate::config::load_file(&args.config)?;
+    let s = &mut config.settings;
+    macro_rules! flag {
+        ($field:ident) => {
+            if args.$field.is_some() {
+                s.$field = args.$field;
+            }
+        };
+    }
+    flag!(policy);
+    flag!(annotations);
+    flag!(lists);
+    flag!(sandbox_dir);
+    flag!(sandbox_policy);
+    flag!(backend);
+    flag!(audit_log);
+    flag!(escalation);
+    flag!(escalation_timeout);
+    if s.policy.is_some() || s.audit_log.is_some() {
+        // The engine and the audit log plug into GatewayOptions::stages (policy, audit); until
+        // they are wired here the defaults apply, and the user is told so rather than left to
+        // guess.
+        tracing::warn!(
+            "--policy/--audit-log are not wired into the gateway yet: allowing all calls and \
+             auditing to the log"
+        );
+    }
+    let escalation = s.escalation.clone();
+    let timeout_s = s.escalation_timeout.unwrap_or(DEFAULT_ESCALATION_TIMEOUT);
+    let mut opts = GatewayOptions::new(config)?;
+    if let Some(spec) = escalation {
+        opts.stages.approver = Arc::new(approval_chain(&spec, timeout_s, &opts)?);
+    }
+    Ok(opts)
+}
+
+/// IronCurtain's approval timeout.
+const DEFAULT_ESCALATION_TIMEOUT: u64 = 300;
+
+/// `--escalation` as an approval chain; `elicit` asks the agent's MCP client.
+fn approval_chain(
+    spec: &str,
+    timeout_s: u64,
+    opts: &GatewayOptions,
+) -> anyhow::Result<crate::approval::ApprovalChain> {
+    use crate::approval::{build_chain, parse_escalation, TIMEOUT_RANGE};
+    anyhow::ensure!(
+        TIMEOUT_RANGE.contains(&timeout_s),
+        "--escalation-timeout {timeout_s}: must be within {}-{} seconds",
+        TIMEOUT_RANGE.start(),
+        TIMEOUT_RANGE.end()
+    );
+    let specs = parse_escalation(spec).context("--escalation")?;
+    let elicitor: Arc<dyn crate::approval::Elicitor> =
+        Arc::new(UpstreamElicitor::new(opts.upstream.clone()));
+    build_chain(&specs, Some(elicitor), Duration::from_secs(timeout_s))
+        .map_err(|e| anyhow::anyhow!("--escalation: {e}"))
 }

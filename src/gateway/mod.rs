@@ -1,1 +1,290 @@
-//! Placeholder: filled in by its own issue.
+//! The gateway: one MCP server (to the agent) in front of every configured server, each
+//! launched by `crate::sandbox::launch` in its own sandbox.
+//!
+//! Flow of a call: `upstream` (rmcp `ServerHandler`) → `pipeline` (route → policy → approval
+//! → widen → forward → annotate → audit) → `downstream` (one rmcp client per server). The
+//! `lifecycle` supervisors start, watch, restart and stop servers and keep the `registry`
+//! catalog current; `stages` holds the injected policy/approval/audit traits; `blocked` and
+//! `progress` are pure helpers. stdout carries only the MCP channel: logs go to stderr.
+//!
+//! Entry points: [`Gateway::start`], then [`Gateway::serve_stdio`] (the CLI) or
+//! [`Gateway::serve`] over any transport (in-process tests, the demo), then
+//! [`Gateway::shutdown`].
+
+pub mod approval;
+pub mod blocked;
+pub mod downstream;
+pub mod lifecycle;
+pub mod pipeline;
+pub mod progress;
+pub mod registry;
+pub mod spawn;
+pub mod stages;
+pub mod state;
+pub mod tap;
+pub mod upstream;
+pub mod upstream_link;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::service::serve_server;
+use rmcp::transport::IntoTransport;
+use rmcp::RoleServer;
+use serde::Serialize;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::config::GatewayConfig;
+use crate::sandbox::launch::Enforcement;
+
+pub use stages::{
+    AllowAll, ApprovalOutcome, ApprovalStage, AuditError, AuditSink, CallInfo, CallOutcome,
+    CallPolicy, CallRecord, Decision, LogAudit, NoApprover, PolicyVerdict, Stages,
+};
+pub use state::{Limits, Status};
+pub use upstream_link::UpstreamLink;
+
+/// Everything `Gateway::start` needs. Build with [`GatewayOptions::new`] and adjust fields.
+#[derive(Debug, Clone)]
+pub struct GatewayOptions {
+    pub config: GatewayConfig,
+    /// The session sandbox directory (every server's first root, read-write). Created 0700.
+    pub sandbox_dir: PathBuf,
+    pub limits: Limits,
+    /// Policy, approval and audit stages (defaults: allow all, no approver, log audit).
+    pub stages: Stages,
+    /// The agent's side of the connection, once it connects; give a clone to stages that
+    /// talk to the agent (the `elicit` approver: `approval::UpstreamElicitor`).
+    pub upstream: UpstreamLink,
+}
+
+impl GatewayOptions {
+    /// Options from a parsed config: timeouts from its settings, sandbox dir from its
+    /// settings or the default `$HOME/.local/state/palisade/sandbox`.
+    pub fn new(config: GatewayConfig) -> Result<GatewayOptions, GatewayError> {
+        let mut limits = Limits::default();
+        if let Some(s) = config.settings.call_timeout {
+            limits.call_timeout = Duration::from_secs(s.max(1));
+        }
+        if let Some(s) = config.settings.startup_timeout {
+            limits.startup_timeout = Duration::from_secs(s.max(1));
+        }
+        let sandbox_dir = match &config.settings.sandbox_dir {
+            Some(d) => d.clone(),
+            None => default_sandbox_dir()?,
+        };
+        Ok(GatewayOptions {
+            config,
+            sandbox_dir,
+            limits,
+            stages: Stages::default(),
+            upstream: UpstreamLink::default(),
+        })
+    }
+}
+
+/// `$HOME/.local/state/palisade/sandbox`.
+pub fn default_sandbox_dir() -> Result<PathBuf, GatewayError> {
+    let home = std::env::var_os("HOME").ok_or(GatewayError::NoHome)?;
+    Ok(PathBuf::from(home).join(".local/state/palisade/sandbox"))
+}
+
+/// Errors of the gateway as a whole (a single server's failures never become one).
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("HOME is not set: give --sandbox-dir or settings.sandboxDir")]
+    NoHome,
+    #[error("cannot create the session sandbox directory {path}: {source}")]
+    SandboxDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the MCP session with the client failed to start: {0}")]
+    Upstream(String),
+}
+
+/// One server's state, for `check`, the demo and tests.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerStatus {
+    pub name: String,
+    pub status: Status,
+    pub enforcement: Option<Enforcement>,
+    pub tools: usize,
+}
+
+/// A started gateway. Serve it, then shut it down (dropping it also stops the supervisors,
+/// but only `shutdown` waits until every child is reaped).
+pub struct Gateway {
+    shared: Arc<state::Shared>,
+    supervisors: Vec<JoinHandle<()>>,
+}
+
+impl Gateway {
+    /// Creates the sandbox dir, launches every server concurrently and waits until each
+    /// has settled its first start (running, refused, or failed within the startup timeout).
+    /// A server that fails does not fail the gateway.
+    pub async fn start(mut opts: GatewayOptions) -> Result<Gateway, GatewayError> {
+        opts.sandbox_dir = create_private_dir(&opts.sandbox_dir)?;
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let slots: Vec<Arc<state::Slot>> = opts
+            .config
+            .servers
+            .iter()
+            .map(|(name, server)| {
+                match spawn::launch_request(
+                    name,
+                    server,
+                    &opts.config.settings,
+                    &opts.sandbox_dir,
+                    home.as_deref(),
+                ) {
+                    Ok(req) => {
+                        Arc::new(state::Slot::new(name.clone(), Some(req), Status::Starting))
+                    }
+                    Err(e) => {
+                        tracing::error!(server = %name, "not started: {e}");
+                        Arc::new(state::Slot::new(
+                            name.clone(),
+                            None,
+                            Status::Refused {
+                                reason: e.to_string(),
+                            },
+                        ))
+                    }
+                }
+            })
+            .collect();
+        let shared = Arc::new(state::Shared::new(
+            slots,
+            opts.stages,
+            opts.limits,
+            opts.upstream,
+        ));
+        let mut supervisors = Vec::new();
+        let mut settled = Vec::new();
+        for idx in 0..shared.slots.len() {
+            let (tx, rx) = oneshot::channel();
+            supervisors.push(tokio::spawn(lifecycle::supervise(shared.clone(), idx, tx)));
+            settled.push(rx);
+        }
+        for rx in settled {
+            // A dropped sender means the supervisor ended; either way the start has settled.
+            let _ = rx.await;
+        }
+        Ok(Gateway {
+            shared,
+            supervisors,
+        })
+    }
+
+    /// The state of every configured server, in config order.
+    pub fn status(&self) -> Vec<ServerStatus> {
+        self.shared
+            .slots
+            .iter()
+            .map(|slot| {
+                let s = slot.snapshot();
+                ServerStatus {
+                    name: slot.name.clone(),
+                    status: s.status,
+                    enforcement: s.enforcement,
+                    tools: s.live.map_or(0, |l| l.lists.tools.len()),
+                }
+            })
+            .collect()
+    }
+
+    /// Serves MCP over `transport` until the client disconnects or `shutdown_signal`
+    /// completes; then stops every server. Use `tokio::io::duplex` halves for in-process use.
+    pub async fn serve<T, E, A>(
+        self,
+        transport: T,
+        shutdown_signal: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<(), GatewayError>
+    where
+        T: IntoTransport<RoleServer, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let handler = upstream::Upstream {
+            shared: self.shared.clone(),
+        };
+        let outcome = match serve_server(handler, transport).await {
+            Ok(service) => {
+                tokio::select! {
+                    r = service.waiting() => {
+                        tracing::info!("client disconnected ({r:?}); shutting down");
+                    }
+                    _ = shutdown_signal => {
+                        tracing::info!("shutdown requested");
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => Err(GatewayError::Upstream(e.to_string())),
+        };
+        self.shutdown().await;
+        outcome
+    }
+
+    /// Serves MCP on stdin/stdout until stdin reaches EOF or SIGINT/SIGTERM arrives.
+    pub async fn serve_stdio(self) -> Result<(), GatewayError> {
+        self.serve((tokio::io::stdin(), tokio::io::stdout()), termination())
+            .await
+    }
+
+    /// Stops every server (close stdin, wait, SIGTERM, wait, SIGKILL) and waits until each
+    /// child is reaped.
+    pub async fn shutdown(mut self) {
+        self.shared.shutdown.cancel();
+        for handle in self.supervisors.drain(..) {
+            let _ = handle.await;
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        // Supervisors see the token and stop their children; `kill_on_drop` is the backstop.
+        self.shared.shutdown.cancel();
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn termination() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! {
+                _ = t.recv() => {}
+                _ = i.recv() => {}
+            }
+        }
+        _ => {
+            tracing::warn!("cannot install signal handlers; only stdin EOF stops the gateway");
+            std::future::pending::<()>().await
+        }
+    }
+}
+
+/// Creates `path` (mode 0700) when missing; an existing directory is left as the user made it.
+/// Returns the canonical path (grants and roots use canonical paths).
+fn create_private_dir(path: &Path) -> Result<PathBuf, GatewayError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let err = |source| GatewayError::SandboxDir {
+        path: path.to_path_buf(),
+        source,
+    };
+    if !path.is_dir() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
+            .map_err(err)?;
+    }
+    std::fs::canonicalize(path).map_err(err)
+}

@@ -1,0 +1,114 @@
+//! Glue between the pipeline's approval stage and `crate::approval`: the `ApprovalChain`
+//! answers escalations, and the agent's MCP client is offered to it as an `Elicitor` (an
+//! `elicitation/create` request upstream, with the approver's timeout).
+//!
+//! Never: treat a failed, declined, malformed or timed-out elicitation as anything but a
+//! denial.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rmcp::model::{
+    ClientResult, ElicitRequest, ElicitRequestParams, ElicitationAction, ServerRequest,
+};
+use rmcp::service::PeerRequestOptions;
+
+use super::stages::{ApprovalOutcome, ApprovalStage, CallInfo, PolicyVerdict};
+use super::upstream_link::UpstreamLink;
+use crate::approval::{ApprovalChain, ElicitOutcome, Elicitor, EscalationRequest};
+
+impl ApprovalStage for ApprovalChain {
+    fn approve<'a>(
+        &'a self,
+        call: &CallInfo<'_>,
+        verdict: &PolicyVerdict,
+    ) -> BoxFuture<'a, ApprovalOutcome> {
+        let req = EscalationRequest::new(
+            call.server,
+            call.tool,
+            serde_json::Value::Object(call.arguments.clone()),
+            &verdict.reason,
+            serde_json::json!({ "rule": verdict.rule }),
+        );
+        Box::pin(async move {
+            let decision = self.decide(&req).await;
+            if decision.approved {
+                ApprovalOutcome::Approved {
+                    by: decision
+                        .decided_by
+                        .map_or_else(|| "unknown".to_string(), |k| k.to_string()),
+                }
+            } else {
+                ApprovalOutcome::Denied {
+                    reason: decision.detail,
+                }
+            }
+        })
+    }
+}
+
+/// Asks the person behind the agent's MCP client, through `elicitation/create`.
+#[derive(Clone)]
+pub struct UpstreamElicitor {
+    link: UpstreamLink,
+}
+
+impl UpstreamElicitor {
+    pub fn new(link: UpstreamLink) -> Self {
+        UpstreamElicitor { link }
+    }
+}
+
+impl Elicitor for UpstreamElicitor {
+    fn supports_elicitation(&self) -> bool {
+        self.link
+            .get()
+            .and_then(|p| p.peer_info())
+            .is_some_and(|info| info.capabilities.elicitation.is_some())
+    }
+
+    fn elicit<'a>(
+        &'a self,
+        message: String,
+        schema: serde_json::Value,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<ElicitOutcome, String>> {
+        Box::pin(async move {
+            let peer = self.link.get().ok_or("no MCP client is connected")?;
+            let requested_schema =
+                serde_json::from_value(schema).map_err(|e| format!("bad form schema: {e}"))?;
+            let params = ElicitRequestParams::FormElicitationParams {
+                meta: None,
+                message,
+                requested_schema,
+            };
+            let handle = peer
+                .send_request_with_option(
+                    ServerRequest::ElicitRequest(ElicitRequest::new(params)),
+                    PeerRequestOptions::with_timeout(timeout),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            match handle.await_response().await.map_err(|e| e.to_string())? {
+                ClientResult::ElicitResult(r) => Ok(match r.action {
+                    ElicitationAction::Accept => {
+                        let approved = r
+                            .content
+                            .as_ref()
+                            .and_then(|c| c.get("approve"))
+                            .and_then(serde_json::Value::as_bool)
+                            == Some(true);
+                        if approved {
+                            ElicitOutcome::Approved
+                        } else {
+                            ElicitOutcome::Rejected
+                        }
+                    }
+                    ElicitationAction::Decline => ElicitOutcome::Declined,
+                    _ => ElicitOutcome::Cancelled,
+                }),
+                other => Err(format!("unexpected answer to elicitation: {other:?}")),
+            }
+        })
+    }
+}

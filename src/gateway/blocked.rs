@@ -1,0 +1,322 @@
+//! The `[SANDBOX BLOCKED]` classifier: the "annotate" stage of the call pipeline.
+//!
+//! Pure: text in, verdict out. It decides whether a downstream error message (a JSON-RPC
+//! error's message, or the text of an `isError: true` result) looks like the sandbox refused
+//! the operation, and if so builds the prefix the agent sees: what was blocked and which grant
+//! would allow it. It never runs for a server that is not really sandboxed (unsandboxed,
+//! opted out or degraded): an EACCES there is the host's answer, not ours, and blaming the
+//! sandbox would send the user to change the wrong setting.
+
+use std::path::{Path, PathBuf};
+
+/// The marker every sandbox-caused error starts with.
+pub const MARKER: &str = "[SANDBOX BLOCKED]";
+
+/// What the classifier knows about the server whose error it reads.
+#[derive(Debug, Clone)]
+pub struct BlockContext<'a> {
+    pub server: &'a str,
+    /// True only when the server runs under `Enforcement::Sandboxed`.
+    pub sandboxed: bool,
+    /// True when the server has an egress allowlist (some network is allowed).
+    pub egress_allowed: bool,
+    /// Paths the sandbox denies reading even below a grant.
+    pub deny_read: &'a [PathBuf],
+}
+
+/// What the sandbox blocked, as far as the message tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocked {
+    /// A write to a read-only place (EROFS, or EACCES/EPERM on a writing syscall).
+    Write { path: Option<String> },
+    /// A read or other access refused (EACCES/EPERM without a writing syscall).
+    Access { path: Option<String> },
+    /// A path in `denyRead`.
+    DeniedRead { path: String },
+    /// A network connection with no egress allowed.
+    Network { target: Option<String> },
+}
+
+/// Classifies `text`; `None` when it is not (recognisably) the sandbox's doing.
+pub fn classify(ctx: &BlockContext<'_>, text: &str) -> Option<Blocked> {
+    if !ctx.sandboxed || text.starts_with(MARKER) {
+        return None;
+    }
+    let lower = text.to_ascii_lowercase();
+    let path = extract_path(text);
+
+    if let Some(p) = &path {
+        let pb = Path::new(p);
+        if ctx.deny_read.iter().any(|d| pb.starts_with(d)) && is_permission_error(&lower) {
+            return Some(Blocked::DeniedRead { path: p.clone() });
+        }
+    }
+    if lower.contains("erofs") || lower.contains("read-only file system") {
+        return Some(Blocked::Write { path });
+    }
+    if is_permission_error(&lower) {
+        return Some(if is_write_syscall(&lower) {
+            Blocked::Write { path }
+        } else {
+            Blocked::Access { path }
+        });
+    }
+    if !ctx.egress_allowed && is_network_error(&lower) {
+        return Some(Blocked::Network {
+            target: extract_target(text),
+        });
+    }
+    None
+}
+
+/// The text the agent receives: the marker, the explanation, then the original message.
+pub fn annotate(ctx: &BlockContext<'_>, text: &str) -> Option<String> {
+    let blocked = classify(ctx, text)?;
+    let server = ctx.server;
+    let explanation = match &blocked {
+        Blocked::Write { path: Some(p) } => format!(
+            "the sandbox of server `{server}` refused a write to {p}; to allow it, add {p} (or a \
+             parent directory) to sandbox.filesystem.allowWrite of server `{server}`"
+        ),
+        Blocked::Write { path: None } => format!(
+            "the sandbox of server `{server}` refused a write; to allow it, add the directory to \
+             sandbox.filesystem.allowWrite of server `{server}`"
+        ),
+        Blocked::Access { path: Some(p) } => format!(
+            "the sandbox of server `{server}` refused access to {p}; to allow it, add {p} (or a \
+             parent directory) to sandbox.filesystem.allowRead (read) or allowWrite (write) of \
+             server `{server}`"
+        ),
+        Blocked::Access { path: None } => format!(
+            "the sandbox of server `{server}` refused access; to allow it, add the path to \
+             sandbox.filesystem.allowRead or allowWrite of server `{server}`"
+        ),
+        Blocked::DeniedRead { path } => format!(
+            "{path} is in sandbox.filesystem.denyRead of server `{server}`; remove it from \
+             denyRead to allow reading it"
+        ),
+        Blocked::Network { target } => format!(
+            "the sandbox of server `{server}` has no network egress{}; to allow it, list the \
+             domain in sandbox.network.allowedDomains of server `{server}`",
+            target
+                .as_ref()
+                .map(|t| format!(" (connection to {t} refused)"))
+                .unwrap_or_default()
+        ),
+    };
+    Some(format!("{MARKER} {explanation}. Original error: {text}"))
+}
+
+fn is_permission_error(lower: &str) -> bool {
+    lower.contains("eacces")
+        || lower.contains("eperm")
+        || lower.contains("permission denied")
+        || lower.contains("operation not permitted")
+        || lower.contains("[errno 13]")
+        || lower.contains("[errno 1]")
+}
+
+/// Node names the failing syscall (`EACCES: permission denied, open '/x'`); Python names the
+/// operation less reliably, so anything unnamed counts as an access, not a write.
+fn is_write_syscall(lower: &str) -> bool {
+    const WRITES: [&str; 12] = [
+        ", mkdir '",
+        ", rmdir '",
+        ", unlink '",
+        ", rename '",
+        ", copyfile '",
+        ", symlink '",
+        ", link '",
+        ", chmod '",
+        ", chown '",
+        ", utime '",
+        ", write '",
+        ", truncate '",
+    ];
+    WRITES.iter().any(|w| lower.contains(w))
+}
+
+fn is_network_error(lower: &str) -> bool {
+    [
+        "econnrefused",
+        "enetunreach",
+        "ehostunreach",
+        "connection refused",
+        "network is unreachable",
+        "no route to host",
+        "eai_again",
+        "temporary failure in name resolution",
+        "getaddrinfo enotfound",
+        "name or service not known",
+    ]
+    .iter()
+    .any(|p| lower.contains(p))
+}
+
+/// The first quoted absolute path (`'/x'` or `"/x"`), else the first bare absolute path.
+fn extract_path(text: &str) -> Option<String> {
+    for quote in ['\'', '"'] {
+        let mut rest = text;
+        while let Some(start) = rest.find(quote) {
+            let after = &rest[start + 1..];
+            let Some(end) = after.find(quote) else { break };
+            let inner = &after[..end];
+            if inner.starts_with('/') {
+                return Some(inner.to_string());
+            }
+            rest = &after[end + 1..];
+        }
+    }
+    text.split_whitespace()
+        .map(|w| w.trim_matches(|c: char| c == ',' || c == ':' || c == ';' || c == ')'))
+        .find(|w| w.starts_with('/') && w.len() > 1)
+        .map(str::to_string)
+}
+
+/// `connect ECONNREFUSED 1.2.3.4:443` / `getaddrinfo EAI_AGAIN example.com`.
+fn extract_target(text: &str) -> Option<String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words.windows(2).find_map(|w| {
+        let code = w[0].to_ascii_uppercase();
+        let is_code = code.starts_with("ECONNREFUSED")
+            || code.starts_with("EAI_AGAIN")
+            || code.starts_with("ENOTFOUND")
+            || code.starts_with("ENETUNREACH")
+            || code.starts_with("EHOSTUNREACH");
+        is_code.then(|| {
+            w[1].trim_matches(|c: char| c == ',' || c == '\'')
+                .to_string()
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(sandboxed: bool) -> BlockContext<'static> {
+        BlockContext {
+            server: "fs",
+            sandboxed,
+            egress_allowed: false,
+            deny_read: &[],
+        }
+    }
+
+    // Real messages, copied from the servers/runtimes that produce them.
+    const NODE_EROFS: &str =
+        "Error: EROFS: read-only file system, open '/home/u/project/notes.txt'";
+    const NODE_EACCES_OPEN: &str = "Error: EACCES: permission denied, open '/etc/secret'";
+    const NODE_EACCES_MKDIR: &str = "EACCES: permission denied, mkdir '/opt/data/new'";
+    const NODE_EPERM: &str = "EPERM: operation not permitted, unlink '/srv/x.lock'";
+    const PY_EROFS: &str = "[Errno 30] Read-only file system: '/home/u/out.csv'";
+    const PY_EACCES: &str = "[Errno 13] Permission denied: '/root/.ssh/id_rsa'";
+    const PY_EPERM: &str = "[Errno 1] Operation not permitted: '/sys/kernel/x'";
+    const NODE_CONNREFUSED: &str = "fetch failed: connect ECONNREFUSED 93.184.215.14:443";
+    const NODE_EAI_AGAIN: &str = "getaddrinfo EAI_AGAIN api.github.com";
+    const PY_UNREACH: &str = "[Errno 101] Network is unreachable";
+    // server-filesystem's own roots check: the server refused, not the sandbox.
+    const FS_OUTSIDE: &str = "Error: Access denied - path outside allowed directories: \
+                              /etc/passwd not in /home/u/project";
+    const FS_ENOENT: &str = "Error: ENOENT: no such file or directory, open '/home/u/missing'";
+
+    #[test]
+    fn erofs_from_node_and_python_is_a_blocked_write_with_its_path() {
+        for (msg, path) in [
+            (NODE_EROFS, "/home/u/project/notes.txt"),
+            (PY_EROFS, "/home/u/out.csv"),
+        ] {
+            assert_eq!(
+                classify(&ctx(true), msg),
+                Some(Blocked::Write {
+                    path: Some(path.into())
+                }),
+                "{msg}"
+            );
+            let text = annotate(&ctx(true), msg).unwrap();
+            assert!(text.starts_with("[SANDBOX BLOCKED] "), "{text}");
+            assert!(text.contains(path), "{text}");
+            assert!(
+                text.contains("sandbox.filesystem.allowWrite of server `fs`"),
+                "{text}"
+            );
+            assert!(text.ends_with(msg), "original kept: {text}");
+        }
+    }
+
+    #[test]
+    fn permission_errors_split_into_writes_and_accesses_by_syscall() {
+        assert!(matches!(
+            classify(&ctx(true), NODE_EACCES_MKDIR),
+            Some(Blocked::Write { .. })
+        ));
+        assert!(matches!(
+            classify(&ctx(true), NODE_EPERM),
+            Some(Blocked::Write { .. })
+        ));
+        assert_eq!(
+            classify(&ctx(true), NODE_EACCES_OPEN),
+            Some(Blocked::Access {
+                path: Some("/etc/secret".into())
+            })
+        );
+        assert!(matches!(
+            classify(&ctx(true), PY_EACCES),
+            Some(Blocked::Access { .. })
+        ));
+        assert!(matches!(
+            classify(&ctx(true), PY_EPERM),
+            Some(Blocked::Access { .. })
+        ));
+    }
+
+    #[test]
+    fn deny_read_is_named_as_the_cause() {
+        let deny = [PathBuf::from("/root/.ssh")];
+        let c = BlockContext {
+            deny_read: &deny,
+            ..ctx(true)
+        };
+        let text = annotate(&c, PY_EACCES).unwrap();
+        assert!(text.contains("denyRead"), "{text}");
+    }
+
+    #[test]
+    fn network_errors_count_only_without_egress() {
+        for msg in [NODE_CONNREFUSED, NODE_EAI_AGAIN, PY_UNREACH] {
+            assert!(
+                matches!(classify(&ctx(true), msg), Some(Blocked::Network { .. })),
+                "{msg}"
+            );
+            let with_egress = BlockContext {
+                egress_allowed: true,
+                ..ctx(true)
+            };
+            assert_eq!(classify(&with_egress, msg), None, "{msg}");
+        }
+        let text = annotate(&ctx(true), NODE_CONNREFUSED).unwrap();
+        assert!(text.contains("93.184.215.14:443"), "{text}");
+        assert!(text.contains("allowedDomains"), "{text}");
+    }
+
+    #[test]
+    fn never_for_unsandboxed_servers() {
+        for msg in [NODE_EROFS, PY_EACCES, NODE_CONNREFUSED] {
+            assert_eq!(classify(&ctx(false), msg), None);
+            assert_eq!(annotate(&ctx(false), msg), None);
+        }
+    }
+
+    #[test]
+    fn errors_the_sandbox_did_not_cause_are_left_alone() {
+        for msg in [FS_OUTSIDE, FS_ENOENT, "Invalid arguments for tool", ""] {
+            assert_eq!(classify(&ctx(true), msg), None, "{msg}");
+        }
+    }
+
+    #[test]
+    fn already_marked_text_is_not_marked_twice() {
+        let once = annotate(&ctx(true), NODE_EROFS).unwrap();
+        assert_eq!(annotate(&ctx(true), &once), None);
+    }
+}

@@ -1,0 +1,230 @@
+//! One MCP client per downstream server: its `ClientHandler` (answers `roots/list` from the
+//! server's grants, relays progress, logging and list changes) and the request helper every
+//! forward goes through (timeout on every request, cancellation, progress-token mapping).
+//!
+//! Never: send a request without a timeout (rmcp has none by default and a silent server would
+//! hang the call forever, e.g. when it writes a line over rmcp's 16 MiB limit, which rmcp
+//! drops silently); trust `RunningService::is_closed` for liveness (use
+//! `peer.is_transport_closed`).
+#![allow(deprecated)] // roots and logging are deprecated in rmcp (SEP-2577) but still used.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ClientRequest, Implementation, ListRootsResult,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    RequestMetaObject, ResourceUpdatedNotificationParam, Root, ServerResult,
+};
+use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RequestContext};
+use rmcp::{ClientHandler, ErrorData, RoleClient, RoleServer, ServiceError};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::progress::ProgressMap;
+use super::upstream_link::UpstreamLink;
+
+/// The protocol revision palisade speaks on both sides (see NOTES: on 2026-07-28 a server
+/// cannot ask for roots outside a client request).
+pub const PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// Where a downstream progress notification goes: the agent's peer and its token.
+#[derive(Clone)]
+pub struct UpTarget {
+    pub peer: Peer<RoleServer>,
+    pub token: ProgressToken,
+}
+
+/// A downstream server told us one of its lists changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    Tools,
+    Prompts,
+    Resources,
+}
+
+/// The client side of one downstream connection.
+pub struct DownstreamHandler {
+    pub server: String,
+    pub roots: Vec<Root>,
+    pub progress: Arc<ProgressMap<UpTarget>>,
+    pub upstream: UpstreamLink,
+    pub list_changed: mpsc::UnboundedSender<ListKind>,
+}
+
+impl ClientHandler for DownstreamHandler {
+    fn get_info(&self) -> ClientConfig {
+        let caps = ClientCapabilities::builder()
+            .enable_roots()
+            .enable_roots_list_changed()
+            .build();
+        ClientConfig::new(
+            caps,
+            Implementation::new("palisade", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(PROTOCOL)
+    }
+
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        Ok(ListRootsResult::new(self.roots.clone()))
+    }
+
+    // No `on_progress`: progress never reaches rmcp; `tap.rs` forwards it in stream order.
+
+    async fn on_logging_message(
+        &self,
+        mut params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        params.logger = Some(match params.logger.take() {
+            Some(l) => format!("{}/{l}", self.server),
+            None => self.server.clone(),
+        });
+        if let Some(peer) = self.upstream.get() {
+            let _ = peer.notify_logging_message(params).await;
+        }
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(peer) = self.upstream.get() {
+            let _ = peer.notify_resource_updated(params).await;
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.list_changed.send(ListKind::Tools);
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.list_changed.send(ListKind::Prompts);
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.list_changed.send(ListKind::Resources);
+    }
+}
+
+/// Re-sends a downstream progress notification upstream under the agent's token.
+pub async fn forward_progress(target: &UpTarget, mut params: ProgressNotificationParam) {
+    params.progress_token = target.token.clone();
+    let _ = target.peer.notify_progress(params).await;
+}
+
+/// Why a forwarded request did not produce a result.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error("server `{server}` did not answer within {}s (the request was cancelled)", timeout.as_secs_f64())]
+    Timeout { server: String, timeout: Duration },
+    #[error("server `{server}` exited or closed its connection before answering")]
+    Closed { server: String },
+    #[error("the call was cancelled by the client")]
+    Cancelled,
+    /// The server answered with a JSON-RPC error.
+    #[error("{}", .0.message)]
+    Server(ErrorData),
+    #[error("server `{server}`: {message}")]
+    Other { server: String, message: String },
+}
+
+/// A live connection's request side. Cheap to clone (a peer and an `Arc`).
+#[derive(Clone)]
+pub struct Connection {
+    pub server: String,
+    pub peer: Peer<RoleClient>,
+    pub progress: Arc<ProgressMap<UpTarget>>,
+}
+
+impl Connection {
+    /// Sends one request with `timeout`; cancels it downstream when `cancel` fires; routes its
+    /// progress to `progress_to` while it runs.
+    pub async fn request(
+        &self,
+        request: ClientRequest,
+        timeout: Duration,
+        cancel: Option<&CancellationToken>,
+        progress_to: Option<UpTarget>,
+    ) -> Result<ServerResult, ForwardError> {
+        self.request_with_meta(request, timeout, cancel, progress_to, None)
+            .await
+    }
+
+    /// As `request`, adding `meta` to the request's `_meta`.
+    pub async fn request_with_meta(
+        &self,
+        request: ClientRequest,
+        timeout: Duration,
+        cancel: Option<&CancellationToken>,
+        progress_to: Option<UpTarget>,
+        meta: Option<RequestMetaObject>,
+    ) -> Result<ServerResult, ForwardError> {
+        if self.peer.is_transport_closed() {
+            return Err(self.closed());
+        }
+        let mut options = PeerRequestOptions::with_timeout(timeout);
+        if let Some(meta) = meta {
+            options = options.with_meta(meta);
+        }
+        let handle = self
+            .peer
+            .send_request_with_option(request, options)
+            .await
+            .map_err(|e| self.map_err(e, timeout))?;
+        let token = handle.progress_token.clone();
+        let id = handle.id.clone();
+        if let Some(target) = progress_to {
+            for early in self.progress.register(token.clone(), target.clone()) {
+                forward_progress(&target, early).await;
+            }
+        }
+        let outcome = match cancel {
+            Some(ct) => tokio::select! {
+                r = handle.await_response() => r.map_err(|e| self.map_err(e, timeout)),
+                _ = ct.cancelled() => {
+                    let _ = self
+                        .peer
+                        .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
+                            Some(id),
+                            Some("cancelled by the client".into()),
+                        ))
+                        .await;
+                    Err(ForwardError::Cancelled)
+                }
+            },
+            None => handle
+                .await_response()
+                .await
+                .map_err(|e| self.map_err(e, timeout)),
+        };
+        self.progress.unregister(&token);
+        outcome
+    }
+
+    fn closed(&self) -> ForwardError {
+        ForwardError::Closed {
+            server: self.server.clone(),
+        }
+    }
+
+    fn map_err(&self, e: ServiceError, timeout: Duration) -> ForwardError {
+        match e {
+            ServiceError::Timeout { .. } => ForwardError::Timeout {
+                server: self.server.clone(),
+                timeout,
+            },
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => self.closed(),
+            ServiceError::McpError(err) => ForwardError::Server(err),
+            ServiceError::Cancelled { .. } => ForwardError::Cancelled,
+            other => ForwardError::Other {
+                server: self.server.clone(),
+                message: other.to_string(),
+            },
+        }
+    }
+}

@@ -1,0 +1,476 @@
+//! One supervisor task per configured server: start (spawn, initialize within the startup
+//! timeout, first lists), watch (child exit, transport closed, list changes), restart with
+//! exponential backoff up to a limit, and stop (close stdin, wait, SIGTERM, wait, SIGKILL,
+//! always reap).
+//!
+//! A server's failure never reaches beyond its slot: its tools leave the catalog (the agent
+//! gets `list_changed`), calls to it get an error naming the reason, and the other servers
+//! keep running. Never: kill from `Drop` via a spawned task, or leave a child unreaped.
+#![allow(deprecated)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    ClientRequest, ListPromptsRequest, ListResourceTemplatesRequest, ListResourcesRequest,
+    ListToolsRequest, PaginatedRequestParams, ServerResult,
+};
+use rmcp::service::{serve_client, RunningService};
+use rmcp::RoleClient;
+use tokio::process::Child;
+use tokio::sync::{mpsc, oneshot};
+
+use super::downstream::{Connection, DownstreamHandler, ForwardError, ListKind};
+use super::progress::ProgressMap;
+use super::registry::ServerLists;
+use super::spawn::{self, PreparedGuard, SpawnError};
+use super::state::{Live, Shared, Slot, Status};
+use crate::sandbox::launch::{LaunchError, LaunchRequest};
+
+/// A server that ran this long without failing gets its restart budget back.
+const STABLE_AFTER: Duration = Duration::from_secs(60);
+/// How often the supervisor double-checks that rmcp's transport is still open.
+const LIVENESS_TICK: Duration = Duration::from_millis(500);
+
+/// Why one start attempt failed.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    #[error("no answer to initialize within {}s", .0.as_secs_f64())]
+    InitTimeout(Duration),
+    #[error("initialize failed: {0}")]
+    Init(String),
+    #[error("listing its {what} failed: {source}")]
+    List {
+        what: &'static str,
+        #[source]
+        source: ForwardError,
+    },
+    #[error("shutting down")]
+    Shutdown,
+}
+
+/// A started server, owned by its supervisor.
+struct Running {
+    child: Child,
+    service: RunningService<RoleClient, DownstreamHandler>,
+    conn: Connection,
+    list_rx: mpsc::UnboundedReceiver<ListKind>,
+    _guard: PreparedGuard,
+}
+
+/// Why a running server stopped.
+enum End {
+    Exited(String),
+    Shutdown,
+}
+
+/// Supervises slot `idx` until shutdown or until it is given up. `first` fires once the
+/// first start attempt has settled (running, refused or failed).
+pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<()>) {
+    let slot = shared.slots[idx].clone();
+    let mut first = Some(first);
+    let settle = |first: &mut Option<oneshot::Sender<()>>| {
+        if let Some(tx) = first.take() {
+            let _ = tx.send(());
+        }
+    };
+    let Some(req) = slot.req.clone() else {
+        settle(&mut first);
+        return;
+    };
+    let mut failures: u32 = 0;
+    loop {
+        if shared.shutdown.is_cancelled() {
+            break;
+        }
+        slot.update(|s| {
+            if !matches!(s.status, Status::Restarting { .. }) {
+                s.status = Status::Starting;
+            }
+        });
+        let reason = match start(&shared, &slot, &req).await {
+            Ok(mut running) => {
+                slot.update(|s| {
+                    s.status = Status::Running;
+                });
+                shared.refresh_catalog().await;
+                settle(&mut first);
+                let started = Instant::now();
+                let end = watch(&shared, &slot, &mut running).await;
+                slot.update(|s| s.live = None);
+                shared.refresh_catalog().await;
+                let exit = stop(running, &shared.limits, &slot.name).await;
+                match end {
+                    End::Shutdown => break,
+                    End::Exited(why) => {
+                        if started.elapsed() >= STABLE_AFTER {
+                            failures = 0;
+                        }
+                        format!("{why} ({exit})")
+                    }
+                }
+            }
+            Err(StartError::Shutdown) => break,
+            Err(StartError::Refused(reason)) => {
+                tracing::error!(server = %slot.name, "not started: {reason}");
+                slot.update(|s| s.status = Status::Refused { reason });
+                settle(&mut first);
+                return;
+            }
+            Err(e) => e.to_string(),
+        };
+        failures += 1;
+        if failures > shared.limits.max_restarts {
+            tracing::error!(
+                server = %slot.name,
+                "giving up after {} failed starts: {reason}",
+                failures
+            );
+            slot.update(|s| {
+                s.status = Status::Failed {
+                    reason: format!("gave up after {failures} failures; last: {reason}"),
+                }
+            });
+            settle(&mut first);
+            return;
+        }
+        let delay = backoff(&shared.limits, failures);
+        tracing::warn!(
+            server = %slot.name,
+            "down: {reason}; restart {failures}/{} in {:.1}s",
+            shared.limits.max_restarts,
+            delay.as_secs_f64()
+        );
+        slot.update(|s| {
+            s.status = Status::Restarting {
+                reason: reason.clone(),
+                attempt: failures,
+            }
+        });
+        // The first start has settled (as "restarting") once its failure is recorded.
+        settle(&mut first);
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shared.shutdown.cancelled() => break,
+        }
+    }
+    slot.update(|s| {
+        s.status = Status::Stopped;
+        s.live = None;
+    });
+}
+
+/// Exponential backoff: base * 2^(n-1), capped.
+pub fn backoff(limits: &super::state::Limits, attempt: u32) -> Duration {
+    let factor = 1u32 << attempt.saturating_sub(1).min(16);
+    limits
+        .backoff_base
+        .saturating_mul(factor)
+        .min(limits.backoff_max)
+}
+
+async fn start(shared: &Shared, slot: &Slot, req: &LaunchRequest) -> Result<Running, StartError> {
+    let spawned = match spawn::spawn(req) {
+        Ok(s) => s,
+        Err(SpawnError::Launch(LaunchError::Refused { name, reasons })) => {
+            let e = LaunchError::Refused { name, reasons };
+            return Err(StartError::Refused(e.to_string()));
+        }
+        Err(SpawnError::Launch(LaunchError::Invalid(m))) => return Err(StartError::Refused(m)),
+        Err(e) => return Err(e.into()),
+    };
+    let enforcement = spawned.enforcement.clone();
+    match &enforcement {
+        crate::sandbox::launch::Enforcement::Sandboxed { backend } => {
+            tracing::info!(server = %slot.name, "started (enforcement: sandboxed by {backend:?})")
+        }
+        crate::sandbox::launch::Enforcement::Degraded { reasons, .. } => tracing::warn!(
+            server = %slot.name,
+            "started (enforcement: degraded, NOT sandboxed: {})",
+            reasons.join("; ")
+        ),
+        crate::sandbox::launch::Enforcement::OptedOut => tracing::warn!(
+            server = %slot.name,
+            "started (enforcement: opted-out, \"sandbox\": false in the config)"
+        ),
+    }
+    slot.update(|s| s.enforcement = Some(enforcement));
+
+    let mut child = spawned.child;
+    let (list_tx, list_rx) = mpsc::unbounded_channel();
+    let progress = Arc::new(ProgressMap::default());
+    let handler = DownstreamHandler {
+        server: slot.name.clone(),
+        roots: spawn::root_uris(&req.grants)
+            .into_iter()
+            .map(|(uri, path)| rmcp::model::Root::new(uri).with_name(path.display().to_string()))
+            .collect(),
+        progress: progress.clone(),
+        upstream: shared.upstream.clone(),
+        list_changed: list_tx,
+    };
+    let timeout = shared.limits.startup_timeout;
+    // Progress is taken off the stream in order (see tap.rs); everything else goes to rmcp.
+    let stdout = super::tap::start(slot.name.clone(), spawned.stdout, progress.clone());
+    let init = tokio::select! {
+        r = tokio::time::timeout(timeout, serve_client(handler, (stdout, spawned.stdin))) => r,
+        _ = shared.shutdown.cancelled() => {
+            reap_now(&mut child, &slot.name).await;
+            return Err(StartError::Shutdown);
+        }
+    };
+    let service = match init {
+        Ok(Ok(service)) => service,
+        Ok(Err(e)) => {
+            reap_now(&mut child, &slot.name).await;
+            return Err(StartError::Init(e.to_string()));
+        }
+        Err(_) => {
+            reap_now(&mut child, &slot.name).await;
+            return Err(StartError::InitTimeout(timeout));
+        }
+    };
+    // The gateway must see every list as the server has it now: no client-side cache.
+    service
+        .peer()
+        .set_response_cache_config(rmcp::service::ClientCacheConfig::disabled())
+        .await;
+    let conn = Connection {
+        server: slot.name.clone(),
+        peer: service.peer().clone(),
+        progress,
+    };
+    let mut running = Running {
+        child,
+        service,
+        conn,
+        list_rx,
+        _guard: spawned.prepared_guard,
+    };
+    let lists = match fetch_lists(&running, timeout).await {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = stop(running, &shared.limits, &slot.name).await;
+            return Err(e);
+        }
+    };
+    // Notifications that raced the first listing are covered by it.
+    while running.list_rx.try_recv().is_ok() {}
+    shared.stages.policy.tools_listed(&slot.name, &lists.tools);
+    slot.update(|s| {
+        s.live = Some(Live {
+            conn: running.conn.clone(),
+            lists: Arc::new(lists),
+        })
+    });
+    Ok(running)
+}
+
+/// Lists what the server's capabilities say it has; every request has a timeout.
+async fn fetch_lists(running: &Running, timeout: Duration) -> Result<ServerLists, StartError> {
+    let caps = running
+        .service
+        .peer()
+        .peer_info()
+        .map(|i| i.capabilities.clone())
+        .unwrap_or_default();
+    let mut lists = ServerLists::default();
+    if caps.tools.is_some() {
+        lists.tools = list_all(&running.conn, ListKind::Tools, timeout)
+            .await?
+            .tools;
+    }
+    if caps.prompts.is_some() {
+        lists.prompts = list_all(&running.conn, ListKind::Prompts, timeout)
+            .await?
+            .prompts;
+    }
+    if caps.resources.is_some() {
+        let r = list_all(&running.conn, ListKind::Resources, timeout).await?;
+        lists.resources = r.resources;
+        lists.templates = r.templates;
+    }
+    Ok(lists)
+}
+
+/// Fetches every page of one kind of list.
+async fn list_all(
+    conn: &Connection,
+    kind: ListKind,
+    timeout: Duration,
+) -> Result<ServerLists, StartError> {
+    let mut out = ServerLists::default();
+    let passes: &[&'static str] = match kind {
+        ListKind::Tools => &["tools"],
+        ListKind::Prompts => &["prompts"],
+        ListKind::Resources => &["resources", "resource templates"],
+    };
+    for &what in passes {
+        let mut cursor: Option<String> = None;
+        // A bound on pages so a server that keeps returning cursors cannot loop us forever.
+        for _ in 0..1000 {
+            let params = Some(PaginatedRequestParams::default().with_cursor(cursor.take()));
+            let req = match what {
+                "tools" => ClientRequest::ListToolsRequest(ListToolsRequest {
+                    method: Default::default(),
+                    params,
+                    extensions: Default::default(),
+                }),
+                "prompts" => ClientRequest::ListPromptsRequest(ListPromptsRequest {
+                    method: Default::default(),
+                    params,
+                    extensions: Default::default(),
+                }),
+                "resources" => ClientRequest::ListResourcesRequest(ListResourcesRequest {
+                    method: Default::default(),
+                    params,
+                    extensions: Default::default(),
+                }),
+                _ => ClientRequest::ListResourceTemplatesRequest(ListResourceTemplatesRequest {
+                    method: Default::default(),
+                    params,
+                    extensions: Default::default(),
+                }),
+            };
+            let result = conn
+                .request(req, timeout, None, None)
+                .await
+                .map_err(|source| StartError::List { what, source })?;
+            let next = match result {
+                ServerResult::ListToolsResult(r) => {
+                    out.tools.extend(r.tools);
+                    r.next_cursor
+                }
+                ServerResult::ListPromptsResult(r) => {
+                    out.prompts.extend(r.prompts);
+                    r.next_cursor
+                }
+                ServerResult::ListResourcesResult(r) => {
+                    out.resources.extend(r.resources);
+                    r.next_cursor
+                }
+                ServerResult::ListResourceTemplatesResult(r) => {
+                    out.templates.extend(r.resource_templates);
+                    r.next_cursor
+                }
+                other => {
+                    return Err(StartError::List {
+                        what,
+                        source: ForwardError::Other {
+                            server: conn.server.clone(),
+                            message: format!("unexpected answer: {other:?}"),
+                        },
+                    })
+                }
+            };
+            match next {
+                Some(c) if !c.is_empty() => cursor = Some(c),
+                _ => break,
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Waits until the server ends or the gateway shuts down; refreshes lists on `list_changed`.
+async fn watch(shared: &Shared, slot: &Slot, running: &mut Running) -> End {
+    let mut tick = tokio::time::interval(LIVENESS_TICK);
+    loop {
+        tokio::select! {
+            status = running.child.wait() => {
+                return End::Exited(match status {
+                    Ok(s) => format!("the server exited ({s})"),
+                    Err(e) => format!("waiting for the server failed: {e}"),
+                });
+            }
+            _ = shared.shutdown.cancelled() => return End::Shutdown,
+            Some(kind) = running.list_rx.recv() => {
+                match list_all(&running.conn, kind, shared.limits.call_timeout).await {
+                    Ok(fresh) => {
+                        if kind == ListKind::Tools {
+                            shared.stages.policy.tools_listed(&slot.name, &fresh.tools);
+                        }
+                        slot.update(|s| {
+                            if let Some(live) = &mut s.live {
+                                let mut lists = (*live.lists).clone();
+                                match kind {
+                                    ListKind::Tools => lists.tools = fresh.tools,
+                                    ListKind::Prompts => lists.prompts = fresh.prompts,
+                                    ListKind::Resources => {
+                                        lists.resources = fresh.resources;
+                                        lists.templates = fresh.templates;
+                                    }
+                                }
+                                live.lists = Arc::new(lists);
+                            }
+                        });
+                        shared.refresh_catalog().await;
+                    }
+                    Err(e) => tracing::warn!(server = %slot.name, "re-listing after list_changed failed: {e}"),
+                }
+            }
+            _ = tick.tick() => {
+                if running.conn.peer.is_transport_closed() {
+                    return End::Exited("the server closed its MCP connection".into());
+                }
+            }
+        }
+    }
+}
+
+/// Stops a started server: close its stdin (by closing rmcp's transport), wait, SIGTERM,
+/// wait, SIGKILL; always reaps. Returns how it ended, for the log.
+async fn stop(running: Running, limits: &super::state::Limits, name: &str) -> String {
+    let Running {
+        mut child,
+        service,
+        _guard,
+        ..
+    } = running;
+    // Cancelling the service ends its task and drops the transport, closing the child's stdin.
+    let _ = tokio::time::timeout(limits.shutdown_grace, service.cancel()).await;
+    if let Ok(Ok(status)) = tokio::time::timeout(limits.shutdown_grace, child.wait()).await {
+        return format!("{status}");
+    }
+    if let Some(pid) = child.id() {
+        tracing::info!(server = %name, "did not exit after stdin closed; sending SIGTERM");
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        if let Ok(Ok(status)) = tokio::time::timeout(limits.shutdown_grace, child.wait()).await {
+            return format!("{status} after SIGTERM");
+        }
+    }
+    tracing::warn!(server = %name, "did not exit after SIGTERM; killing");
+    reap_now(&mut child, name).await;
+    "killed".into()
+}
+
+/// SIGKILL and reap (a child that never got as far as a connection).
+async fn reap_now(child: &mut Child, name: &str) {
+    if let Err(e) = child.kill().await {
+        tracing::debug!(server = %name, "kill: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::state::Limits;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let l = Limits {
+            backoff_base: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(4),
+            ..Limits::default()
+        };
+        let got: Vec<_> = (1..=6).map(|n| backoff(&l, n).as_millis()).collect();
+        assert_eq!(got, [500, 1000, 2000, 4000, 4000, 4000]);
+    }
+}

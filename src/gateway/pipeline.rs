@@ -1,0 +1,286 @@
+//! The call pipeline for `tools/call`, one explicit stage per step:
+//!
+//! route → policy → approval → widen roots/sandbox → forward → annotate → audit
+//!
+//! Every call that reaches `route` successfully produces exactly one audit record, written
+//! before the answer goes upstream; when the audit sink fails, the call fails closed with an
+//! error saying so. Policy and approval refusals are `isError` results (the model reads them);
+//! gateway failures (server down, timeout, crash, audit) are JSON-RPC errors.
+//! Never: hold a lock across an await, or let a call wait on another call.
+
+use std::borrow::Cow;
+use std::time::Instant;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ContentBlock,
+    RequestMetaObject, ServerResult,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer};
+
+use super::blocked::{self, BlockContext};
+use super::downstream::{Connection, ForwardError, UpTarget};
+use super::registry::Route;
+use super::stages::{ApprovalOutcome, CallInfo, CallOutcome, CallRecord, Decision, PolicyVerdict};
+use super::state::{Shared, Slot, Status};
+use crate::sandbox::launch::Enforcement;
+
+/// What one call produced, before audit.
+enum Answer {
+    Result(CallToolResult),
+    Error(ErrorData),
+}
+
+/// Runs one `tools/call` through every stage.
+pub async fn call_tool(
+    shared: &Shared,
+    params: CallToolRequestParams,
+    ctx: RequestContext<RoleServer>,
+) -> Result<CallToolResult, ErrorData> {
+    let started = Instant::now();
+
+    // Stage 1: route. Unknown names are refused before anything else (nothing to audit:
+    // no server was involved and no policy could apply).
+    let catalog = shared.catalog();
+    let Route { server, name: tool } = match catalog.tool(&params.name) {
+        Ok(route) => route.clone(),
+        Err(e) => return Err(unroutable(shared, &params.name, e)),
+    };
+    drop(catalog);
+    let slot = shared.slots[server].clone();
+    let arguments = params.arguments.clone().unwrap_or_default();
+    let roots: &[std::path::PathBuf] = slot.roots();
+    let call = CallInfo {
+        server: &slot.name,
+        tool: &tool,
+        arguments: &arguments,
+        roots,
+        cwd: slot.req.as_ref().and_then(|r| r.cwd.as_deref()),
+    };
+
+    // Stage 2: policy.
+    let verdict = shared.stages.policy.decide(&call);
+
+    // Stage 3: approval.
+    let mut escalation = None;
+    let denial = match verdict.decision {
+        Decision::Allow => None,
+        Decision::Deny => Some(format!("DENIED by policy: {}", verdict.reason)),
+        Decision::Escalate => {
+            let outcome = shared.stages.approver.approve(&call, &verdict).await;
+            let denial = match &outcome {
+                ApprovalOutcome::Approved { .. } => None,
+                ApprovalOutcome::Denied { reason } => Some(format!(
+                    "ESCALATION REQUIRED: {}. Denied: {reason}.",
+                    verdict.reason
+                )),
+            };
+            escalation = Some(outcome);
+            denial
+        }
+    };
+
+    let snapshot = slot.snapshot();
+    let enforcement = snapshot.enforcement.clone();
+    let answer = if let Some(text) = denial {
+        Answer::Result(CallToolResult::error(vec![ContentBlock::text(text)]))
+    } else {
+        // Stage 4: widen roots/sandbox. Roots are the server's grants, fixed at launch; a call
+        // needing more is refused by the policy stage today. Growing a root set (and relaunching
+        // the sandbox) arrives with the roots issue and plugs in here.
+
+        // Stage 5: forward.
+        match snapshot.live.as_ref().map(|l| l.conn.clone()) {
+            None => Answer::Error(not_running(&slot.name, &snapshot.status)),
+            Some(conn) => forward(shared, &conn, &tool, params, &ctx).await,
+        }
+    };
+
+    // Stage 6: annotate sandbox-caused errors.
+    let answer = annotate(&slot, enforcement.as_ref(), answer);
+
+    // Stage 7: audit, before anything goes upstream.
+    let record = CallRecord {
+        timestamp: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        request_id: request_id_string(&ctx),
+        server_name: slot.name.clone(),
+        tool_name: tool.clone(),
+        arguments,
+        policy_decision: verdict.clone(),
+        escalation_result: escalation,
+        result: outcome_of(&answer, &verdict),
+        duration_ms: started.elapsed().as_millis() as u64,
+        sandboxed: enforcement.as_ref().is_some_and(Enforcement::is_sandboxed),
+        enforcement,
+    };
+    if let Err(e) = shared.stages.audit.record(&record) {
+        tracing::error!(server = %slot.name, tool = %tool, "audit write failed: {e}");
+        return Err(ErrorData::internal_error(
+            format!("the call was not completed because the audit log could not be written ({e}); palisade fails closed"),
+            None,
+        ));
+    }
+    match answer {
+        Answer::Result(r) => Ok(r),
+        Answer::Error(e) => Err(e),
+    }
+}
+
+async fn forward(
+    shared: &Shared,
+    conn: &Connection,
+    tool: &str,
+    mut params: CallToolRequestParams,
+    ctx: &RequestContext<RoleServer>,
+) -> Answer {
+    // The agent's progress token is mapped, not forwarded (rmcp sets its own downstream);
+    // any other _meta the agent sent travels on.
+    let mut meta = params.meta.take().unwrap_or_default();
+    meta.0 .0.extend(ctx.meta.0 .0.clone());
+    let up_token = meta.get_progress_token();
+    meta.0 .0.remove("progressToken");
+    params.name = Cow::Owned(tool.to_string());
+    let progress_to = up_token.map(|token| UpTarget {
+        peer: ctx.peer.clone(),
+        token,
+    });
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let with_meta = (!meta.0 .0.is_empty()).then_some(meta);
+    match conn
+        .request_with_meta(
+            request,
+            shared.limits.call_timeout,
+            Some(&ctx.ct),
+            progress_to,
+            with_meta,
+        )
+        .await
+    {
+        Ok(ServerResult::CallToolResult(r)) => Answer::Result(r),
+        Ok(other) => Answer::Error(ErrorData::internal_error(
+            format!(
+                "server `{}` answered tools/call with something that is not a tool result: {}",
+                conn.server,
+                serde_json::to_string(&other).unwrap_or_default()
+            ),
+            None,
+        )),
+        Err(ForwardError::Server(e)) => Answer::Error(e),
+        Err(e) => Answer::Error(ErrorData::internal_error(e.to_string(), None)),
+    }
+}
+
+/// The error for a name the catalog does not know: when its prefix names a configured server
+/// that is down, say why it is down rather than "unknown tool".
+fn unroutable(shared: &Shared, full: &str, e: super::registry::RouteError) -> ErrorData {
+    if let Some((server, _)) = super::registry::split_name(full) {
+        if let Some(slot) = shared.slots.iter().find(|s| s.name == server) {
+            let status = slot.snapshot().status;
+            if status != Status::Running {
+                return not_running(server, &status);
+            }
+        }
+    }
+    ErrorData::invalid_params(e.to_string(), None)
+}
+
+/// The error for a call to a server that is not running, with the reason.
+pub fn not_running(server: &str, status: &Status) -> ErrorData {
+    let why = match status {
+        Status::Starting => "it is starting".to_string(),
+        Status::Running => "its connection just closed".to_string(),
+        Status::Restarting { reason, attempt } => {
+            format!("it is down ({reason}); restart attempt {attempt} is scheduled")
+        }
+        Status::Failed { reason } => format!("it failed and was given up: {reason}"),
+        Status::Refused { reason } => format!("it was not started: {reason}"),
+        Status::Stopped => "the gateway is shutting down".to_string(),
+    };
+    ErrorData::internal_error(format!("server `{server}` is not running: {why}"), None)
+}
+
+fn annotate(slot: &Slot, enforcement: Option<&Enforcement>, answer: Answer) -> Answer {
+    let sandboxed = enforcement.is_some_and(Enforcement::is_sandboxed);
+    if !sandboxed {
+        return answer;
+    }
+    let deny_read = slot
+        .req
+        .as_ref()
+        .map(|r| r.deny_read.as_slice())
+        .unwrap_or(&[]);
+    let ctx = BlockContext {
+        server: &slot.name,
+        sandboxed,
+        egress_allowed: slot.egress_allowed(),
+        deny_read,
+    };
+    match answer {
+        Answer::Error(mut e) => {
+            if let Some(text) = blocked::annotate(&ctx, &e.message) {
+                e.message = text.into();
+            }
+            Answer::Error(e)
+        }
+        Answer::Result(mut r) if r.is_error == Some(true) => {
+            // Mark the first text block that reads as a sandbox refusal.
+            for block in r.content.iter_mut() {
+                if let ContentBlock::Text(t) = block {
+                    if let Some(text) = blocked::annotate(&ctx, &t.text) {
+                        t.text = text;
+                        break;
+                    }
+                }
+            }
+            Answer::Result(r)
+        }
+        other => other,
+    }
+}
+
+fn outcome_of(answer: &Answer, verdict: &PolicyVerdict) -> CallOutcome {
+    match answer {
+        Answer::Result(r) if r.is_error == Some(true) => {
+            let text = first_text(&r.content);
+            if verdict.decision != Decision::Allow && text.starts_with(denial_prefix(verdict)) {
+                CallOutcome::Denied { reason: text }
+            } else {
+                CallOutcome::Error { error: text }
+            }
+        }
+        Answer::Result(_) => CallOutcome::Success,
+        Answer::Error(e) => CallOutcome::Error {
+            error: e.message.to_string(),
+        },
+    }
+}
+
+fn denial_prefix(verdict: &PolicyVerdict) -> &'static str {
+    match verdict.decision {
+        Decision::Deny => "DENIED by policy",
+        _ => "ESCALATION REQUIRED",
+    }
+}
+
+fn first_text(content: &[ContentBlock]) -> String {
+    content
+        .iter()
+        .find_map(|c| c.as_text().map(|t| t.text.clone()))
+        .unwrap_or_default()
+}
+
+fn request_id_string(ctx: &RequestContext<RoleServer>) -> String {
+    serde_json::to_value(&ctx.id)
+        .map(|v| match v {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        })
+        .unwrap_or_default()
+}
+
+/// Request `_meta` without the agent's progress token (used by the other forwards).
+pub fn forwarded_meta(ctx: &RequestContext<RoleServer>) -> Option<RequestMetaObject> {
+    let mut meta = ctx.meta.clone();
+    meta.0 .0.remove("progressToken");
+    (!meta.0 .0.is_empty()).then_some(meta)
+}

@@ -1,0 +1,302 @@
+//! The aggregated catalog: what the agent sees and how each name routes back to a server.
+//!
+//! Pure: built from each running server's lists, in config order, and replaced whole (an
+//! `Arc` swap) whenever a server starts, stops or reports `list_changed`. Lookups on the call
+//! path are hash-map reads on a shared snapshot; nothing here does I/O or holds a lock.
+//!
+//! Namespacing (see docs/architecture.md, "Names"):
+//! - tools and prompts: `SERVER__NAME` (server names cannot contain `__`, see config);
+//! - resources keep their URI, routed by a table built from every server's `resources/list`;
+//!   a URI listed by two servers is refused by name (both servers named), never guessed;
+//! - a URI no server lists is routed by resource templates: the server whose template's
+//!   literal prefix (text before the first `{`) is the longest match wins; a tie between two
+//!   servers is refused as ambiguous.
+
+use std::collections::HashMap;
+
+use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
+
+/// The separator between server and tool/prompt name.
+pub const SEP: &str = "__";
+
+/// One server's lists as it last reported them.
+#[derive(Debug, Clone, Default)]
+pub struct ServerLists {
+    pub tools: Vec<Tool>,
+    pub prompts: Vec<Prompt>,
+    pub resources: Vec<Resource>,
+    pub templates: Vec<ResourceTemplate>,
+}
+
+/// Where a namespaced name goes: the server's index in config order and its own name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub server: usize,
+    pub name: String,
+}
+
+/// Why a URI or name cannot be routed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error("unknown {kind} `{name}`: no running server offers it (names are SERVER__NAME)")]
+    Unknown { kind: &'static str, name: String },
+    #[error(
+        "resource `{uri}` is offered by several servers ({}); palisade refuses to guess which \
+         one is meant",
+        servers.join(", ")
+    )]
+    Ambiguous { uri: String, servers: Vec<String> },
+}
+
+/// The merged view over all running servers.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    pub tools: Vec<Tool>,
+    pub prompts: Vec<Prompt>,
+    pub resources: Vec<Resource>,
+    pub templates: Vec<ResourceTemplate>,
+    tool_routes: HashMap<String, Route>,
+    prompt_routes: HashMap<String, Route>,
+    uri_routes: HashMap<String, Vec<usize>>,
+    /// (literal prefix, server) per template.
+    template_prefixes: Vec<(String, usize)>,
+    /// Server names by index, for error messages.
+    names: Vec<String>,
+}
+
+/// Splits `server__name` at the first separator.
+pub fn split_name(full: &str) -> Option<(&str, &str)> {
+    full.split_once(SEP)
+}
+
+pub fn join_name(server: &str, name: &str) -> String {
+    format!("{server}{SEP}{name}")
+}
+
+impl Catalog {
+    /// Builds the catalog. `servers[i]` is `(name, Some(lists))` when server `i` is running.
+    pub fn build(servers: &[(String, Option<&ServerLists>)]) -> Catalog {
+        let mut c = Catalog {
+            names: servers.iter().map(|(n, _)| n.clone()).collect(),
+            ..Catalog::default()
+        };
+        for (idx, (server, lists)) in servers.iter().enumerate() {
+            let Some(lists) = lists else { continue };
+            for tool in &lists.tools {
+                let full = join_name(server, &tool.name);
+                let mut t = tool.clone();
+                t.name = full.clone().into();
+                c.tools.push(t);
+                c.tool_routes.insert(
+                    full,
+                    Route {
+                        server: idx,
+                        name: tool.name.to_string(),
+                    },
+                );
+            }
+            for prompt in &lists.prompts {
+                let full = join_name(server, &prompt.name);
+                let mut p = prompt.clone();
+                p.name = full.clone();
+                c.prompts.push(p);
+                c.prompt_routes.insert(
+                    full,
+                    Route {
+                        server: idx,
+                        name: prompt.name.clone(),
+                    },
+                );
+            }
+            for res in &lists.resources {
+                let owners = c.uri_routes.entry(res.uri.clone()).or_default();
+                if !owners.contains(&idx) {
+                    owners.push(idx);
+                }
+                c.resources.push(res.clone());
+            }
+            for tpl in &lists.templates {
+                let prefix = tpl
+                    .uri_template
+                    .split('{')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                c.template_prefixes.push((prefix, idx));
+                c.templates.push(tpl.clone());
+            }
+        }
+        c
+    }
+
+    pub fn tool(&self, full: &str) -> Result<&Route, RouteError> {
+        self.tool_routes
+            .get(full)
+            .ok_or_else(|| RouteError::Unknown {
+                kind: "tool",
+                name: full.to_string(),
+            })
+    }
+
+    pub fn prompt(&self, full: &str) -> Result<&Route, RouteError> {
+        self.prompt_routes
+            .get(full)
+            .ok_or_else(|| RouteError::Unknown {
+                kind: "prompt",
+                name: full.to_string(),
+            })
+    }
+
+    /// The server that serves `uri` (exact listing first, then templates).
+    pub fn resource(&self, uri: &str) -> Result<usize, RouteError> {
+        if let Some(owners) = self.uri_routes.get(uri) {
+            return self.single(uri, owners);
+        }
+        let best = self
+            .template_prefixes
+            .iter()
+            .filter(|(p, _)| !p.is_empty() && uri.starts_with(p.as_str()))
+            .map(|(p, _)| p.len())
+            .max();
+        let Some(best) = best else {
+            return Err(RouteError::Unknown {
+                kind: "resource",
+                name: uri.to_string(),
+            });
+        };
+        let mut owners: Vec<usize> = self
+            .template_prefixes
+            .iter()
+            .filter(|(p, _)| p.len() == best && uri.starts_with(p.as_str()))
+            .map(|(_, s)| *s)
+            .collect();
+        owners.dedup();
+        self.single(uri, &owners)
+    }
+
+    fn single(&self, uri: &str, owners: &[usize]) -> Result<usize, RouteError> {
+        match owners {
+            [one] => Ok(*one),
+            _ => Err(RouteError::Ambiguous {
+                uri: uri.to_string(),
+                servers: owners
+                    .iter()
+                    .map(|i| self.names.get(*i).cloned().unwrap_or_default())
+                    .collect(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(name: &str) -> Tool {
+        serde_json::from_value(json!({"name": name, "inputSchema": {"type": "object"}})).unwrap()
+    }
+    fn prompt(name: &str) -> Prompt {
+        serde_json::from_value(json!({"name": name})).unwrap()
+    }
+    fn res(uri: &str) -> Resource {
+        serde_json::from_value(json!({"uri": uri, "name": uri})).unwrap()
+    }
+    fn tpl(t: &str) -> ResourceTemplate {
+        serde_json::from_value(json!({"uriTemplate": t, "name": t})).unwrap()
+    }
+
+    fn two_servers() -> Catalog {
+        let a = ServerLists {
+            tools: vec![tool("read"), tool("write")],
+            prompts: vec![prompt("summarise")],
+            resources: vec![res("file:///a.txt"), res("mem://shared")],
+            templates: vec![tpl("demo://a/{id}")],
+        };
+        let b = ServerLists {
+            tools: vec![tool("read")],
+            prompts: vec![prompt("summarise")],
+            resources: vec![res("file:///b.txt"), res("mem://shared")],
+            templates: vec![tpl("demo://{x}"), tpl("demo://b/{id}")],
+        };
+        Catalog::build(&[
+            ("a".into(), Some(&a)),
+            ("down".into(), None),
+            ("b".into(), Some(&b)),
+        ])
+    }
+
+    #[test]
+    fn same_tool_and_prompt_names_on_two_servers_do_not_collide() {
+        let c = two_servers();
+        let names: Vec<_> = c.tools.iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(names, ["a__read", "a__write", "b__read"]);
+        assert_eq!(
+            c.tool("b__read").unwrap(),
+            &Route {
+                server: 2,
+                name: "read".into()
+            }
+        );
+        assert_eq!(c.prompt("a__summarise").unwrap().server, 0);
+        assert_eq!(c.prompt("b__summarise").unwrap().server, 2);
+        assert!(matches!(c.tool("read"), Err(RouteError::Unknown { .. })));
+        assert!(matches!(c.tool("down__x"), Err(RouteError::Unknown { .. })));
+    }
+
+    #[test]
+    fn resources_route_by_listing_then_by_longest_template_prefix() {
+        let c = two_servers();
+        assert_eq!(c.resource("file:///a.txt"), Ok(0));
+        assert_eq!(c.resource("file:///b.txt"), Ok(2));
+        assert_eq!(c.resource("demo://a/7"), Ok(0));
+        assert_eq!(c.resource("demo://b/7"), Ok(2));
+        assert_eq!(c.resource("demo://zzz"), Ok(2));
+        assert!(matches!(
+            c.resource("nothing://x"),
+            Err(RouteError::Unknown { .. })
+        ));
+    }
+
+    #[test]
+    fn a_uri_two_servers_list_is_refused_with_both_names() {
+        let c = two_servers();
+        let err = c.resource("mem://shared").unwrap_err();
+        assert_eq!(
+            err,
+            RouteError::Ambiguous {
+                uri: "mem://shared".into(),
+                servers: vec!["a".into(), "b".into()]
+            }
+        );
+        assert!(err.to_string().contains("a, b"));
+    }
+
+    #[test]
+    fn tool_fields_other_than_the_name_are_kept() {
+        let t: Tool = serde_json::from_value(json!({
+            "name": "x", "title": "X", "description": "d",
+            "inputSchema": {"type": "object", "properties": {"z": {}, "a": {}}},
+            "outputSchema": {"type": "object"},
+            "annotations": {"readOnlyHint": true},
+            "_meta": {"k": 1}
+        }))
+        .unwrap();
+        let lists = ServerLists {
+            tools: vec![t.clone()],
+            ..Default::default()
+        };
+        let c = Catalog::build(&[("s".into(), Some(&lists))]);
+        let mut out = serde_json::to_value(&c.tools[0]).unwrap();
+        out["name"] = json!("x");
+        assert_eq!(out, serde_json::to_value(&t).unwrap());
+        // key order of the schema survives (preserve_order)
+        let keys: Vec<_> = out["inputSchema"]["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(keys, ["z", "a"]);
+    }
+}

@@ -1,0 +1,277 @@
+//! From a configured server to a running child process: the `LaunchRequest` (pure), the
+//! launcher's `prepare` (sandbox resolution, owned by `crate::sandbox::launch`), and the spawn
+//! itself with piped stdio.
+//!
+//! The gateway spawns `Prepared.command` itself so that it owns the `Child` (to reap it) and
+//! the stderr pipe (read on its own task, capped, into the log with the server's name).
+//! Never: inherit palisade's stdout (the MCP channel) or environment into a child.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tokio::io::AsyncBufReadExt;
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+use crate::config::{NetworkConfig, SandboxSetting, ServerConfig, Settings};
+use crate::roots::canon::{self, Base};
+use crate::sandbox::launch::{self, Enforcement, Grant, LaunchError, LaunchRequest, Prepared};
+use crate::sandbox::Access;
+
+/// Bytes of a child's stderr copied into the log before the rest is discarded (per start).
+pub const STDERR_CAP: usize = 256 * 1024;
+
+/// Why a grant path in the config cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("server `{server}`: sandbox.filesystem path `{raw}`: {source}")]
+pub struct GrantError {
+    pub server: String,
+    pub raw: String,
+    #[source]
+    pub source: canon::PathError,
+}
+
+/// Builds the launch request for one server. Pure apart from canonicalising grant paths.
+///
+/// Grants, in order: the session sandbox dir (rw, always first: it is the server's first
+/// root), `allowWrite` (rw), `allowRead` (ro).
+pub fn launch_request(
+    name: &str,
+    server: &ServerConfig,
+    settings: &Settings,
+    sandbox_dir: &Path,
+    home: Option<&Path>,
+) -> Result<LaunchRequest, GrantError> {
+    let base = Base {
+        cwd: server.cwd.as_deref(),
+        home,
+    };
+    let canon = |raw: &str| {
+        canon::canonicalize(raw, &base).map_err(|source| GrantError {
+            server: name.to_string(),
+            raw: raw.to_string(),
+            source,
+        })
+    };
+    let mut grants = vec![Grant {
+        path: sandbox_dir.to_path_buf(),
+        access: Access::Rw,
+    }];
+    let mut deny_read = Vec::new();
+    let mut network = NetworkConfig::None;
+    let mut policy = settings.sandbox_policy.unwrap_or_default();
+    let mut backend = settings.backend.unwrap_or_default();
+    let mut profile = None;
+    let sandboxed = match &server.sandbox {
+        SandboxSetting::Disabled => false,
+        SandboxSetting::Enabled(sb) => {
+            for raw in &sb.filesystem.allow_write {
+                grants.push(Grant {
+                    path: canon(raw)?,
+                    access: Access::Rw,
+                });
+            }
+            for raw in &sb.filesystem.allow_read {
+                grants.push(Grant {
+                    path: canon(raw)?,
+                    access: Access::Ro,
+                });
+            }
+            for raw in &sb.filesystem.deny_read {
+                deny_read.push(canon(raw)?);
+            }
+            network = sb.network.clone();
+            policy = sb.policy.unwrap_or(policy);
+            backend = sb.backend.unwrap_or(backend);
+            profile = sb.profile.clone();
+            true
+        }
+    };
+    Ok(LaunchRequest {
+        name: name.to_string(),
+        command: server.command.clone(),
+        args: server.args.clone(),
+        env: server.env.clone(),
+        cwd: server.cwd.clone(),
+        grants,
+        deny_read,
+        network,
+        sandboxed,
+        policy,
+        backend,
+        profile,
+    })
+}
+
+/// A spawned server: its process and the two pipes rmcp speaks over.
+#[derive(Debug)]
+pub struct Spawned {
+    pub child: Child,
+    pub stdout: ChildStdout,
+    pub stdin: ChildStdin,
+    pub enforcement: Enforcement,
+    /// Kept alive as long as the child: it may own resources the sandbox uses.
+    pub prepared_guard: PreparedGuard,
+}
+
+/// Owns whatever the launcher attached to `Prepared` besides the command.
+#[derive(Debug)]
+pub struct PreparedGuard(#[allow(dead_code)] Prepared);
+
+/// Why a server could not be spawned.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error("cannot start `{command}`: {source}")]
+    Spawn {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the child's {0} pipe was not created")]
+    Pipe(&'static str),
+}
+
+/// Prepares and spawns the server; stderr goes to the log on its own task.
+pub fn spawn(req: &LaunchRequest) -> Result<Spawned, SpawnError> {
+    let mut prepared = launch::prepare(req)?;
+    let enforcement = prepared.enforcement.clone();
+    let mut child = prepared
+        .command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| SpawnError::Spawn {
+            command: req.command.clone(),
+            source,
+        })?;
+    let stdout = child.stdout.take().ok_or(SpawnError::Pipe("stdout"))?;
+    let stdin = child.stdin.take().ok_or(SpawnError::Pipe("stdin"))?;
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(log_stderr(req.name.clone(), stderr));
+    }
+    Ok(Spawned {
+        child,
+        stdout,
+        stdin,
+        enforcement,
+        prepared_guard: PreparedGuard(prepared),
+    })
+}
+
+/// Copies the child's stderr into the log, line by line, up to `STDERR_CAP` bytes; then
+/// keeps draining (so the child never blocks on a full pipe) without logging.
+async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let mut logged = 0usize;
+    let mut said_cap = false;
+    loop {
+        match lines.next_line().await {
+            Ok(Some(line)) => {
+                if logged < STDERR_CAP {
+                    logged += line.len() + 1;
+                    let shown: String = line.chars().take(4096).collect();
+                    tracing::info!(server = %server, "stderr: {shown}");
+                } else if !said_cap {
+                    said_cap = true;
+                    tracing::warn!(server = %server, "stderr: more than {STDERR_CAP} bytes; the rest is discarded");
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                // Not UTF-8 or a read error: stop logging, keep the pipe drained.
+                tracing::debug!(server = %server, "stderr unreadable ({e}); draining");
+                let mut rest = lines.into_inner();
+                let _ = tokio::io::copy(&mut rest, &mut tokio::io::sink()).await;
+                break;
+            }
+        }
+    }
+}
+
+/// The grant paths as `file://` root URIs, session sandbox dir first.
+pub fn root_uris(grants: &[Grant]) -> Vec<(String, PathBuf)> {
+    grants
+        .iter()
+        .map(|g| (file_uri(&g.path), g.path.clone()))
+        .collect()
+}
+
+/// RFC 8089 `file://` URI for an absolute path, percent-encoding what a URI path cannot hold.
+pub fn file_uri(path: &Path) -> String {
+    use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+    // Everything but unreserved characters, `/` and a few sub-delims safe in a path.
+    const PATH: &AsciiSet = &CONTROLS
+        .add(b' ')
+        .add(b'"')
+        .add(b'#')
+        .add(b'%')
+        .add(b'<')
+        .add(b'>')
+        .add(b'?')
+        .add(b'[')
+        .add(b']')
+        .add(b'\\')
+        .add(b'^')
+        .add(b'`')
+        .add(b'{')
+        .add(b'|')
+        .add(b'}');
+    format!(
+        "file://{}",
+        utf8_percent_encode(&path.to_string_lossy(), PATH)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{parse_str, SandboxPolicy};
+
+    #[test]
+    fn grants_are_sandbox_dir_then_write_then_read_and_policy_overrides() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = tmp.path().join("w");
+        let r = tmp.path().join("r");
+        let text = format!(
+            r#"{{"mcpServers": {{"a": {{"command": "x", "sandbox": {{
+                "filesystem": {{"allowWrite": ["{}"], "allowRead": ["{}"], "denyRead": ["~/.ssh"]}},
+                "policy": "warn"}}}},
+              "b": {{"command": "y", "sandbox": false}}}},
+              "palisade": {{"sandboxPolicy": "enforce"}}}}"#,
+            w.display(),
+            r.display()
+        );
+        let cfg = parse_str(&text, "t.json").unwrap();
+        let sd = tmp.path().join("sb");
+        let home = Path::new("/home/u");
+        let a = launch_request("a", &cfg.servers[0].1, &cfg.settings, &sd, Some(home)).unwrap();
+        let got: Vec<_> = a
+            .grants
+            .iter()
+            .map(|g| (g.path.clone(), g.access))
+            .collect();
+        assert_eq!(
+            got,
+            [(sd.clone(), Access::Rw), (w, Access::Rw), (r, Access::Ro)]
+        );
+        assert_eq!(a.deny_read, [PathBuf::from("/home/u/.ssh")]);
+        assert_eq!(a.policy, SandboxPolicy::Warn);
+        assert!(a.sandboxed);
+        let b = launch_request("b", &cfg.servers[1].1, &cfg.settings, &sd, Some(home)).unwrap();
+        assert!(!b.sandboxed);
+        assert_eq!(b.policy, SandboxPolicy::Enforce);
+        assert_eq!(
+            b.grants.len(),
+            1,
+            "the sandbox dir is granted even when opted out"
+        );
+    }
+
+    #[test]
+    fn file_uris_percent_encode_spaces_and_hashes() {
+        assert_eq!(file_uri(Path::new("/tmp/a b/#x")), "file:///tmp/a%20b/%23x");
+    }
+}

@@ -1,0 +1,209 @@
+//! The pluggable stages of the call pipeline: policy, approval and audit, as small traits the
+//! gateway receives through its constructor (`GatewayOptions`). The real policy engine
+//! (`crate::policy`), approvers (`crate::approval`) and audit log (`crate::audit`) implement
+//! these; until they land the defaults below keep the gateway honest about what it does not
+//! do (it says so in the log, and escalations are denied).
+//!
+//! Never: decide anything here by looking at test switches; implementations are injected.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::sandbox::launch::Enforcement;
+
+/// One tool call as the policy sees it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallInfo<'a> {
+    /// Server name (the prefix of `server__tool`).
+    pub server: &'a str,
+    /// The tool's own name on that server.
+    pub tool: &'a str,
+    /// Arguments as the agent sent them.
+    pub arguments: &'a Map<String, Value>,
+    /// The server's roots (its grant paths, session sandbox dir first), canonical.
+    pub roots: &'a [PathBuf],
+    /// The server's working directory, for relative path arguments.
+    pub cwd: Option<&'a Path>,
+}
+
+/// allow / deny / escalate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Allow,
+    Deny,
+    Escalate,
+}
+
+/// What the policy decided, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyVerdict {
+    pub decision: Decision,
+    /// The rule that decided, if any.
+    pub rule: Option<String>,
+    pub reason: String,
+}
+
+impl PolicyVerdict {
+    pub fn allow(reason: impl Into<String>) -> Self {
+        PolicyVerdict {
+            decision: Decision::Allow,
+            rule: None,
+            reason: reason.into(),
+        }
+    }
+    pub fn deny(reason: impl Into<String>) -> Self {
+        PolicyVerdict {
+            decision: Decision::Deny,
+            rule: None,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The policy stage. Pure and quick: it runs on the request task for every call.
+pub trait CallPolicy: Send + Sync + 'static {
+    fn decide(&self, call: &CallInfo<'_>) -> PolicyVerdict;
+
+    /// Called whenever a server's tool list is (re)fetched, before its tools are offered, so
+    /// an engine can learn argument roles from the schemas. Default: ignored.
+    fn tools_listed(&self, _server: &str, _tools: &[rmcp::model::Tool]) {}
+}
+
+/// The default until a policy engine is configured: allows everything, and says so once.
+#[derive(Debug, Default)]
+pub struct AllowAll {
+    warned: AtomicBool,
+}
+
+impl CallPolicy for AllowAll {
+    fn decide(&self, _call: &CallInfo<'_>) -> PolicyVerdict {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!("no policy engine: allowing every call");
+        }
+        PolicyVerdict::allow("no policy engine: allowing")
+    }
+}
+
+/// What an approver answered for an escalated call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "status")]
+pub enum ApprovalOutcome {
+    Approved { by: String },
+    Denied { reason: String },
+}
+
+/// The approval stage: asked only for calls the policy escalated. May take long (a human);
+/// the pipeline holds no lock while it waits. `crate::approval::ApprovalChain` implements it
+/// (see `gateway::approval`).
+pub trait ApprovalStage: Send + Sync + 'static {
+    fn approve<'a>(
+        &'a self,
+        call: &CallInfo<'_>,
+        verdict: &PolicyVerdict,
+    ) -> BoxFuture<'a, ApprovalOutcome>;
+}
+
+/// The default: nobody can be asked, so every escalation is denied.
+#[derive(Debug, Default)]
+pub struct NoApprover;
+
+impl ApprovalStage for NoApprover {
+    fn approve<'a>(
+        &'a self,
+        _call: &CallInfo<'_>,
+        _verdict: &PolicyVerdict,
+    ) -> BoxFuture<'a, ApprovalOutcome> {
+        Box::pin(std::future::ready(ApprovalOutcome::Denied {
+            reason: "no approver is configured".into(),
+        }))
+    }
+}
+
+/// How the call ended, for the audit record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "status")]
+pub enum CallOutcome {
+    /// The server answered with a normal result.
+    Success,
+    /// The server answered (an `isError` result or a JSON-RPC error) or the forward failed.
+    Error { error: String },
+    /// Policy or approval refused it; nothing reached the server.
+    Denied { reason: String },
+}
+
+/// One audit record per tool call (IronCurtain's fields plus the enforcement record).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallRecord {
+    /// RFC 3339, UTC.
+    pub timestamp: String,
+    /// The upstream JSON-RPC id of the call.
+    pub request_id: String,
+    pub server_name: String,
+    pub tool_name: String,
+    pub arguments: Map<String, Value>,
+    pub policy_decision: PolicyVerdict,
+    pub escalation_result: Option<ApprovalOutcome>,
+    pub result: CallOutcome,
+    pub duration_ms: u64,
+    /// True only when the server runs under `Enforcement::Sandboxed`.
+    pub sandboxed: bool,
+    /// What was enforced, in full (absent when the server never started).
+    pub enforcement: Option<Enforcement>,
+}
+
+/// Why an audit write failed; the call then fails closed with this message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct AuditError(pub String);
+
+/// The audit stage. Runs before the response goes upstream; an error fails the call.
+/// Implementations must be quick (one buffered append): the pipeline calls it inline.
+pub trait AuditSink: Send + Sync + 'static {
+    fn record(&self, rec: &CallRecord) -> Result<(), AuditError>;
+}
+
+/// The default when no audit log is configured: each record goes to the log (stderr) at
+/// info level, so calls are never silently unaudited.
+#[derive(Debug, Default)]
+pub struct LogAudit;
+
+impl AuditSink for LogAudit {
+    fn record(&self, rec: &CallRecord) -> Result<(), AuditError> {
+        let line = serde_json::to_string(rec).map_err(|e| AuditError(e.to_string()))?;
+        tracing::info!(target: "palisade::audit", "audit {line}");
+        Ok(())
+    }
+}
+
+/// The three injected stages together.
+#[derive(Clone)]
+pub struct Stages {
+    pub policy: Arc<dyn CallPolicy>,
+    pub approver: Arc<dyn ApprovalStage>,
+    pub audit: Arc<dyn AuditSink>,
+}
+
+impl Default for Stages {
+    fn default() -> Self {
+        Stages {
+            policy: Arc::new(AllowAll::default()),
+            approver: Arc::new(NoApprover),
+            audit: Arc::new(LogAudit),
+        }
+    }
+}
+
+impl std::fmt::Debug for Stages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Stages { policy, approver, audit }")
+    }
+}

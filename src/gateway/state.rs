@@ -1,0 +1,214 @@
+//! The gateway's shared state: one slot per configured server (its status, live connection
+//! and last lists) and the catalog snapshot built from them.
+//!
+//! Locks here are std locks around plain data and `Arc` clones; none is ever held across an
+//! await, so the call path never waits on another call or on a server's lifecycle.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use super::downstream::Connection;
+use super::registry::{Catalog, ServerLists};
+use super::stages::Stages;
+use super::upstream_link::UpstreamLink;
+use crate::sandbox::launch::{Enforcement, LaunchRequest};
+
+/// Timeouts and limits of the gateway (from settings, with defaults).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Every forwarded request (tools/call, prompts/get, resources/read, ...).
+    pub call_timeout: Duration,
+    /// A server's initialize handshake (and its first list requests).
+    pub startup_timeout: Duration,
+    /// Restarts after a crash or failed start before the server is given up.
+    pub max_restarts: u32,
+    /// First restart delay; doubles per attempt.
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+    /// How long a child gets after its stdin closes, and again after SIGTERM.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            call_timeout: Duration::from_secs(60),
+            startup_timeout: Duration::from_secs(30),
+            max_restarts: 5,
+            backoff_base: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Where a server is in its life; reported by `Gateway::status` and in errors.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "state")]
+pub enum Status {
+    Starting,
+    Running,
+    /// Down, another start is scheduled.
+    Restarting {
+        reason: String,
+        attempt: u32,
+    },
+    /// Down for good: too many failures.
+    Failed {
+        reason: String,
+    },
+    /// The launcher refused to run it (enforce mode and no sandbox) or its config is invalid.
+    Refused {
+        reason: String,
+    },
+    Stopped,
+}
+
+/// The live part of a running server.
+#[derive(Clone)]
+pub struct Live {
+    pub conn: Connection,
+    pub lists: Arc<ServerLists>,
+}
+
+#[derive(Clone)]
+pub struct SlotState {
+    pub status: Status,
+    pub live: Option<Live>,
+    pub enforcement: Option<Enforcement>,
+}
+
+/// One configured server.
+pub struct Slot {
+    pub name: String,
+    /// `None` when the request could not be built (the reason is in `Status::Refused`).
+    pub req: Option<LaunchRequest>,
+    /// The grant paths, in order (the roots the server is given).
+    roots: Vec<std::path::PathBuf>,
+    state: RwLock<SlotState>,
+}
+
+impl Slot {
+    pub fn new(name: String, req: Option<LaunchRequest>, status: Status) -> Slot {
+        let roots = req
+            .as_ref()
+            .map(|r| r.grants.iter().map(|g| g.path.clone()).collect())
+            .unwrap_or_default();
+        Slot {
+            name,
+            req,
+            roots,
+            state: RwLock::new(SlotState {
+                status,
+                live: None,
+                enforcement: None,
+            }),
+        }
+    }
+
+    pub fn roots(&self) -> &[std::path::PathBuf] {
+        &self.roots
+    }
+
+    pub fn snapshot(&self) -> SlotState {
+        self.state.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn update(&self, f: impl FnOnce(&mut SlotState)) {
+        f(&mut self.state.write().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// True when egress is allowed for this server (for the blocked classifier).
+    pub fn egress_allowed(&self) -> bool {
+        matches!(
+            self.req.as_ref().map(|r| &r.network),
+            Some(crate::config::NetworkConfig::Allowlist(_))
+        )
+    }
+}
+
+/// Everything the upstream handler, the pipeline and the supervisors share.
+pub struct Shared {
+    pub slots: Vec<Arc<Slot>>,
+    catalog: RwLock<Arc<Catalog>>,
+    pub upstream: UpstreamLink,
+    pub stages: Stages,
+    pub limits: Limits,
+    pub shutdown: CancellationToken,
+}
+
+/// Which upstream list notifications a catalog change calls for.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Changed {
+    pub tools: bool,
+    pub prompts: bool,
+    pub resources: bool,
+}
+
+impl Shared {
+    pub fn new(
+        slots: Vec<Arc<Slot>>,
+        stages: Stages,
+        limits: Limits,
+        upstream: UpstreamLink,
+    ) -> Shared {
+        Shared {
+            slots,
+            catalog: RwLock::new(Arc::new(Catalog::default())),
+            upstream,
+            stages,
+            limits,
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// The current catalog snapshot (an `Arc` clone; the lock is released at once).
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Rebuilds the catalog from every slot and tells the agent what changed.
+    pub async fn refresh_catalog(&self) {
+        // Snapshot and swap under the write lock so that two concurrent refreshes cannot
+        // install an older view over a newer one (the build is pure and quick).
+        let (old, new) = {
+            let mut guard = self.catalog.write().unwrap_or_else(|e| e.into_inner());
+            let states: Vec<SlotState> = self.slots.iter().map(|s| s.snapshot()).collect();
+            let servers: Vec<(String, Option<&ServerLists>)> = self
+                .slots
+                .iter()
+                .zip(&states)
+                .map(|(slot, st)| (slot.name.clone(), st.live.as_ref().map(|l| &*l.lists)))
+                .collect();
+            let new = Arc::new(Catalog::build(&servers));
+            (std::mem::replace(&mut *guard, new.clone()), new)
+        };
+        let changed = Changed {
+            tools: old.tools != new.tools,
+            prompts: old.prompts != new.prompts,
+            resources: old.resources != new.resources || old.templates != new.templates,
+        };
+        self.notify(changed).await;
+    }
+
+    async fn notify(&self, changed: Changed) {
+        let Some(peer) = self.upstream.get() else {
+            return;
+        };
+        if changed.tools {
+            let _ = peer.notify_tool_list_changed().await;
+        }
+        if changed.prompts {
+            let _ = peer.notify_prompt_list_changed().await;
+        }
+        if changed.resources {
+            let _ = peer.notify_resource_list_changed().await;
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! The MCP server the agent talks to: an rmcp `ServerHandler` over the aggregated catalog.
+//! Tool calls go through the pipeline (`pipeline.rs`); prompts, resources, completions,
+//! subscriptions and log levels are routed by the catalog and forwarded with the same
+//! timeout, cancellation and progress mapping.
+//!
+//! Never: answer from a cache of a downstream's results (lists come from the live catalog),
+//! or block: every handler works on an `Arc` snapshot and awaits only the downstream.
+#![allow(deprecated)] // logging (set_level) is deprecated in rmcp (SEP-2577) but still used.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientRequest, CompleteRequest, CompleteRequestParams,
+    CompleteResult, GetPromptRequest, GetPromptRequestParams, GetPromptResponse, Implementation,
+    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, Reference,
+    ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest, SetLevelRequestParams,
+    SubscribeRequest, SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+
+use super::downstream::{ForwardError, UpTarget, PROTOCOL};
+use super::pipeline::{self, forwarded_meta};
+use super::state::Shared;
+
+/// The agent-facing handler. Cheap to clone.
+#[derive(Clone)]
+pub struct Upstream {
+    pub shared: Arc<Shared>,
+}
+
+impl Upstream {
+    /// Forwards a non-tool request to server `idx` with the call timeout, the agent's
+    /// cancellation and progress mapping.
+    async fn forward(
+        &self,
+        idx: usize,
+        request: ClientRequest,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<ServerResult, ErrorData> {
+        let slot = &self.shared.slots[idx];
+        let snap = slot.snapshot();
+        let Some(live) = snap.live else {
+            return Err(pipeline::not_running(&slot.name, &snap.status));
+        };
+        let progress_to = ctx.meta.get_progress_token().map(|token| UpTarget {
+            peer: ctx.peer.clone(),
+            token,
+        });
+        live.conn
+            .request_with_meta(
+                request,
+                self.shared.limits.call_timeout,
+                Some(&ctx.ct),
+                progress_to,
+                forwarded_meta(ctx),
+            )
+            .await
+            .map_err(|e| match e {
+                ForwardError::Server(e) => e,
+                other => ErrorData::internal_error(other.to_string(), None),
+            })
+    }
+
+    fn resource_owner(&self, uri: &str) -> Result<usize, ErrorData> {
+        self.shared
+            .catalog()
+            .resource(uri)
+            .map_err(|e| ErrorData::resource_not_found(e.to_string(), None))
+    }
+}
+
+fn unexpected(what: &str, got: &ServerResult) -> ErrorData {
+    ErrorData::internal_error(
+        format!(
+            "a downstream server answered {what} with an unexpected result: {}",
+            serde_json::to_string(got).unwrap_or_default()
+        ),
+        None,
+    )
+}
+
+impl ServerHandler for Upstream {
+    fn get_info(&self) -> ServerConfig {
+        let caps = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_completions()
+            .enable_prompts()
+            .enable_resources()
+            .enable_tools()
+            .enable_prompts_list_changed()
+            .enable_resources_list_changed()
+            .enable_resources_subscribe()
+            .enable_tool_list_changed()
+            .build();
+        InitializeResult::new(caps)
+            .with_protocol_version(PROTOCOL)
+            .with_server_info(Implementation::new("palisade", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Palisade gateway: tools are named SERVER__TOOL, prompts SERVER__PROMPT; \
+                 every server runs in its own sandbox and every call is policed and audited.",
+            )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&PROTOCOL))
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        self.shared.upstream.set(context.peer.clone());
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(
+            self.shared.catalog().tools.clone(),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        pipeline::call_tool(&self.shared, request, context)
+            .await
+            .map(CallToolResponse::Complete)
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(
+            self.shared.catalog().prompts.clone(),
+        ))
+    }
+
+    async fn get_prompt(
+        &self,
+        mut request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let route = self
+            .shared
+            .catalog()
+            .prompt(&request.name)
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?
+            .clone();
+        request.name = route.name;
+        request.meta = None;
+        let req = ClientRequest::GetPromptRequest(GetPromptRequest::new(request));
+        match self.forward(route.server, req, &context).await? {
+            ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
+            other => Err(unexpected("prompts/get", &other)),
+        }
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(
+            self.shared.catalog().resources.clone(),
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(
+            self.shared.catalog().templates.clone(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        mut request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let idx = self.resource_owner(&request.uri)?;
+        request.meta = None;
+        let req = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(request));
+        match self.forward(idx, req, &context).await? {
+            ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
+            other => Err(unexpected("resources/read", &other)),
+        }
+    }
+
+    async fn subscribe(
+        &self,
+        mut request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let idx = self.resource_owner(&request.uri)?;
+        request.meta = None;
+        let req = ClientRequest::SubscribeRequest(SubscribeRequest::new(request));
+        self.forward(idx, req, &context).await.map(|_| ())
+    }
+
+    async fn unsubscribe(
+        &self,
+        mut request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let idx = self.resource_owner(&request.uri)?;
+        request.meta = None;
+        let req = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(request));
+        self.forward(idx, req, &context).await.map(|_| ())
+    }
+
+    async fn complete(
+        &self,
+        mut request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let idx = match &mut request.r#ref {
+            Reference::Prompt(p) => {
+                let route = self
+                    .shared
+                    .catalog()
+                    .prompt(&p.name)
+                    .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?
+                    .clone();
+                p.name = route.name;
+                route.server
+            }
+            Reference::Resource(r) => self.resource_owner(&r.uri)?,
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    "unsupported completion reference",
+                    None,
+                ))
+            }
+        };
+        request.meta = None;
+        let req = ClientRequest::CompleteRequest(CompleteRequest::new(request));
+        match self.forward(idx, req, &context).await? {
+            ServerResult::CompleteResult(r) => Ok(r),
+            other => Err(unexpected("completion/complete", &other)),
+        }
+    }
+
+    /// Sets the level on every running server that logs; the first error is reported after
+    /// all have been tried.
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let mut first_err = None;
+        for (idx, slot) in self.shared.slots.iter().enumerate() {
+            let Some(live) = slot.snapshot().live else {
+                continue;
+            };
+            let logs = live
+                .conn
+                .peer
+                .peer_info()
+                .is_some_and(|i| i.capabilities.logging.is_some());
+            if !logs {
+                continue;
+            }
+            let req = ClientRequest::SetLevelRequest(SetLevelRequest::new(request.clone()));
+            if let Err(e) = self.forward(idx, req, &context).await {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
