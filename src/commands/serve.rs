@@ -10,8 +10,14 @@ use clap::Args;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use crate::audit::AuditLog;
 use crate::gateway::approval::UpstreamElicitor;
+use crate::gateway::engine::{AuditLogSink, EngineStage};
 use crate::gateway::{Gateway, GatewayOptions};
+use crate::policy::{Policy, PolicyOptions, PolicyPaths, Scope};
 
 /// Serve MCP on stdio, aggregating every configured server, each in its own sandbox.
 #[derive(Debug, Args)]
@@ -87,22 +93,65 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
     flag!(audit_log);
     flag!(escalation);
     flag!(escalation_timeout);
-    if s.policy.is_some() || s.audit_log.is_some() {
-        // The engine and the audit log plug into GatewayOptions::stages (policy, audit); until
-        // they are wired here the defaults apply, and the user is told so rather than left to
-        // guess.
-        tracing::warn!(
-            "--policy/--audit-log are not wired into the gateway yet: allowing all calls and \
-             auditing to the log"
-        );
-    }
     let escalation = s.escalation.clone();
     let timeout_s = s.escalation_timeout.unwrap_or(DEFAULT_ESCALATION_TIMEOUT);
+    let protected = protected_paths(&args.config, s);
+    let policy_paths = PolicyPaths {
+        policy: s.policy.clone(),
+        annotations: s.annotations.clone(),
+        lists: s.lists.clone(),
+    };
+    let audit_log = s.audit_log.clone();
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let policy = Policy::load(
+        &policy_paths,
+        PolicyOptions {
+            home: home.clone(),
+            server_domains: PolicyOptions::server_domains_from(&config),
+        },
+    )?;
+    for w in policy.warnings() {
+        tracing::warn!("policy: {w}");
+    }
     let mut opts = GatewayOptions::new(config)?;
+    // The scope canonicalises the sandbox dir, so it must exist first (0700, as the gateway
+    // would create it).
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&opts.sandbox_dir)
+        .with_context(|| format!("cannot create sandbox dir {}", opts.sandbox_dir.display()))?;
+    let scope = Scope::new(Some(&opts.sandbox_dir), &protected, home.as_deref())
+        .map_err(|e| anyhow::anyhow!("sandbox dir or protected paths: {e}"))?;
+    opts.stages.policy = Arc::new(EngineStage::new(policy, scope, home));
+    if let Some(path) = audit_log {
+        let log = AuditLog::open(&path)
+            .with_context(|| format!("cannot open audit log {}", path.display()))?;
+        opts.stages.audit = Arc::new(AuditLogSink::new(log));
+    }
     if let Some(spec) = escalation {
         opts.stages.approver = Arc::new(approval_chain(&spec, timeout_s, &opts)?);
     }
     Ok(opts)
+}
+
+/// Palisade's own files, which no call may touch: the config, policy, annotations, lists and
+/// audit log, plus the configured `protectedPaths`.
+fn protected_paths(config_file: &Path, s: &crate::config::Settings) -> Vec<PathBuf> {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut out: Vec<PathBuf> = [
+        Some(config_file),
+        s.policy.as_deref(),
+        s.annotations.as_deref(),
+        s.lists.as_deref(),
+        s.audit_log.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(absolute)
+    .collect();
+    out.extend(s.protected_paths.iter().cloned());
+    out
 }
 
 /// IronCurtain's approval timeout.

@@ -14,6 +14,7 @@
 pub mod approval;
 pub mod blocked;
 pub mod downstream;
+pub mod engine;
 pub mod lifecycle;
 pub mod pipeline;
 pub mod progress;

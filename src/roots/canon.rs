@@ -70,7 +70,10 @@ pub fn decode_input(raw: &str) -> Result<std::borrow::Cow<'_, str>, PathError> {
     if crate::roots::uri::is_file_uri(raw) {
         // One decoder for file URIs in the whole program: the RFC 8089 one in `uri`.
         let path = crate::roots::uri::uri_to_path(raw)?;
-        let s = path.into_os_string().into_string().map_err(|_| PathError::Encoding)?;
+        let s = path
+            .into_os_string()
+            .into_string()
+            .map_err(|_| PathError::Encoding)?;
         return Ok(std::borrow::Cow::Owned(s));
     }
     let hex = |c: u8| (c as char).to_digit(16);

@@ -89,6 +89,18 @@ impl Workspace {
             // Warn mode: while the native launcher is a stub every server runs degraded.
             settings["sandboxPolicy"] = Value::String("warn".into());
         }
+        if settings.get("policy").is_none() {
+            // These tests exercise the gateway's mechanics (forwarding, crashes, timeouts,
+            // sandbox errors); an explicit allow-everything policy keeps the engine from
+            // deciding first. The engine's own behaviour is tested in tests/policy.rs and by
+            // the tests here that set a policy.
+            settings["policy"] = Value::String(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/fixtures/allow-all-policy.json")
+                    .display()
+                    .to_string(),
+            );
+        }
         let path = self.path().join("config.json");
         let cfg = serde_json::json!({"mcpServers": servers, "palisade": settings});
         std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();

@@ -1,0 +1,168 @@
+//! Adapters that plug the policy engine (`crate::policy`) and the audit log (`crate::audit`)
+//! into the pipeline's stage traits. Thin by design: decisions are the engine's, records are
+//! the log's; this module only translates between the pipeline's view of a call and theirs.
+//!
+//! Never: decide anything itself, or turn an internal failure into an allow.
+
+use std::path::PathBuf;
+use std::sync::RwLock;
+
+use crate::audit::{
+    AuditLog, AuditRecord, CallResult, EscalationResult, PolicyDecisionRecord, ResultStatus,
+};
+use crate::policy::{CallContext, Policy, Scope, Status, ToolInfo};
+use crate::sandbox::launch::Enforcement;
+
+use super::stages::{
+    ApprovalOutcome, AuditError, AuditSink, CallInfo, CallOutcome, CallPolicy, CallRecord,
+    Decision, PolicyVerdict,
+};
+
+/// The policy stage backed by the real engine.
+pub struct EngineStage {
+    /// Written only when a server's tool list changes (`tools_listed`); read on every call.
+    /// Never held across an await.
+    policy: RwLock<Policy>,
+    scope: Scope,
+    home: Option<PathBuf>,
+}
+
+impl EngineStage {
+    pub fn new(policy: Policy, scope: Scope, home: Option<PathBuf>) -> Self {
+        EngineStage {
+            policy: RwLock::new(policy),
+            scope,
+            home,
+        }
+    }
+}
+
+impl CallPolicy for EngineStage {
+    fn decide(&self, call: &CallInfo<'_>) -> PolicyVerdict {
+        let Ok(policy) = self.policy.read() else {
+            return PolicyVerdict::deny("policy engine unavailable (poisoned lock): denied");
+        };
+        let d = policy.evaluate(&CallContext {
+            server: call.server,
+            tool: call.tool,
+            arguments: call.arguments,
+            cwd: call.cwd,
+            home: self.home.as_deref(),
+            scope: &self.scope,
+            roots: call.roots,
+        });
+        PolicyVerdict {
+            decision: match d.status {
+                Status::Allow => Decision::Allow,
+                Status::Deny => Decision::Deny,
+                Status::Escalate => Decision::Escalate,
+            },
+            rule: Some(d.rule),
+            reason: d.reason,
+        }
+    }
+
+    fn tools_listed(&self, server: &str, tools: &[rmcp::model::Tool]) {
+        // The engine reads schemas as `Value`s; this runs only when a tool list changes.
+        let schemas: Vec<serde_json::Value> = tools
+            .iter()
+            .map(|t| serde_json::Value::Object(t.input_schema.as_ref().clone()))
+            .collect();
+        let infos: Vec<ToolInfo<'_>> = tools
+            .iter()
+            .zip(&schemas)
+            .map(|(t, schema)| ToolInfo {
+                name: &t.name,
+                input_schema: schema,
+                read_only_hint: t.annotations.as_ref().and_then(|a| a.read_only_hint),
+                destructive_hint: t.annotations.as_ref().and_then(|a| a.destructive_hint),
+            })
+            .collect();
+        match self.policy.write() {
+            Ok(mut p) => p.register_tools(server, &infos),
+            // Unregistered tools are unknown to the engine, and unknown tools are denied.
+            Err(_) => tracing::error!(server, "policy lock poisoned: tools not registered"),
+        }
+    }
+}
+
+/// The audit stage backed by the hash-chained JSONL log.
+pub struct AuditLogSink {
+    log: AuditLog,
+}
+
+impl AuditLogSink {
+    pub fn new(log: AuditLog) -> Self {
+        AuditLogSink { log }
+    }
+}
+
+impl AuditSink for AuditLogSink {
+    fn record(&self, rec: &CallRecord) -> Result<(), AuditError> {
+        self.log
+            .append(&to_audit_record(rec))
+            .map_err(|e| AuditError(e.to_string()))
+    }
+}
+
+/// The pipeline's record in the audit log's (IronCurtain-compatible) shape.
+pub fn to_audit_record(rec: &CallRecord) -> AuditRecord {
+    let status = match rec.policy_decision.decision {
+        Decision::Allow => Status::Allow,
+        Decision::Deny => Status::Deny,
+        Decision::Escalate => Status::Escalate,
+    };
+    let (backend, degradation) = match &rec.enforcement {
+        Some(Enforcement::Sandboxed { backend }) => (Some(backend_name(*backend)), vec![]),
+        Some(Enforcement::Degraded { backend, reasons }) => (
+            Some(backend.map_or("none".to_string(), backend_name)),
+            reasons.clone(),
+        ),
+        Some(Enforcement::OptedOut) => (
+            Some("none".to_string()),
+            vec!["sandbox: false in the server's config".to_string()],
+        ),
+        None => (None, vec![]),
+    };
+    AuditRecord {
+        timestamp: rec.timestamp.clone(),
+        request_id: rec.request_id.clone(),
+        server_name: rec.server_name.clone(),
+        tool_name: rec.tool_name.clone(),
+        arguments: serde_json::Value::Object(rec.arguments.clone()),
+        policy_decision: PolicyDecisionRecord {
+            status,
+            rule: rec.policy_decision.rule.clone().unwrap_or_default(),
+            reason: rec.policy_decision.reason.clone(),
+        },
+        escalation_result: rec.escalation_result.as_ref().map(|e| match e {
+            ApprovalOutcome::Approved { .. } => EscalationResult::Approved,
+            ApprovalOutcome::Denied { .. } => EscalationResult::Denied,
+        }),
+        result: match &rec.result {
+            CallOutcome::Success => CallResult {
+                status: ResultStatus::Success,
+                error: None,
+            },
+            CallOutcome::Error { error } => CallResult {
+                status: ResultStatus::Error,
+                error: Some(error.clone()),
+            },
+            CallOutcome::Denied { reason } => CallResult {
+                status: ResultStatus::Denied,
+                error: Some(reason.clone()),
+            },
+        },
+        duration_ms: rec.duration_ms,
+        sandboxed: rec.sandboxed,
+        sandbox_backend: backend,
+        degradation,
+    }
+}
+
+fn backend_name(b: crate::config::Backend) -> String {
+    match b {
+        crate::config::Backend::Bwrap => "bwrap".into(),
+        crate::config::Backend::Srt => "srt".into(),
+    }
+}
