@@ -4,7 +4,6 @@
 use std::process::Command;
 
 #[test]
-#[ignore = "needs `palisade serve` with --audit-log wired (gateway + launcher + policy merged)"]
 fn demo_runs_end_to_end_and_cleans_up() {
     let before = demo_dirs();
     let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
