@@ -108,7 +108,6 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
     // 2. fresh /proc and /dev
     push(&["--proc", "/proc", "--dev", "/dev"]);
 
-    let mut a = a;
     // 3. base symlinks
     for l in &spec.links {
         a.push("--symlink".into());
