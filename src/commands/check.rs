@@ -1,8 +1,18 @@
 //! `palisade check`: what this machine can enforce, and what would happen to each server.
+//! Probes for real (a trivial sandbox is started), resolves each configured server without
+//! starting it, prints text for people or `--json` for machines on stdout.
 
+use std::fmt::Write as _;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Args;
+use serde::Serialize;
+
+use crate::config::{GatewayConfig, SandboxPolicy, SandboxSetting, ServerConfig};
+use crate::sandbox::capabilities::{self, Capabilities, Depth, Userns};
+use crate::sandbox::launch::{self, LaunchRequest};
+use crate::sandbox::resolve::Resolution;
 
 /// Probe the machine and report what it can enforce.
 #[derive(Debug, Args)]
@@ -15,6 +25,188 @@ pub struct CheckArgs {
     pub json: bool,
 }
 
-pub fn run(_args: CheckArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`palisade check` is not implemented yet")
+/// Exit code when a server configured as enforce would be refused.
+pub const EXIT_REFUSED: u8 = 3;
+
+#[derive(Debug, Serialize)]
+struct Report {
+    machine: Capabilities,
+    /// What a default server (enforce, bwrap, loopback only) would get.
+    default_server: Resolution,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    servers: Vec<ServerReport>,
+}
+
+#[derive(Debug, Serialize)]
+struct ServerReport {
+    name: String,
+    policy: SandboxPolicy,
+    resolution: Resolution,
+}
+
+pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let caps = capabilities::probe(Depth::Full);
+    let default_server = launch::resolution(&LaunchRequest::default(), &caps);
+    let mut servers = Vec::new();
+    if let Some(path) = &args.config {
+        let cfg = crate::config::load_file(path)
+            .with_context(|| format!("cannot check servers of {}", path.display()))?;
+        for (name, server) in &cfg.servers {
+            let req = request_for(name, server, &cfg);
+            servers.push(ServerReport {
+                name: name.clone(),
+                policy: req.policy,
+                resolution: launch::resolution(&req, &caps),
+            });
+        }
+    }
+    let refused = servers
+        .iter()
+        .any(|s| matches!(s.resolution, Resolution::Refused { .. }));
+    let report = Report {
+        machine: caps,
+        default_server,
+        servers,
+    };
+    let out = if args.json {
+        serde_json::to_string_pretty(&report)? + "\n"
+    } else {
+        text(&report, args.config.is_some())
+    };
+    print!("{out}");
+    Ok(if refused {
+        ExitCode::from(EXIT_REFUSED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The launch request a configured server would get, as far as resolution needs it.
+fn request_for(name: &str, server: &ServerConfig, cfg: &GatewayConfig) -> LaunchRequest {
+    let global_policy = cfg.settings.sandbox_policy.unwrap_or_default();
+    let global_backend = cfg.settings.backend.unwrap_or_default();
+    let (sandboxed, policy, backend, network) = match &server.sandbox {
+        SandboxSetting::Disabled => (false, global_policy, global_backend, Default::default()),
+        SandboxSetting::Enabled(sb) => (
+            true,
+            sb.policy.unwrap_or(global_policy),
+            sb.backend.unwrap_or(global_backend),
+            sb.network.clone(),
+        ),
+    };
+    LaunchRequest {
+        name: name.to_string(),
+        command: server.command.clone(),
+        args: server.args.clone(),
+        sandboxed,
+        policy,
+        backend,
+        network,
+        ..LaunchRequest::default()
+    }
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn text(r: &Report, with_config: bool) -> String {
+    let m = &r.machine;
+    let mut s = String::new();
+    let _ = writeln!(s, "Machine");
+    match &m.bwrap {
+        Some(b) => {
+            let _ = writeln!(
+                s,
+                "  bubblewrap:            {} ({}; --disable-userns: {})",
+                b.path.display(),
+                b.version.as_deref().unwrap_or("unknown version"),
+                yes(b.disable_userns)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "  bubblewrap:            missing{}",
+                m.bwrap_override_problem
+                    .as_deref()
+                    .map(|p| format!(" ({p})"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    let userns = match &m.userns {
+        Userns::Usable => "usable (a trial sandbox ran)".to_string(),
+        Userns::Unusable { error } => format!("UNUSABLE: {error}"),
+        Userns::NotProbed => "not probed".to_string(),
+    };
+    let opt = |v: Option<u64>| v.map_or("n/a".to_string(), |v| v.to_string());
+    let optb = |v: Option<bool>| v.map_or("n/a", yes);
+    let _ = writeln!(s, "  user namespaces:       {userns}");
+    let _ = writeln!(s, "  max_user_namespaces:   {}", opt(m.max_user_namespaces));
+    let _ = writeln!(
+        s,
+        "  AppArmor userns limit: {}",
+        optb(m.apparmor_restrict_userns)
+    );
+    let _ = writeln!(
+        s,
+        "  unprivileged userns:   {}",
+        optb(m.unprivileged_userns_clone)
+    );
+    let _ = writeln!(s, "  seccomp:               {}", yes(m.seccomp));
+    let path = |p: &Option<std::path::PathBuf>| {
+        p.as_ref()
+            .map_or("missing".to_string(), |p| p.display().to_string())
+    };
+    let _ = writeln!(s, "  socat:                 {}", path(&m.socat));
+    let _ = writeln!(s, "  srt:                   {}", path(&m.srt));
+    let _ = writeln!(s);
+    let _ = writeln!(s, "A default server (enforce, loopback-only network):");
+    describe(&mut s, &r.default_server);
+    if with_config {
+        let _ = writeln!(s);
+        let _ = writeln!(s, "Servers");
+        if r.servers.is_empty() {
+            let _ = writeln!(s, "  (none configured)");
+        }
+        for srv in &r.servers {
+            let _ = write!(s, "  {} ({:?}): ", srv.name, srv.policy);
+            describe(&mut s, &srv.resolution);
+        }
+    }
+    s
+}
+
+fn describe(s: &mut String, r: &Resolution) {
+    let (head, reasons) = match r {
+        Resolution::Sandboxed { plan } => (
+            format!(
+                "sandboxed (bubblewrap{})",
+                if plan.seccomp { ", seccomp" } else { "" }
+            ),
+            &[][..],
+        ),
+        Resolution::Degraded { plan, reasons } => (
+            if plan.bwrap {
+                "DEGRADED: runs in a weaker sandbox".to_string()
+            } else {
+                "DEGRADED: runs WITHOUT a sandbox".to_string()
+            },
+            reasons.as_slice(),
+        ),
+        Resolution::Refused { reasons } => {
+            ("REFUSED: will not start".to_string(), reasons.as_slice())
+        }
+        Resolution::OptedOut => ("not sandboxed (\"sandbox\": false)".to_string(), &[][..]),
+    };
+    let _ = writeln!(s, "{head}");
+    for reason in reasons {
+        let _ = writeln!(s, "      - {}", reason.problem);
+        let _ = writeln!(s, "        fix: {}", reason.fix);
+    }
 }

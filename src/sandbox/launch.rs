@@ -2,16 +2,26 @@
 //! call `prepare`, which resolves enforce/warn against the machine, builds the spec, renders
 //! it, and returns a command ready to spawn plus the record of what is enforced.
 //!
-//! STUB (skeleton commit): runs the command directly. The launcher issue replaces the body
-//! of `prepare`; the types below are the contract the gateway codes against.
+//! Order of work: validate the request (grants, cwd, command) without starting anything,
+//! resolve enforce/warn against the machine, then either render the bwrap sandbox or, in warn
+//! mode or for an opted-out server, build a direct command. Every command built here starts
+//! from an empty environment and inherits no descriptor but stdio (and the seccomp program,
+//! which bwrap reads and closes).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::config::{Backend, NetworkConfig, SandboxPolicy};
-use crate::sandbox::Access;
+use crate::sandbox::bwrap::{self, Mask, Render};
+use crate::sandbox::capabilities::{self, Capabilities, Depth};
+use crate::sandbox::closure::{self, Lookup};
+use crate::sandbox::resolve::{self, Needs, Plan, Resolution};
+use crate::sandbox::{base, seccomp, sys};
+use crate::sandbox::{Access, Mount, MountOrigin, NetworkSpec, ResourceLimits, SandboxSpec};
 
 /// A directory a server may operate in, with its access.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -40,6 +50,32 @@ pub struct LaunchRequest {
     pub policy: SandboxPolicy,
     pub backend: Backend,
     pub profile: Option<String>,
+    /// Permit read-write grants of `/` or a home directory (and read-only grants of `/`).
+    pub allow_broad: bool,
+    /// Resource limits for the process tree.
+    pub limits: ResourceLimits,
+}
+
+impl Default for LaunchRequest {
+    /// An empty request with the restrictive defaults; callers fill in name and command.
+    fn default() -> Self {
+        LaunchRequest {
+            name: String::new(),
+            command: String::new(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+            grants: Vec::new(),
+            deny_read: Vec::new(),
+            network: NetworkConfig::None,
+            sandboxed: true,
+            policy: SandboxPolicy::Enforce,
+            backend: Backend::Bwrap,
+            profile: None,
+            allow_broad: false,
+            limits: ResourceLimits::default(),
+        }
+    }
 }
 
 /// What is actually enforced for a launched process: logged, shown by `check`, audited.
@@ -71,9 +107,12 @@ pub enum LaunchError {
     /// enforce mode and the machine cannot contain the command.
     #[error("refusing to run `{name}` unsandboxed (sandbox policy is enforce): {}", reasons.join("; "))]
     Refused { name: String, reasons: Vec<String> },
-    /// Bad request: missing command, bad grant, ...
+    /// Bad request: missing command, bad grant, ... The message names the fix.
     #[error("{0}")]
     Invalid(String),
+    /// The command cannot be found or run.
+    #[error(transparent)]
+    Command(#[from] closure::ClosureError),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -82,29 +121,402 @@ pub enum LaunchError {
     },
 }
 
-/// A command ready to spawn. Keep it alive until the child is spawned: it may own file
-/// descriptors (e.g. the seccomp program) the child inherits.
+/// A command ready to spawn. Keep it alive until the child is spawned: it owns the
+/// descriptor of the seccomp program the child inherits.
 #[derive(Debug)]
 pub struct Prepared {
     pub command: tokio::process::Command,
     pub enforcement: Enforcement,
+    /// The full argument vector (program first), for logs, `check` and tests.
+    pub argv: Vec<OsString>,
+    /// Descriptors the child must inherit; closed when this is dropped.
+    held: Vec<OwnedFd>,
 }
 
-/// Resolves, builds and renders the sandbox for `req`.
+impl Prepared {
+    /// Gives up the command for `exec` (`palisade run`); the descriptors it needs stay open
+    /// in this process until the exec replaces it.
+    pub fn into_std(self) -> (std::process::Command, Enforcement, Vec<OwnedFd>) {
+        (self.command.into_std(), self.enforcement, self.held)
+    }
+}
+
+/// Resolves, builds and renders the sandbox for `req`, probing the machine fully first.
+/// Callers that launch many servers probe once and call `prepare_with`.
 pub fn prepare(req: &LaunchRequest) -> Result<Prepared, LaunchError> {
-    if req.command.is_empty() {
-        return Err(LaunchError::Invalid("no command given".into()));
+    prepare_with(req, &capabilities::probe(Depth::Full))
+}
+
+/// What `req` asks of the machine.
+pub fn needs(req: &LaunchRequest) -> Needs {
+    Needs {
+        sandboxed: req.sandboxed,
+        backend: req.backend,
+        egress: matches!(req.network, NetworkConfig::Allowlist(_)),
     }
-    let mut command = tokio::process::Command::new(&req.command);
-    command.args(&req.args).env_clear().envs(&req.env);
-    if let Some(cwd) = &req.cwd {
-        command.current_dir(cwd);
+}
+
+/// The enforce/warn decision for `req` on a machine with `caps`, without building anything.
+pub fn resolution(req: &LaunchRequest, caps: &Capabilities) -> Resolution {
+    resolve::resolve(caps, &needs(req), req.policy)
+}
+
+/// `prepare` with capabilities probed by the caller.
+pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared, LaunchError> {
+    if req.command.trim().is_empty() {
+        return Err(LaunchError::Invalid(
+            "no command given: put the command and its arguments after `--`".into(),
+        ));
     }
-    Ok(Prepared {
-        command,
-        enforcement: Enforcement::Degraded {
-            backend: None,
-            reasons: vec!["the native launcher is not built yet".into()],
+    let host = HostEnv::current();
+    let grants = validate_grants(req, host.home.as_deref())?;
+    let env = sandbox_env(req, &host)?;
+    let path_var = env.get("PATH").cloned().unwrap_or_default();
+    let lookup_cwd = match &req.cwd {
+        Some(c) => c.clone(),
+        None => std::env::current_dir().map_err(|e| io("cannot read the current directory", e))?,
+    };
+    let lookup = Lookup {
+        path_var: &path_var,
+        cwd: &lookup_cwd,
+        home: host.home.as_deref(),
+    };
+    let program = closure::resolve_program(&req.command, &lookup)?;
+
+    let plan = match resolution(req, caps) {
+        Resolution::Refused { reasons } => {
+            return Err(LaunchError::Refused {
+                name: req.name.clone(),
+                reasons: reasons.iter().map(ToString::to_string).collect(),
+            })
+        }
+        Resolution::OptedOut => {
+            return Ok(direct(req, &program, &host, Enforcement::OptedOut));
+        }
+        Resolution::Degraded { plan, reasons } if !plan.bwrap => {
+            let enforcement = Enforcement::Degraded {
+                backend: None,
+                reasons: reasons.iter().map(ToString::to_string).collect(),
+            };
+            return Ok(direct(req, &program, &host, enforcement));
+        }
+        Resolution::Degraded { plan, reasons } => (
+            plan,
+            Enforcement::Degraded {
+                backend: Some(Backend::Bwrap),
+                reasons: reasons.iter().map(ToString::to_string).collect(),
+            },
+        ),
+        Resolution::Sandboxed { plan } => (
+            plan,
+            Enforcement::Sandboxed {
+                backend: Backend::Bwrap,
+            },
+        ),
+    };
+    let (plan, enforcement) = plan;
+    let Some(bwrap_info) = &caps.bwrap else {
+        // resolve only plans bwrap when it was found; fail closed if that ever changes.
+        return Err(LaunchError::Refused {
+            name: req.name.clone(),
+            reasons: vec!["bubblewrap is not available".into()],
+        });
+    };
+    let spec = build_spec(req, &program, grants, env, &lookup, &plan)?;
+    sandboxed(&spec, &bwrap_info.path, req, enforcement)
+}
+
+/// What palisade takes from its own environment (and nothing else).
+struct HostEnv {
+    path: String,
+    home: Option<PathBuf>,
+    lang: Option<String>,
+}
+
+impl HostEnv {
+    fn current() -> Self {
+        HostEnv {
+            path: std::env::var("PATH")
+                .ok()
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| DEFAULT_PATH.to_string()),
+            home: std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .filter(|h| h.is_absolute() && h != Path::new("/")),
+            lang: std::env::var("LANG").ok().filter(|l| !l.is_empty()),
+        }
+    }
+}
+
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
+/// HOME inside the sandbox when palisade has none of its own.
+const FALLBACK_HOME: &str = "/home/sandbox";
+
+/// The sandbox's whole environment: PATH, HOME, TMPDIR, LANG, then the request's env.
+fn sandbox_env(
+    req: &LaunchRequest,
+    host: &HostEnv,
+) -> Result<BTreeMap<String, String>, LaunchError> {
+    let mut env = BTreeMap::new();
+    env.insert("PATH".to_string(), host.path.clone());
+    let home = host
+        .home
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(FALLBACK_HOME));
+    env.insert("HOME".to_string(), home.display().to_string());
+    env.insert("TMPDIR".to_string(), "/tmp".to_string());
+    env.insert(
+        "LANG".to_string(),
+        host.lang.clone().unwrap_or_else(|| "C.UTF-8".into()),
+    );
+    for (k, v) in &req.env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+            return Err(LaunchError::Invalid(format!(
+                "invalid environment variable name `{k}`: names are non-empty and have no `=`"
+            )));
+        }
+        env.insert(k.clone(), v.clone());
+    }
+    if !Path::new(&env["HOME"]).is_absolute() {
+        return Err(LaunchError::Invalid(format!(
+            "HOME={} is not an absolute path; give an absolute HOME or leave it unset",
+            env["HOME"]
+        )));
+    }
+    Ok(env)
+}
+
+/// A directory no one should get read-write (or `/` at all) by accident.
+fn is_broad_grant(path: &Path, home: Option<&Path>) -> bool {
+    path == Path::new("/")
+        || path == Path::new("/root")
+        || path == Path::new("/home")
+        || path.parent() == Some(Path::new("/home"))
+        || home.is_some_and(|h| std::fs::canonicalize(h).map_or_else(|_| h == path, |h| h == path))
+}
+
+/// Checks every grant before anything starts: it exists, is readable, is not broader than
+/// allowed, and is not granted twice with different access. Returns canonical mounts.
+fn validate_grants(req: &LaunchRequest, home: Option<&Path>) -> Result<Vec<Mount>, LaunchError> {
+    let mut mounts: Vec<Mount> = Vec::new();
+    for g in &req.grants {
+        let shown = g.path.display();
+        if !g.path.is_absolute() {
+            return Err(LaunchError::Invalid(format!(
+                "grant {shown} is not an absolute path; give the full path"
+            )));
+        }
+        let meta = std::fs::metadata(&g.path).map_err(|e| {
+            LaunchError::Invalid(match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    format!("grant {shown} does not exist; create it first or fix the path")
+                }
+                _ => format!("grant {shown} cannot be accessed ({e}); fix its permissions"),
+            })
+        })?;
+        let real = std::fs::canonicalize(&g.path)
+            .map_err(|e| io(&format!("cannot canonicalise grant {shown}"), e))?;
+        let mode = if meta.is_dir() {
+            nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::X_OK
+        } else {
+            nix::unistd::AccessFlags::R_OK
+        };
+        if nix::unistd::access(&real, mode).is_err() {
+            return Err(LaunchError::Invalid(format!(
+                "grant {shown} is not readable by palisade; fix its permissions"
+            )));
+        }
+        if g.access == Access::Rw
+            && nix::unistd::access(&real, nix::unistd::AccessFlags::W_OK).is_err()
+        {
+            return Err(LaunchError::Invalid(format!(
+                "grant {shown} is not writable by palisade; grant it read-only (--ro) or fix its permissions"
+            )));
+        }
+        if !req.allow_broad {
+            if real == Path::new("/") {
+                return Err(LaunchError::Invalid(
+                    "refusing to grant / (the whole filesystem, /etc/shadow and every home included); \
+                     grant the directories the command needs, or pass --allow-broad"
+                        .into(),
+                ));
+            }
+            if g.access == Access::Rw && is_broad_grant(&real, home) {
+                return Err(LaunchError::Invalid(format!(
+                    "refusing read-write grant of {} (a home directory); grant a narrower directory, or pass --allow-broad",
+                    real.display()
+                )));
+            }
+        }
+        if let Some(prev) = mounts.iter().find(|m| m.path == real) {
+            if prev.access != g.access {
+                return Err(LaunchError::Invalid(format!(
+                    "{} is granted both read-only and read-write; keep one of --ro/--rw",
+                    real.display()
+                )));
+            }
+            continue;
+        }
+        mounts.push(Mount {
+            path: real,
+            access: g.access,
+            origin: MountOrigin::Root,
+        });
+    }
+    Ok(mounts)
+}
+
+fn io(context: &str, source: std::io::Error) -> LaunchError {
+    LaunchError::Io {
+        context: context.to_string(),
+        source,
+    }
+}
+
+/// The spec for a sandboxed launch: base, runtime closure, grants, masks, cwd.
+fn build_spec(
+    req: &LaunchRequest,
+    program: &Path,
+    grants: Vec<Mount>,
+    env: BTreeMap<String, String>,
+    lookup: &Lookup<'_>,
+    plan: &Plan,
+) -> Result<SandboxSpec, LaunchError> {
+    let system = base::discover();
+    let home = PathBuf::from(&env["HOME"]);
+    let covered_by = |p: &Path, ms: &[Mount]| ms.iter().any(|m| p.starts_with(&m.path));
+    let runtime: Vec<Mount> = closure::closure(program, &req.args, lookup)
+        .into_iter()
+        .filter(|p| !covered_by(p, &grants))
+        .map(|path| Mount {
+            path,
+            access: Access::Ro,
+            origin: MountOrigin::Runtime,
+        })
+        .collect();
+    let cwd = match &req.cwd {
+        None => home.clone(),
+        Some(c) => {
+            let real = std::fs::canonicalize(c).map_err(|e| {
+                LaunchError::Invalid(format!(
+                    "working directory {} cannot be used ({e}); fix --cwd",
+                    c.display()
+                ))
+            })?;
+            let visible = covered_by(&real, &grants)
+                || covered_by(&real, &runtime)
+                || real.starts_with(&home)
+                || real.starts_with("/tmp");
+            if !visible {
+                return Err(LaunchError::Invalid(format!(
+                    "working directory {} is not inside any grant; add --ro {0} or --rw {0}, or choose a --cwd inside a grant",
+                    real.display()
+                )));
+            }
+            real
+        }
+    };
+    let mut mounts = system.mounts;
+    mounts.extend(runtime);
+    mounts.extend(grants);
+    let deny = req
+        .deny_read
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect();
+    Ok(SandboxSpec {
+        program: program.to_path_buf(),
+        args: req.args.clone(),
+        env,
+        cwd,
+        mounts,
+        links: system.links,
+        deny,
+        home,
+        network: if plan.host_network {
+            NetworkSpec::Host
+        } else {
+            NetworkSpec::None
         },
+        limits: req.limits,
+        share_pid: false,
+        seccomp: plan.seccomp,
     })
+}
+
+/// The bwrap command for `spec`.
+fn sandboxed(
+    spec: &SandboxSpec,
+    bwrap_path: &Path,
+    req: &LaunchRequest,
+    enforcement: Enforcement,
+) -> Result<Prepared, LaunchError> {
+    let mut held = Vec::new();
+    let mut render = Render {
+        seccomp_fd: None,
+        masks: spec
+            .deny
+            .iter()
+            .map(|p| {
+                if p.is_dir() {
+                    Mask::Dir(p.clone())
+                } else {
+                    Mask::File(p.clone())
+                }
+            })
+            .collect(),
+    };
+    if spec.seccomp {
+        let prog = seccomp::program().map_err(|e| LaunchError::Refused {
+            name: req.name.clone(),
+            reasons: vec![e.to_string()],
+        })?;
+        let fd = sys::memfd_with(c"palisade-seccomp", &seccomp::to_bytes(&prog))
+            .map_err(|e| io("cannot create the seccomp program's memfd", e))?;
+        render.seccomp_fd = Some(sys::raw(&fd));
+        held.push(fd);
+    }
+    let args = bwrap::render(spec, &render);
+    let mut cmd = std::process::Command::new(bwrap_path);
+    cmd.args(&args).env_clear().envs(&spec.env);
+    sys::install_child_setup(&mut cmd, render.seccomp_fd, spec.limits);
+    let mut argv = vec![bwrap_path.as_os_str().to_os_string()];
+    argv.extend(args);
+    Ok(Prepared {
+        command: tokio::process::Command::from(cmd),
+        enforcement,
+        argv,
+        held,
+    })
+}
+
+/// A command run without a sandbox (warn mode or opted out): still a clean environment and
+/// no inherited descriptors.
+fn direct(
+    req: &LaunchRequest,
+    program: &Path,
+    host: &HostEnv,
+    enforcement: Enforcement,
+) -> Prepared {
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(&req.args).env_clear().env("PATH", &host.path);
+    if let Some(h) = &host.home {
+        cmd.env("HOME", h);
+    }
+    if let Some(l) = &host.lang {
+        cmd.env("LANG", l);
+    }
+    cmd.envs(&req.env);
+    if let Some(c) = &req.cwd {
+        cmd.current_dir(c);
+    }
+    sys::install_child_setup(&mut cmd, None, req.limits);
+    let mut argv = vec![program.as_os_str().to_os_string()];
+    argv.extend(req.args.iter().map(OsString::from));
+    Prepared {
+        command: tokio::process::Command::from(cmd),
+        enforcement,
+        argv,
+        held: Vec::new(),
+    }
 }

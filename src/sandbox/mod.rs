@@ -1,9 +1,18 @@
 //! Where a server may operate, made real: `spec` (what the sandbox contains; plain data),
-//! `bwrap` (a spec rendered as a bubblewrap argv; pure), `capabilities` (what this machine
-//! can enforce; probes), `resolve` (enforce/warn decision per server; pure), `launch` (the
-//! only part that starts processes).
+//! `base` (the curated system base; reads the host root), `closure` (what a command needs to
+//! start; reads the filesystem), `bwrap` (a spec rendered as a bubblewrap argv; pure),
+//! `seccomp` (the syscall filter; pure), `capabilities` (what this machine can enforce;
+//! probes), `resolve` (enforce/warn decision per server; pure), `launch` (the only part that
+//! builds processes) and `sys` (its raw system calls).
 
+pub mod base;
+pub mod bwrap;
+pub mod capabilities;
+pub mod closure;
 pub mod launch;
+pub mod resolve;
+pub mod seccomp;
 pub mod spec;
+mod sys;
 
 pub use spec::*;

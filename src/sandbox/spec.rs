@@ -41,6 +41,15 @@ pub struct Mount {
     pub origin: MountOrigin,
 }
 
+/// A symlink created inside the sandbox (`/bin -> usr/bin` on merged-/usr systems).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Symlink {
+    /// Where the link appears inside the sandbox.
+    pub path: PathBuf,
+    /// What it points to (as written in the link, usually relative).
+    pub target: PathBuf,
+}
+
 /// Network isolation for one server.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "kind")]
@@ -98,12 +107,17 @@ pub struct SandboxSpec {
     pub cwd: PathBuf,
     /// Bind mounts, in the order given; the renderer sorts them (see `bwrap`).
     pub mounts: Vec<Mount>,
+    /// Symlinks of the system base (`/bin`, `/lib*`, `/sbin` when the host has them as links).
+    pub links: Vec<Symlink>,
     /// Paths made unreadable even when below a mount (srt's `denyRead`).
     pub deny: Vec<PathBuf>,
-    /// Private HOME (a tmpfs inside the sandbox).
+    /// Private HOME (a tmpfs inside the sandbox, unless a mount already covers it).
     pub home: PathBuf,
     pub network: NetworkSpec,
     pub limits: ResourceLimits,
     /// Keep the PID namespace shared with the host (a profile relaxation for Chromium).
     pub share_pid: bool,
+    /// Apply palisade's seccomp filter (see `sandbox::seccomp`); only a machine without
+    /// seccomp support turns this off, and `resolve` reports that as a degradation.
+    pub seccomp: bool,
 }

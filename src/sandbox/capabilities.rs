@@ -1,0 +1,212 @@
+//! What this machine can enforce, probed for real each time it is asked (no cache: a
+//! package installed or a sysctl changed between two runs shows at once). `Depth::Quick` reads
+//! files and runs `bwrap --version` (about a millisecond: `palisade run` uses it on every
+//! start); `Depth::Full` also starts a trivial sandbox, which is the only proof that user
+//! namespaces really work (`palisade check` and the gateway use it, once).
+//!
+//! Probes only; the decision what to do about a gap is `resolve`'s.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::Serialize;
+
+/// Environment variable naming the bubblewrap binary to use instead of searching PATH. A
+/// test and operations knob: pointing it at a missing file makes bubblewrap unavailable.
+pub const BWRAP_ENV: &str = "PALISADE_BWRAP";
+
+/// How much to probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// Files and `bwrap --version` only.
+    Quick,
+    /// Also run a trivial sandbox.
+    Full,
+}
+
+/// The bubblewrap found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BwrapInfo {
+    pub path: PathBuf,
+    /// `0.8.0` for `bubblewrap 0.8.0`; `None` when `--version` said something else.
+    pub version: Option<String>,
+    /// bwrap 0.8 added `--disable-userns`, which palisade always uses.
+    pub disable_userns: bool,
+}
+
+/// Whether a sandbox could actually be created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "status")]
+pub enum Userns {
+    /// A trivial sandbox ran.
+    Usable,
+    /// It failed; `error` is what bwrap said.
+    Unusable { error: String },
+    /// Not tried (`Depth::Quick`); the static signals below still apply.
+    NotProbed,
+}
+
+/// Everything palisade knows about the machine's sandboxing abilities.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Capabilities {
+    pub bwrap: Option<BwrapInfo>,
+    /// Set when `PALISADE_BWRAP` names something unusable (reported, never silently ignored).
+    pub bwrap_override_problem: Option<String>,
+    pub userns: Userns,
+    /// `/proc/sys/user/max_user_namespaces`.
+    pub max_user_namespaces: Option<u64>,
+    /// Debian's `kernel.unprivileged_userns_clone` (absent on most kernels).
+    pub unprivileged_userns_clone: Option<bool>,
+    /// Ubuntu's `kernel.apparmor_restrict_unprivileged_userns` (absent elsewhere).
+    pub apparmor_restrict_userns: Option<bool>,
+    /// True when running as root (the unprivileged-userns restrictions do not apply).
+    pub root: bool,
+    /// The kernel supports seccomp filters.
+    pub seccomp: bool,
+    pub socat: Option<PathBuf>,
+    pub srt: Option<PathBuf>,
+}
+
+/// Probes the machine.
+pub fn probe(depth: Depth) -> Capabilities {
+    let (bwrap, bwrap_override_problem) = find_bwrap();
+    let userns = match (&bwrap, depth) {
+        (Some(b), Depth::Full) => trial_sandbox(b),
+        _ => Userns::NotProbed,
+    };
+    Capabilities {
+        bwrap,
+        bwrap_override_problem,
+        userns,
+        max_user_namespaces: read_sysctl("/proc/sys/user/max_user_namespaces"),
+        unprivileged_userns_clone: read_sysctl("/proc/sys/kernel/unprivileged_userns_clone")
+            .map(|v| v != 0),
+        apparmor_restrict_userns: read_sysctl(
+            "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+        )
+        .map(|v| v != 0),
+        root: nix::unistd::geteuid().is_root(),
+        seccomp: seccomp_supported(),
+        socat: which::which("socat").ok(),
+        srt: which::which("srt").ok(),
+    }
+}
+
+fn read_sysctl(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// `Seccomp:` appears in `/proc/self/status` only on kernels built with seccomp.
+fn seccomp_supported() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Seccomp:")))
+        .unwrap_or(false)
+}
+
+fn find_bwrap() -> (Option<BwrapInfo>, Option<String>) {
+    let (path, overridden) = match std::env::var_os(BWRAP_ENV) {
+        Some(p) if !p.is_empty() => (PathBuf::from(p), true),
+        _ => match which::which("bwrap") {
+            Ok(p) => (p, false),
+            Err(_) => return (None, None),
+        },
+    };
+    match bwrap_version(&path) {
+        Ok(version) => {
+            let disable_userns = version
+                .as_deref()
+                .and_then(parse_version)
+                .is_some_and(|v| v >= (0, 8, 0));
+            (
+                Some(BwrapInfo {
+                    path,
+                    version,
+                    disable_userns,
+                }),
+                None,
+            )
+        }
+        Err(e) if overridden => (
+            None,
+            Some(format!("{BWRAP_ENV}={} cannot be run: {e}", path.display())),
+        ),
+        Err(_) => (None, None),
+    }
+}
+
+/// Runs `bwrap --version`; `Ok(None)` when it ran but said something unexpected.
+fn bwrap_version(path: &Path) -> std::io::Result<Option<String>> {
+    let out = Command::new(path)
+        .arg("--version")
+        .env_clear()
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text
+        .trim()
+        .strip_prefix("bubblewrap ")
+        .map(|v| v.trim().to_string()))
+}
+
+/// `"0.8.0"` -> `(0, 8, 0)`.
+pub fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
+    let mut it = v.split('.').map(|p| p.parse::<u32>());
+    let major = it.next()?.ok()?;
+    let minor = it.next().unwrap_or(Ok(0)).ok()?;
+    let patch = it.next().unwrap_or(Ok(0)).ok()?;
+    Some((major, minor, patch))
+}
+
+/// Starts the smallest sandbox with the namespaces palisade uses and runs `true` in it.
+fn trial_sandbox(b: &BwrapInfo) -> Userns {
+    let mut cmd = Command::new(&b.path);
+    cmd.args(["--unshare-all", "--unshare-user"]);
+    if b.disable_userns {
+        cmd.arg("--disable-userns");
+    }
+    cmd.args([
+        "--die-with-parent",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--",
+        "true",
+    ])
+    .env_clear()
+    .env("PATH", "/usr/bin:/bin")
+    .stdin(Stdio::null())
+    .stdout(Stdio::null());
+    match cmd.output() {
+        Ok(out) if out.status.success() => Userns::Usable,
+        Ok(out) => Userns::Unusable {
+            error: String::from_utf8_lossy(&out.stderr)
+                .trim()
+                .chars()
+                .take(500)
+                .collect(),
+        },
+        Err(e) => Userns::Unusable {
+            error: e.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse_and_compare() {
+        assert_eq!(parse_version("0.8.0"), Some((0, 8, 0)));
+        assert_eq!(parse_version("0.11"), Some((0, 11, 0)));
+        assert!(parse_version("0.11").unwrap() > (0, 8, 0));
+        assert_eq!(parse_version("x"), None);
+    }
+}

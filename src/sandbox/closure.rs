@@ -1,0 +1,348 @@
+//! The runtime closure of a command: the directories it needs to even start, granted
+//! read-only (`MountOrigin::Runtime`) so that reads can stay closed by default.
+//!
+//! Found by following what the kernel and the interpreters will follow: the command resolved
+//! with `which` against the sandbox's PATH, every hop of its symlink chain, its shebang
+//! interpreter (`#!/usr/bin/env node` resolved against the same PATH), a script given to an
+//! interpreter as its first argument, and for each file the install directory it belongs to:
+//! the project holding `node_modules`, a Python venv (`pyvenv.cfg`, plus the base
+//! installation its `home` names), or a `PREFIX/bin` whose `PREFIX/lib` holds its libraries.
+//! Anything under the system base (`/usr`, ...) needs nothing more.
+//!
+//! Reads the filesystem (metadata, link targets, first line of scripts, `pyvenv.cfg`), never
+//! writes. Never returns `/`, a top-level directory or a home directory: a closure that would
+//! be that broad falls back to the narrower directory or the file itself.
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Why the command cannot be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum ClosureError {
+    #[error("command `{command}` not found in PATH ({path}); give its absolute path or add its directory to PATH")]
+    NotFound { command: String, path: String },
+    #[error("command `{0}` is not an executable file")]
+    NotExecutable(PathBuf),
+}
+
+/// Where to look things up: the sandbox's PATH, the working directory, the user's home (the
+/// closure never grants it whole).
+#[derive(Debug, Clone)]
+pub struct Lookup<'a> {
+    pub path_var: &'a str,
+    pub cwd: &'a Path,
+    pub home: Option<&'a Path>,
+}
+
+/// Prefixes the system base already shows read-only.
+const BASE_PREFIXES: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
+
+/// Interpreters whose first non-option argument is a script to run.
+const INTERPRETERS: &[&str] = &[
+    "node", "nodejs", "deno", "bun", "python", "python3", "ruby", "perl", "bash", "sh", "dash",
+];
+
+/// Resolves `command` the way the sandbox's shell would: a name with a `/` is relative to
+/// `cwd`, a bare name is searched in `path_var`. The result is absolute but not
+/// canonicalised: a venv's `bin/python` must keep its path to find its `pyvenv.cfg`.
+pub fn resolve_program(command: &str, lk: &Lookup<'_>) -> Result<PathBuf, ClosureError> {
+    let found = which::which_in(command, Some(lk.path_var), lk.cwd).map_err(|_| {
+        ClosureError::NotFound {
+            command: command.to_string(),
+            path: lk.path_var.to_string(),
+        }
+    })?;
+    let abs = if found.is_absolute() {
+        found
+    } else {
+        lk.cwd.join(found)
+    };
+    if !abs.is_file() {
+        return Err(ClosureError::NotExecutable(abs));
+    }
+    Ok(crate::roots::canon::lexical_normalize(&abs))
+}
+
+/// The read-only directories (or files) `program args...` needs, sorted and deduplicated.
+pub fn closure(program: &Path, args: &[String], lk: &Lookup<'_>) -> Vec<PathBuf> {
+    let mut out = BTreeSet::new();
+    let mut queue = vec![program.to_path_buf()];
+    if let Some(script) = script_argument(program, args, lk.cwd) {
+        queue.push(script);
+    }
+    let mut seen = BTreeSet::new();
+    while let Some(file) = queue.pop() {
+        if !seen.insert(file.clone()) || seen.len() > 64 {
+            continue;
+        }
+        for hop in symlink_chain(&file) {
+            add_install_dir(&hop, lk, &mut out);
+        }
+        let Ok(real) = std::fs::canonicalize(&file) else {
+            continue;
+        };
+        if let Some(interp) = shebang_interpreter(&real, lk) {
+            queue.push(interp);
+        }
+    }
+    // Drop entries already inside another entry.
+    let all: Vec<PathBuf> = out.into_iter().collect();
+    all.iter()
+        .filter(|p| !all.iter().any(|q| q != *p && p.starts_with(q)))
+        .cloned()
+        .collect()
+}
+
+/// `path` and every path its symlinks lead through, in order (at most 40 hops, as the
+/// kernel allows).
+fn symlink_chain(path: &Path) -> Vec<PathBuf> {
+    let mut chain = vec![path.to_path_buf()];
+    let mut cur = path.to_path_buf();
+    for _ in 0..40 {
+        // Resolve the directories above the link first, so a relative target is joined to
+        // the link's real parent.
+        let parent = cur
+            .parent()
+            .and_then(|p| std::fs::canonicalize(p).ok())
+            .unwrap_or_else(|| PathBuf::from("/"));
+        let Ok(target) = std::fs::read_link(&cur) else {
+            break;
+        };
+        let Some(name) = cur.file_name() else { break };
+        if parent.join(name) != cur {
+            chain.push(parent.join(name));
+        }
+        cur = crate::roots::canon::lexical_normalize(&parent.join(target));
+        chain.push(cur.clone());
+    }
+    if let Ok(real) = std::fs::canonicalize(path) {
+        chain.push(real);
+    }
+    chain.dedup();
+    chain
+}
+
+fn in_base(p: &Path) -> bool {
+    BASE_PREFIXES.iter().any(|b| p.starts_with(b))
+}
+
+/// `/`, a top-level directory (`/root`, `/home`, `/opt`) or a home directory.
+pub fn is_broad(p: &Path, home: Option<&Path>) -> bool {
+    p.components().count() <= 2
+        || home.is_some_and(|h| h == p)
+        || p.parent() == Some(Path::new("/home"))
+}
+
+/// Adds the install directory `file` belongs to.
+fn add_install_dir(file: &Path, lk: &Lookup<'_>, out: &mut BTreeSet<PathBuf>) {
+    if in_base(file) || !file.exists() {
+        return;
+    }
+    let narrow = |dir: Option<PathBuf>, fallback: &Path| match dir {
+        Some(d) if !is_broad(&d, lk.home) => d,
+        _ => fallback.to_path_buf(),
+    };
+    // A Python venv: the venv, plus the installation it was made from.
+    if let Some(venv) = file
+        .ancestors()
+        .skip(1)
+        .find(|a| a.join("pyvenv.cfg").is_file())
+    {
+        out.insert(narrow(Some(venv.to_path_buf()), file));
+        if let Some(home) = venv_home(&venv.join("pyvenv.cfg")) {
+            if let Some(prefix) = prefix_of_bin_dir(&home) {
+                if !in_base(&prefix) {
+                    out.insert(narrow(Some(prefix), &home));
+                }
+            }
+        }
+        return;
+    }
+    // A node project: everything up to the outermost node_modules (hoisted dependencies
+    // live there); if that is too broad, the node_modules directory itself.
+    let comps: Vec<_> = file.components().collect();
+    if let Some(i) = comps
+        .iter()
+        .position(|c| c.as_os_str() == OsStr::new("node_modules"))
+    {
+        let project: PathBuf = comps[..i].iter().collect();
+        let modules: PathBuf = comps[..=i].iter().collect();
+        let dir = if is_broad(&project, lk.home) {
+            modules
+        } else {
+            project
+        };
+        out.insert(narrow(Some(dir), file));
+        return;
+    }
+    // PREFIX/bin/tool with PREFIX/lib: the whole prefix (pyenv, nvm, /opt/foo).
+    if let Some(prefix) = file.parent().and_then(prefix_of_bin_dir) {
+        out.insert(narrow(Some(prefix), file));
+        return;
+    }
+    // A lone script whose package we cannot tell: its directory if it has a package.json,
+    // else just the file.
+    let dir = file
+        .parent()
+        .filter(|d| d.join("package.json").is_file())
+        .map(Path::to_path_buf);
+    out.insert(narrow(dir, file));
+}
+
+/// `PREFIX` for a `PREFIX/bin` or `PREFIX/sbin` directory that has a `PREFIX/lib`.
+fn prefix_of_bin_dir(dir: &Path) -> Option<PathBuf> {
+    let name = dir.file_name()?;
+    if name != "bin" && name != "sbin" {
+        return None;
+    }
+    let prefix = dir.parent()?;
+    (prefix.join("lib").is_dir() || prefix.join("libexec").is_dir()).then(|| prefix.to_path_buf())
+}
+
+/// The `home = ...` line of a `pyvenv.cfg`.
+fn venv_home(cfg: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(cfg).ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        (k.trim() == "home").then(|| PathBuf::from(v.trim()))
+    })
+}
+
+/// The interpreter a `#!` line names, resolved (`env NAME` through the sandbox PATH).
+fn shebang_interpreter(script: &Path, lk: &Lookup<'_>) -> Option<PathBuf> {
+    let mut buf = [0u8; 256];
+    let n = std::fs::File::open(script).ok()?.read(&mut buf).ok()?;
+    let head = buf.get(..n)?;
+    let line = head.strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+    let line = std::str::from_utf8(line).ok()?;
+    let mut words = line.split_whitespace();
+    let interp = PathBuf::from(words.next()?);
+    if interp.file_name() == Some(OsStr::new("env")) {
+        let name = words.find(|w| !w.starts_with('-') && !w.contains('='))?;
+        return resolve_program(name, lk).ok();
+    }
+    Some(interp)
+}
+
+/// The script an interpreter is asked to run: its first argument, when it is not an option
+/// and names an existing file.
+fn script_argument(program: &Path, args: &[String], cwd: &Path) -> Option<PathBuf> {
+    let name = std::fs::canonicalize(program)
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))?;
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    let called = program.file_name()?.to_string_lossy();
+    let called = called.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    if !INTERPRETERS.contains(&base) && !INTERPRETERS.contains(&called) {
+        return None;
+    }
+    let first = args.first().filter(|a| !a.starts_with('-'))?;
+    let p = cwd.join(first);
+    p.is_file()
+        .then(|| crate::roots::canon::lexical_normalize(&p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+
+    fn exe(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    fn lk<'a>(path_var: &'a str, cwd: &'a Path) -> Lookup<'a> {
+        Lookup {
+            path_var,
+            cwd,
+            home: None,
+        }
+    }
+
+    #[test]
+    fn node_bin_link_grants_the_project_holding_node_modules() {
+        let d = tempfile::tempdir().unwrap();
+        let proj = d.path().join("proj");
+        let entry = proj.join("node_modules/@x/server/dist/index.js");
+        exe(&entry, "#!/usr/bin/env node\n");
+        std::fs::create_dir_all(proj.join("node_modules/.bin")).unwrap();
+        symlink(
+            "../@x/server/dist/index.js",
+            proj.join("node_modules/.bin/server"),
+        )
+        .unwrap();
+        let bin = proj.join("node_modules/.bin");
+        let path_var = format!("{}:/usr/bin", bin.display());
+        let l = lk(&path_var, d.path());
+        let prog = resolve_program("server", &l).unwrap();
+        assert_eq!(prog, bin.join("server"));
+        let c = closure(&prog, &[], &l);
+        assert_eq!(c, vec![std::fs::canonicalize(&proj).unwrap()]);
+    }
+
+    #[test]
+    fn venv_grants_the_venv_and_its_base_installation() {
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().join("pyenv/versions/3.11.7");
+        exe(&base.join("bin/python3.11"), "\x7fELF");
+        std::fs::create_dir_all(base.join("lib/python3.11")).unwrap();
+        let venv = d.path().join("proj/venv");
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::fs::write(
+            venv.join("pyvenv.cfg"),
+            format!("home = {}\n", base.join("bin").display()),
+        )
+        .unwrap();
+        symlink(base.join("bin/python3.11"), venv.join("bin/python")).unwrap();
+        exe(
+            &venv.join("bin/mcp-server-git"),
+            &format!("#!{}\nimport x\n", venv.join("bin/python").display()),
+        );
+        let c = closure(
+            &venv.join("bin/mcp-server-git"),
+            &[],
+            &lk("/usr/bin", d.path()),
+        );
+        let mut want = vec![base, venv];
+        want.sort();
+        assert_eq!(c, want);
+    }
+
+    #[test]
+    fn interpreter_script_argument_is_included_but_other_arguments_are_not() {
+        let d = tempfile::tempdir().unwrap();
+        let script = d.path().join("tools/srv/server.js");
+        exe(&script, "console.log(1)");
+        std::fs::write(d.path().join("tools/srv/package.json"), "{}").unwrap();
+        let secret = d.path().join("secret.txt");
+        std::fs::write(&secret, "s").unwrap();
+        let node = which::which("node").unwrap_or_else(|_| PathBuf::from("/usr/bin/node"));
+        let args = vec![script.display().to_string(), secret.display().to_string()];
+        let c = closure(&node, &args, &lk("/usr/bin", d.path()));
+        assert_eq!(c, vec![d.path().join("tools/srv")]);
+    }
+
+    #[test]
+    fn never_broader_than_the_file_when_the_package_is_a_home_or_top_level_dir() {
+        let home = Path::new("/home/alice");
+        assert!(is_broad(home, None));
+        assert!(is_broad(Path::new("/root"), None));
+        assert!(is_broad(Path::new("/"), None));
+        assert!(is_broad(Path::new("/srv/me"), Some(Path::new("/srv/me"))));
+        assert!(!is_broad(Path::new("/home/alice/proj"), Some(home)));
+    }
+
+    #[test]
+    fn unknown_command_names_the_path_searched() {
+        let d = tempfile::tempdir().unwrap();
+        let e = resolve_program("no-such-cmd-xyz", &lk("/usr/bin", d.path())).unwrap_err();
+        assert!(e.to_string().contains("/usr/bin"), "{e}");
+    }
+}

@@ -1,0 +1,253 @@
+//! The seccomp filter every sandboxed command runs under, compiled to classic BPF with
+//! `seccompiler` and handed to bubblewrap (`--seccomp FD`), which installs it right before it
+//! executes the command (bwrap's own setup is not filtered).
+//!
+//! Default allow, and a short deny list of kernel surfaces an MCP server never needs and
+//! sandbox escapes keep using. Each refused call fails with EPERM (programs such as libuv
+//! fall back cleanly when io_uring is refused). Pure: builds bytes, never installs a filter.
+//!
+//! Refused:
+//! - `socket(AF_VSOCK, ...)`: talks to the hypervisor/host outside every namespace.
+//! - `io_uring_setup/enter/register`: a large kernel attack surface that also bypasses
+//!   filters on the syscalls it performs.
+//! - `add_key`, `keyctl`, `request_key`: the kernel keyring is not namespaced.
+//! - `ioctl(fd, TIOCSTI)` and `ioctl(fd, TIOCLINUX)`: typing into the terminal outside.
+//! - `unshare`/`clone` with `CLONE_NEWUSER` and `clone3` (ENOSYS, so libc falls back to
+//!   `clone`, whose flags can be inspected): nested user namespaces, a second line behind
+//!   bwrap's `--disable-userns`.
+//! - `userfaultfd`, `perf_event_open`, `bpf`, `kexec_load`, `kexec_file_load`,
+//!   `init_module`, `finit_module`, `delete_module`: exploit primitives and kernel changes.
+//!
+//! On x86_64 the x32 ABI numbers of the same calls are refused too (the x32 ABI reaches the
+//! same kernel code through syscall numbers with bit 30 set); other architectures' ABIs are
+//! killed by the architecture check seccompiler puts in front of every filter.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+/// Why no filter could be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    #[error("seccomp filters are not built for the {0} architecture (x86_64 and aarch64 are)")]
+    UnsupportedArch(String),
+    #[error("cannot compile the seccomp filter: {0}")]
+    Compile(#[from] seccompiler::BackendError),
+}
+
+const AF_VSOCK: u64 = 40;
+const TIOCSTI: u64 = 0x5412;
+const TIOCLINUX: u64 = 0x541C;
+const CLONE_NEWUSER: u64 = 0x1000_0000;
+const X32_BIT: i64 = 0x4000_0000;
+const X32_IOCTL: i64 = 514;
+
+/// Syscall numbers of one architecture.
+struct Nr {
+    socket: i64,
+    ioctl: i64,
+    unshare: i64,
+    clone: i64,
+    clone3: i64,
+    /// Refused whatever their arguments.
+    always: &'static [i64],
+}
+
+// Numbers from the kernel's syscall tables (arch/x86/entry/syscalls/syscall_64.tbl and
+// include/uapi/asm-generic/unistd.h); seccompiler's own tables are not public.
+const X86_64: Nr = Nr {
+    socket: 41,
+    ioctl: 16,
+    unshare: 272,
+    clone: 56,
+    clone3: 435,
+    // io_uring_setup, io_uring_enter, io_uring_register, add_key, request_key, keyctl,
+    // userfaultfd, perf_event_open, bpf, kexec_load, kexec_file_load, init_module,
+    // finit_module, delete_module
+    always: &[
+        425, 426, 427, 248, 249, 250, 323, 298, 321, 246, 320, 175, 313, 176,
+    ],
+};
+
+const AARCH64: Nr = Nr {
+    socket: 198,
+    ioctl: 29,
+    unshare: 97,
+    clone: 220,
+    clone3: 435,
+    always: &[
+        425, 426, 427, 217, 218, 219, 282, 241, 280, 104, 294, 105, 273, 106,
+    ],
+};
+
+fn cond(arg: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, value: u64) -> SeccompCondition {
+    // Arguments 0..=5 and these operators are always valid; `new` only rejects arg > 5.
+    SeccompCondition::new(arg, len, op, value).unwrap_or_else(|_| unreachable!())
+}
+
+fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, SeccompError> {
+    Ok(SeccompRule::new(conds)?)
+}
+
+/// Builds the rules refused with EPERM for one ABI (`bias` is 0, or the x32 bit).
+fn eperm_rules(nr: &Nr, bias: i64) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
+    use SeccompCmpArgLen::{Dword, Qword};
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for &n in nr.always {
+        rules.insert(n | bias, vec![]);
+    }
+    rules.insert(
+        nr.socket | bias,
+        vec![rule(vec![cond(0, Dword, SeccompCmpOp::Eq, AF_VSOCK)])?],
+    );
+    // x32 has its own number for ioctl (514), the 64-bit one is not reachable with bit 30.
+    let ioctl = if bias == X32_BIT { X32_IOCTL } else { nr.ioctl };
+    rules.insert(
+        ioctl | bias,
+        vec![
+            rule(vec![cond(1, Dword, SeccompCmpOp::Eq, TIOCSTI)])?,
+            rule(vec![cond(1, Dword, SeccompCmpOp::Eq, TIOCLINUX)])?,
+        ],
+    );
+    let newuser = SeccompCmpOp::MaskedEq(CLONE_NEWUSER);
+    rules.insert(
+        nr.unshare | bias,
+        vec![rule(vec![cond(0, Qword, newuser.clone(), CLONE_NEWUSER)])?],
+    );
+    rules.insert(
+        nr.clone | bias,
+        vec![rule(vec![cond(0, Qword, newuser, CLONE_NEWUSER)])?],
+    );
+    Ok(rules)
+}
+
+/// Compiles the filter for the running architecture.
+pub fn program() -> Result<BpfProgram, SeccompError> {
+    program_for(std::env::consts::ARCH)
+}
+
+/// Compiles the filter for `arch` (`x86_64` or `aarch64`).
+pub fn program_for(arch: &str) -> Result<BpfProgram, SeccompError> {
+    let (nr, target, abis): (&Nr, TargetArch, &[i64]) = match arch {
+        "x86_64" => (&X86_64, TargetArch::x86_64, &[0, X32_BIT]),
+        "aarch64" => (&AARCH64, TargetArch::aarch64, &[0]),
+        other => return Err(SeccompError::UnsupportedArch(other.to_string())),
+    };
+    let mut rules = BTreeMap::new();
+    for &bias in abis {
+        rules.extend(eperm_rules(nr, bias)?);
+    }
+    // clone3 passes its flags in a struct the filter cannot read: refuse it as "not
+    // implemented" so libc falls back to clone(2), which the rule above inspects.
+    let eperm = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        target,
+    )?;
+    let mut prog: BpfProgram = eperm.try_into()?;
+    // Splice a clone3 -> ENOSYS check in front of the EPERM rules: after the architecture
+    // check (which seccompiler emits first), load the number and test it.
+    splice_enosys(
+        &mut prog,
+        &abis.iter().map(|b| nr.clone3 | b).collect::<Vec<_>>(),
+    );
+    Ok(prog)
+}
+
+/// Inserts, right after seccompiler's architecture check, instructions that return ENOSYS
+/// for each syscall number in `nrs`. The architecture check is the first 3 instructions
+/// (load arch, compare, kill), followed by the syscall-number load of the rule chains.
+fn splice_enosys(prog: &mut BpfProgram, nrs: &[i64]) {
+    use seccompiler::sock_filter;
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JEQ_K: u16 = 0x15;
+    const BPF_RET_K: u16 = 0x06;
+    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+    let mut ins = vec![sock_filter {
+        code: BPF_LD_W_ABS,
+        jt: 0,
+        jf: 0,
+        k: 0, // seccomp_data.nr
+    }];
+    for &n in nrs {
+        ins.push(sock_filter {
+            code: BPF_JMP_JEQ_K,
+            jt: 0,
+            jf: 1,
+            k: n as u32,
+        });
+        ins.push(sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        });
+    }
+    let at = ARCH_CHECK_LEN.min(prog.len());
+    prog.splice(at..at, ins);
+}
+
+/// Length of seccompiler 0.5's architecture validation prelude (checked by a test).
+const ARCH_CHECK_LEN: usize = 3;
+
+/// The program as the bytes bwrap reads from `--seccomp FD` (an array of `sock_filter` in
+/// native byte order).
+pub fn to_bytes(prog: &BpfProgram) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prog.len() * 8);
+    for f in prog {
+        out.extend_from_slice(&f.code.to_ne_bytes());
+        out.push(f.jt);
+        out.push(f.jf);
+        out.extend_from_slice(&f.k.to_ne_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_for_x86_64_and_aarch64_and_refuses_others() {
+        assert!(program_for("x86_64").unwrap().len() > 20);
+        assert!(program_for("aarch64").unwrap().len() > 20);
+        assert!(matches!(
+            program_for("mips"),
+            Err(SeccompError::UnsupportedArch(_))
+        ));
+    }
+
+    #[test]
+    fn the_prelude_is_where_the_clone3_check_is_spliced() {
+        // seccompiler's prelude: load arch, jump if equal, kill. If a new version changes it,
+        // the splice position must change too.
+        let plain: BpfProgram = SeccompFilter::new(
+            BTreeMap::new(),
+            SeccompAction::Allow,
+            SeccompAction::Errno(1),
+            TargetArch::x86_64,
+        )
+        .unwrap()
+        .try_into()
+        .unwrap();
+        assert_eq!(plain[0].code, 0x20); // ld arch
+        assert_eq!(plain[0].k, 4); // offsetof(seccomp_data, arch)
+        assert_eq!(plain[1].code, 0x15); // jeq
+        assert_eq!(plain[2].code, 0x06); // ret (kill)
+        let prog = program_for("x86_64").unwrap();
+        assert_eq!(prog[3].code, 0x20);
+        assert_eq!(prog[3].k, 0); // ld nr
+        assert_eq!(prog[4].k, 435);
+        assert_eq!(prog[5].k, 0x0005_0000 | libc::ENOSYS as u32);
+    }
+
+    #[test]
+    fn bytes_are_eight_per_instruction() {
+        let prog = program().unwrap();
+        assert_eq!(to_bytes(&prog).len(), prog.len() * 8);
+    }
+}

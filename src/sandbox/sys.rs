@@ -1,0 +1,124 @@
+//! The sandbox's few raw system calls, kept in one place so every `unsafe` block sits here
+//! with its `SAFETY:` line: the memfd that carries the seccomp program to bwrap, and the
+//! setup that runs in the child between fork and exec (no descriptor but stdio and the
+//! seccomp program survives exec; resource limits).
+//!
+//! Never allocates or locks in the child: only async-signal-safe syscalls run after fork.
+
+use std::io::{Seek, SeekFrom, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+
+use super::spec::ResourceLimits;
+
+/// An anonymous in-memory file holding `bytes`, positioned at its start, close-on-exec (the
+/// child that must read it clears the flag for itself only, see `install_child_setup`, so
+/// no other child spawned meanwhile by another thread inherits it).
+pub fn memfd_with(name: &std::ffi::CStr, bytes: &[u8]) -> std::io::Result<OwnedFd> {
+    // SAFETY: `name` is a valid NUL-terminated string; memfd_create has no other inputs.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut file = std::fs::File::from(owned);
+    file.write_all(bytes)?;
+    file.seek(SeekFrom::Start(0))?;
+    Ok(OwnedFd::from(file))
+}
+
+/// Registers the child-side setup on `cmd`: mark every descriptor above stderr
+/// close-on-exec, then clear the flag on `keep` (the seccomp program) only, then apply
+/// `limits`. Works for `spawn` and for `exec` (which runs the same hooks in-process).
+pub fn install_child_setup(
+    cmd: &mut std::process::Command,
+    keep: Option<RawFd>,
+    limits: ResourceLimits,
+) {
+    let hook = move || -> std::io::Result<()> {
+        cloexec_from(3)?;
+        if let Some(fd) = keep {
+            // SAFETY: fcntl on an integer descriptor; no memory is passed.
+            if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        apply_limits(&limits)
+    };
+    // SAFETY: the hook only makes async-signal-safe system calls (close_range, fcntl,
+    // getrlimit, setrlimit) and touches no locks or heap: it is sound between fork and exec.
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+}
+
+/// Marks every descriptor >= `first` close-on-exec.
+fn cloexec_from(first: u32) -> std::io::Result<()> {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range with the CLOEXEC flag only changes descriptor flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    // Kernels before 5.11: walk the descriptor table up to the soft limit.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let top = lim.rlim_cur.min(1 << 20) as RawFd;
+    for fd in first as RawFd..top {
+        // SAFETY: fcntl on an integer descriptor; EBADF for closed ones is ignored.
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+    Ok(())
+}
+
+fn apply_limits(l: &ResourceLimits) -> std::io::Result<()> {
+    let pairs = [
+        (libc::RLIMIT_AS, l.address_space),
+        (libc::RLIMIT_NPROC, l.processes),
+        (libc::RLIMIT_NOFILE, l.open_files),
+        (libc::RLIMIT_CPU, l.cpu_seconds),
+    ];
+    for (res, value) in pairs {
+        let Some(v) = value else { continue };
+        let mut cur = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the struct we own.
+        if unsafe { libc::getrlimit(res, &mut cur) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // Only ever lower a limit: never raise the hard limit palisade itself runs under.
+        let v = v as libc::rlim_t;
+        let new = libc::rlimit {
+            rlim_cur: v.min(cur.rlim_max),
+            rlim_max: v.min(cur.rlim_max),
+        };
+        // SAFETY: setrlimit reads the struct we own.
+        if unsafe { libc::setrlimit(res, &new) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The raw number of an owned descriptor (for rendering `--seccomp FD`).
+pub fn raw(fd: &OwnedFd) -> RawFd {
+    fd.as_raw_fd()
+}
