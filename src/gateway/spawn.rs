@@ -14,6 +14,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use crate::config::{NetworkConfig, SandboxSetting, ServerConfig, Settings};
 use crate::roots::canon::{self, Base};
+use crate::sandbox::ResourceLimits;
 use crate::sandbox::launch::{self, Enforcement, Grant, LaunchError, LaunchRequest, Prepared};
 use crate::sandbox::Access;
 
@@ -61,6 +62,7 @@ pub fn launch_request(
     let mut policy = settings.sandbox_policy.unwrap_or_default();
     let mut backend = settings.backend.unwrap_or_default();
     let mut profile = None;
+    let mut limits = ResourceLimits::default();
     let sandboxed = match &server.sandbox {
         SandboxSetting::Disabled => false,
         SandboxSetting::Enabled(sb) => {
@@ -83,6 +85,9 @@ pub fn launch_request(
             policy = sb.policy.unwrap_or(policy);
             backend = sb.backend.unwrap_or(backend);
             profile = sb.profile.clone();
+            if let Some(l) = &sb.limits {
+                limits = ResourceLimits::from_config(l);
+            }
             true
         }
     };
@@ -99,6 +104,10 @@ pub fn launch_request(
         policy,
         backend,
         profile,
+        // A config cannot grant `/` or a home directory read-write: `palisade run
+        // --allow-broad` is the only way, and it is for one interactive command.
+        allow_broad: false,
+        limits,
     })
 }
 

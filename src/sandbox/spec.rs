@@ -95,6 +95,22 @@ impl Default for ResourceLimits {
     }
 }
 
+impl ResourceLimits {
+    /// The config's `sandbox.limits`, each field falling back to the default.
+    pub fn from_config(limits: &crate::config::Limits) -> Self {
+        let d = ResourceLimits::default();
+        ResourceLimits {
+            address_space: limits
+                .memory_mb
+                .map(|mb| mb.saturating_mul(1024 * 1024))
+                .or(d.address_space),
+            processes: limits.processes.or(d.processes),
+            open_files: limits.open_files.or(d.open_files),
+            cpu_seconds: limits.cpu_seconds.or(d.cpu_seconds),
+        }
+    }
+}
+
 /// Everything the sandbox of one process contains.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SandboxSpec {
