@@ -115,10 +115,10 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //' || echo 
 python3_results=$(/usr/bin/python3 -c '
 import json,sys
 d=json.load(open(sys.argv[1]))
-print("| variant | runs | median | p10 | p90 | median overhead over `true` |")
-print("|---|---|---|---|---|---|")
+print("| variant | runs | median | min | p10 | p90 | median overhead over `true` |")
+print("|---|---|---|---|---|---|---|")
 for k,r in d["results"].items():
-    print("| `%s` | %d | %.2f ms | %.2f ms | %.2f ms | %+.2f ms |" % (k, r["runs"], r["median_ms"], r["p10_ms"], r["p90_ms"], r["overhead_over_true_ms"]))
+    print("| `%s` | %d | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %+.2f ms |" % (k, r["runs"], r["median_ms"], r["min_ms"], r["p10_ms"], r["p90_ms"], r["overhead_over_true_ms"]))
 for k,v in d["notes"].items():
     print("\nNote (%s): %s" % (k, v))
 ' "$out/results.json")
@@ -147,6 +147,7 @@ mostly the network namespace) rather than palisade.
 
 - kernel: $(uname -sr), $(nproc) CPUs ($cpu)
 - $(bwrap --version 2>/dev/null || echo 'bwrap: missing'), node $(node --version 2>/dev/null || echo missing)
-- shared with other jobs while measured; treat differences under a millisecond as noise
+- load average when the run ended: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared with
+  other jobs; under load all medians grow together, and \`min\` shows the unloaded floor)
 EOF
 log "wrote target/bench/results.json and docs/benchmarks.md"
