@@ -133,7 +133,7 @@ raw numbers are in \`target/bench/results.json\`.
 Wall time from spawn to exit of each command, measured by a Python harness with
 \`time.perf_counter_ns\`, the variants interleaved round by round ($rounds rounds, one
 unrecorded warm-up each). \`palisade run\` includes everything it does per start: argument
-parsing, the quick capability probe (\`bwrap --version\`), resolving the command and its
+parsing, the quick capability probe (file reads and PATH lookups, no process), resolving the command and its
 runtime closure, discovering the system base, compiling the seccomp filter, and the exec of
 bwrap, which then builds the namespaces.
 
