@@ -14,9 +14,9 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use crate::config::{NetworkConfig, SandboxSetting, ServerConfig, Settings};
 use crate::roots::canon::{self, Base};
-use crate::sandbox::ResourceLimits;
 use crate::sandbox::launch::{self, Enforcement, Grant, LaunchError, LaunchRequest, Prepared};
 use crate::sandbox::Access;
+use crate::sandbox::ResourceLimits;
 
 /// Bytes of a child's stderr copied into the log before the rest is discarded (per start).
 pub const STDERR_CAP: usize = 256 * 1024;
@@ -198,14 +198,6 @@ async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
             }
         }
     }
-}
-
-/// The grant paths as `file://` root URIs, session sandbox dir first.
-pub fn root_uris(grants: &[Grant]) -> Vec<(String, PathBuf)> {
-    grants
-        .iter()
-        .map(|g| (file_uri(&g.path), g.path.clone()))
-        .collect()
 }
 
 /// RFC 8089 `file://` URI for an absolute path, percent-encoding what a URI path cannot hold.
