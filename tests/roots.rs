@@ -297,3 +297,39 @@ fn roots_are_mounted_announced_and_widened_only_on_approval() {
     std::fs::write(f.a.join("link/control.txt"), "x").unwrap();
     assert!(f.c.join("control.txt").exists());
 }
+
+fn median(v: &Value) -> f64 {
+    let mut xs: Vec<f64> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Benchmark, not a test (`cargo test --test roots -- --ignored --nocapture`): time from the
+/// approval (the response file written) to the call's result, for a read in a fresh directory
+/// (widen + relaunch + roots applied + forward) and for a second approved read there (no
+/// relaunch), for server-filesystem and palisade fs-server. Prints medians; asserts only
+/// that every approved read worked.
+#[test]
+#[ignore]
+fn bench_approval_to_forwarded_call() {
+    let f = fixture(json!({
+        "pfs": {"command": palisade(), "args": ["fs-server"], "sandbox": {}}
+    }));
+    let n = std::env::var("ROOTS_BENCH_DIRS").unwrap_or_else(|_| "30".into());
+    let r = drive(&f, "bench", &[("DRIVE_BENCH_DIRS", &n)]);
+    assert!(r.get("errors").is_none(), "{r}");
+    for server in ["fs", "pfs"] {
+        let fresh = median(&r[server]["fresh"]) * 1000.0;
+        let again = median(&r[server]["again"]) * 1000.0;
+        println!(
+            "{server}: approval -> result, median of {n}: fresh dir (relaunch) {fresh:.1} ms, \
+             already granted {again:.1} ms, relaunch cost {:.1} ms",
+            fresh - again
+        );
+    }
+}

@@ -94,6 +94,9 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
     let mut failures: u32 = 0;
     // A relaunch in progress: answered once the new process runs (or failed to start).
     let mut relaunching: Option<Relaunch> = None;
+    // The process a relaunch replaces: stopped on its own task while the new one starts
+    // (calls are held at the slot's gate meanwhile), and always awaited, so it is reaped.
+    let mut retiring: Option<tokio::task::JoinHandle<String>> = None;
     loop {
         if shared.shutdown.is_cancelled() {
             break;
@@ -103,7 +106,14 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                 s.status = Status::Starting;
             }
         });
-        let reason = match start(&shared, &slot).await {
+        let attempt = start(&shared, &slot).await;
+        if let Some(old) = retiring.take() {
+            let exit = old
+                .await
+                .unwrap_or_else(|e| format!("stop task failed: {e}"));
+            tracing::info!(server = %slot.name, "replaced process ended ({exit})");
+        }
+        let reason = match attempt {
             Ok(mut running) => {
                 slot.update(|s| {
                     s.status = Status::Running;
@@ -122,15 +132,24 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                     slot.update(|s| s.live = None);
                     shared.refresh_catalog().await;
                 }
-                let exit = stop(running, &shared.limits, &slot.name).await;
                 match end {
-                    End::Shutdown => break,
+                    End::Shutdown => {
+                        stop(running, &shared.limits, &slot.name).await;
+                        break;
+                    }
                     End::Relaunch(r) => {
-                        tracing::info!(server = %slot.name, "relaunching with wider roots (old process: {exit})");
+                        tracing::info!(server = %slot.name, "relaunching with wider roots");
+                        let limits = shared.limits.clone();
+                        let name = slot.name.clone();
+                        retiring =
+                            Some(tokio::spawn(
+                                async move { stop(running, &limits, &name).await },
+                            ));
                         relaunching = Some(r);
                         continue;
                     }
                     End::Exited(why) => {
+                        let exit = stop(running, &shared.limits, &slot.name).await;
                         if started.elapsed() >= STABLE_AFTER {
                             failures = 0;
                         }

@@ -6,7 +6,7 @@
 //! the stderr pipe (read on its own task, capped, into the log with the server's name).
 //! Never: inherit palisade's stdout (the MCP channel) or environment into a child.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 
 use tokio::io::AsyncBufReadExt;
@@ -230,6 +230,7 @@ pub fn file_uri(path: &Path) -> String {
 mod tests {
     use super::*;
     use crate::config::{parse_str, SandboxPolicy};
+    use std::path::PathBuf;
 
     #[test]
     fn grants_are_sandbox_dir_then_write_then_read_and_policy_overrides() {

@@ -133,7 +133,7 @@ async def bench(s):
     n = int(os.environ.get("DRIVE_BENCH_DIRS", "20"))
     base = os.environ["DRIVE_B"]
     out = {}
-    for server, tool in (("fs", "read_text_file"), ("pfs", "read_file")):
+    for server, tool in (("fs", "read_text_file"), ("pfs", "read")):
         fresh, again = [], []
         for i in range(n):
             d = os.path.join(base, f"{server}-{i}")
