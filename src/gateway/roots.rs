@@ -257,17 +257,21 @@ mod tests {
             path: a.join("sub"),
             access: Access::Ro,
         };
-        assert!(c.missing(&[inside.clone()]).is_empty(), "covered by /a");
+        assert!(
+            c.missing(std::slice::from_ref(&inside)).is_empty(),
+            "covered by /a"
+        );
         let write_inside = Needed {
             access: Access::Rw,
             ..inside
         };
-        assert_eq!(c.missing(&[write_inside.clone()]), [write_inside.clone()]);
+        let missing = c.missing(std::slice::from_ref(&write_inside));
+        assert_eq!(missing, std::slice::from_ref(&write_inside));
         let nb = Needed {
             path: b.clone(),
             access: Access::Ro,
         };
-        let v2 = c.widen(&[nb.clone()]).unwrap();
+        let v2 = c.widen(std::slice::from_ref(&nb)).unwrap();
         assert_eq!(v2.version, 2);
         assert_eq!(v2.paths, [a.clone(), b.clone()]);
         assert!(c.widen(&[nb]).is_none(), "no change, no new version");
