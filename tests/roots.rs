@@ -333,3 +333,36 @@ fn bench_approval_to_forwarded_call() {
         );
     }
 }
+
+/// The agent's own roots narrow and never widen: with the client declaring only A, a read in
+/// B is refused before the policy (no escalation is even asked), the session sandbox dir stays
+/// usable, and once the client adds B (roots/list_changed) the read reaches the policy again
+/// while the server's own roots stay as they were.
+#[test]
+fn the_agents_roots_narrow_calls_and_never_widen_a_server() {
+    let f = fixture(json!({}));
+    let r = drive(&f, "agent_roots", &[]);
+    assert_eq!(r["read_a"]["text"], "alpha", "{r}");
+    let t = r["read_b"]["text"].as_str().unwrap();
+    assert!(t.starts_with("FORBIDDEN:"), "{t}");
+    assert!(
+        t.contains("outside the roots your MCP client declared"),
+        "{t}"
+    );
+    assert_eq!(
+        r["requests_after_b"],
+        json!([]),
+        "no escalation was asked: {r}"
+    );
+    assert_eq!(r["write_sandbox"]["is_error"], false, "{r}");
+    let after = &r["read_b_after"];
+    assert!(
+        after["result"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("ESCALATION REQUIRED"),
+        "after list_changed the policy decides again: {r}"
+    );
+    let s = |p: &Path| p.display().to_string();
+    assert_eq!(strings(&r["fs_dirs"]), [s(&f.sandbox), s(&f.a)], "{r}");
+}

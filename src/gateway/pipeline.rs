@@ -69,6 +69,7 @@ pub async fn call_tool(
 
     // Stage 1b: the agent's own roots, when its client declared them, narrow what it may ask
     // for (they never widen a server's set).
+    shared.upstream_roots.wait_known(&ctx.peer).await;
     let narrowed = path_args.as_deref().and_then(|args| {
         let home = slot.roots.options().home.as_deref();
         shared.upstream_roots.refuse(args, &set, cwd, home)

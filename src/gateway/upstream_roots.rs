@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use rmcp::service::Peer;
 use rmcp::RoleServer;
+use tokio::sync::watch;
 
 use super::roots::RootSet;
 use crate::policy::PathArg;
@@ -28,12 +29,47 @@ use crate::sandbox::Access;
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The agent's roots, once known (`None`: the client declared none, so no narrowing).
-#[derive(Default)]
 pub struct UpstreamRoots {
     guard: RwLock<Option<Arc<RootGuard>>>,
+    /// Set once the first answer (or failure) is in: calls wait for it.
+    known: watch::Sender<bool>,
+}
+
+impl Default for UpstreamRoots {
+    fn default() -> Self {
+        UpstreamRoots {
+            guard: RwLock::new(None),
+            known: watch::channel(false).0,
+        }
+    }
+}
+
+fn declared(peer: &Peer<RoleServer>) -> bool {
+    peer.peer_info()
+        .is_some_and(|i| i.capabilities.roots.is_some())
 }
 
 impl UpstreamRoots {
+    /// When the agent's client declared roots, waits (bounded) until they are known, so a
+    /// call sent right after `initialized` is not judged without them; on timeout every path
+    /// outside the session sandbox dir is refused until they arrive.
+    pub async fn wait_known(&self, peer: &Peer<RoleServer>) {
+        if !declared(peer) || *self.known.borrow() {
+            return;
+        }
+        let mut rx = self.known.subscribe();
+        if tokio::time::timeout(ASK_TIMEOUT, rx.wait_for(|k| *k))
+            .await
+            .is_err()
+        {
+            let mut g = self.guard.write().unwrap_or_else(|e| e.into_inner());
+            if g.is_none() {
+                tracing::warn!("the agent's roots are still unknown; refusing paths outside the session sandbox dir");
+                *g = Some(Arc::new(RootGuard::empty()));
+            }
+        }
+    }
+
     pub fn get(&self) -> Option<Arc<RootGuard>> {
         self.guard.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -44,10 +80,7 @@ impl UpstreamRoots {
 
     /// Asks the agent's client for its roots when it declared the capability.
     pub async fn refresh(&self, peer: &Peer<RoleServer>) {
-        let declared = peer
-            .peer_info()
-            .is_some_and(|i| i.capabilities.roots.is_some());
-        if !declared {
+        if !declared(peer) {
             return;
         }
         let answer = tokio::time::timeout(ASK_TIMEOUT, peer.list_roots()).await;
@@ -77,6 +110,7 @@ impl UpstreamRoots {
         };
         tracing::info!("agent roots: {}", guard.describe_roots());
         self.set(Some(Arc::new(guard)));
+        self.known.send_replace(true);
     }
 
     /// The refusal for a call with a path argument outside the agent's roots, if any.

@@ -127,6 +127,61 @@ async def widen(s):
     return r
 
 
+AGENT_ROOTS = []
+
+
+async def agent_list_roots(context):
+    from mcp import types
+
+    return types.ListRootsResult(roots=[types.Root(uri=f"file://{p}") for p in AGENT_ROOTS])
+
+
+async def agent_roots(s):
+    """The client declares roots [A]: B is refused before the policy is asked (no escalation
+    request appears); after it adds B and says list_changed, B reaches the policy (escalated,
+    denied here) and the server's own roots did not grow."""
+    a, b = os.environ["DRIVE_A"], os.environ["DRIVE_B"]
+    esc = os.environ["ESC_DIR"]
+    sandbox = os.path.join(os.path.dirname(a), "sandbox")
+    r = {"read_a": await call(s, "fs__read_text_file", {"path": f"{a}/a.txt"})}
+    r["read_b"] = await call(s, "fs__read_text_file", {"path": f"{b}/b.txt"})
+    r["requests_after_b"] = sorted(os.listdir(esc))
+    r["write_sandbox"] = await call(s, "fs__write_file", {"path": f"{sandbox}/agent.txt", "content": "ok"})
+    AGENT_ROOTS.append(b)
+    await s.send_roots_list_changed()
+    # palisade re-asks on its own task (a documented ordering gap): poll, bounded.
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        r["read_b_after"] = await escalated_call(s, "fs__read_text_file", {"path": f"{b}/b.txt"}, "denied") \
+            if await policy_reached(s, b) else None
+        if r["read_b_after"] is not None or time.monotonic() > deadline:
+            break
+        await anyio.sleep(0.05)
+    r["fs_dirs"] = lines(text_of(await s.call_tool("fs__list_allowed_directories", {})))
+    return r
+
+
+async def policy_reached(s, b):
+    """True once a path in B is no longer refused by the agent-roots check (probed with
+    get_file_info, which the test policy escalates too, so it is answered as denied)."""
+    out = {}
+
+    async def probe():
+        out["r"] = await call(s, "fs__get_file_info", {"path": f"{b}/b.txt"})
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(probe)
+        # Either the call returns at once (refused by the agent roots) or it escalates.
+        with anyio.move_on_after(DEADLINE):
+            while "r" not in out:
+                reqs = glob.glob(os.path.join(os.environ["ESC_DIR"], "request-*.json"))
+                if reqs:
+                    await answer_next("denied")
+                    break
+                await anyio.sleep(0.01)
+    return "outside the roots your MCP client declared" not in out["r"]["text"]
+
+
 async def bench(s):
     """Approval-to-result times for N fresh directories (one relaunch each) on both fs
     servers, and for a second approval in an already-granted directory (no relaunch)."""
@@ -154,7 +209,10 @@ async def main_async(scenario, cmd):
     params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
     errlog = open(os.environ.get("DRIVE_ERRLOG", os.devnull), "a")
     async with stdio_client(params, errlog=errlog) as (read, write):
-        async with ClientSession(read, write) as s:
+        callback = agent_list_roots if scenario == "agent_roots" else None
+        if scenario == "agent_roots":
+            AGENT_ROOTS.append(os.environ["DRIVE_A"])
+        async with ClientSession(read, write, list_roots_callback=callback) as s:
             await s.initialize()
             return await globals()[scenario](s)
 
