@@ -110,7 +110,10 @@ fn drive(f: &Fixture, scenario: &str, env: &[(&str, &str)]) -> Value {
         .env("DRIVE_C", &f.c)
         .env("ESC_DIR", &f.esc)
         .env("DRIVE_ERRLOG", f.ws.errlog())
-        .env("RUST_LOG", "info,rmcp=warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("ROOTS_RUST_LOG").unwrap_or_else(|_| "info,rmcp=warn".into()),
+        )
         .env("NO_COLOR", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -323,6 +326,21 @@ fn bench_approval_to_forwarded_call() {
     let n = std::env::var("ROOTS_BENCH_DIRS").unwrap_or_else(|_| "30".into());
     let r = drive(&f, "bench", &[("DRIVE_BENCH_DIRS", &n)]);
     assert!(r.get("errors").is_none(), "{r}");
+    if std::env::var_os("ROOTS_BENCH_LOG").is_some() {
+        for l in f.ws.stderr_text().lines().filter(|l| {
+            [
+                "relaunching",
+                "started (",
+                "roots v",
+                "replaced process",
+                "after approval",
+            ]
+            .iter()
+            .any(|k| l.contains(k))
+        }) {
+            println!("{l}");
+        }
+    }
     for server in ["fs", "pfs"] {
         let fresh = median(&r[server]["fresh"]) * 1000.0;
         let again = median(&r[server]["again"]) * 1000.0;
