@@ -34,7 +34,9 @@ pub struct GrantError {
 /// Builds the launch request for one server. Pure apart from canonicalising grant paths.
 ///
 /// Grants, in order: the session sandbox dir (rw, always first: it is the server's first
-/// root), `allowWrite` (rw), `allowRead` (ro).
+/// root), `allowWrite` (rw), `allowRead` (ro). The gateway replaces them at every launch with
+/// the server's current root set (`Slot::launch_request`), which also holds the policy's
+/// roots; these grants are what a server gets without a policy.
 pub fn launch_request(
     name: &str,
     server: &ServerConfig,
