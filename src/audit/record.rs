@@ -33,6 +33,17 @@ pub struct AuditRecord {
     /// What the sandbox could not enforce for this server (empty when fully enforced).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub degradation: Vec<String>,
+    /// Roots this call's approval added to the server (for the rest of the session).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approved_roots: Vec<ApprovedRoot>,
+}
+
+/// A directory an approved escalation made a root of its server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovedRoot {
+    pub path: String,
+    /// `ro` or `rw`.
+    pub access: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

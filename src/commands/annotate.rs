@@ -58,13 +58,17 @@ pub fn run(args: AnnotateArgs) -> anyhow::Result<ExitCode> {
     let mut failures = Vec::new();
     for (name, server) in &config.servers {
         let listed = rt.block_on(async {
-            let req = spawn::launch_request(
+            let mut req = spawn::launch_request(
                 name,
                 server,
                 &config.settings,
                 &sandbox_dir,
                 home.as_deref(),
             )?;
+            // `{roots}` placeholders get the same directories the server is granted, as in
+            // `serve`.
+            let paths: Vec<PathBuf> = req.grants.iter().map(|g| g.path.clone()).collect();
+            req.args = crate::roots::args::expand_args(&req.args, &paths);
             list_tools(&req, timeout).await
         });
         match listed {
@@ -113,9 +117,10 @@ async fn list_tools(
     timeout: Duration,
 ) -> anyhow::Result<Vec<rmcp::model::Tool>> {
     let mut spawned = spawn::spawn(req)?;
-    let roots: Vec<String> = spawn::root_uris(&req.grants)
-        .into_iter()
-        .map(|(uri, _)| uri)
+    let roots: Vec<String> = req
+        .grants
+        .iter()
+        .filter_map(|g| crate::roots::uri::path_to_uri(&g.path).ok())
         .collect();
     let outcome = async {
         let client = McpClient::connect((spawned.stdout, spawned.stdin), timeout, Some(roots))

@@ -8,9 +8,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
-use crate::config::{FilesystemConfig, GatewayConfig, SandboxSetting};
+use crate::config::GatewayConfig;
 use crate::policy::{scenarios, CallContext, Policy, PolicyOptions, PolicyPaths, Scope};
-use crate::roots::derive::derive_roots;
+use crate::roots::derive::{derive_for_server, derive_roots};
 
 /// Inspect and test policies.
 #[derive(Debug, Args)]
@@ -20,7 +20,7 @@ pub struct PolicyArgs {
 }
 
 /// The policy files and session paths every subcommand takes.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct PolicyFiles {
     /// compiled-policy.json (omit for the built-in default policy).
     #[arg(long)]
@@ -93,6 +93,27 @@ fn load(files: &PolicyFiles) -> anyhow::Result<Loaded> {
         .as_deref()
         .map(|c| crate::config::load_file(c).with_context(|| format!("loading {}", c.display())))
         .transpose()?;
+    // As `serve` does: files and sandbox dir not given as flags come from the config's
+    // `palisade` block, and the sandbox dir falls back to the default.
+    let mut files_owned;
+    let files = match &config {
+        Some(cfg) => {
+            let s = &cfg.settings;
+            files_owned = files.clone();
+            let f = &mut files_owned;
+            f.policy = f.policy.take().or_else(|| s.policy.clone());
+            f.annotations = f.annotations.take().or_else(|| s.annotations.clone());
+            f.lists = f.lists.take().or_else(|| s.lists.clone());
+            if f.sandbox_dir.is_none() {
+                f.sandbox_dir = match &s.sandbox_dir {
+                    Some(d) => Some(d.clone()),
+                    None => Some(crate::gateway::default_sandbox_dir()?),
+                };
+            }
+            &files_owned
+        }
+        None => files,
+    };
     let home = files
         .home
         .clone()
@@ -192,15 +213,34 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
                 None => all_servers(&l),
             };
             for name in names {
-                let roots = derive_roots(
-                    &l.policy,
-                    &name,
-                    l.scope.sandbox_dir.as_deref(),
-                    l.config.as_ref().and_then(|c| grants(c, &name)),
-                    l.home.as_deref(),
-                )
-                .with_context(|| format!("deriving the roots of {name}"))?;
-                print_json(&serde_json::json!({"server": name, "roots": roots}))?;
+                match &l.config {
+                    // With a config: exactly the set `serve` mounts and announces (the same
+                    // function), plus the derived roots it leaves out and why.
+                    Some(cfg) => {
+                        let r = derive_for_server(
+                            &l.policy,
+                            &name,
+                            cfg.server(&name),
+                            l.scope.sandbox_dir.as_deref(),
+                            l.home.as_deref(),
+                        )
+                        .with_context(|| format!("deriving the roots of {name}"))?;
+                        print_json(&serde_json::json!({
+                            "server": name, "roots": r.roots, "skipped": r.skipped,
+                        }))?;
+                    }
+                    None => {
+                        let roots = derive_roots(
+                            &l.policy,
+                            &name,
+                            l.scope.sandbox_dir.as_deref(),
+                            None,
+                            l.home.as_deref(),
+                        )
+                        .with_context(|| format!("deriving the roots of {name}"))?;
+                        print_json(&serde_json::json!({"server": name, "roots": roots}))?;
+                    }
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -232,22 +272,15 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// A server's `sandbox.filesystem` grants (none when it runs unsandboxed or is unknown).
-fn grants<'c>(cfg: &'c GatewayConfig, server: &str) -> Option<&'c FilesystemConfig> {
-    cfg.server(server).and_then(|s| match &s.sandbox {
-        SandboxSetting::Enabled(sb) => Some(&sb.filesystem),
-        SandboxSetting::Disabled => None,
-    })
-}
-
 fn server_roots(l: &Loaded, cfg: &GatewayConfig, server: &str) -> anyhow::Result<Vec<PathBuf>> {
-    Ok(derive_roots(
+    Ok(derive_for_server(
         &l.policy,
         server,
+        cfg.server(server),
         l.scope.sandbox_dir.as_deref(),
-        grants(cfg, server),
         l.home.as_deref(),
     )?
+    .roots
     .into_iter()
     .map(|r| r.path)
     .collect())

@@ -123,6 +123,9 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
         .with_context(|| format!("cannot create sandbox dir {}", opts.sandbox_dir.display()))?;
     let scope = Scope::new(Some(&opts.sandbox_dir), &protected, home.as_deref())
         .map_err(|e| anyhow::anyhow!("sandbox dir or protected paths: {e}"))?;
+    // Roots are derived from the policy as loaded, before any server's tools are known:
+    // exactly what `palisade policy roots` prints for the same files.
+    opts.roots_policy = Some(Arc::new(policy.clone()));
     opts.stages.policy = Arc::new(EngineStage::new(policy, scope, home));
     if let Some(path) = audit_log {
         let log = AuditLog::open(&path)

@@ -1,5 +1,5 @@
 //! One MCP client per downstream server: its `ClientHandler` (answers `roots/list` from the
-//! server's grants, relays progress, logging and list changes) and the request helper every
+//! server's current root set, relays progress, logging and list changes) and the request helper every
 //! forward goes through (timeout on every request, cancellation, progress-token mapping).
 //!
 //! Never: send a request without a timeout (rmcp has none by default and a silent server would
@@ -14,7 +14,7 @@ use std::time::Duration;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, Implementation, ListRootsResult,
     LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-    RequestMetaObject, ResourceUpdatedNotificationParam, Root, ServerResult,
+    RequestMetaObject, ResourceUpdatedNotificationParam, ServerResult,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient, RoleServer, ServiceError};
@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::progress::ProgressMap;
+use super::roots::RootsCell;
 use super::upstream_link::UpstreamLink;
 
 /// The protocol revision palisade speaks on both sides (see NOTES: on 2026-07-28 a server
@@ -46,7 +47,10 @@ pub enum ListKind {
 /// The client side of one downstream connection.
 pub struct DownstreamHandler {
     pub server: String,
-    pub roots: Vec<Root>,
+    /// The server's current roots: `roots/list` always answers the newest version, whole
+    /// (any cursor is ignored and no `nextCursor` is given: the set is small and a version
+    /// change between pages would tear it).
+    pub roots: Arc<RootsCell>,
     pub progress: Arc<ProgressMap<UpTarget>>,
     pub upstream: UpstreamLink,
     pub list_changed: mpsc::UnboundedSender<ListKind>,
@@ -69,7 +73,10 @@ impl ClientHandler for DownstreamHandler {
         &self,
         _context: RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, ErrorData> {
-        Ok(ListRootsResult::new(self.roots.clone()))
+        let set = self.roots.current();
+        self.roots.mark_fetched(set.version);
+        tracing::debug!(server = %self.server, "roots/list answered with v{}", set.version);
+        Ok(ListRootsResult::new(set.mcp_roots()))
     }
 
     // No `on_progress`: progress never reaches rmcp; `tap.rs` forwards it in stream order.

@@ -62,6 +62,11 @@ impl CallPolicy for EngineStage {
         }
     }
 
+    fn path_arguments<'a>(&self, call: &CallInfo<'a>) -> Option<Vec<crate::policy::PathArg<'a>>> {
+        let policy = self.policy.read().ok()?;
+        policy.path_arguments(call.server, call.tool, call.arguments)
+    }
+
     fn tools_listed(&self, server: &str, tools: &[rmcp::model::Tool]) {
         // The engine reads schemas as `Value`s; this runs only when a tool list changes.
         let schemas: Vec<serde_json::Value> = tools
@@ -157,6 +162,17 @@ pub fn to_audit_record(rec: &CallRecord) -> AuditRecord {
         sandboxed: rec.sandboxed,
         sandbox_backend: backend,
         degradation,
+        approved_roots: rec
+            .approved_roots
+            .iter()
+            .map(|(path, access)| crate::audit::ApprovedRoot {
+                path: path.display().to_string(),
+                access: match access {
+                    crate::sandbox::Access::Rw => "rw".into(),
+                    crate::sandbox::Access::Ro => "ro".into(),
+                },
+            })
+            .collect(),
     }
 }
 

@@ -24,8 +24,8 @@ use super::downstream::{Connection, DownstreamHandler, ForwardError, ListKind};
 use super::progress::ProgressMap;
 use super::registry::ServerLists;
 use super::spawn::{self, PreparedGuard, SpawnError};
-use super::state::{Live, Shared, Slot, Status};
-use crate::sandbox::launch::{LaunchError, LaunchRequest};
+use super::state::{Live, Relaunch, Shared, Slot, Status};
+use crate::sandbox::launch::LaunchError;
 
 /// A server that ran this long without failing gets its restart budget back.
 const STABLE_AFTER: Duration = Duration::from_secs(60);
@@ -59,6 +59,8 @@ struct Running {
     service: RunningService<RoleClient, DownstreamHandler>,
     conn: Connection,
     list_rx: mpsc::UnboundedReceiver<ListKind>,
+    /// The root-set version this process was launched with (its mounts).
+    roots_version: u64,
     _guard: PreparedGuard,
 }
 
@@ -66,6 +68,8 @@ struct Running {
 enum End {
     Exited(String),
     Shutdown,
+    /// Its roots grew: relaunch with the wider mounts, then answer the request.
+    Relaunch(Relaunch),
 }
 
 /// Supervises slot `idx` until shutdown or until it is given up. `first` fires once the
@@ -78,11 +82,21 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
             let _ = tx.send(());
         }
     };
-    let Some(req) = slot.req.clone() else {
+    if slot.req.is_none() {
+        settle(&mut first);
+        return;
+    }
+    let Some(mut relaunch_rx) = slot.take_relaunch_rx() else {
+        tracing::error!(server = %slot.name, "supervised twice; the second supervisor ends");
         settle(&mut first);
         return;
     };
     let mut failures: u32 = 0;
+    // A relaunch in progress: answered once the new process runs (or failed to start).
+    let mut relaunching: Option<Relaunch> = None;
+    // The process a relaunch replaces: stopped on its own task while the new one starts
+    // (calls are held at the slot's gate meanwhile), and always awaited, so it is reaped.
+    let mut retiring: Option<tokio::task::JoinHandle<String>> = None;
     loop {
         if shared.shutdown.is_cancelled() {
             break;
@@ -92,21 +106,50 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                 s.status = Status::Starting;
             }
         });
-        let reason = match start(&shared, &slot, &req).await {
+        let attempt = start(&shared, &slot).await;
+        if let Some(old) = retiring.take() {
+            let exit = old
+                .await
+                .unwrap_or_else(|e| format!("stop task failed: {e}"));
+            tracing::info!(server = %slot.name, "replaced process ended ({exit})");
+        }
+        let reason = match attempt {
             Ok(mut running) => {
                 slot.update(|s| {
                     s.status = Status::Running;
                 });
                 shared.refresh_catalog().await;
                 settle(&mut first);
+                if let Some(r) = relaunching.take() {
+                    let _ = r.reply.send(Ok(()));
+                }
                 let started = Instant::now();
-                let end = watch(&shared, &slot, &mut running).await;
-                slot.update(|s| s.live = None);
-                shared.refresh_catalog().await;
-                let exit = stop(running, &shared.limits, &slot.name).await;
+                let end = watch(&shared, &slot, &mut running, &mut relaunch_rx).await;
+                if !matches!(end, End::Relaunch(_)) {
+                    // A relaunch keeps the old lists in the catalog: calls wait on the
+                    // slot's gate meanwhile, and the agent hears of a change only if the
+                    // new process lists different tools.
+                    slot.update(|s| s.live = None);
+                    shared.refresh_catalog().await;
+                }
                 match end {
-                    End::Shutdown => break,
+                    End::Shutdown => {
+                        stop(running, &shared.limits, &slot.name).await;
+                        break;
+                    }
+                    End::Relaunch(r) => {
+                        tracing::info!(server = %slot.name, "relaunching with wider roots");
+                        let limits = shared.limits.clone();
+                        let name = slot.name.clone();
+                        retiring =
+                            Some(tokio::spawn(
+                                async move { stop(running, &limits, &name).await },
+                            ));
+                        relaunching = Some(r);
+                        continue;
+                    }
                     End::Exited(why) => {
+                        let exit = stop(running, &shared.limits, &slot.name).await;
                         if started.elapsed() >= STABLE_AFTER {
                             failures = 0;
                         }
@@ -116,12 +159,24 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
             }
             Err(StartError::Shutdown) => break,
             Err(StartError::Refused(reason)) => {
+                if let Some(r) = relaunching.take() {
+                    let _ = r.reply.send(Err(reason.clone()));
+                }
+                slot.update(|s| s.live = None);
+                shared.refresh_catalog().await;
                 tracing::error!(server = %slot.name, "not started: {reason}");
                 slot.update(|s| s.status = Status::Refused { reason });
                 settle(&mut first);
                 return;
             }
-            Err(e) => e.to_string(),
+            Err(e) => {
+                if let Some(r) = relaunching.take() {
+                    let _ = r.reply.send(Err(e.to_string()));
+                    slot.update(|s| s.live = None);
+                    shared.refresh_catalog().await;
+                }
+                e.to_string()
+            }
         };
         failures += 1;
         if failures > shared.limits.max_restarts {
@@ -173,7 +228,12 @@ pub fn backoff(limits: &super::state::Limits, attempt: u32) -> Duration {
         .min(limits.backoff_max)
 }
 
-async fn start(shared: &Shared, slot: &Slot, req: &LaunchRequest) -> Result<Running, StartError> {
+async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
+    let Some((req, roots)) = slot.launch_request() else {
+        return Err(StartError::Refused("no launch request".into()));
+    };
+    let req = &req;
+    slot.roots.reset_fetched();
     let spawned = match spawn::spawn(req) {
         Ok(s) => s,
         Err(SpawnError::Launch(LaunchError::Refused { name, reasons })) => {
@@ -205,10 +265,7 @@ async fn start(shared: &Shared, slot: &Slot, req: &LaunchRequest) -> Result<Runn
     let progress = Arc::new(ProgressMap::default());
     let handler = DownstreamHandler {
         server: slot.name.clone(),
-        roots: spawn::root_uris(&req.grants)
-            .into_iter()
-            .map(|(uri, path)| rmcp::model::Root::new(uri).with_name(path.display().to_string()))
-            .collect(),
+        roots: slot.roots.clone(),
         progress: progress.clone(),
         upstream: shared.upstream.clone(),
         list_changed: list_tx,
@@ -249,6 +306,7 @@ async fn start(shared: &Shared, slot: &Slot, req: &LaunchRequest) -> Result<Runn
         service,
         conn,
         list_rx,
+        roots_version: roots.version,
         _guard: spawned.prepared_guard,
     };
     let lists = match fetch_lists(&running, timeout).await {
@@ -258,6 +316,30 @@ async fn start(shared: &Shared, slot: &Slot, req: &LaunchRequest) -> Result<Runn
             return Err(e);
         }
     };
+    // The server must work in its roots before any call reaches it (NOTES: re-fetched is
+    // not applied).
+    let want: Vec<std::path::PathBuf> = roots
+        .roots
+        .iter()
+        .filter(|r| r.path.is_dir())
+        .map(|r| r.path.clone())
+        .collect();
+    let applied = tokio::select! {
+        a = super::applied::announce_and_wait(&running.conn, &lists.tools, &slot.roots, roots.version, &want) => a,
+        _ = shared.shutdown.cancelled() => {
+            let _ = stop(running, &shared.limits, &slot.name).await;
+            return Err(StartError::Shutdown);
+        }
+    };
+    match &applied {
+        super::applied::Applied::NotReported { missing } => tracing::warn!(
+            server = %slot.name,
+            "roots v{} not reported by the server (missing {:?}); its mounts still confine it",
+            roots.version,
+            missing
+        ),
+        a => tracing::debug!(server = %slot.name, "roots v{} applied: {a:?}", roots.version),
+    }
     // Notifications that raced the first listing are covered by it.
     while running.list_rx.try_recv().is_ok() {}
     shared.stages.policy.tools_listed(&slot.name, &lists.tools);
@@ -376,11 +458,26 @@ async fn list_all(
     Ok(out)
 }
 
-/// Waits until the server ends or the gateway shuts down; refreshes lists on `list_changed`.
-async fn watch(shared: &Shared, slot: &Slot, running: &mut Running) -> End {
+/// Waits until the server ends, the gateway shuts down or its roots outgrow its mounts;
+/// refreshes lists on `list_changed`.
+async fn watch(
+    shared: &Shared,
+    slot: &Slot,
+    running: &mut Running,
+    relaunch_rx: &mut mpsc::UnboundedReceiver<Relaunch>,
+) -> End {
     let mut tick = tokio::time::interval(LIVENESS_TICK);
     loop {
         tokio::select! {
+            Some(r) = relaunch_rx.recv() => {
+                // Already launched with this set (a request queued behind an earlier
+                // relaunch): nothing to do.
+                if slot.roots.current().version <= running.roots_version {
+                    let _ = r.reply.send(Ok(()));
+                } else {
+                    return End::Relaunch(r);
+                }
+            }
             status = running.child.wait() => {
                 return End::Exited(match status {
                     Ok(s) => format!("the server exited ({s})"),

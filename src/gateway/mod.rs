@@ -11,6 +11,7 @@
 //! [`Gateway::serve`] over any transport (in-process tests, the demo), then
 //! [`Gateway::shutdown`].
 
+pub mod applied;
 pub mod approval;
 pub mod blocked;
 pub mod downstream;
@@ -19,12 +20,15 @@ pub mod lifecycle;
 pub mod pipeline;
 pub mod progress;
 pub mod registry;
+pub mod roots;
 pub mod spawn;
 pub mod stages;
 pub mod state;
 pub mod tap;
 pub mod upstream;
 pub mod upstream_link;
+pub mod upstream_roots;
+pub mod widen;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -59,6 +63,10 @@ pub struct GatewayOptions {
     /// The agent's side of the connection, once it connects; give a clone to stages that
     /// talk to the agent (the `elicit` approver: `approval::UpstreamElicitor`).
     pub upstream: UpstreamLink,
+    /// The policy each server's roots are derived from at start
+    /// (`crate::roots::derive::derive_for_server`, as `palisade policy roots` prints them).
+    /// `None`: the session sandbox dir and the `sandbox.filesystem` grants only.
+    pub roots_policy: Option<Arc<crate::policy::Policy>>,
 }
 
 impl GatewayOptions {
@@ -82,6 +90,7 @@ impl GatewayOptions {
             limits,
             stages: Stages::default(),
             upstream: UpstreamLink::default(),
+            roots_policy: None,
         })
     }
 }
@@ -130,32 +139,67 @@ impl Gateway {
     pub async fn start(mut opts: GatewayOptions) -> Result<Gateway, GatewayError> {
         opts.sandbox_dir = create_private_dir(&opts.sandbox_dir)?;
         let home = std::env::var_os("HOME").map(PathBuf::from);
+        let no_rules = crate::policy::Policy::builtin_default();
+        let roots_policy = opts.roots_policy.as_deref().unwrap_or(&no_rules);
         let slots: Vec<Arc<state::Slot>> = opts
             .config
             .servers
             .iter()
             .map(|(name, server)| {
-                match spawn::launch_request(
+                let refused = |reason: String| {
+                    tracing::error!(server = %name, "not started: {reason}");
+                    Arc::new(state::Slot::new(
+                        name.clone(),
+                        None,
+                        Status::Refused { reason },
+                    ))
+                };
+                let req = match spawn::launch_request(
                     name,
                     server,
                     &opts.config.settings,
                     &opts.sandbox_dir,
                     home.as_deref(),
                 ) {
-                    Ok(req) => {
-                        Arc::new(state::Slot::new(name.clone(), Some(req), Status::Starting))
-                    }
-                    Err(e) => {
-                        tracing::error!(server = %name, "not started: {e}");
-                        Arc::new(state::Slot::new(
-                            name.clone(),
-                            None,
-                            Status::Refused {
-                                reason: e.to_string(),
-                            },
-                        ))
-                    }
+                    Ok(req) => req,
+                    Err(e) => return refused(e.to_string()),
+                };
+                let derived = match crate::roots::derive::derive_for_server(
+                    roots_policy,
+                    name,
+                    Some(server),
+                    Some(&opts.sandbox_dir),
+                    home.as_deref(),
+                ) {
+                    Ok(d) => d,
+                    Err(e) => return refused(format!("its roots cannot be derived: {e}")),
+                };
+                for s in &derived.skipped {
+                    tracing::warn!(server = %name, "root {} skipped: {}", s.root.path.display(), s.reason);
                 }
+                tracing::info!(
+                    server = %name,
+                    "roots: {}",
+                    derived
+                        .roots
+                        .iter()
+                        .map(|r| format!("{} ({:?})", r.path.display(), r.access))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                let cell = roots::RootsCell::new(
+                    derived.roots,
+                    crate::roots::guard::GuardOptions {
+                        cwd: server.cwd.clone(),
+                        home: home.clone(),
+                    },
+                );
+                Arc::new(state::Slot::with_roots(
+                    name.clone(),
+                    Some(req),
+                    cell,
+                    Status::Starting,
+                ))
             })
             .collect();
         let shared = Arc::new(state::Shared::new(

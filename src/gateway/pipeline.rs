@@ -1,12 +1,15 @@
 //! The call pipeline for `tools/call`, one explicit stage per step:
 //!
-//! route → policy → approval → widen roots/sandbox → forward → annotate → audit
+//! route → agent's roots → policy → approval → widen roots/sandbox → roots check → forward
+//! → annotate → audit
 //!
 //! Every call that reaches `route` successfully produces exactly one audit record, written
 //! before the answer goes upstream; when the audit sink fails, the call fails closed with an
 //! error saying so. Policy and approval refusals are `isError` results (the model reads them);
 //! gateway failures (server down, timeout, crash, audit) are JSON-RPC errors.
-//! Never: hold a lock across an await, or let a call wait on another call.
+//! Never: hold a std lock across an await. The one deliberate wait is the server's gate
+//! (`Slot::gate`): a call waits for a roots widening of its server in progress, and a
+//! widening waits for the calls in flight (each bounded by the call timeout).
 
 use std::borrow::Cow;
 use std::time::Instant;
@@ -21,8 +24,12 @@ use rmcp::{ErrorData, RoleServer};
 use super::blocked::{self, BlockContext};
 use super::downstream::{Connection, ForwardError, UpTarget};
 use super::registry::Route;
-use super::stages::{ApprovalOutcome, CallInfo, CallOutcome, CallRecord, Decision, PolicyVerdict};
+use super::roots::RootSet;
+use super::stages::{ApprovalOutcome, CallInfo, CallOutcome, CallRecord, Decision};
 use super::state::{Shared, Slot, Status};
+use super::widen;
+use crate::policy::PathArg;
+use crate::roots::guard::Need;
 use crate::sandbox::launch::Enforcement;
 
 /// What one call produced, before audit.
@@ -49,24 +56,35 @@ pub async fn call_tool(
     drop(catalog);
     let slot = shared.slots[server].clone();
     let arguments = params.arguments.clone().unwrap_or_default();
-    let roots: &[std::path::PathBuf] = slot.roots();
+    let set = slot.roots.current();
+    let cwd = slot.req.as_ref().and_then(|r| r.cwd.as_deref());
     let call = CallInfo {
         server: &slot.name,
         tool: &tool,
         arguments: &arguments,
-        roots,
-        cwd: slot.req.as_ref().and_then(|r| r.cwd.as_deref()),
+        roots: &set.paths,
+        cwd,
     };
+    let path_args = shared.stages.policy.path_arguments(&call);
+
+    // Stage 1b: the agent's own roots, when its client declared them, narrow what it may ask
+    // for (they never widen a server's set).
+    shared.upstream_roots.wait_known(&ctx.peer).await;
+    let narrowed = path_args.as_deref().and_then(|args| {
+        let home = slot.roots.options().home.as_deref();
+        shared.upstream_roots.refuse(args, &set, cwd, home)
+    });
 
     // Stage 2: policy.
     let verdict = shared.stages.policy.decide(&call);
 
     // Stage 3: approval.
     let mut escalation = None;
-    let denial = match verdict.decision {
-        Decision::Allow => None,
-        Decision::Deny => Some(format!("DENIED by policy: {}", verdict.reason)),
-        Decision::Escalate => {
+    let denial = match (&narrowed, verdict.decision) {
+        (Some(why), _) => Some(why.clone()),
+        (None, Decision::Allow) => None,
+        (None, Decision::Deny) => Some(format!("DENIED by policy: {}", verdict.reason)),
+        (None, Decision::Escalate) => {
             let outcome = shared.stages.approver.approve(&call, &verdict).await;
             let denial = match &outcome {
                 ApprovalOutcome::Approved { .. } => None,
@@ -80,19 +98,49 @@ pub async fn call_tool(
         }
     };
 
-    let snapshot = slot.snapshot();
-    let enforcement = snapshot.enforcement.clone();
+    let mut approved_roots = Vec::new();
+    let mut refused = denial.is_some();
+    let mut enforcement = slot.snapshot().enforcement;
     let answer = if let Some(text) = denial {
         Answer::Result(CallToolResult::error(vec![ContentBlock::text(text)]))
     } else {
-        // Stage 4: widen roots/sandbox. Roots are the server's grants, fixed at launch; a call
-        // needing more is refused by the policy stage today. Growing a root set (and relaunching
-        // the sandbox) arrives with the roots issue and plugs in here.
-
-        // Stage 5: forward.
-        match snapshot.live.as_ref().map(|l| l.conn.clone()) {
-            None => Answer::Error(not_running(&slot.name, &snapshot.status)),
-            Some(conn) => forward(shared, &conn, &tool, params, &ctx).await,
+        // Stage 4: widen roots/sandbox (approved escalations only), then hold the server's
+        // gate for reading: a widening waits for this call, and this call waits for one in
+        // progress, so the roots check below and the forward see the same server.
+        let approved = matches!(escalation, Some(ApprovalOutcome::Approved { .. }));
+        let gate = if approved {
+            match widen::for_approved(&slot, path_args.as_deref().unwrap_or(&[]), cwd).await {
+                Ok((permit, added)) => {
+                    approved_roots = added;
+                    Ok(permit)
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            Ok(slot.gate.read().await)
+        };
+        match gate {
+            Err(e) => Answer::Error(ErrorData::internal_error(e, None)),
+            Ok(_permit) => {
+                // Stage 4b: every path argument inside the server's CURRENT roots, after
+                // canonicalising on the host (symlinks, `..`, `~`, file:// URIs).
+                let set = slot.roots.current();
+                match check_paths(&set, path_args.as_deref(), &slot.name, &tool) {
+                    Err(text) => {
+                        refused = true;
+                        Answer::Result(CallToolResult::error(vec![ContentBlock::text(text)]))
+                    }
+                    Ok(()) => {
+                        // Stage 5: forward (to the process the gate admitted us to).
+                        let snapshot = slot.snapshot();
+                        enforcement = snapshot.enforcement.clone();
+                        match snapshot.live.as_ref().map(|l| l.conn.clone()) {
+                            None => Answer::Error(not_running(&slot.name, &snapshot.status)),
+                            Some(conn) => forward(shared, &conn, &tool, params, &ctx).await,
+                        }
+                    }
+                }
+            }
         }
     };
 
@@ -108,10 +156,11 @@ pub async fn call_tool(
         arguments,
         policy_decision: verdict.clone(),
         escalation_result: escalation,
-        result: outcome_of(&answer, &verdict),
+        result: outcome_of(&answer, refused),
         duration_ms: started.elapsed().as_millis() as u64,
         sandboxed: enforcement.as_ref().is_some_and(Enforcement::is_sandboxed),
         enforcement,
+        approved_roots,
     };
     if let Err(e) = shared.stages.audit.record(&record) {
         tracing::error!(server = %slot.name, tool = %tool, "audit write failed: {e}");
@@ -238,11 +287,13 @@ fn annotate(slot: &Slot, enforcement: Option<&Enforcement>, answer: Answer) -> A
     }
 }
 
-fn outcome_of(answer: &Answer, verdict: &PolicyVerdict) -> CallOutcome {
+/// `refused`: palisade itself refused the call (policy, approval, roots); nothing was
+/// forwarded.
+fn outcome_of(answer: &Answer, refused: bool) -> CallOutcome {
     match answer {
         Answer::Result(r) if r.is_error == Some(true) => {
             let text = first_text(&r.content);
-            if verdict.decision != Decision::Allow && text.starts_with(denial_prefix(verdict)) {
+            if refused {
                 CallOutcome::Denied { reason: text }
             } else {
                 CallOutcome::Error { error: text }
@@ -255,11 +306,26 @@ fn outcome_of(answer: &Answer, verdict: &PolicyVerdict) -> CallOutcome {
     }
 }
 
-fn denial_prefix(verdict: &PolicyVerdict) -> &'static str {
-    match verdict.decision {
-        Decision::Deny => "DENIED by policy",
-        _ => "ESCALATION REQUIRED",
+/// Checks every path argument against the server's current roots (see `RootGuard`).
+fn check_paths(
+    set: &RootSet,
+    path_args: Option<&[PathArg<'_>]>,
+    server: &str,
+    tool: &str,
+) -> Result<(), String> {
+    let Some(args) = path_args else {
+        return Err(format!(
+            "FORBIDDEN: the path arguments of {server}/{tool} are not known to the policy, so \
+             they cannot be checked against the server's roots"
+        ));
+    };
+    for a in args {
+        let need = if a.writes() { Need::Write } else { Need::Read };
+        if let Err(e) = set.guard.check(a.value, need) {
+            return Err(format!("{e} [server {server}]"));
+        }
     }
+    Ok(())
 }
 
 fn first_text(content: &[ContentBlock]) -> String {

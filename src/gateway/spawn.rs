@@ -6,7 +6,7 @@
 //! the stderr pipe (read on its own task, capped, into the log with the server's name).
 //! Never: inherit palisade's stdout (the MCP channel) or environment into a child.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 
 use tokio::io::AsyncBufReadExt;
@@ -34,7 +34,9 @@ pub struct GrantError {
 /// Builds the launch request for one server. Pure apart from canonicalising grant paths.
 ///
 /// Grants, in order: the session sandbox dir (rw, always first: it is the server's first
-/// root), `allowWrite` (rw), `allowRead` (ro).
+/// root), `allowWrite` (rw), `allowRead` (ro). The gateway replaces them at every launch with
+/// the server's current root set (`Slot::launch_request`), which also holds the policy's
+/// roots; these grants are what a server gets without a policy.
 pub fn launch_request(
     name: &str,
     server: &ServerConfig,
@@ -200,14 +202,6 @@ async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
     }
 }
 
-/// The grant paths as `file://` root URIs, session sandbox dir first.
-pub fn root_uris(grants: &[Grant]) -> Vec<(String, PathBuf)> {
-    grants
-        .iter()
-        .map(|g| (file_uri(&g.path), g.path.clone()))
-        .collect()
-}
-
 /// RFC 8089 `file://` URI for an absolute path, percent-encoding what a URI path cannot hold.
 pub fn file_uri(path: &Path) -> String {
     use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
@@ -238,6 +232,7 @@ pub fn file_uri(path: &Path) -> String {
 mod tests {
     use super::*;
     use crate::config::{parse_str, SandboxPolicy};
+    use std::path::PathBuf;
 
     #[test]
     fn grants_are_sandbox_dir_then_write_then_read_and_policy_overrides() {

@@ -26,7 +26,8 @@ pub struct CallInfo<'a> {
     pub tool: &'a str,
     /// Arguments as the agent sent them.
     pub arguments: &'a Map<String, Value>,
-    /// The server's roots (its grant paths, session sandbox dir first), canonical.
+    /// The server's current roots (session sandbox dir first), canonical: the same set its
+    /// sandbox mounts and its `roots/list` answer hold.
     pub roots: &'a [PathBuf],
     /// The server's working directory, for relative path arguments.
     pub cwd: Option<&'a Path>,
@@ -75,6 +76,14 @@ pub trait CallPolicy: Send + Sync + 'static {
     /// Called whenever a server's tool list is (re)fetched, before its tools are offered, so
     /// an engine can learn argument roles from the schemas. Default: ignored.
     fn tools_listed(&self, _server: &str, _tools: &[rmcp::model::Tool]) {}
+
+    /// The call's path-role argument values (each with its roles), for the root check before
+    /// forwarding and for widening on approval. `None` when the policy does not know the
+    /// tool: the gateway then refuses to forward it. Default (no engine): no path arguments
+    /// are known, so only the sandbox's mounts confine the call.
+    fn path_arguments<'a>(&self, _call: &CallInfo<'a>) -> Option<Vec<crate::policy::PathArg<'a>>> {
+        Some(Vec::new())
+    }
 }
 
 /// The default until a policy engine is configured: allows everything, and says so once.
@@ -158,6 +167,8 @@ pub struct CallRecord {
     pub sandboxed: bool,
     /// What was enforced, in full (absent when the server never started).
     pub enforcement: Option<Enforcement>,
+    /// Roots this call's approval added to the server: `(path, access)`.
+    pub approved_roots: Vec<(PathBuf, crate::sandbox::Access)>,
 }
 
 /// Why an audit write failed; the call then fails closed with this message.

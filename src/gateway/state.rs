@@ -4,14 +4,16 @@
 //! Locks here are std locks around plain data and `Arc` clones; none is ever held across an
 //! await, so the call path never waits on another call or on a server's lifecycle.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::downstream::Connection;
 use super::registry::{Catalog, ServerLists};
+use super::roots::{RootSet, RootsCell};
 use super::stages::Stages;
 use super::upstream_link::UpstreamLink;
 use crate::sandbox::launch::{Enforcement, LaunchRequest};
@@ -81,26 +83,63 @@ pub struct SlotState {
     pub enforcement: Option<Enforcement>,
 }
 
+/// Asks a server's supervisor to relaunch it with its current (wider) root set; the answer
+/// comes once the new process runs and has applied its roots, or with the reason it failed.
+pub struct Relaunch {
+    pub reply: oneshot::Sender<Result<(), String>>,
+}
+
 /// One configured server.
 pub struct Slot {
     pub name: String,
-    /// `None` when the request could not be built (the reason is in `Status::Refused`).
+    /// The request built from the config (`None` when it could not be built; the reason is
+    /// in `Status::Refused`). Its grants, args and env are re-derived from `roots` at every
+    /// launch: see [`Slot::launch_request`].
     pub req: Option<LaunchRequest>,
-    /// The grant paths, in order (the roots the server is given).
-    roots: Vec<std::path::PathBuf>,
+    /// The server's current roots: mounts, `roots/list`, policy roots and guard agree on it.
+    pub roots: Arc<RootsCell>,
+    /// Orders calls against a roots change: every forward holds a read permit; a widening
+    /// takes the write permit, so it waits for in-flight calls and calls that follow it wait
+    /// for the relaunched server (tokio's lock is fair: no reader overtakes a waiting writer).
+    pub gate: tokio::sync::RwLock<()>,
+    relaunch_tx: mpsc::UnboundedSender<Relaunch>,
+    relaunch_rx: Mutex<Option<mpsc::UnboundedReceiver<Relaunch>>>,
     state: RwLock<SlotState>,
 }
 
 impl Slot {
+    /// A slot whose roots are the request's grants (no policy roots).
     pub fn new(name: String, req: Option<LaunchRequest>, status: Status) -> Slot {
         let roots = req
             .as_ref()
-            .map(|r| r.grants.iter().map(|g| g.path.clone()).collect())
+            .map(|r| {
+                r.grants
+                    .iter()
+                    .map(|g| crate::roots::derive::DerivedRoot {
+                        path: g.path.clone(),
+                        access: g.access,
+                        source: crate::roots::derive::RootSource::AllowWrite,
+                    })
+                    .collect()
+            })
             .unwrap_or_default();
+        Slot::with_roots(name, req, RootsCell::new(roots, Default::default()), status)
+    }
+
+    pub fn with_roots(
+        name: String,
+        req: Option<LaunchRequest>,
+        roots: RootsCell,
+        status: Status,
+    ) -> Slot {
+        let (relaunch_tx, relaunch_rx) = mpsc::unbounded_channel();
         Slot {
             name,
             req,
-            roots,
+            roots: Arc::new(roots),
+            gate: tokio::sync::RwLock::new(()),
+            relaunch_tx,
+            relaunch_rx: Mutex::new(Some(relaunch_rx)),
             state: RwLock::new(SlotState {
                 status,
                 live: None,
@@ -109,8 +148,33 @@ impl Slot {
         }
     }
 
-    pub fn roots(&self) -> &[std::path::PathBuf] {
-        &self.roots
+    /// The request for the next launch: the config's, with one grant per current root and
+    /// `{roots}` placeholders in args and env expanded from the same set (returned too).
+    pub fn launch_request(&self) -> Option<(LaunchRequest, Arc<RootSet>)> {
+        let mut req = self.req.clone()?;
+        let set = self.roots.current();
+        req.grants = set.grants();
+        req.args = crate::roots::args::expand_args(&req.args, &set.paths);
+        for v in req.env.values_mut() {
+            *v = crate::roots::args::expand_text(v, &set.paths);
+        }
+        Some((req, set))
+    }
+
+    /// Sends a relaunch request to the supervisor.
+    pub fn request_relaunch(&self) -> oneshot::Receiver<Result<(), String>> {
+        let (reply, rx) = oneshot::channel();
+        // A closed channel means the supervisor ended: the dropped reply says so.
+        let _ = self.relaunch_tx.send(Relaunch { reply });
+        rx
+    }
+
+    /// The supervisor's end of the relaunch channel (taken once).
+    pub fn take_relaunch_rx(&self) -> Option<mpsc::UnboundedReceiver<Relaunch>> {
+        self.relaunch_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     pub fn snapshot(&self) -> SlotState {
@@ -138,6 +202,8 @@ pub struct Shared {
     pub stages: Stages,
     pub limits: Limits,
     pub shutdown: CancellationToken,
+    /// The agent's own roots (narrow path arguments when its client declared them).
+    pub upstream_roots: super::upstream_roots::UpstreamRoots,
 }
 
 /// Which upstream list notifications a catalog change calls for.
@@ -162,6 +228,7 @@ impl Shared {
             stages,
             limits,
             shutdown: CancellationToken::new(),
+            upstream_roots: Default::default(),
         }
     }
 

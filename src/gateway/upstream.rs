@@ -19,7 +19,7 @@ use rmcp::model::{
     ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest, SetLevelRequestParams,
     SubscribeRequest, SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use super::downstream::{ForwardError, UpTarget, PROTOCOL};
@@ -42,6 +42,8 @@ impl Upstream {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, ErrorData> {
         let slot = &self.shared.slots[idx];
+        // Not forwarded while the server's roots are widening (it is being relaunched).
+        let _permit = slot.gate.read().await;
         let snap = slot.snapshot();
         let Some(live) = snap.live else {
             return Err(pipeline::not_running(&slot.name, &snap.status));
@@ -63,6 +65,69 @@ impl Upstream {
                 ForwardError::Server(e) => e,
                 other => ErrorData::internal_error(other.to_string(), None),
             })
+    }
+
+    /// A `file://` resource is read only inside the server's current roots (and the agent's,
+    /// when declared); a refusal is audited and never forwarded. Other schemes are the
+    /// server's own namespace and pass.
+    fn check_resource_uri(
+        &self,
+        idx: usize,
+        uri: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if !crate::roots::uri::is_file_uri(uri) {
+            return Ok(());
+        }
+        let slot = &self.shared.slots[idx];
+        let set = slot.roots.current();
+        let arg = [crate::policy::PathArg {
+            value: uri,
+            roles: vec![crate::policy::Role::ReadPath],
+        }];
+        let cwd = slot.req.as_ref().and_then(|r| r.cwd.as_deref());
+        let home = slot.roots.options().home.as_deref();
+        let refusal = self
+            .shared
+            .upstream_roots
+            .refuse(&arg, &set, cwd, home)
+            .or_else(|| {
+                set.guard
+                    .check(uri, crate::roots::guard::Need::Read)
+                    .err()
+                    .map(|e| format!("{e} [server {}]", slot.name))
+            });
+        let Some(reason) = refusal else {
+            return Ok(());
+        };
+        let mut arguments = serde_json::Map::new();
+        arguments.insert("uri".into(), serde_json::Value::String(uri.to_string()));
+        let snap = slot.snapshot();
+        let record = super::stages::CallRecord {
+            timestamp: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            request_id: serde_json::to_value(&ctx.id)
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                .unwrap_or_default(),
+            server_name: slot.name.clone(),
+            tool_name: "resources/read".into(),
+            arguments,
+            policy_decision: super::stages::PolicyVerdict::deny(reason.clone()),
+            escalation_result: None,
+            result: super::stages::CallOutcome::Denied {
+                reason: reason.clone(),
+            },
+            duration_ms: 0,
+            sandboxed: snap
+                .enforcement
+                .as_ref()
+                .is_some_and(crate::sandbox::launch::Enforcement::is_sandboxed),
+            enforcement: snap.enforcement,
+            approved_roots: Vec::new(),
+        };
+        if let Err(e) = self.shared.stages.audit.record(&record) {
+            tracing::error!(server = %slot.name, "audit write failed: {e}");
+        }
+        Err(ErrorData::invalid_params(reason, None))
     }
 
     fn resource_owner(&self, uri: &str) -> Result<usize, ErrorData> {
@@ -117,6 +182,14 @@ impl ServerHandler for Upstream {
         self.shared.upstream.set(context.peer.clone());
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.shared.upstream_roots.refresh(&context.peer).await;
+    }
+
+    async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {
+        self.shared.upstream_roots.refresh(&context.peer).await;
     }
 
     async fn list_tools(
@@ -195,6 +268,7 @@ impl ServerHandler for Upstream {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let idx = self.resource_owner(&request.uri)?;
+        self.check_resource_uri(idx, &request.uri, &context)?;
         request.meta = None;
         let req = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(request));
         match self.forward(idx, req, &context).await? {

@@ -443,6 +443,50 @@ fn list_match(t: ListType, v: &str, pattern: &str) -> bool {
 }
 
 /// Conditional roles resolved against the call: first `when` that holds, else the default.
+/// One path-role value of a call (an array argument gives one per element) and the path
+/// roles of its argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathArg<'a> {
+    pub value: &'a str,
+    pub roles: Vec<Role>,
+}
+
+impl PathArg<'_> {
+    /// True when the argument may write, delete or rewrite history at the path.
+    pub fn writes(&self) -> bool {
+        self.roles.iter().any(|r| r.writes())
+    }
+}
+
+/// The path-role values of a call, resolved exactly as `evaluate` resolves them (conditional
+/// roles included). `None` for a tool the policy does not know (which `evaluate` denies).
+pub(crate) fn path_arguments<'a>(
+    policy: &Policy,
+    server: &str,
+    tool: &str,
+    arguments: &'a serde_json::Map<String, Value>,
+) -> Option<Vec<PathArg<'a>>> {
+    let ann = policy.annotation(server, tool)?;
+    let mut out = Vec::new();
+    for (name, roles) in resolve_roles(ann, arguments) {
+        let path_roles: Vec<Role> = roles
+            .iter()
+            .copied()
+            .filter(|r| r.category() == RoleCategory::Path)
+            .collect();
+        if path_roles.is_empty() {
+            continue;
+        }
+        let mut vals = Vec::new();
+        push_strings(arguments.get(name), &mut vals);
+        out.extend(vals.into_iter().map(|value| PathArg {
+            value,
+            roles: path_roles.clone(),
+        }));
+    }
+    Some(out)
+}
+
 fn resolve_roles<'a>(
     ann: &'a Annotation,
     args: &serde_json::Map<String, Value>,

@@ -30,6 +30,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 pub use annotate::ToolInfo;
+pub use engine::PathArg;
 pub use load::{Annotation, LoadError, PolicyOptions, PolicyPaths, PolicySource, Rule};
 pub use model::{Role, Status};
 
@@ -250,6 +251,17 @@ impl Policy {
     /// Servers the annotations know, for `policy roots`.
     pub fn annotated_servers(&self) -> impl Iterator<Item = &str> {
         self.annotations.keys().map(String::as_str)
+    }
+
+    /// The path-role argument values of a call and their roles, as `evaluate` sees them
+    /// (for the gateway's root check). `None` when the tool is not known to the policy.
+    pub fn path_arguments<'a>(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: &'a serde_json::Map<String, serde_json::Value>,
+    ) -> Option<Vec<engine::PathArg<'a>>> {
+        engine::path_arguments(self, server, tool, arguments)
     }
 
     /// Decides one call. Pure apart from canonicalising path arguments.

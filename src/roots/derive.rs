@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::FilesystemConfig;
+use crate::config::{FilesystemConfig, SandboxSetting, ServerConfig};
 use crate::policy::{Policy, Status};
 use crate::roots::canon::{self, Base, PathError};
 
@@ -30,6 +30,8 @@ pub enum RootSource {
     Rule(String),
     AllowWrite,
     AllowRead,
+    /// Added during the session when a person approved an escalated call that needed it.
+    Approved,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -47,7 +49,67 @@ pub fn derive_roots(
     grants: Option<&FilesystemConfig>,
     home: Option<&Path>,
 ) -> Result<Vec<DerivedRoot>, PathError> {
-    let base = Base { cwd: None, home };
+    derive_with_base(
+        policy,
+        server,
+        sandbox_dir,
+        grants,
+        Base { cwd: None, home },
+    )
+}
+
+/// The root set `palisade serve` gives one configured server, and `palisade policy roots`
+/// prints: [`derive_roots`] with grant paths resolved against the server's `cwd`, minus the
+/// roots that do not exist on this machine (a root that cannot be mounted must not be
+/// announced either; those are returned in `skipped` with the reason).
+pub fn derive_for_server(
+    policy: &Policy,
+    name: &str,
+    server: Option<&ServerConfig>,
+    sandbox_dir: Option<&Path>,
+    home: Option<&Path>,
+) -> Result<ServerRoots, PathError> {
+    let grants = server.and_then(|s| match &s.sandbox {
+        SandboxSetting::Enabled(sb) => Some(&sb.filesystem),
+        SandboxSetting::Disabled => None,
+    });
+    let base = Base {
+        cwd: server.and_then(|s| s.cwd.as_deref()),
+        home,
+    };
+    let all = derive_with_base(policy, name, sandbox_dir, grants, base)?;
+    let (roots, missing): (Vec<_>, Vec<_>) = all.into_iter().partition(|r| r.path.exists());
+    let skipped = missing
+        .into_iter()
+        .map(|r| SkippedRoot {
+            reason: "does not exist on this machine: neither mounted nor announced",
+            root: r,
+        })
+        .collect();
+    Ok(ServerRoots { roots, skipped })
+}
+
+/// One server's usable roots, and the derived ones that were left out.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ServerRoots {
+    pub roots: Vec<DerivedRoot>,
+    pub skipped: Vec<SkippedRoot>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SkippedRoot {
+    #[serde(flatten)]
+    pub root: DerivedRoot,
+    pub reason: &'static str,
+}
+
+fn derive_with_base(
+    policy: &Policy,
+    server: &str,
+    sandbox_dir: Option<&Path>,
+    grants: Option<&FilesystemConfig>,
+    base: Base<'_>,
+) -> Result<Vec<DerivedRoot>, PathError> {
     let canon_str = |s: &str| canon::canonicalize(s, &base);
     let mut out: Vec<DerivedRoot> = Vec::new();
     let mut add = |path: PathBuf, access: Access, source: RootSource| match out

@@ -1,6 +1,8 @@
 //! One source of truth for where each server may operate: path canonicalisation (`canon`),
-//! `file://` URIs (`uri`), containment checks (`guard`) and per-server root sets (`derive`).
+//! `file://` URIs (`uri`), containment checks (`guard`), per-server root sets (`derive`) and
+//! roots placed in a server's argv/env (`args`).
 
+pub mod args;
 pub mod canon;
 pub mod derive;
 pub mod guard;
