@@ -14,9 +14,9 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use crate::config::{NetworkConfig, SandboxSetting, ServerConfig, Settings};
 use crate::roots::canon::{self, Base};
-use crate::sandbox::ResourceLimits;
 use crate::sandbox::launch::{self, Enforcement, Grant, LaunchError, LaunchRequest, Prepared};
 use crate::sandbox::Access;
+use crate::sandbox::ResourceLimits;
 
 /// Bytes of a child's stderr copied into the log before the rest is discarded (per start).
 pub const STDERR_CAP: usize = 256 * 1024;
@@ -58,6 +58,7 @@ pub fn launch_request(
         access: Access::Rw,
     }];
     let mut deny_read = Vec::new();
+    let mut deny_write = Vec::new();
     let mut network = NetworkConfig::None;
     let mut policy = settings.sandbox_policy.unwrap_or_default();
     let mut backend = settings.backend.unwrap_or_default();
@@ -81,6 +82,9 @@ pub fn launch_request(
             for raw in &sb.filesystem.deny_read {
                 deny_read.push(canon(raw)?);
             }
+            for raw in &sb.filesystem.deny_write {
+                deny_write.push(canon(raw)?);
+            }
             network = sb.network.clone();
             policy = sb.policy.unwrap_or(policy);
             backend = sb.backend.unwrap_or(backend);
@@ -99,6 +103,7 @@ pub fn launch_request(
         cwd: server.cwd.clone(),
         grants,
         deny_read,
+        deny_write,
         network,
         sandboxed,
         policy,
@@ -108,6 +113,8 @@ pub fn launch_request(
         // --allow-broad` is the only way, and it is for one interactive command.
         allow_broad: false,
         limits,
+        // The gateway fills this in when it registers the server with its egress proxy.
+        egress: launch::EgressSocket::NotStarted,
     })
 }
 
