@@ -31,6 +31,7 @@ fn record(i: u32, args: serde_json::Value) -> AuditRecord {
         sandboxed: true,
         sandbox_backend: Some("bwrap".into()),
         degradation: vec![],
+        network_refusals: vec![],
     }
 }
 

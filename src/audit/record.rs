@@ -33,6 +33,20 @@ pub struct AuditRecord {
     /// What the sandbox could not enforce for this server (empty when fully enforced).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub degradation: Vec<String>,
+    /// Connections the egress proxy refused for this server during the call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_refusals: Vec<NetworkRefusal>,
+}
+
+/// One refused connection, as the audit log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkRefusal {
+    pub host: String,
+    pub port: u16,
+    /// `http-connect`, `http-forward` or `socks5`.
+    pub protocol: String,
+    /// Why the proxy refused it.
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -16,6 +16,7 @@ pub mod blocked;
 pub mod downstream;
 pub mod engine;
 pub mod lifecycle;
+pub mod network;
 pub mod pipeline;
 pub mod progress;
 pub mod registry;
@@ -121,6 +122,8 @@ pub struct ServerStatus {
 pub struct Gateway {
     shared: Arc<state::Shared>,
     supervisors: Vec<JoinHandle<()>>,
+    /// The egress proxy, when some server has an allowlist; closed after the servers stop.
+    egress: Option<network::GatewayEgress>,
 }
 
 impl Gateway {
@@ -130,40 +133,41 @@ impl Gateway {
     pub async fn start(mut opts: GatewayOptions) -> Result<Gateway, GatewayError> {
         opts.sandbox_dir = create_private_dir(&opts.sandbox_dir)?;
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        let slots: Vec<Arc<state::Slot>> = opts
+        let mut requests: Vec<(
+            String,
+            Result<crate::sandbox::launch::LaunchRequest, String>,
+        )> = opts
             .config
             .servers
             .iter()
             .map(|(name, server)| {
-                match spawn::launch_request(
+                let req = spawn::launch_request(
                     name,
                     server,
                     &opts.config.settings,
                     &opts.sandbox_dir,
                     home.as_deref(),
-                ) {
-                    Ok(req) => {
-                        Arc::new(state::Slot::new(name.clone(), Some(req), Status::Starting))
-                    }
-                    Err(e) => {
-                        tracing::error!(server = %name, "not started: {e}");
-                        Arc::new(state::Slot::new(
-                            name.clone(),
-                            None,
-                            Status::Refused {
-                                reason: e.to_string(),
-                            },
-                        ))
-                    }
+                )
+                .map_err(|e| e.to_string());
+                (name.clone(), req)
+            })
+            .collect();
+        // One shared egress proxy for every server with a domain allowlist.
+        let egress = network::attach(&mut requests, &opts.config.settings);
+        let slots: Vec<Arc<state::Slot>> = requests
+            .into_iter()
+            .map(|(name, req)| match req {
+                Ok(req) => Arc::new(state::Slot::new(name, Some(req), Status::Starting)),
+                Err(reason) => {
+                    tracing::error!(server = %name, "not started: {reason}");
+                    Arc::new(state::Slot::new(name, None, Status::Refused { reason }))
                 }
             })
             .collect();
-        let shared = Arc::new(state::Shared::new(
-            slots,
-            opts.stages,
-            opts.limits,
-            opts.upstream,
-        ));
+        let shared = Arc::new(
+            state::Shared::new(slots, opts.stages, opts.limits, opts.upstream)
+                .with_egress(egress.as_ref().map(|e| e.proxy.clone())),
+        );
         let mut supervisors = Vec::new();
         let mut settled = Vec::new();
         for idx in 0..shared.slots.len() {
@@ -178,6 +182,7 @@ impl Gateway {
         Ok(Gateway {
             shared,
             supervisors,
+            egress,
         })
     }
 
@@ -242,6 +247,9 @@ impl Gateway {
         self.shared.shutdown.cancel();
         for handle in self.supervisors.drain(..) {
             let _ = handle.await;
+        }
+        if let Some(mut egress) = self.egress.take() {
+            egress.shutdown();
         }
     }
 }

@@ -158,6 +158,9 @@ pub struct CallRecord {
     pub sandboxed: bool,
     /// What was enforced, in full (absent when the server never started).
     pub enforcement: Option<Enforcement>,
+    /// Connections the egress proxy refused for this server while the call was in flight.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub network_refusals: Vec<crate::egress::RefusalEvent>,
 }
 
 /// Why an audit write failed; the call then fails closed with this message.

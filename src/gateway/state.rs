@@ -138,6 +138,9 @@ pub struct Shared {
     pub stages: Stages,
     pub limits: Limits,
     pub shutdown: CancellationToken,
+    /// The shared egress proxy, when some server has a domain allowlist (its refusal events
+    /// are attributed to calls by the pipeline).
+    pub egress: Option<crate::egress::EgressProxy>,
 }
 
 /// Which upstream list notifications a catalog change calls for.
@@ -162,7 +165,14 @@ impl Shared {
             stages,
             limits,
             shutdown: CancellationToken::new(),
+            egress: None,
         }
+    }
+
+    /// Sets the egress proxy whose refusals calls are attributed from.
+    pub fn with_egress(mut self, egress: Option<crate::egress::EgressProxy>) -> Shared {
+        self.egress = egress;
+        self
     }
 
     /// The current catalog snapshot (an `Arc` clone; the lock is released at once).

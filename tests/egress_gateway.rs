@@ -1,0 +1,455 @@
+//! Network isolation end to end through `palisade serve`, driven by a real MCP client (the
+//! Python `mcp` SDK): each server runs in real bubblewrap with its own empty network
+//! namespace, reaches Palisade's egress proxy through real socat bridges, and gets exactly
+//! its allowlist. Fake names (`allowed.test`, `denied.test`, `other.test`) resolve to a
+//! loopback origin through the test-only `palisade.egressHostsFile` setting. Nothing here
+//! leaves 127.0.0.1.
+//!
+//! Each "cannot" has a control: the same probe run by a server whose sandbox was degraded to
+//! the host network (warn mode, no socat) succeeds, so the refusals are the sandbox's.
+
+mod egress_support;
+
+use std::path::{Path, PathBuf};
+
+use egress_support::http_origin;
+use serde_json::{json, Value};
+
+fn deps() -> PathBuf {
+    std::env::var_os("PALISADE_TEST_DEPS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps"))
+}
+
+/// bwrap, socat and the test venv; `None` (with the reason printed) skips.
+fn prerequisites() -> Option<PathBuf> {
+    let python = deps().join("venv/bin/python");
+    for tool in ["bwrap", "socat"] {
+        if which::which(tool).is_err() {
+            eprintln!("SKIPPED: {tool} is not installed");
+            return None;
+        }
+    }
+    if !python.exists() {
+        eprintln!("SKIPPED: no test venv at {}", python.display());
+        return None;
+    }
+    Some(python)
+}
+
+fn net_probe() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/servers/net_probe.py")
+        .display()
+        .to_string()
+}
+
+struct Run {
+    tools: Vec<String>,
+    calls: Vec<Value>,
+    audit: Vec<Value>,
+    stderr: String,
+}
+
+/// Writes the config, runs `calls` through `palisade serve` with the SDK client, and returns
+/// the results, the audit records and palisade's stderr.
+async fn serve(
+    dir: &Path,
+    python: &Path,
+    servers: Value,
+    settings: Value,
+    calls: Value,
+    env: &[(&str, &str)],
+) -> Run {
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 allowed.test denied.test other.test\n").unwrap();
+    let audit = dir.join("audit.jsonl");
+    let mut s = json!({
+        "sandboxDir": dir.join("sandbox").display().to_string(),
+        "sandboxPolicy": "enforce",
+        "egressHostsFile": hosts.display().to_string(),
+        "auditLog": audit.display().to_string(),
+        "policy": Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/allow-all-policy.json").display().to_string(),
+    });
+    for (k, v) in settings.as_object().unwrap() {
+        s[k] = v.clone();
+    }
+    let cfg = dir.join("config.json");
+    std::fs::write(
+        &cfg,
+        serde_json::to_vec_pretty(&json!({"mcpServers": servers, "palisade": s})).unwrap(),
+    )
+    .unwrap();
+    let errlog = dir.join("stderr.log");
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/calls.py"))
+        .arg(calls.to_string())
+        .arg("--")
+        .args([env!("CARGO_BIN_EXE_palisade"), "serve", "--config"])
+        .arg(&cfg)
+        .env("CALLS_ERRLOG", &errlog)
+        .env("RUST_LOG", "info,rmcp=warn")
+        .env("NO_COLOR", "1")
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(std::time::Duration::from_secs(240), cmd.output())
+        .await
+        .expect("client finished")
+        .unwrap();
+    let stderr = std::fs::read_to_string(&errlog).unwrap_or_default();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client failed: {}\n{stdout}\n{}\npalisade:\n{stderr}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let audit = std::fs::read_to_string(&audit)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    Run {
+        tools: v["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap().to_string())
+            .collect(),
+        calls: v["calls"].as_array().unwrap().clone(),
+        audit,
+        stderr,
+    }
+}
+
+/// An origin that answers every request with a redirect to `location`.
+async fn redirect_origin(location: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let resp = format!(
+        "HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            let resp = resp.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let _ = s.write_all(resp.as_bytes()).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
+fn call(tool: &str, args: Value) -> Value {
+    json!({"tool": tool, "args": args})
+}
+
+fn egress_dirs() -> Vec<PathBuf> {
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| palisade::gateway::network::is_socket_dir(p))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_reach_exactly_their_allowlist_and_refusals_reach_the_agent_and_the_audit() {
+    let Some(python) = prerequisites() else {
+        return;
+    };
+    let origin = http_origin().await;
+    let port = origin.port();
+    let redirect = redirect_origin(&format!("http://denied.test:{port}/page")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let before = egress_dirs();
+    let allowed = format!("http://allowed.test:{port}");
+    let denied = format!("http://denied.test:{port}");
+    let other = format!("http://other.test:{port}");
+    let fetch = deps().join("venv/bin/mcp-server-fetch");
+    let servers = json!({
+        "net": {"command": python.display().to_string(), "args": [net_probe()],
+                "sandbox": {"network": {"allowedDomains": [format!("allowed.test:{port}")]}}},
+        "other": {"command": python.display().to_string(), "args": [net_probe()],
+                  "sandbox": {"network": {"allowedDomains": [format!("other.test:{port}")]}}},
+        "fetch": {"command": fetch.display().to_string(), "args": ["--ignore-robots-txt"],
+                  "sandbox": {"network": {"allowedDomains": [format!("allowed.test:{port}"), format!("allowed.test:{redirect}")]}}}
+    });
+    let calls = json!([
+        call(
+            "net__http_get",
+            json!({"address": format!("{allowed}/env"), "via": "env"})
+        ),
+        call(
+            "net__http_get",
+            json!({"address": format!("{allowed}/socks"), "via": "socks"})
+        ),
+        call(
+            "net__http_get",
+            json!({"address": format!("{denied}/env"), "via": "env"})
+        ),
+        call(
+            "net__http_get",
+            json!({"address": format!("{denied}/socks"), "via": "socks"})
+        ),
+        call("net__connect", json!({"host": "127.0.0.1", "port": port})),
+        call(
+            "net__http_get",
+            json!({"address": format!("http://127.0.0.1:{port}/lit"), "via": "socks"})
+        ),
+        call("net__resolve", json!({"name": "allowed.test"})),
+        call("net__udp", json!({"host": "192.0.2.1", "port": 53})),
+        call(
+            "net__http_get",
+            json!({"address": format!("{other}/x"), "via": "env"})
+        ),
+        call(
+            "other__http_get",
+            json!({"address": format!("{other}/mine"), "via": "env"})
+        ),
+        call(
+            "other__http_get",
+            json!({"address": format!("{allowed}/theirs"), "via": "env"})
+        ),
+        call("net__proxy_env", json!({})),
+        call(
+            "fetch__fetch",
+            json!({"url": format!("{allowed}/page"), "raw": true})
+        ),
+        // The policy engine gates a fetch of denied.test before it reaches the server (its
+        // domain gate); an allowed page that redirects there is the sandbox's to stop.
+        call(
+            "fetch__fetch",
+            json!({"url": format!("http://allowed.test:{redirect}/jump"), "raw": true})
+        ),
+    ]);
+    let r = serve(dir.path(), &python, servers, json!({}), calls, &[]).await;
+    let c = |i: usize| {
+        (
+            r.calls[i]["error"].as_bool().unwrap(),
+            r.calls[i]["text"].as_str().unwrap().to_string(),
+        )
+    };
+    assert!(
+        r.tools.contains(&"fetch__fetch".to_string()),
+        "{:?}\n{}",
+        r.tools,
+        r.stderr
+    );
+
+    // Allowed: HTTP_PROXY and SOCKS5 (remote DNS) both reach the origin under the checked name.
+    let (err, text) = c(0);
+    assert!(
+        !err && text.contains(&format!(
+            "origin saw [GET /env HTTP/1.1] host [allowed.test:{port}]"
+        )),
+        "{text}\n{}",
+        r.stderr
+    );
+    let (err, text) = c(1);
+    assert!(
+        !err && text.contains("origin saw [GET /socks HTTP/1.1]"),
+        "{text}"
+    );
+
+    // Denied name, over both protocols: the agent reads which host and the entry to add.
+    for i in [2, 3] {
+        let (err, text) = c(i);
+        assert!(err, "{text}");
+        assert!(
+            text.starts_with(&format!(
+                "[SANDBOX BLOCKED] network access to denied.test:{port} denied for server \"net\""
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "add \"denied.test:{port}\" to sandbox.network.allowedDomains"
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("origin saw"), "{text}");
+    }
+    // No way around the proxy: raw IP connect, an IP literal through it, DNS, UDP.
+    let (err, text) = c(4);
+    assert!(err && text.contains("connect:"), "{text}");
+    let (err, text) = c(5);
+    assert!(
+        err && text.contains("[SANDBOX BLOCKED] network access to 127.0.0.1"),
+        "{text}"
+    );
+    let (err, text) = c(6);
+    assert!(err && text.contains("resolve:"), "{text}");
+    let (err, text) = c(7);
+    assert!(err && text.contains("udp:"), "{text}");
+    // Another server's allowlist is not this server's, in either direction.
+    let (err, text) = c(8);
+    assert!(
+        err && text.contains("network access to other.test"),
+        "{text}"
+    );
+    let (err, text) = c(9);
+    assert!(!err && text.contains("GET /mine"), "{text}");
+    let (err, text) = c(10);
+    assert!(
+        err && text.contains("denied for server \"other\""),
+        "{text}"
+    );
+    let (_, text) = c(11);
+    assert!(
+        text.contains("HTTP_PROXY=http://127.0.0.1:3128")
+            && text.contains("ALL_PROXY=socks5h://127.0.0.1:1080"),
+        "{text}"
+    );
+    // The real mcp-server-fetch: allowed page fetched, denied one refused and marked.
+    let (err, text) = c(12);
+    assert!(
+        !err && text.contains("origin saw [GET /page HTTP/1.1]"),
+        "{text}\n{}",
+        r.stderr
+    );
+    let (err, text) = c(13);
+    assert!(
+        err && text.contains(&format!(
+            "[SANDBOX BLOCKED] network access to denied.test:{port} denied for server \"fetch\""
+        )),
+        "{text}"
+    );
+
+    // Audit: one record per call; the refused hosts listed on exactly the refused calls.
+    assert_eq!(r.audit.len(), 14, "{:#?}", r.audit);
+    let refusals = |i: usize| {
+        r.audit[i]
+            .get("networkRefusals")
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(refusals(0), Value::Null);
+    assert_eq!(refusals(2)[0]["host"], "denied.test");
+    assert_eq!(refusals(2)[0]["port"], port);
+    assert_eq!(refusals(2)[0]["protocol"], "http-forward");
+    assert_eq!(refusals(3)[0]["protocol"], "socks5");
+    assert_eq!(refusals(5)[0]["host"], "127.0.0.1");
+    assert_eq!(refusals(10)[0]["host"], "allowed.test");
+    assert_eq!(r.audit[10]["serverName"], "other");
+    assert_eq!(refusals(13)[0]["host"], "denied.test");
+    assert!(
+        r.audit.iter().all(|a| a["sandboxed"] == true),
+        "{:#?}",
+        r.audit
+    );
+    // The refusals are in palisade's log with server and host.
+    assert!(r.stderr.contains("egress refused"), "{}", r.stderr);
+    // Nothing left behind: the socket directory is gone.
+    let after: Vec<PathBuf> = egress_dirs()
+        .into_iter()
+        .filter(|d| !before.contains(d))
+        .collect();
+    assert!(after.is_empty(), "left behind: {after:?}");
+}
+
+/// Without socat the allowlist cannot be enforced: enforce refuses the server (it never
+/// starts), warn runs it in the sandbox but with the host network, and says so in the log
+/// and in every audit record. The warn run is also the control for the refusals above: with
+/// the host network the raw connect to the origin succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_socat_enforce_refuses_and_warn_shares_the_host_network_loudly() {
+    let Some(python) = prerequisites() else {
+        return;
+    };
+    let origin = http_origin().await;
+    let port = origin.port();
+    // A PATH with bwrap but no socat.
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(which::which("bwrap").unwrap(), bin.path().join("bwrap")).unwrap();
+    let path = bin.path().display().to_string();
+    let servers = json!({
+        "net": {"command": python.display().to_string(), "args": [net_probe()],
+                "sandbox": {"network": {"allowedDomains": [format!("allowed.test:{port}")]}}},
+    });
+    let calls = json!([call(
+        "net__connect",
+        json!({"host": "127.0.0.1", "port": port})
+    )]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let r = serve(
+        dir.path(),
+        &python,
+        servers.clone(),
+        json!({}),
+        calls.clone(),
+        &[("PATH", &path)],
+    )
+    .await;
+    assert!(r.tools.is_empty(), "{:?}", r.tools);
+    assert!(r.calls[0]["error"] == true, "{:?}", r.calls);
+    assert!(r.stderr.contains("socat is not installed"), "{}", r.stderr);
+
+    let dir = tempfile::tempdir().unwrap();
+    let r = serve(
+        dir.path(),
+        &python,
+        servers,
+        json!({"sandboxPolicy": "warn"}),
+        calls,
+        &[("PATH", &path)],
+    )
+    .await;
+    assert_eq!(r.calls[0]["error"], false, "{:?}\n{}", r.calls, r.stderr);
+    assert_eq!(r.calls[0]["text"], "connected");
+    assert!(r.stderr.contains("socat is not installed"), "{}", r.stderr);
+    assert_eq!(r.audit.len(), 1);
+    assert_eq!(r.audit[0]["sandboxed"], false);
+    assert_eq!(r.audit[0]["sandboxBackend"], "bwrap");
+    let degradation = r.audit[0]["degradation"].to_string();
+    assert!(
+        degradation.contains("socat is not installed"),
+        "{degradation}"
+    );
+}
+
+/// `palisade check` shows what would happen to an allowlisted server without socat.
+#[test]
+fn check_reports_the_network_gap() {
+    if which::which("bwrap").is_err() {
+        eprintln!("SKIPPED: bwrap is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.json");
+    std::fs::write(
+        &cfg,
+        json!({"mcpServers": {"net": {"command": "/bin/true", "sandbox": {"policy": "warn", "network": {"allowedDomains": ["example.com"]}}}}}).to_string(),
+    )
+    .unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(which::which("bwrap").unwrap(), bin.path().join("bwrap")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["check", "--config"])
+        .arg(&cfg)
+        .env("PATH", bin.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("DEGRADED"), "{text}");
+    assert!(text.contains("socat is not installed"), "{text}");
+    // With socat on PATH the same server is fully sandboxed.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["check", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("net (Warn): sandboxed"), "{text}");
+}
