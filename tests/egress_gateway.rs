@@ -453,3 +453,87 @@ fn check_reports_the_network_gap() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("net (Warn): sandboxed"), "{text}");
 }
+
+/// `palisade run --allow-domain`: the command (real curl) reaches the allowed name through
+/// the proxy `run` keeps alive, is refused the other, and `run` exits with curl's status and
+/// leaves no socket directory behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_allow_domain_keeps_a_proxy_alive_and_propagates_the_exit_code() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let Ok(curl) = which::which("curl") else {
+        eprintln!("SKIPPED: curl is not installed");
+        return;
+    };
+    let origin = http_origin().await;
+    let port = origin.port();
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = dir.path().join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 allowed.test denied.test\n").unwrap();
+    let before = egress_dirs();
+    let run = |url: String| {
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_palisade"));
+        c.arg("run")
+            .arg("--allow-domain")
+            .arg(format!("allowed.test:{port}"))
+            .arg("--egress-hosts-file")
+            .arg(&hosts)
+            .arg("--")
+            .arg(&curl)
+            .args(["-sS", "-f", "--max-time", "20"])
+            .arg(url)
+            .kill_on_drop(true);
+        c
+    };
+    let out = run(format!("http://allowed.test:{port}/run"))
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout,
+        format!("origin saw [GET /run HTTP/1.1] host [allowed.test:{port}]")
+    );
+
+    let out = run(format!("http://denied.test:{port}/run"))
+        .output()
+        .await
+        .unwrap();
+    // curl -f: 22 for an HTTP error (the proxy's 403), propagated by `run`.
+    assert_eq!(
+        out.status.code(),
+        Some(22),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("egress refused"));
+
+    // Control: without --allow-domain the same command has no network at all (exit 6: the
+    // name cannot be resolved), so the success above is the proxy's doing.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["run", "--"])
+        .arg(&curl)
+        .args(["-sS", "--max-time", "20"])
+        .arg(format!("http://allowed.test:{port}/run"))
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(6),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let after: Vec<PathBuf> = egress_dirs()
+        .into_iter()
+        .filter(|d| !before.contains(d))
+        .collect();
+    assert!(after.is_empty(), "left behind: {after:?}");
+}
