@@ -537,3 +537,43 @@ async fn run_with_allow_domain_keeps_a_proxy_alive_and_propagates_the_exit_code(
         .collect();
     assert!(after.is_empty(), "left behind: {after:?}");
 }
+
+/// `backend: srt` through `palisade serve`: the server runs under the real srt (found through
+/// `PALISADE_SRT`), recorded as such in the audit; srt's proxy refuses a name outside the
+/// allowlist and the sandbox has no direct route. srt resolves names with the system
+/// resolver and refuses loopback addresses, so the fake `allowed.test` cannot be reached on a
+/// machine without internet: the allowed case is covered by the golden settings test only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srt_backend_runs_the_server_under_srt_with_the_lists() {
+    let Some(python) = prerequisites() else {
+        return;
+    };
+    let srt = deps().join("node_modules/.bin/srt");
+    if !srt.exists() || which::which("rg").is_err() {
+        eprintln!("SKIPPED: srt ({}) or ripgrep is not installed", srt.display());
+        return;
+    }
+    let origin = http_origin().await;
+    let port = origin.port();
+    let dir = tempfile::tempdir().unwrap();
+    let servers = json!({
+        "net": {"command": python.display().to_string(), "args": [net_probe()],
+                "sandbox": {"backend": "srt", "network": {"allowedDomains": ["allowed.test"]}}},
+    });
+    let calls = json!([
+        call("net__http_get", json!({"address": format!("http://denied.test:{port}/x"), "via": "env"})),
+        call("net__connect", json!({"host": "127.0.0.1", "port": port})),
+        call("net__proxy_env", json!({})),
+    ]);
+    let srt_s = srt.display().to_string();
+    let r = serve(dir.path(), &python, servers, json!({}), calls, &[("PALISADE_SRT", &srt_s)]).await;
+    assert!(r.tools.contains(&"net__http_get".to_string()), "{:?}\n{}", r.tools, r.stderr);
+    let text = |i: usize| r.calls[i]["text"].as_str().unwrap().to_string();
+    assert_eq!(r.calls[0]["error"], true, "{}", text(0));
+    assert!(!text(0).contains("origin saw"), "{}", text(0));
+    assert_eq!(r.calls[1]["error"], true, "{}", text(1));
+    // srt's own proxy variables, not palisade's bridges.
+    assert!(text(2).contains("HTTP_PROXY=http://"), "{}", text(2));
+    assert!(!text(2).contains("127.0.0.1:3128"), "{}", text(2));
+    assert!(r.audit.iter().all(|a| a["sandboxBackend"] == "srt" && a["sandboxed"] == true), "{:#?}", r.audit);
+}

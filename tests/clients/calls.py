@@ -6,6 +6,7 @@ with its message (the agent sees it the same way)."""
 
 import asyncio
 import json
+import os
 import sys
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -14,7 +15,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 async def main():
     calls = json.loads(sys.argv[1])
     cmd = sys.argv[sys.argv.index("--") + 1 :]
-    params = StdioServerParameters(command=cmd[0], args=cmd[1:])
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
     out = []
     with open(__import__("os").environ.get("CALLS_ERRLOG", "/dev/null"), "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
