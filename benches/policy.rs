@@ -152,6 +152,7 @@ fn bench_audit(c: &mut Criterion) {
         sandboxed: true,
         sandbox_backend: Some("bwrap".into()),
         degradation: vec![],
+        network_refusals: vec![],
     };
     c.bench_function("audit append+flush (redacted, chained)", |b| {
         b.iter(|| log.append(black_box(&rec)).unwrap())
