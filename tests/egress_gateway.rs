@@ -550,7 +550,10 @@ async fn srt_backend_runs_the_server_under_srt_with_the_lists() {
     };
     let srt = deps().join("node_modules/.bin/srt");
     if !srt.exists() || which::which("rg").is_err() {
-        eprintln!("SKIPPED: srt ({}) or ripgrep is not installed", srt.display());
+        eprintln!(
+            "SKIPPED: srt ({}) or ripgrep is not installed",
+            srt.display()
+        );
         return;
     }
     let origin = http_origin().await;
@@ -561,13 +564,29 @@ async fn srt_backend_runs_the_server_under_srt_with_the_lists() {
                 "sandbox": {"backend": "srt", "network": {"allowedDomains": ["allowed.test"]}}},
     });
     let calls = json!([
-        call("net__http_get", json!({"address": format!("http://denied.test:{port}/x"), "via": "env"})),
+        call(
+            "net__http_get",
+            json!({"address": format!("http://denied.test:{port}/x"), "via": "env"})
+        ),
         call("net__connect", json!({"host": "127.0.0.1", "port": port})),
         call("net__proxy_env", json!({})),
     ]);
     let srt_s = srt.display().to_string();
-    let r = serve(dir.path(), &python, servers, json!({}), calls, &[("PALISADE_SRT", &srt_s)]).await;
-    assert!(r.tools.contains(&"net__http_get".to_string()), "{:?}\n{}", r.tools, r.stderr);
+    let r = serve(
+        dir.path(),
+        &python,
+        servers,
+        json!({}),
+        calls,
+        &[("PALISADE_SRT", &srt_s)],
+    )
+    .await;
+    assert!(
+        r.tools.contains(&"net__http_get".to_string()),
+        "{:?}\n{}",
+        r.tools,
+        r.stderr
+    );
     let text = |i: usize| r.calls[i]["text"].as_str().unwrap().to_string();
     assert_eq!(r.calls[0]["error"], true, "{}", text(0));
     assert!(!text(0).contains("origin saw"), "{}", text(0));
@@ -575,5 +594,11 @@ async fn srt_backend_runs_the_server_under_srt_with_the_lists() {
     // srt's own proxy variables, not palisade's bridges.
     assert!(text(2).contains("HTTP_PROXY=http://"), "{}", text(2));
     assert!(!text(2).contains("127.0.0.1:3128"), "{}", text(2));
-    assert!(r.audit.iter().all(|a| a["sandboxBackend"] == "srt" && a["sandboxed"] == true), "{:#?}", r.audit);
+    assert!(
+        r.audit
+            .iter()
+            .all(|a| a["sandboxBackend"] == "srt" && a["sandboxed"] == true),
+        "{:#?}",
+        r.audit
+    );
 }

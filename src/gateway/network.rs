@@ -14,7 +14,7 @@ use std::path::Path;
 
 use tokio::sync::broadcast;
 
-use crate::config::{Backend, NetworkConfig, Settings};
+use crate::config::{NetworkConfig, Settings};
 use crate::egress::{EgressError, EgressOptions, EgressProxy, RefusalEvent, Resolver};
 use crate::sandbox::launch::{EgressSocket, LaunchRequest};
 
@@ -43,12 +43,12 @@ impl Drop for GatewayEgress {
     }
 }
 
-/// True when the request is served by palisade's proxy (sandboxed, native backend, an
-/// allowlist). srt runs its own proxy; an opted-out server gets the host network.
+/// True when the request may be served by palisade's proxy: sandboxed, with an allowlist.
+/// An srt server gets a socket too (unused while srt runs it with its own proxy; it is what
+/// keeps the allowlist enforced when warn mode falls back to the native sandbox because srt
+/// is missing). An opted-out server gets the host network.
 pub fn wants_proxy(req: &LaunchRequest) -> bool {
-    req.sandboxed
-        && req.backend == Backend::Bwrap
-        && matches!(req.network, NetworkConfig::Allowlist(_))
+    req.sandboxed && matches!(req.network, NetworkConfig::Allowlist(_))
 }
 
 /// Starts the proxy when some request wants it and registers each such server. A request

@@ -237,7 +237,6 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
     let mut resolved_req;
     let req = if req.egress == EgressSocket::NotStarted
         && matches!(req.network, NetworkConfig::Allowlist(_))
-        && req.backend == Backend::Bwrap
     {
         resolved_req = req.clone();
         resolved_req.egress =

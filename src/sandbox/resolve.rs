@@ -539,6 +539,34 @@ mod tests {
     }
 
     #[test]
+    fn srt_missing_with_an_allowlist_falls_back_to_the_native_proxy_in_warn() {
+        let n = Needs {
+            backend: Backend::Srt,
+            ..egress()
+        };
+        // The proxy socket is ready: the fallback keeps the allowlist enforced.
+        assert!(matches!(
+            resolve(&good(), &n, SandboxPolicy::Warn),
+            Resolution::Degraded { plan: FULL, .. }
+        ));
+        // And without socat the fallback would share the host network, which is said.
+        let mut caps = good();
+        caps.socat = None;
+        let r = resolve(&caps, &n, SandboxPolicy::Warn);
+        assert!(reasons(&r).contains("apt install socat"), "{r:?}");
+        assert!(matches!(
+            r,
+            Resolution::Degraded {
+                plan: Plan {
+                    host_network: true,
+                    ..
+                },
+                ..
+            }
+        ));
+    }
+
+    #[test]
     fn srt_missing_or_broken_or_without_its_tools_is_refused_in_enforce_and_falls_back_in_warn() {
         let n = Needs {
             backend: Backend::Srt,
