@@ -602,3 +602,39 @@ async fn srt_backend_runs_the_server_under_srt_with_the_lists() {
         r.audit
     );
 }
+
+/// Attack: a server whose grants show /tmp looks for another server's egress socket there
+/// and uses it as its proxy (same uid inside and out, so the directory's 0700 would not stop
+/// it). Every sandbox masks the socket directory. Control: the same probe in an opted-out
+/// (unsandboxed) server finds the socket and reaches the other server's allowed origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_cannot_borrow_another_servers_egress_socket() {
+    let Some(python) = prerequisites() else {
+        return;
+    };
+    let origin = http_origin().await;
+    let port = origin.port();
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = std::fs::canonicalize(std::env::temp_dir()).unwrap();
+    let servers = json!({
+        "net": {"command": python.display().to_string(), "args": [net_probe()],
+                "sandbox": {"network": {"allowedDomains": [format!("allowed.test:{port}")]}}},
+        "nosy": {"command": python.display().to_string(), "args": [net_probe()],
+                 "sandbox": {"filesystem": {"allowRead": [tmp.display().to_string()]}}},
+        "open": {"command": python.display().to_string(), "args": [net_probe()], "sandbox": false},
+    });
+    let pattern = format!("{}/palisade-egress-*/*-net.sock", tmp.display());
+    let steal = json!({"pattern": pattern, "address": format!("http://allowed.test:{port}/steal")});
+    let calls = json!([
+        call("nosy__unix_get", steal.clone()),
+        call("open__unix_get", steal),
+    ]);
+    let r = serve(dir.path(), &python, servers, json!({}), calls, &[]).await;
+    let text = |i: usize| r.calls[i]["text"].as_str().unwrap().to_string();
+    assert_eq!(text(0), "no socket found", "{}", r.stderr);
+    assert!(
+        text(1).contains("origin saw [GET /steal HTTP/1.1]"),
+        "control: {}",
+        text(1)
+    );
+}

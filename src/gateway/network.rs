@@ -26,6 +26,11 @@ pub struct GatewayEgress {
 }
 
 impl GatewayEgress {
+    /// The private directory holding every server's socket.
+    pub fn socket_dir(&self) -> Option<&Path> {
+        self.dir.as_ref().map(|d| d.path())
+    }
+
     /// Closes every socket, cuts live connections, removes the directory.
     pub fn shutdown(&mut self) {
         self.proxy.shutdown();
@@ -83,6 +88,12 @@ pub fn attach(
     };
     for (name, r) in requests.iter_mut() {
         let Ok(req) = r else { continue };
+        // Every server's sandbox hides the socket directory, should a grant (a read of
+        // /tmp, or srt's open reads) show it: same uid inside and out, so its mode 0700
+        // would not stop a server from connecting to another server's socket.
+        if let Some(dir) = egress.socket_dir() {
+            req.deny_read.push(dir.to_path_buf());
+        }
         if !wants_proxy(req) {
             continue;
         }

