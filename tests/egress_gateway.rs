@@ -616,14 +616,17 @@ async fn a_server_cannot_borrow_another_servers_egress_socket() {
     let port = origin.port();
     let dir = tempfile::tempdir().unwrap();
     let tmp = std::fs::canonicalize(std::env::temp_dir()).unwrap();
+    // A name only this gateway uses: other tests' gateways run at the same time, and their
+    // socket directories are not this gateway's to hide (see docs/network.md, Known limits).
+    let victim = format!("victim{port}");
     let servers = json!({
-        "net": {"command": python.display().to_string(), "args": [net_probe()],
+        victim.clone(): {"command": python.display().to_string(), "args": [net_probe()],
                 "sandbox": {"network": {"allowedDomains": [format!("allowed.test:{port}")]}}},
         "nosy": {"command": python.display().to_string(), "args": [net_probe()],
                  "sandbox": {"filesystem": {"allowRead": [tmp.display().to_string()]}}},
         "open": {"command": python.display().to_string(), "args": [net_probe()], "sandbox": false},
     });
-    let pattern = format!("{}/palisade-egress-*/*-net.sock", tmp.display());
+    let pattern = format!("{}/palisade-egress-*/*-{victim}.sock", tmp.display());
     let steal = json!({"pattern": pattern, "address": format!("http://allowed.test:{port}/steal")});
     let calls = json!([
         call("nosy__unix_get", steal.clone()),
