@@ -153,6 +153,7 @@ fn bench_audit(c: &mut Criterion) {
         sandbox_backend: Some("bwrap".into()),
         degradation: vec![],
         approved_roots: vec![],
+        network_refusals: vec![],
     };
     c.bench_function("audit append+flush (redacted, chained)", |b| {
         b.iter(|| log.append(black_box(&rec)).unwrap())

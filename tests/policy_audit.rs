@@ -32,6 +32,7 @@ fn record(i: u32, args: serde_json::Value) -> AuditRecord {
         sandbox_backend: Some("bwrap".into()),
         degradation: vec![],
         approved_roots: vec![],
+        network_refusals: vec![],
     }
 }
 

@@ -525,9 +525,14 @@ fn bad_input_is_one_line_naming_the_fix_and_starts_nothing() {
         (vec!["--rw", home.to_str().unwrap()], 2, "home directory"),
         (vec!["--ro", &ro_and_rw], 2, "both read-only and read-write"),
         (
-            vec!["--allow-domain", "example.com"],
+            vec!["--allow-domain", "https://example.com/x"],
             2,
-            "not supported yet",
+            "sandbox.network",
+        ),
+        (
+            vec!["--deny-domain", "example.com"],
+            2,
+            "no network to restrict",
         ),
         (vec!["--cwd", "/etc"], 2, "not inside any grant"),
         (vec!["--env", "PALISADE_SURELY_UNSET_VAR"], 2, "not set"),

@@ -16,7 +16,7 @@ pub mod verify;
 
 pub use log::{AuditError, AuditLog, AuditOptions};
 pub use record::{
-    now_rfc3339, ApprovedRoot, AuditRecord, CallResult, EscalationResult, PolicyDecisionRecord,
-    ResultStatus,
+    now_rfc3339, ApprovedRoot, AuditRecord, CallResult, EscalationResult, NetworkRefusal,
+    PolicyDecisionRecord, ResultStatus,
 };
 pub use redact::Redaction;

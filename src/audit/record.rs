@@ -36,6 +36,9 @@ pub struct AuditRecord {
     /// Roots this call's approval added to the server (for the rest of the session).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approved_roots: Vec<ApprovedRoot>,
+    /// Connections the egress proxy refused for this server during the call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_refusals: Vec<NetworkRefusal>,
 }
 
 /// A directory an approved escalation made a root of its server.
@@ -44,6 +47,17 @@ pub struct ApprovedRoot {
     pub path: String,
     /// `ro` or `rw`.
     pub access: String,
+}
+
+/// One refused connection, as the audit log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkRefusal {
+    pub host: String,
+    pub port: u16,
+    /// `http-connect`, `http-forward` or `socks5`.
+    pub protocol: String,
+    /// Why the proxy refused it.
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,6 +5,11 @@
 //! bwrap, with the command itself): stdin, stdout and stderr are the caller's own, the exit
 //! status is the command's, and `--die-with-parent` plus the PID namespace take the whole
 //! tree down if bwrap dies. Never writes to stdout.
+//!
+//! With `--allow-domain` the command needs palisade's egress proxy alive for as long as it
+//! runs, so instead of exec'ing, `run` starts bwrap as a child (stdio inherited), serves the
+//! proxy in-process, forwards SIGINT/SIGTERM/SIGHUP to the child, exits with the child's
+//! status (128+N for a signal), and removes the proxy's socket directory.
 
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
@@ -49,9 +54,17 @@ pub struct RunArgs {
     /// Working directory inside the sandbox (default: the current directory if granted).
     #[arg(long)]
     pub cwd: Option<std::path::PathBuf>,
-    /// Allow HTTP(S) to this domain through the egress proxy (repeatable).
+    /// Allow HTTP(S) to this domain through the egress proxy (repeatable; `*.example.com`
+    /// for subdomains, `host:port` for another port than 80/443).
     #[arg(long = "allow-domain", value_name = "DOMAIN")]
     pub allow_domain: Vec<String>,
+    /// Refuse this domain even when an --allow-domain entry matches (repeatable).
+    #[arg(long = "deny-domain", value_name = "DOMAIN")]
+    pub deny_domain: Vec<String>,
+    /// Test knob: an /etc/hosts-style file the egress proxy resolves names from (see
+    /// docs/network.md).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub egress_hosts_file: Option<std::path::PathBuf>,
     /// enforce: refuse when the sandbox cannot be set up; warn: run unsandboxed, loudly.
     #[arg(long, value_enum, default_value = "enforce")]
     pub sandbox_policy: crate::config::SandboxPolicy,
@@ -73,7 +86,27 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         SandboxPolicy::Warn => Depth::Full,
     };
     let caps = capabilities::probe(depth);
-    let prepared = launch::prepare_with(&req, &caps).map_err(|e| match e {
+    if crate::gateway::network::wants_proxy(&req) {
+        return run_proxied(req, &caps, args.egress_hosts_file.as_deref());
+    }
+    let prepared = launch::prepare_with(&req, &caps).map_err(exit_for)?;
+    warn_degraded(&req, &prepared.enforcement);
+    tracing::debug!(argv = ?prepared.argv, enforcement = ?prepared.enforcement, "exec");
+    let (mut cmd, _, held) = prepared.into_std();
+    let err = cmd.exec();
+    drop(held);
+    Err(ExitWith::new(
+        EXIT_CANNOT_EXEC,
+        format!(
+            "cannot execute {}: {err}",
+            cmd.get_program().to_string_lossy()
+        ),
+    )
+    .into())
+}
+
+fn exit_for(e: LaunchError) -> ExitWith {
+    match e {
         LaunchError::Refused { .. } => ExitWith::new(EXIT_REFUSED, e.to_string()),
         LaunchError::Invalid(_) => ExitWith::new(EXIT_USAGE, e.to_string()),
         LaunchError::Command(crate::sandbox::closure::ClosureError::NotFound { .. }) => {
@@ -81,8 +114,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         LaunchError::Command(_) => ExitWith::new(EXIT_CANNOT_EXEC, e.to_string()),
         LaunchError::Io { .. } => ExitWith::new(1, e.to_string()),
-    })?;
-    if let Enforcement::Degraded { backend, reasons } = &prepared.enforcement {
+    }
+}
+
+fn warn_degraded(req: &LaunchRequest, enforcement: &Enforcement) {
+    if let Enforcement::Degraded { backend, reasons } = enforcement {
         let how = if backend.is_some() {
             "in a WEAKER sandbox"
         } else {
@@ -98,30 +134,113 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!("palisade:   - {r}");
         }
     }
-    tracing::debug!(argv = ?prepared.argv, enforcement = ?prepared.enforcement, "exec");
-    let (mut cmd, _, held) = prepared.into_std();
-    let err = cmd.exec();
-    drop(held);
-    Err(ExitWith::new(
-        EXIT_CANNOT_EXEC,
-        format!(
-            "cannot execute {}: {err}",
-            cmd.get_program().to_string_lossy()
-        ),
-    )
-    .into())
+}
+
+/// `run` with an allowlist: the proxy lives in this process, the sandbox is its child.
+fn run_proxied(
+    mut req: LaunchRequest,
+    caps: &crate::sandbox::capabilities::Capabilities,
+    hosts_file: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
+    use crate::egress::{EgressError, Resolver};
+    use crate::sandbox::launch::EgressSocket;
+    let rt = super::runtime()?;
+    let outcome = rt.block_on(async {
+        let resolver = match hosts_file {
+            None => Resolver::system(),
+            Some(p) => {
+                crate::egress::hosts::resolver_from_file(p)
+                    .map_err(|e| ExitWith::new(EXIT_USAGE, e.to_string()))?
+                    .0
+            }
+        };
+        let mut egress = match crate::gateway::network::start_in_temp(resolver) {
+            Ok(e) => Some(e),
+            Err(why) => {
+                req.egress = EgressSocket::Failed(why);
+                None
+            }
+        };
+        if let (Some(e), crate::config::NetworkConfig::Allowlist(lists)) = (&egress, &req.network) {
+            req.egress = match e.proxy.add_server(&req.name, lists) {
+                Ok(socket) => EgressSocket::Ready(socket),
+                Err(err @ EgressError::Config { .. }) => {
+                    return Err(ExitWith::new(EXIT_USAGE, err.to_string()))
+                }
+                Err(err) => EgressSocket::Failed(err.to_string()),
+            };
+        }
+        let prepared = launch::prepare_with(&req, caps).map_err(exit_for)?;
+        warn_degraded(&req, &prepared.enforcement);
+        tracing::debug!(argv = ?prepared.argv, enforcement = ?prepared.enforcement, "spawn");
+        let code = supervise(prepared).await;
+        if let Some(e) = egress.as_mut() {
+            e.shutdown();
+        }
+        code
+    });
+    // Tokio may hold stdin on a blocking thread; do not wait for it.
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    Ok(ExitCode::from(outcome?))
+}
+
+/// Spawns the prepared command with inherited stdio, forwards termination signals to it,
+/// and returns its exit code (128+N when a signal ended it).
+async fn supervise(mut prepared: launch::Prepared) -> Result<u8, ExitWith> {
+    use nix::sys::signal::{kill, Signal};
+    use std::os::unix::process::ExitStatusExt;
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut child =
+        prepared.command.kill_on_drop(true).spawn().map_err(|e| {
+            ExitWith::new(EXIT_CANNOT_EXEC, format!("cannot start the sandbox: {e}"))
+        })?;
+    let pid = child.id().map(|p| nix::unistd::Pid::from_raw(p as i32));
+    let mk = |k: SignalKind| {
+        signal(k).map_err(|e| ExitWith::new(1, format!("cannot install signal handlers: {e}")))
+    };
+    let (mut int, mut term, mut hup) = (
+        mk(SignalKind::interrupt())?,
+        mk(SignalKind::terminate())?,
+        mk(SignalKind::hangup())?,
+    );
+    let status = loop {
+        let sig = tokio::select! {
+            s = child.wait() => break s,
+            _ = int.recv() => Signal::SIGINT,
+            _ = term.recv() => Signal::SIGTERM,
+            _ = hup.recv() => Signal::SIGHUP,
+        };
+        if let Some(pid) = pid {
+            // bwrap passes it on to the sandbox's PID 1 and ends with it.
+            let _ = kill(pid, sig);
+        }
+    };
+    drop(prepared);
+    let status =
+        status.map_err(|e| ExitWith::new(1, format!("waiting for the sandbox failed: {e}")))?;
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => u8::try_from(c).unwrap_or(1),
+        (None, Some(s)) => 128u8.saturating_add(u8::try_from(s).unwrap_or(0)),
+        _ => 1,
+    })
 }
 
 /// Turns the flags into a launch request; every problem is a one-line usage error.
 fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
     let usage = |m: String| ExitWith::new(EXIT_USAGE, m);
-    if !args.allow_domain.is_empty() {
+    if args.allow_domain.is_empty() && !args.deny_domain.is_empty() {
         return Err(usage(
-            "--allow-domain is not supported yet (the egress proxy comes with the network work); \
-             without it the command gets loopback only"
-                .into(),
+            "--deny-domain without --allow-domain: the command has no network to restrict".into(),
         ));
     }
+    let network = if args.allow_domain.is_empty() {
+        crate::config::NetworkConfig::None
+    } else {
+        crate::config::NetworkConfig::Allowlist(crate::config::DomainLists {
+            allowed_domains: args.allow_domain.clone(),
+            denied_domains: args.deny_domain.clone(),
+        })
+    };
     if let Some(p) = &args.profile {
         return Err(usage(format!(
             "--profile {p}: profiles are not supported by `run` yet; grant directories with --ro/--rw"
@@ -181,6 +300,7 @@ fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
         grants,
         policy: args.sandbox_policy,
         allow_broad: args.allow_broad,
+        network,
         ..LaunchRequest::default()
     })
 }

@@ -212,4 +212,9 @@ pub struct Settings {
     /// Directory holding sandbox profiles that override the built-in ones.
     #[serde(default)]
     pub profiles_dir: Option<PathBuf>,
+    /// Test and operations knob (undocumented in the configuration reference; see
+    /// docs/network.md): an `/etc/hosts`-style file whose names the egress proxy resolves to
+    /// the given addresses instead of asking the system resolver.
+    #[serde(default)]
+    pub egress_hosts_file: Option<PathBuf>,
 }

@@ -16,6 +16,7 @@
 mod dial;
 pub mod domains;
 pub mod events;
+pub mod hosts;
 pub mod http;
 pub mod policy;
 mod relay;

@@ -50,16 +50,17 @@ impl WiringOptions {
     }
 
     /// From a spec's network: `Some` only for `NetworkSpec::Proxied`.
-    pub fn from_spec(network: &NetworkSpec, socat: impl Into<PathBuf>) -> Option<WiringOptions> {
+    pub fn from_spec(network: &NetworkSpec) -> Option<WiringOptions> {
         match network {
             NetworkSpec::Proxied {
                 socket,
                 http_port,
                 socks_port,
+                socat,
             } => Some(WiringOptions {
                 http_port: *http_port,
                 socks_port: *socks_port,
-                ..WiringOptions::new(socket.clone(), socat)
+                ..WiringOptions::new(socket.clone(), socat.clone())
             }),
             NetworkSpec::None | NetworkSpec::Host => None,
         }
@@ -226,16 +227,14 @@ mod tests {
 
     #[test]
     fn only_proxied_specs_are_wired() {
-        assert!(WiringOptions::from_spec(&NetworkSpec::None, "/usr/bin/socat").is_none());
-        assert!(WiringOptions::from_spec(&NetworkSpec::Host, "/usr/bin/socat").is_none());
-        let o = WiringOptions::from_spec(
-            &NetworkSpec::Proxied {
-                socket: "/s.sock".into(),
-                http_port: 8888,
-                socks_port: 9999,
-            },
-            "/usr/bin/socat",
-        )
+        assert!(WiringOptions::from_spec(&NetworkSpec::None).is_none());
+        assert!(WiringOptions::from_spec(&NetworkSpec::Host).is_none());
+        let o = WiringOptions::from_spec(&NetworkSpec::Proxied {
+            socket: "/s.sock".into(),
+            http_port: 8888,
+            socks_port: 9999,
+            socat: "/usr/bin/socat".into(),
+        })
         .unwrap();
         assert_eq!((o.http_port, o.socks_port), (8888, 9999));
         assert_eq!(wiring(&o).env["HTTP_PROXY"], "http://127.0.0.1:8888");

@@ -173,6 +173,19 @@ pub fn to_audit_record(rec: &CallRecord) -> AuditRecord {
                 },
             })
             .collect(),
+        network_refusals: rec
+            .network_refusals
+            .iter()
+            .map(|e| crate::audit::NetworkRefusal {
+                host: e.host.clone(),
+                port: e.port,
+                protocol: serde_json::to_value(e.protocol)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                reason: e.reason.to_string(),
+            })
+            .collect(),
     }
 }
 

@@ -17,6 +17,7 @@ pub mod blocked;
 pub mod downstream;
 pub mod engine;
 pub mod lifecycle;
+pub mod network;
 pub mod pipeline;
 pub mod progress;
 pub mod registry;
@@ -130,6 +131,8 @@ pub struct ServerStatus {
 pub struct Gateway {
     shared: Arc<state::Shared>,
     supervisors: Vec<JoinHandle<()>>,
+    /// The egress proxy, when some server has an allowlist; closed after the servers stop.
+    egress: Option<network::GatewayEgress>,
 }
 
 impl Gateway {
@@ -141,73 +144,90 @@ impl Gateway {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let no_rules = crate::policy::Policy::builtin_default();
         let roots_policy = opts.roots_policy.as_deref().unwrap_or(&no_rules);
-        let slots: Vec<Arc<state::Slot>> = opts
-            .config
-            .servers
-            .iter()
-            .map(|(name, server)| {
-                let refused = |reason: String| {
-                    tracing::error!(server = %name, "not started: {reason}");
-                    Arc::new(state::Slot::new(
-                        name.clone(),
-                        None,
-                        Status::Refused { reason },
-                    ))
-                };
-                let req = match spawn::launch_request(
-                    name,
-                    server,
-                    &opts.config.settings,
-                    &opts.sandbox_dir,
-                    home.as_deref(),
-                ) {
-                    Ok(req) => req,
-                    Err(e) => return refused(e.to_string()),
-                };
-                let derived = match crate::roots::derive::derive_for_server(
+        // Per server: its launch request and its derived root set; either failing refuses
+        // that server alone.
+        let mut requests: Vec<(
+            String,
+            Result<crate::sandbox::launch::LaunchRequest, String>,
+        )> = Vec::with_capacity(opts.config.servers.len());
+        let mut cells: Vec<Option<roots::RootsCell>> = Vec::with_capacity(requests.capacity());
+        for (name, server) in &opts.config.servers {
+            let derived = spawn::launch_request(
+                name,
+                server,
+                &opts.config.settings,
+                &opts.sandbox_dir,
+                home.as_deref(),
+            )
+            .map_err(|e| e.to_string())
+            .and_then(|req| {
+                crate::roots::derive::derive_for_server(
                     roots_policy,
                     name,
                     Some(server),
                     Some(&opts.sandbox_dir),
                     home.as_deref(),
-                ) {
-                    Ok(d) => d,
-                    Err(e) => return refused(format!("its roots cannot be derived: {e}")),
-                };
-                for s in &derived.skipped {
-                    tracing::warn!(server = %name, "root {} skipped: {}", s.root.path.display(), s.reason);
+                )
+                .map(|d| (req, d))
+                .map_err(|e| format!("its roots cannot be derived: {e}"))
+            });
+            match derived {
+                Ok((req, derived)) => {
+                    for s in &derived.skipped {
+                        tracing::warn!(server = %name, "root {} skipped: {}", s.root.path.display(), s.reason);
+                    }
+                    tracing::info!(
+                        server = %name,
+                        "roots: {}",
+                        derived
+                            .roots
+                            .iter()
+                            .map(|r| format!("{} ({:?})", r.path.display(), r.access))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    cells.push(Some(roots::RootsCell::new(
+                        derived.roots,
+                        crate::roots::guard::GuardOptions {
+                            cwd: server.cwd.clone(),
+                            home: home.clone(),
+                        },
+                    )));
+                    requests.push((name.clone(), Ok(req)));
                 }
-                tracing::info!(
-                    server = %name,
-                    "roots: {}",
-                    derived
-                        .roots
-                        .iter()
-                        .map(|r| format!("{} ({:?})", r.path.display(), r.access))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-                let cell = roots::RootsCell::new(
-                    derived.roots,
-                    crate::roots::guard::GuardOptions {
-                        cwd: server.cwd.clone(),
-                        home: home.clone(),
-                    },
-                );
-                Arc::new(state::Slot::with_roots(
-                    name.clone(),
+                Err(reason) => {
+                    cells.push(None);
+                    requests.push((name.clone(), Err(reason)));
+                }
+            }
+        }
+        // One shared egress proxy for every server with a domain allowlist.
+        let egress = network::attach(&mut requests, &opts.config.settings);
+        let slots: Vec<Arc<state::Slot>> = requests
+            .into_iter()
+            .zip(cells)
+            .map(|((name, req), cell)| match (req, cell) {
+                (Ok(req), Some(cell)) => Arc::new(state::Slot::with_roots(
+                    name,
                     Some(req),
                     cell,
                     Status::Starting,
-                ))
+                )),
+                (Err(reason), _) => {
+                    tracing::error!(server = %name, "not started: {reason}");
+                    Arc::new(state::Slot::new(name, None, Status::Refused { reason }))
+                }
+                (Ok(_), None) => {
+                    let reason = "its roots were not derived".to_string();
+                    tracing::error!(server = %name, "not started: {reason}");
+                    Arc::new(state::Slot::new(name, None, Status::Refused { reason }))
+                }
             })
             .collect();
-        let shared = Arc::new(state::Shared::new(
-            slots,
-            opts.stages,
-            opts.limits,
-            opts.upstream,
-        ));
+        let shared = Arc::new(
+            state::Shared::new(slots, opts.stages, opts.limits, opts.upstream)
+                .with_egress(egress.as_ref().map(|e| e.proxy.clone())),
+        );
         let mut supervisors = Vec::new();
         let mut settled = Vec::new();
         for idx in 0..shared.slots.len() {
@@ -222,6 +242,7 @@ impl Gateway {
         Ok(Gateway {
             shared,
             supervisors,
+            egress,
         })
     }
 
@@ -286,6 +307,9 @@ impl Gateway {
         self.shared.shutdown.cancel();
         for handle in self.supervisors.drain(..) {
             let _ = handle.await;
+        }
+        if let Some(mut egress) = self.egress.take() {
+            egress.shutdown();
         }
     }
 }

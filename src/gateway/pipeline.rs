@@ -101,6 +101,7 @@ pub async fn call_tool(
     let mut approved_roots = Vec::new();
     let mut refused = denial.is_some();
     let mut enforcement = slot.snapshot().enforcement;
+    let mut network_refusals = Vec::new();
     let answer = if let Some(text) = denial {
         Answer::Result(CallToolResult::error(vec![ContentBlock::text(text)]))
     } else {
@@ -136,7 +137,20 @@ pub async fn call_tool(
                         enforcement = snapshot.enforcement.clone();
                         match snapshot.live.as_ref().map(|l| l.conn.clone()) {
                             None => Answer::Error(not_running(&slot.name, &snapshot.status)),
-                            Some(conn) => forward(shared, &conn, &tool, params, &ctx).await,
+                            Some(conn) => {
+                                // Watch the egress proxy for refusals on this server while
+                                // the call is in flight: they are attributed to it.
+                                let mut events = shared
+                                    .egress
+                                    .as_ref()
+                                    .filter(|_| slot.egress_allowed())
+                                    .map(|p| p.subscribe());
+                                let answer = forward(shared, &conn, &tool, params, &ctx).await;
+                                if let Some(rx) = events.as_mut() {
+                                    network_refusals = super::network::drain(rx, &slot.name);
+                                }
+                                answer
+                            }
                         }
                     }
                 }
@@ -144,7 +158,8 @@ pub async fn call_tool(
         }
     };
 
-    // Stage 6: annotate sandbox-caused errors.
+    // Stage 6: annotate sandbox-caused errors; network refusals first (they are certain).
+    let answer = mark_refusals(&network_refusals, answer);
     let answer = annotate(&slot, enforcement.as_ref(), answer);
 
     // Stage 7: audit, before anything goes upstream.
@@ -161,6 +176,7 @@ pub async fn call_tool(
         sandboxed: enforcement.as_ref().is_some_and(Enforcement::is_sandboxed),
         enforcement,
         approved_roots,
+        network_refusals,
     };
     if let Err(e) = shared.stages.audit.record(&record) {
         tracing::error!(server = %slot.name, tool = %tool, "audit write failed: {e}");
@@ -246,6 +262,36 @@ pub fn not_running(server: &str, status: &Status) -> ErrorData {
         Status::Stopped => "the gateway is shutting down".to_string(),
     };
     ErrorData::internal_error(format!("server `{server}` is not running: {why}"), None)
+}
+
+/// Tells the agent which connections the egress proxy refused during the call: an error's
+/// text starts with the `[SANDBOX BLOCKED] network access to HOST:PORT denied ...` lines
+/// (the original error follows); a successful result gets them as an extra text block.
+fn mark_refusals(refusals: &[crate::egress::RefusalEvent], answer: Answer) -> Answer {
+    if refusals.is_empty() {
+        return answer;
+    }
+    let text = super::network::refusal_text(refusals);
+    match answer {
+        Answer::Error(mut e) => {
+            e.message = format!("{text}\nOriginal error: {}", e.message).into();
+            Answer::Error(e)
+        }
+        Answer::Result(mut r) if r.is_error == Some(true) => {
+            match r.content.iter_mut().find_map(|b| match b {
+                ContentBlock::Text(t) => Some(t),
+                _ => None,
+            }) {
+                Some(t) => t.text = format!("{text}\nOriginal error: {}", t.text),
+                None => r.content.insert(0, ContentBlock::text(text)),
+            }
+            Answer::Result(r)
+        }
+        Answer::Result(mut r) => {
+            r.content.push(ContentBlock::text(text));
+            Answer::Result(r)
+        }
+    }
 }
 
 fn annotate(slot: &Slot, enforcement: Option<&Enforcement>, answer: Answer) -> Answer {

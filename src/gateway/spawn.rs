@@ -60,6 +60,7 @@ pub fn launch_request(
         access: Access::Rw,
     }];
     let mut deny_read = Vec::new();
+    let mut deny_write = Vec::new();
     let mut network = NetworkConfig::None;
     let mut policy = settings.sandbox_policy.unwrap_or_default();
     let mut backend = settings.backend.unwrap_or_default();
@@ -83,6 +84,9 @@ pub fn launch_request(
             for raw in &sb.filesystem.deny_read {
                 deny_read.push(canon(raw)?);
             }
+            for raw in &sb.filesystem.deny_write {
+                deny_write.push(canon(raw)?);
+            }
             network = sb.network.clone();
             policy = sb.policy.unwrap_or(policy);
             backend = sb.backend.unwrap_or(backend);
@@ -101,6 +105,7 @@ pub fn launch_request(
         cwd: server.cwd.clone(),
         grants,
         deny_read,
+        deny_write,
         network,
         sandboxed,
         policy,
@@ -110,6 +115,8 @@ pub fn launch_request(
         // --allow-broad` is the only way, and it is for one interactive command.
         allow_broad: false,
         limits,
+        // The gateway fills this in when it registers the server with its egress proxy.
+        egress: launch::EgressSocket::NotStarted,
     })
 }
 

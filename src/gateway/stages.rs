@@ -169,6 +169,9 @@ pub struct CallRecord {
     pub enforcement: Option<Enforcement>,
     /// Roots this call's approval added to the server: `(path, access)`.
     pub approved_roots: Vec<(PathBuf, crate::sandbox::Access)>,
+    /// Connections the egress proxy refused for this server while the call was in flight.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub network_refusals: Vec<crate::egress::RefusalEvent>,
 }
 
 /// Why an audit write failed; the call then fails closed with this message.

@@ -204,6 +204,9 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// The agent's own roots (narrow path arguments when its client declared them).
     pub upstream_roots: super::upstream_roots::UpstreamRoots,
+    /// The shared egress proxy, when some server has a domain allowlist (its refusal events
+    /// are attributed to calls by the pipeline).
+    pub egress: Option<crate::egress::EgressProxy>,
 }
 
 /// Which upstream list notifications a catalog change calls for.
@@ -229,7 +232,14 @@ impl Shared {
             limits,
             shutdown: CancellationToken::new(),
             upstream_roots: Default::default(),
+            egress: None,
         }
+    }
+
+    /// Sets the egress proxy whose refusals calls are attributed from.
+    pub fn with_egress(mut self, egress: Option<crate::egress::EgressProxy>) -> Shared {
+        self.egress = egress;
+        self
     }
 
     /// The current catalog snapshot (an `Arc` clone; the lock is released at once).

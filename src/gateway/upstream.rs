@@ -123,6 +123,7 @@ impl Upstream {
                 .is_some_and(crate::sandbox::launch::Enforcement::is_sandboxed),
             enforcement: snap.enforcement,
             approved_roots: Vec::new(),
+            network_refusals: Vec::new(),
         };
         if let Err(e) = self.shared.stages.audit.record(&record) {
             tracing::error!(server = %slot.name, "audit write failed: {e}");

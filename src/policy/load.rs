@@ -80,14 +80,31 @@ impl PolicyOptions {
             .iter()
             .filter_map(|(name, s)| match &s.sandbox {
                 SandboxSetting::Enabled(sb) => match &sb.network {
-                    NetworkConfig::Allowlist(d) if !d.allowed_domains.is_empty() => {
-                        Some((name.clone(), d.allowed_domains.clone()))
-                    }
+                    NetworkConfig::Allowlist(d) if !d.allowed_domains.is_empty() => Some((
+                        name.clone(),
+                        // The egress syntax allows `host:port`; the policy's gate compares
+                        // hosts, so the port is the proxy's business only.
+                        d.allowed_domains.iter().map(|e| strip_port(e)).collect(),
+                    )),
                     _ => None,
                 },
                 SandboxSetting::Disabled => None,
             })
             .collect()
+    }
+}
+
+/// `example.com:8443` -> `example.com`, `[::1]:80` -> `[::1]`; anything else unchanged.
+fn strip_port(entry: &str) -> String {
+    match entry.rsplit_once(':') {
+        Some((host, port))
+            if !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && (!host.contains(':') || host.ends_with(']')) =>
+        {
+            host.to_string()
+        }
+        _ => entry.to_string(),
     }
 }
 

@@ -18,18 +18,25 @@
 //!    read-only, a grant inside the private HOME is visible, and HOME's tmpfs hides whatever a
 //!    shallower mount showed there. When two mounts name the same path only the last one
 //!    given is emitted (callers put user grants after the base and the runtime closure).
+//!    Then, for `NetworkSpec::Proxied`, the egress socket bind (`egress::wiring`):
+//!    `--ro-bind HOST_SOCKET /run/palisade/egress.sock`, after the directory operations so
+//!    no mount can cover it.
 //! 5. Deny masks last, after every mount, so a deny always wins over a grant, however deep
 //!    the grant: a tmpfs over a denied directory, `/dev/null` over a denied file. A mask for
 //!    a path no mount shows is dropped (nothing to hide, and bwrap would have to create it).
 //! 6. `--remount-ro /`: the sandbox's own root tmpfs becomes read-only, so the only writable
 //!    places are the rw grants, HOME and `/tmp`.
 //! 7. `--seccomp FD` (when a filter is given), `--chdir CWD`, `--`, the program, its args.
+//!    A proxied spec runs the egress wrapper first (`/bin/sh -c SCRIPT palisade-egress
+//!    SOCAT SOCKET 3128 1080 PROGRAM ARGS...`), which starts the socat bridges and then
+//!    `exec`s the program. The proxy variables are in `spec.env` (see `launch`).
 
 use std::ffi::OsString;
 use std::os::unix::io::RawFd;
 use std::path::{Path, PathBuf};
 
 use super::spec::{Access, Mount, NetworkSpec, SandboxSpec};
+use crate::egress::wiring::{self, WiringOptions};
 
 /// How a path that must not be readable is masked; decided by `launch` from the host
 /// (directory or file), so that rendering stays pure.
@@ -148,6 +155,11 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
         }
     }
 
+    let egress = WiringOptions::from_spec(&spec.network).map(|o| wiring::wiring(&o));
+    if let Some(w) = &egress {
+        a.extend(w.bwrap_args.iter().map(OsString::from));
+    }
+
     // 5. deny masks, after every mount
     let mut masks: Vec<&Mask> = extra
         .masks
@@ -184,6 +196,9 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
     a.push("--chdir".into());
     a.push(spec.cwd.clone().into());
     a.push("--".into());
+    if let Some(w) = &egress {
+        a.extend(w.wrapper_prefix.iter().map(OsString::from));
+    }
     a.push(spec.program.clone().into());
     a.extend(spec.args.iter().map(OsString::from));
     a
@@ -280,6 +295,65 @@ mod tests {
             "--flag",
         ];
         assert_eq!(strings(&got), want);
+    }
+
+    #[test]
+    fn golden_proxied_network_binds_the_socket_and_wraps_the_command() {
+        let mut s = spec();
+        s.network = NetworkSpec::Proxied {
+            socket: "/tmp/palisade-egress-x/0-fetch.sock".into(),
+            http_port: 3128,
+            socks_port: 1080,
+            socat: "/usr/bin/socat".into(),
+        };
+        s.mounts.truncate(1);
+        s.links.clear();
+        let got = strings(&render(&s, &Render::default()));
+        let script = crate::egress::wiring::wiring(&WiringOptions::new("/s", "/usr/bin/socat"))
+            .wrapper_prefix[2]
+            .clone();
+        let want = [
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            "/home/u",
+            "--ro-bind",
+            "/tmp/palisade-egress-x/0-fetch.sock",
+            "/run/palisade/egress.sock",
+            "--remount-ro",
+            "/",
+            "--chdir",
+            "/work/proj",
+            "--",
+            "/bin/sh",
+            "-c",
+            &script,
+            "palisade-egress",
+            "/usr/bin/socat",
+            "/run/palisade/egress.sock",
+            "3128",
+            "1080",
+            "/usr/bin/node",
+            "server.js",
+            "--flag",
+        ];
+        assert_eq!(got, want);
+        // No --share-net: the proxied sandbox keeps its own empty network namespace.
+        assert!(!got.iter().any(|a| a == "--share-net"));
     }
 
     #[test]

@@ -68,12 +68,22 @@ pub struct Capabilities {
     /// The kernel supports seccomp filters.
     pub seccomp: bool,
     pub socat: Option<PathBuf>,
+    /// ripgrep, which srt needs on Linux.
+    pub ripgrep: Option<PathBuf>,
     pub srt: Option<PathBuf>,
+    /// Set when srt was found but `srt --version` failed (`Depth::Full` only): e.g. a Node.js
+    /// too old for it.
+    pub srt_problem: Option<String>,
 }
+
+/// Environment variable naming the srt binary to use instead of searching PATH (it is
+/// usually installed by npm outside PATH).
+pub const SRT_ENV: &str = "PALISADE_SRT";
 
 /// Probes the machine.
 pub fn probe(depth: Depth) -> Capabilities {
     let (bwrap, bwrap_override_problem) = find_bwrap(depth);
+    let srt = find_srt();
     let userns = match (&bwrap, depth) {
         (Some(b), Depth::Full) => trial_sandbox(b),
         _ => Userns::NotProbed,
@@ -92,7 +102,40 @@ pub fn probe(depth: Depth) -> Capabilities {
         root: nix::unistd::geteuid().is_root(),
         seccomp: seccomp_supported(),
         socat: which::which("socat").ok(),
-        srt: which::which("srt").ok(),
+        ripgrep: which::which("rg").ok(),
+        srt: srt.clone(),
+        srt_problem: match (&srt, depth) {
+            (Some(p), Depth::Full) => srt_runs(p).err(),
+            _ => None,
+        },
+    }
+}
+
+fn find_srt() -> Option<PathBuf> {
+    match std::env::var_os(SRT_ENV) {
+        Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+        _ => which::which("srt").ok(),
+    }
+}
+
+/// `srt --version` must run (srt 0.0.83 declares Node >= 22.12; it may or may not run on an
+/// older Node, so ask it).
+fn srt_runs(path: &Path) -> Result<(), String> {
+    let out = Command::new(path)
+        .arg("--version")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr)
+            .trim()
+            .chars()
+            .take(300)
+            .collect())
     }
 }
 

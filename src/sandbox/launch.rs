@@ -44,6 +44,9 @@ pub struct LaunchRequest {
     pub grants: Vec<Grant>,
     /// Paths never readable even under a grant.
     pub deny_read: Vec<PathBuf>,
+    /// Paths never writable even under a read-write grant (rendered for srt; the native
+    /// sandbox gets read-only grants from the roots instead).
+    pub deny_write: Vec<PathBuf>,
     pub network: NetworkConfig,
     /// `false` when the user opted this server out (`"sandbox": false`).
     pub sandboxed: bool,
@@ -54,6 +57,21 @@ pub struct LaunchRequest {
     pub allow_broad: bool,
     /// Resource limits for the process tree.
     pub limits: ResourceLimits,
+    /// The egress proxy's socket for this server (only meaningful with an allowlist).
+    pub egress: EgressSocket,
+}
+
+/// Where a server with a domain allowlist reaches the egress proxy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum EgressSocket {
+    /// No proxy was asked for yet. `check` resolves with this (it starts nothing); `prepare`
+    /// treats it as a proxy that is not running.
+    #[default]
+    NotStarted,
+    /// The host path of this server's socket (`EgressProxy::add_server`).
+    Ready(PathBuf),
+    /// The proxy could not serve this server; why.
+    Failed(String),
 }
 
 impl Default for LaunchRequest {
@@ -67,6 +85,7 @@ impl Default for LaunchRequest {
             cwd: None,
             grants: Vec::new(),
             deny_read: Vec::new(),
+            deny_write: Vec::new(),
             network: NetworkConfig::None,
             sandboxed: true,
             policy: SandboxPolicy::Enforce,
@@ -74,6 +93,7 @@ impl Default for LaunchRequest {
             profile: None,
             allow_broad: false,
             limits: ResourceLimits::default(),
+            egress: EgressSocket::NotStarted,
         }
     }
 }
@@ -131,13 +151,38 @@ pub struct Prepared {
     pub argv: Vec<OsString>,
     /// Descriptors the child must inherit; closed when this is dropped.
     held: Vec<OwnedFd>,
+    /// Private files the child reads (srt's settings); removed when this is dropped.
+    pub(crate) files: Vec<tempfile::TempPath>,
 }
 
 impl Prepared {
     /// Gives up the command for `exec` (`palisade run`); the descriptors it needs stay open
     /// in this process until the exec replaces it.
     pub fn into_std(self) -> (std::process::Command, Enforcement, Vec<OwnedFd>) {
+        // `files` would be removed here: exec'ing srt needs its settings file to outlive
+        // this process, which `run` does not do for srt (it spawns a child instead).
         (self.command.into_std(), self.enforcement, self.held)
+    }
+
+    pub(crate) fn new_with_files(
+        command: tokio::process::Command,
+        enforcement: Enforcement,
+        argv: Vec<OsString>,
+        files: Vec<tempfile::TempPath>,
+    ) -> Prepared {
+        Prepared {
+            command,
+            enforcement,
+            argv,
+            held: Vec::new(),
+            files,
+        }
+    }
+
+    /// True when the child reads files this value owns (it must outlive the child, so
+    /// the caller spawns and waits instead of exec'ing).
+    pub fn owns_files(&self) -> bool {
+        !self.files.is_empty()
     }
 }
 
@@ -149,10 +194,15 @@ pub fn prepare(req: &LaunchRequest) -> Result<Prepared, LaunchError> {
 
 /// What `req` asks of the machine.
 pub fn needs(req: &LaunchRequest) -> Needs {
+    let egress = matches!(req.network, NetworkConfig::Allowlist(_));
     Needs {
         sandboxed: req.sandboxed,
         backend: req.backend,
-        egress: matches!(req.network, NetworkConfig::Allowlist(_)),
+        egress,
+        egress_problem: match &req.egress {
+            EgressSocket::Failed(why) if egress => Some(why.clone()),
+            _ => None,
+        },
     }
 }
 
@@ -183,6 +233,19 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
     };
     let program = closure::resolve_program(&req.command, &lookup)?;
 
+    // A proxy nobody started is a proxy that is not running (fail closed, say so).
+    let mut resolved_req;
+    let req = if req.egress == EgressSocket::NotStarted
+        && matches!(req.network, NetworkConfig::Allowlist(_))
+    {
+        resolved_req = req.clone();
+        resolved_req.egress =
+            EgressSocket::Failed("no egress proxy was started for this server".into());
+        &resolved_req
+    } else {
+        req
+    };
+
     let plan = match resolution(req, caps) {
         Resolution::Refused { reasons } => {
             return Err(LaunchError::Refused {
@@ -203,14 +266,22 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
         Resolution::Degraded { plan, reasons } => (
             plan,
             Enforcement::Degraded {
-                backend: Some(Backend::Bwrap),
+                backend: Some(if plan.srt {
+                    Backend::Srt
+                } else {
+                    Backend::Bwrap
+                }),
                 reasons: reasons.iter().map(ToString::to_string).collect(),
             },
         ),
         Resolution::Sandboxed { plan } => (
             plan,
             Enforcement::Sandboxed {
-                backend: Backend::Bwrap,
+                backend: if plan.srt {
+                    Backend::Srt
+                } else {
+                    Backend::Bwrap
+                },
             },
         ),
     };
@@ -222,7 +293,10 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
             reasons: vec!["bubblewrap is not available".into()],
         });
     };
-    let spec = build_spec(req, &program, grants, env, &lookup, &plan)?;
+    let spec = build_spec(req, &program, grants, env, &lookup, &plan, caps)?;
+    if plan.srt {
+        return super::srt::prepare(&spec, req, caps, enforcement);
+    }
     sandboxed(&spec, &bwrap_info.path, req, enforcement)
 }
 
@@ -381,7 +455,9 @@ fn build_spec(
     env: BTreeMap<String, String>,
     lookup: &Lookup<'_>,
     plan: &Plan,
+    caps: &Capabilities,
 ) -> Result<SandboxSpec, LaunchError> {
+    let mut env = env;
     let system = base::discover();
     let home = PathBuf::from(&env["HOME"]);
     let covered_by = |p: &Path, ms: &[Mount]| ms.iter().any(|m| p.starts_with(&m.path));
@@ -419,6 +495,20 @@ fn build_spec(
     let mut mounts = system.mounts;
     mounts.extend(runtime);
     mounts.extend(grants);
+    let network = network_spec(req, plan, caps)?;
+    if let NetworkSpec::Proxied { socat, .. } = &network {
+        // The bridges run inside: socat must be visible (it usually is, under /usr).
+        if !covered_by(socat, &mounts) {
+            mounts.push(Mount {
+                path: socat.clone(),
+                access: Access::Ro,
+                origin: MountOrigin::Network,
+            });
+        }
+        if let Some(opts) = crate::egress::wiring::WiringOptions::from_spec(&network) {
+            env.extend(crate::egress::wiring::wiring(&opts).env);
+        }
+    }
     let deny = req
         .deny_read
         .iter()
@@ -433,15 +523,41 @@ fn build_spec(
         links: system.links,
         deny,
         home,
-        network: if plan.host_network {
-            NetworkSpec::Host
-        } else {
-            NetworkSpec::None
-        },
+        network,
         limits: req.limits,
         share_pid: false,
         seccomp: plan.seccomp,
     })
+}
+
+/// The network a planned launch gets: the host's (warn-mode degradation), the proxy's
+/// (an allowlist, its socket ready, socat found), or loopback only.
+fn network_spec(
+    req: &LaunchRequest,
+    plan: &Plan,
+    caps: &Capabilities,
+) -> Result<NetworkSpec, LaunchError> {
+    if plan.host_network {
+        return Ok(NetworkSpec::Host);
+    }
+    if plan.srt || !matches!(req.network, NetworkConfig::Allowlist(_)) {
+        // srt renders the lists itself (see `sandbox::srt`).
+        return Ok(NetworkSpec::None);
+    }
+    match (&req.egress, &caps.socat) {
+        (EgressSocket::Ready(socket), Some(socat)) => Ok(NetworkSpec::Proxied {
+            socket: socket.clone(),
+            http_port: crate::egress::wiring::HTTP_PORT,
+            socks_port: crate::egress::wiring::SOCKS_PORT,
+            socat: std::fs::canonicalize(socat).unwrap_or_else(|_| socat.clone()),
+        }),
+        // resolve only plans a private network with an allowlist when both are there; fail
+        // closed if that ever changes.
+        _ => Err(LaunchError::Refused {
+            name: req.name.clone(),
+            reasons: vec!["the egress proxy or socat is not available".into()],
+        }),
+    }
 }
 
 /// The bwrap command for `spec`.
@@ -487,6 +603,7 @@ fn sandboxed(
         enforcement,
         argv,
         held,
+        files: Vec::new(),
     })
 }
 
@@ -518,5 +635,6 @@ fn direct(
         enforcement,
         argv,
         held: Vec::new(),
+        files: Vec::new(),
     }
 }

@@ -13,6 +13,7 @@ pub mod launch;
 pub mod resolve;
 pub mod seccomp;
 pub mod spec;
+pub mod srt;
 mod sys;
 
 pub use spec::*;

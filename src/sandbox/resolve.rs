@@ -7,6 +7,12 @@
 //! no user namespaces): warn mode then runs the command directly. A *soft* gap means the
 //! sandbox runs with less than was asked (no seccomp, network wider than configured, a
 //! backend not available): warn mode runs it in the weaker sandbox. Enforce refuses both.
+//!
+//! Network: a server with a domain allowlist needs socat (inside its sandbox) and a running
+//! egress proxy; without either, warn mode shares the host network (the allowlist is then
+//! NOT enforced, and every audit record says so). `backend: srt` needs srt, runnable, and
+//! the tools srt needs on Linux (bwrap, socat, rg); without them warn mode falls back to
+//! palisade's own bubblewrap sandbox.
 
 use std::fmt;
 
@@ -23,6 +29,8 @@ pub struct Needs {
     pub backend: Backend,
     /// It needs outbound HTTP(S) to an allowlist (the egress proxy).
     pub egress: bool,
+    /// Why the egress proxy cannot serve this server (it failed to start), if it cannot.
+    pub egress_problem: Option<String>,
 }
 
 /// One gap: what is missing and how to fix it.
@@ -53,6 +61,8 @@ pub struct Plan {
     pub seccomp: bool,
     /// Share the host network (only ever a warn-mode degradation).
     pub host_network: bool,
+    /// Run under srt instead of palisade's own bubblewrap sandbox (`backend: srt`).
+    pub srt: bool,
 }
 
 /// The decision for one server.
@@ -145,18 +155,66 @@ fn soft_gaps(caps: &Capabilities, needs: &Needs, plan: &mut Plan) -> Vec<Reason>
             "use a kernel built with CONFIG_SECCOMP_FILTER",
         ));
     }
-    if needs.egress {
-        plan.host_network = true;
-        gaps.push(reason(
-            "domain allowlists are not supported yet (the egress proxy is a later issue): the server would get the host network",
-            "remove `network` from the server's sandbox config (loopback only), or use sandbox policy warn to run it with the host network",
-        ));
-    }
     if needs.backend == Backend::Srt {
-        gaps.push(reason(
-            "the srt backend is not supported yet; palisade's own bubblewrap sandbox (stricter: closed reads, cleared environment, seccomp) would run instead",
-            "set backend to bwrap",
-        ));
+        let srt_gaps = srt_gaps(caps);
+        if srt_gaps.is_empty() {
+            plan.srt = true;
+        }
+        gaps.extend(srt_gaps);
+    }
+    if needs.egress && !plan.srt {
+        // srt brings its own proxy and socat bridges; the native sandbox needs socat inside
+        // and palisade's proxy outside.
+        let mut egress = Vec::new();
+        if caps.socat.is_none() {
+            egress.push(reason(
+                "socat is not installed: the sandbox cannot reach the egress proxy, so the domain allowlist cannot be enforced",
+                "install socat (Debian/Ubuntu: apt install socat; Fedora: dnf install socat); under sandbox policy warn the server runs with the HOST network meanwhile",
+            ));
+        }
+        if let Some(problem) = &needs.egress_problem {
+            egress.push(reason(
+                format!("the egress proxy cannot serve this server: {problem}"),
+                "fix the cause above (a writable, private temporary directory is needed); under sandbox policy warn the server runs with the HOST network meanwhile",
+            ));
+        }
+        if !egress.is_empty() {
+            plan.host_network = true;
+            gaps.extend(egress);
+        }
+    }
+    gaps
+}
+
+/// Why srt cannot run here: srt itself, or one of the tools it needs on Linux.
+fn srt_gaps(caps: &Capabilities) -> Vec<Reason> {
+    let mut gaps = Vec::new();
+    let fallback = "set backend to bwrap (palisade's own sandbox, stricter: closed reads, cleared environment, seccomp); under sandbox policy warn it runs instead";
+    match (&caps.srt, &caps.srt_problem) {
+        (None, _) => gaps.push(reason(
+            "srt (Anthropic sandbox-runtime) is not installed or not in PATH",
+            format!(
+                "npm install -g @anthropic-ai/sandbox-runtime (or point {} at it), or {fallback}",
+                super::capabilities::SRT_ENV
+            ),
+        )),
+        (Some(p), Some(problem)) => gaps.push(reason(
+            format!("srt at {} cannot run: {problem}", p.display()),
+            format!("install a Node.js version srt supports, or {fallback}"),
+        )),
+        (Some(_), None) => {}
+    }
+    for (have, tool, pkg) in [
+        (caps.bwrap.is_some(), "bubblewrap (bwrap)", "bubblewrap"),
+        (caps.socat.is_some(), "socat", "socat"),
+        (caps.ripgrep.is_some(), "ripgrep (rg)", "ripgrep"),
+    ] {
+        if !have {
+            gaps.push(reason(
+                format!("srt needs {tool}, which is not installed"),
+                format!("apt install {pkg}, or {fallback}"),
+            ));
+        }
     }
     gaps
 }
@@ -170,6 +228,7 @@ pub fn resolve(caps: &Capabilities, needs: &Needs, policy: SandboxPolicy) -> Res
         bwrap: true,
         seccomp: true,
         host_network: false,
+        srt: false,
     };
     let hard = hard_gaps(caps);
     let soft = soft_gaps(caps, needs, &mut plan);
@@ -185,6 +244,7 @@ pub fn resolve(caps: &Capabilities, needs: &Needs, policy: SandboxPolicy) -> Res
                 bwrap: false,
                 seccomp: false,
                 host_network: true,
+                srt: false,
             },
             reasons,
         },
@@ -212,7 +272,9 @@ mod tests {
             root: false,
             seccomp: true,
             socat: Some("/usr/bin/socat".into()),
+            ripgrep: Some("/usr/bin/rg".into()),
             srt: None,
+            srt_problem: None,
         }
     }
 
@@ -221,6 +283,7 @@ mod tests {
             sandboxed: true,
             backend: Backend::Bwrap,
             egress: false,
+            egress_problem: None,
         }
     }
 
@@ -228,11 +291,13 @@ mod tests {
         bwrap: true,
         seccomp: true,
         host_network: false,
+        srt: false,
     };
     const DIRECT: Plan = Plan {
         bwrap: false,
         seccomp: false,
         host_network: true,
+        srt: false,
     };
 
     fn reasons(r: &Resolution) -> String {
@@ -385,17 +450,61 @@ mod tests {
         );
     }
 
-    #[test]
-    fn egress_is_not_supported_yet_and_degrades_to_host_network_in_warn() {
-        let n = Needs {
+    fn egress() -> Needs {
+        Needs {
             egress: true,
             ..needs()
+        }
+    }
+
+    #[test]
+    fn egress_with_socat_and_a_proxy_is_fully_sandboxed() {
+        for p in [SandboxPolicy::Enforce, SandboxPolicy::Warn] {
+            assert_eq!(
+                resolve(&good(), &egress(), p),
+                Resolution::Sandboxed { plan: FULL }
+            );
+        }
+    }
+
+    #[test]
+    fn egress_without_socat_is_refused_in_enforce_and_gets_the_host_network_in_warn() {
+        let mut caps = good();
+        caps.socat = None;
+        let r = resolve(&caps, &egress(), SandboxPolicy::Enforce);
+        assert!(matches!(r, Resolution::Refused { .. }), "{r:?}");
+        assert!(reasons(&r).contains("apt install socat"), "{r:?}");
+        let r = resolve(&caps, &egress(), SandboxPolicy::Warn);
+        assert_eq!(
+            r,
+            Resolution::Degraded {
+                plan: Plan {
+                    host_network: true,
+                    ..FULL
+                },
+                reasons: match resolve(&caps, &egress(), SandboxPolicy::Enforce) {
+                    Resolution::Refused { reasons } => reasons,
+                    _ => unreachable!(),
+                }
+            }
+        );
+        // A server without an allowlist does not care about socat.
+        assert_eq!(
+            resolve(&caps, &needs(), SandboxPolicy::Enforce),
+            Resolution::Sandboxed { plan: FULL }
+        );
+    }
+
+    #[test]
+    fn a_proxy_that_cannot_start_is_a_soft_gap_naming_the_cause() {
+        let n = Needs {
+            egress_problem: Some("cannot create /tmp/x: read-only file system".into()),
+            ..egress()
         };
         let r = resolve(&good(), &n, SandboxPolicy::Enforce);
-        assert!(reasons(&r).contains("not supported yet"), "{r:?}");
-        let r = resolve(&good(), &n, SandboxPolicy::Warn);
+        assert!(reasons(&r).contains("read-only file system"), "{r:?}");
         assert!(matches!(
-            r,
+            resolve(&good(), &n, SandboxPolicy::Warn),
             Resolution::Degraded {
                 plan: Plan {
                     bwrap: true,
@@ -407,19 +516,81 @@ mod tests {
         ));
     }
 
+    fn srt_caps() -> Capabilities {
+        Capabilities {
+            srt: Some("/opt/srt/bin/srt".into()),
+            ..good()
+        }
+    }
+
     #[test]
-    fn srt_backend_is_refused_in_enforce_and_runs_under_bwrap_in_warn() {
+    fn srt_backend_runs_under_srt_when_it_and_its_tools_are_there() {
         let n = Needs {
             backend: Backend::Srt,
-            ..needs()
+            ..egress()
         };
-        assert!(
-            reasons(&resolve(&good(), &n, SandboxPolicy::Enforce)).contains("set backend to bwrap")
+        // srt brings its own proxy: socat is its dependency, not an egress gap.
+        assert_eq!(
+            resolve(&srt_caps(), &n, SandboxPolicy::Enforce),
+            Resolution::Sandboxed {
+                plan: Plan { srt: true, ..FULL }
+            }
         );
+    }
+
+    #[test]
+    fn srt_missing_with_an_allowlist_falls_back_to_the_native_proxy_in_warn() {
+        let n = Needs {
+            backend: Backend::Srt,
+            ..egress()
+        };
+        // The proxy socket is ready: the fallback keeps the allowlist enforced.
         assert!(matches!(
             resolve(&good(), &n, SandboxPolicy::Warn),
             Resolution::Degraded { plan: FULL, .. }
         ));
+        // And without socat the fallback would share the host network, which is said.
+        let mut caps = good();
+        caps.socat = None;
+        let r = resolve(&caps, &n, SandboxPolicy::Warn);
+        assert!(reasons(&r).contains("apt install socat"), "{r:?}");
+        assert!(matches!(
+            r,
+            Resolution::Degraded {
+                plan: Plan {
+                    host_network: true,
+                    ..
+                },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn srt_missing_or_broken_or_without_its_tools_is_refused_in_enforce_and_falls_back_in_warn() {
+        let n = Needs {
+            backend: Backend::Srt,
+            ..needs()
+        };
+        let r = resolve(&good(), &n, SandboxPolicy::Enforce);
+        assert!(reasons(&r).contains("srt (Anthropic sandbox-runtime) is not installed"));
+        assert!(reasons(&r).contains("set backend to bwrap"), "{r:?}");
+        assert!(matches!(
+            resolve(&good(), &n, SandboxPolicy::Warn),
+            Resolution::Degraded { plan: FULL, .. }
+        ));
+        let mut caps = srt_caps();
+        caps.srt_problem = Some("node v20 is too old".into());
+        assert!(reasons(&resolve(&caps, &n, SandboxPolicy::Enforce)).contains("node v20"));
+        let mut caps = srt_caps();
+        caps.ripgrep = None;
+        let r = resolve(&caps, &n, SandboxPolicy::Enforce);
+        assert!(reasons(&r).contains("srt needs ripgrep (rg)"), "{r:?}");
+        let r = resolve(&caps, &n, SandboxPolicy::Warn);
+        assert!(
+            matches!(r, Resolution::Degraded { plan: FULL, .. }),
+            "{r:?}"
+        );
     }
 
     #[test]

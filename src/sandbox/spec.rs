@@ -64,6 +64,8 @@ pub enum NetworkSpec {
         socket: PathBuf,
         http_port: u16,
         socks_port: u16,
+        /// socat as visible inside the sandbox (the launcher makes sure it is).
+        socat: PathBuf,
     },
     /// The host network, shared: only ever the result of a warn-mode degradation.
     Host,
