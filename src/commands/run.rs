@@ -34,9 +34,17 @@ pub const EXIT_NOT_FOUND: u8 = 127;
 /// bubblewrap), 126 when the command cannot be executed, 127 when it is not found.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Sandbox profile to apply (see `palisade profiles list`).
+    /// Sandbox profile to apply (see `palisade profiles list`); default: matched from the
+    /// command, `none` for no profile.
     #[arg(long)]
     pub profile: Option<String>,
+    /// Directory of profiles that override the built-in ones.
+    #[arg(long, value_name = "DIR")]
+    pub profiles_dir: Option<PathBuf>,
+    /// Where a profile that keeps state gets its directory (`DIR/<command name>`; default
+    /// `$HOME/.local/state/palisade/servers`).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Grant read-write access to DIR (repeatable).
     #[arg(long = "rw", value_name = "DIR")]
     pub rw: Vec<std::path::PathBuf>,
@@ -122,11 +130,6 @@ fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
                 .into(),
         ));
     }
-    if let Some(p) = &args.profile {
-        return Err(usage(format!(
-            "--profile {p}: profiles are not supported by `run` yet; grant directories with --ro/--rw"
-        )));
-    }
     let Some((command, rest)) = args.command.split_first() else {
         return Err(usage("no command given: put it after `--`".into()));
     };
@@ -170,16 +173,32 @@ fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
                 .then_some(real)
         }
     };
+    // The name keys the state directory: the profile's name when one applies (`node` or
+    // `uvx` would make every server share one), else the command's file name. A bad
+    // profile or directory is reported by the launcher, with its fix.
+    let profile_name = crate::profiles::Catalog::load(args.profiles_dir.as_deref())
+        .ok()
+        .and_then(|c| {
+            crate::profiles::select(&c, args.profile.as_deref(), command, rest)
+                .ok()
+                .flatten()
+        })
+        .map(|s| s.profile.name);
     Ok(LaunchRequest {
-        name: Path::new(command)
-            .file_name()
-            .map_or_else(|| command.clone(), |n| n.to_string_lossy().into_owned()),
+        name: profile_name.unwrap_or_else(|| {
+            Path::new(command)
+                .file_name()
+                .map_or_else(|| command.clone(), |n| n.to_string_lossy().into_owned())
+        }),
         command: command.clone(),
         args: rest.to_vec(),
         env,
         cwd,
         grants,
         policy: args.sandbox_policy,
+        profile: args.profile.clone(),
+        profiles_dir: args.profiles_dir.as_deref().map(abs),
+        state_root: args.state_dir.as_deref().map(abs),
         allow_broad: args.allow_broad,
         ..LaunchRequest::default()
     })

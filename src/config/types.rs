@@ -212,4 +212,8 @@ pub struct Settings {
     /// Directory holding sandbox profiles that override the built-in ones.
     #[serde(default)]
     pub profiles_dir: Option<PathBuf>,
+    /// Where servers whose profile keeps state get their private directories
+    /// (`STATE_DIR/<server>`; default `$HOME/.local/state/palisade/servers`).
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
 }

@@ -14,9 +14,9 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use crate::config::{NetworkConfig, SandboxSetting, ServerConfig, Settings};
 use crate::roots::canon::{self, Base};
-use crate::sandbox::ResourceLimits;
 use crate::sandbox::launch::{self, Enforcement, Grant, LaunchError, LaunchRequest, Prepared};
 use crate::sandbox::Access;
+use crate::sandbox::ResourceLimits;
 
 /// Bytes of a child's stderr copied into the log before the rest is discarded (per start).
 pub const STDERR_CAP: usize = 256 * 1024;
@@ -104,6 +104,8 @@ pub fn launch_request(
         policy,
         backend,
         profile,
+        profiles_dir: settings.profiles_dir.clone(),
+        state_root: settings.state_dir.clone(),
         // A config cannot grant `/` or a home directory read-write: `palisade run
         // --allow-broad` is the only way, and it is for one interactive command.
         allow_broad: false,
