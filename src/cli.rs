@@ -42,6 +42,8 @@ pub enum Command {
     Check(commands::check::CheckArgs),
     /// Evaluate calls against a policy, print its roots, run scenario files.
     Policy(commands::policy::PolicyArgs),
+    /// List sandbox profiles, or show what one yields on this machine.
+    Profiles(commands::profiles::ProfilesArgs),
     /// Answer pending escalations from a second terminal (file IPC).
     Approve(commands::approve::ApproveArgs),
     /// Verify audit logs.
@@ -66,6 +68,7 @@ pub fn main() -> ExitCode {
         Command::Check(a) => commands::check::run(a),
         Command::Policy(a) => commands::policy::run(a),
         Command::Audit(a) => commands::audit::run(a),
+        Command::Profiles(a) => commands::profiles::run(a),
         Command::Approve(a) => commands::approve::run(a),
         Command::FsServer(a) => commands::fs_server::run(a),
         Command::BenchClient(a) => commands::bench_client::run(a),
