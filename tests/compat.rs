@@ -1,0 +1,422 @@
+//! Compatibility suite: each real MCP server runs through `palisade serve` under enforce with
+//! the native bubblewrap sandbox and the profile matched from its command line, driven by a
+//! real client (the Python `mcp` SDK, tests/compat/client.py). Prints a table of pass/fail
+//! per server and check, then fails if any required check failed.
+//!
+//! Policy: every config uses tests/fixtures/allow-all-policy.json, so that what is refused
+//! is refused by the sandbox (or the server's own root checks), which is what a profile must
+//! get right; the policy engine is proven in tests/policy*.rs. Checks marked GAP depend on
+//! gateway work not merged yet (sampling relay) and are reported, not failed.
+//!
+//! Needs bubblewrap and the test dependencies ($PALISADE_TEST_DEPS, scripts/test.sh).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+
+fn deps() -> PathBuf {
+    let dir = std::env::var_os("PALISADE_TEST_DEPS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps"));
+    assert!(
+        dir.join("venv/bin/python").exists(),
+        "test dependencies missing at {} (run scripts/install-test-deps.sh or set PALISADE_TEST_DEPS)",
+        dir.display()
+    );
+    dir
+}
+
+fn palisade() -> &'static str {
+    env!("CARGO_BIN_EXE_palisade")
+}
+
+fn node_server(pkg: &str) -> String {
+    deps()
+        .join("node_modules/@modelcontextprotocol")
+        .join(pkg)
+        .join("dist/index.js")
+        .display()
+        .to_string()
+}
+
+fn venv_bin(name: &str) -> String {
+    deps().join("venv/bin").join(name).display().to_string()
+}
+
+const SECRET_TEXT: &str = "compat-secret-7d1f";
+const ENV_SECRET: &str = "compat-env-secret-91ab";
+
+/// A workspace: a granted dir with a file, a secret dir outside every grant, the session
+/// sandbox dir and the state dir.
+struct Ws {
+    dir: tempfile::TempDir,
+}
+
+impl Ws {
+    fn new() -> Ws {
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["granted", "secret", "sandbox", "state"] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        std::fs::write(
+            dir.path().join("granted/hello.txt"),
+            "hello from the host\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("secret/secret.txt"), SECRET_TEXT).unwrap();
+        Ws { dir }
+    }
+
+    fn p(&self, rel: &str) -> String {
+        self.dir.path().join(rel).display().to_string()
+    }
+
+    /// One server `name` in an enforce config with the allow-all policy fixture.
+    fn config(&self, name: &str, server: Value) -> String {
+        let cfg = json!({
+            "mcpServers": {name: server},
+            "palisade": {
+                "sandboxPolicy": "enforce",
+                "backend": "bwrap",
+                "sandboxDir": self.p("sandbox"),
+                "stateDir": self.p("state"),
+                "policy": Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/fixtures/allow-all-policy.json")
+                    .display()
+                    .to_string(),
+            }
+        });
+        let path = self.dir.path().join("config.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+        path.display().to_string()
+    }
+
+    fn params(&self, prefix: &str) -> Value {
+        json!({
+            "prefix": prefix,
+            "granted": self.p("granted"),
+            "secret_file": self.p("secret/secret.txt"),
+            "secret_text": SECRET_TEXT,
+            "env_secret": ENV_SECRET,
+        })
+    }
+}
+
+/// Runs client.py SCENARIO against `palisade serve --config CONFIG`; returns its checks.
+fn drive(ws: &Ws, scenario: &str, params: &Value, config: &str) -> Vec<Value> {
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/compat/client.py");
+    let out = Command::new(deps().join("venv/bin/python"))
+        .arg(&client)
+        .arg(scenario)
+        .arg(params.to_string())
+        .args(["--", palisade(), "serve", "--config", config])
+        .env("PALISADE_COMPAT_SECRET", ENV_SECRET)
+        .env("COMPAT_ERRLOG", ws.dir.path().join("serve-stderr.log"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the compat client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "client.py {scenario}: no JSON report ({e}); stdout: {stdout}; stderr: {}; serve log: {}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(ws.dir.path().join("serve-stderr.log")).unwrap_or_default()
+        )
+    });
+    report["checks"].as_array().cloned().unwrap_or_default()
+}
+
+struct Row {
+    server: &'static str,
+    profile: &'static str,
+    check: String,
+    pass: bool,
+    gap: bool,
+    detail: String,
+}
+
+fn rows(server: &'static str, profile: &'static str, checks: Vec<Value>) -> Vec<Row> {
+    assert!(!checks.is_empty(), "{server}: the client ran no checks");
+    checks
+        .into_iter()
+        .map(|c| Row {
+            server,
+            profile,
+            check: c["name"].as_str().unwrap_or("?").to_string(),
+            pass: c["pass"].as_bool().unwrap_or(false),
+            gap: c["gap"].as_bool().unwrap_or(false),
+            detail: c["detail"].as_str().unwrap_or("").replace('\n', " "),
+        })
+        .collect()
+}
+
+fn filesystem() -> Vec<Row> {
+    let ws = Ws::new();
+    let cfg = ws.config(
+        "fs",
+        json!({"command": "node", "args": [node_server("server-filesystem"), ws.p("granted")],
+               "sandbox": {"filesystem": {"allowWrite": [ws.p("granted")]}}}),
+    );
+    rows(
+        "server-filesystem",
+        "server-filesystem",
+        drive(&ws, "filesystem", &ws.params("fs"), &cfg),
+    )
+}
+
+fn fs_server() -> Vec<Row> {
+    let ws = Ws::new();
+    let cfg = ws.config(
+        "pfs",
+        json!({"command": palisade(), "args": ["fs-server", "--root", ws.p("granted")],
+               "sandbox": {"filesystem": {"allowWrite": [ws.p("granted")]}}}),
+    );
+    rows(
+        "palisade fs-server",
+        "palisade-fs-server",
+        drive(&ws, "fs-server", &ws.params("pfs"), &cfg),
+    )
+}
+
+fn everything() -> Vec<Row> {
+    let ws = Ws::new();
+    let cfg = ws.config(
+        "every",
+        json!({"command": "node", "args": [node_server("server-everything"), "stdio"],
+               "sandbox": {"filesystem": {"allowRead": [ws.p("granted")]}}}),
+    );
+    rows(
+        "server-everything",
+        "server-everything",
+        drive(&ws, "everything", &ws.params("every"), &cfg),
+    )
+}
+
+fn memory() -> Vec<Row> {
+    let ws = Ws::new();
+    let cfg = ws.config(
+        "memory",
+        json!({"command": "node", "args": [node_server("server-memory")]}),
+    );
+    let mut params = ws.params("memory");
+    params["state_file"] = json!(ws.p("state/memory/memory.jsonl"));
+    // Two gateway sessions with the same config and state dir: the second is a fresh
+    // sandbox and a fresh server process.
+    let mut checks = drive(&ws, "memory-write", &params, &cfg);
+    checks.extend(drive(&ws, "memory-read", &params, &cfg));
+    rows("server-memory", "server-memory", checks)
+}
+
+fn git_repo(dir: &Path) {
+    let git = |args: &[&str]| {
+        let st = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "git {args:?}");
+    };
+    std::fs::create_dir_all(dir).unwrap();
+    git(&["init", "-q", "-b", "main"]);
+    git(&["config", "user.name", "Compat"]);
+    git(&["config", "user.email", "compat@example.invalid"]);
+    std::fs::write(dir.join("README"), "repo\n").unwrap();
+    git(&["add", "README"]);
+    git(&["commit", "-q", "-m", "init"]);
+}
+
+fn git() -> Vec<Row> {
+    let ws = Ws::new();
+    let repo = ws.dir.path().join("granted/repo");
+    git_repo(&repo);
+    std::fs::write(repo.join("new.txt"), "to be committed\n").unwrap();
+    let outside = ws.dir.path().join("secret/repo");
+    git_repo(&outside);
+    let cfg = ws.config(
+        "git",
+        json!({"command": venv_bin("mcp-server-git"),
+               "sandbox": {"filesystem": {"allowWrite": [repo.display().to_string()]}}}),
+    );
+    let mut params = ws.params("git");
+    params["repo"] = json!(repo.display().to_string());
+    params["outside_repo"] = json!(outside.display().to_string());
+    rows(
+        "mcp-server-git",
+        "mcp-server-git",
+        drive(&ws, "git", &params, &cfg),
+    )
+}
+
+fn time() -> Vec<Row> {
+    let ws = Ws::new();
+    let cfg = ws.config("time", json!({"command": venv_bin("mcp-server-time")}));
+    rows(
+        "mcp-server-time",
+        "mcp-server-time",
+        drive(&ws, "time", &ws.params("time"), &cfg),
+    )
+}
+
+fn fetch() -> Vec<Row> {
+    let ws = Ws::new();
+    let cfg = ws.config(
+        "fetch",
+        json!({"command": venv_bin("mcp-server-fetch"),
+               "args": ["--ignore-robots-txt", "--allow-private-ips"]}),
+    );
+    let mut params = ws.params("fetch");
+    params["direct_cmd"] = json!([
+        venv_bin("mcp-server-fetch"),
+        "--ignore-robots-txt",
+        "--allow-private-ips"
+    ]);
+    rows(
+        "mcp-server-fetch",
+        "mcp-server-fetch",
+        drive(&ws, "fetch", &params, &cfg),
+    )
+}
+
+fn bwrap_usable() -> bool {
+    Command::new("bwrap")
+        .args(["--ro-bind", "/", "/", "--unshare-all", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn real_servers_work_inside_their_profiles() {
+    if !bwrap_usable() {
+        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+        return;
+    }
+    // COMPAT_ONLY=git,time runs a subset (while developing a profile).
+    let only = std::env::var("COMPAT_ONLY").unwrap_or_default();
+    let mut all = Vec::new();
+    for (name, run) in [
+        ("filesystem", filesystem as fn() -> Vec<Row>),
+        ("fs-server", fs_server),
+        ("everything", everything),
+        ("memory", memory),
+        ("git", git),
+        ("time", time),
+        ("fetch", fetch),
+    ] {
+        if only.is_empty() || only.split(',').any(|o| o == name) {
+            all.extend(run());
+        }
+    }
+    println!(
+        "\n{:<20} {:<20} {:<48} {:<6} detail",
+        "server", "profile", "check", "result"
+    );
+    for r in &all {
+        let result = match (r.pass, r.gap) {
+            (true, _) => "PASS",
+            (false, true) => "GAP",
+            (false, false) => "FAIL",
+        };
+        let detail: String = r.detail.chars().take(90).collect();
+        println!(
+            "{:<20} {:<20} {:<48} {:<6} {detail}",
+            r.server, r.profile, r.check, result
+        );
+    }
+    let failed: Vec<String> = all
+        .iter()
+        .filter(|r| !r.pass && !r.gap)
+        .map(|r| format!("{} / {}: {}", r.server, r.check, r.detail))
+        .collect();
+    assert!(failed.is_empty(), "failed checks:\n{}", failed.join("\n"));
+}
+
+/// `palisade profiles list|show` and `palisade check --config` report the profiles.
+#[test]
+fn profiles_commands_show_what_a_profile_yields() {
+    let out = Command::new(palisade())
+        .args(["profiles", "list"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for name in [
+        "server-filesystem",
+        "server-everything",
+        "server-memory",
+        "mcp-server-git",
+        "mcp-server-fetch",
+        "mcp-server-time",
+        "palisade-fs-server",
+    ] {
+        assert!(text.contains(name), "{name} missing from:\n{text}");
+    }
+
+    let ws = Ws::new();
+    let out = Command::new(palisade())
+        .args([
+            "profiles",
+            "show",
+            "server-memory",
+            "--json",
+            "--state-dir-root-unused",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "unknown flags are refused");
+    let cfg = ws.config(
+        "memory",
+        json!({"command": "node", "args": [node_server("server-memory")]}),
+    );
+    let out = Command::new(palisade())
+        .args([
+            "profiles",
+            "show",
+            "server-memory",
+            "--server",
+            "memory",
+            "--json",
+            "--config",
+            &cfg,
+        ])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).expect("profiles show --json");
+    let state = ws.p("state/memory");
+    assert_eq!(
+        v["env"]["MEMORY_FILE_PATH"],
+        json!(format!("{state}/memory.jsonl"))
+    );
+    assert_eq!(v["mounts"][0]["path"], json!(state));
+    assert_eq!(v["mounts"][0]["access"], json!("rw"));
+
+    let out = Command::new(palisade())
+        .args(["check", "--config", &cfg])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("profile: server-memory (package @modelcontextprotocol/server-memory)"),
+        "{text}"
+    );
+
+    // A broken override is reported with file and field.
+    let dir = ws.dir.path().join("profiles");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("mine.json"),
+        r#"{"description": "x", "reads": []}"#,
+    )
+    .unwrap();
+    let out = Command::new(palisade())
+        .args(["profiles", "list", "--profiles-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("mine.json") && err.contains("reads"), "{err}");
+}
