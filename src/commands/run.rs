@@ -63,6 +63,10 @@ pub struct RunArgs {
     /// enforce: refuse when the sandbox cannot be set up; warn: run unsandboxed, loudly.
     #[arg(long, value_enum, default_value = "enforce")]
     pub sandbox_policy: crate::config::SandboxPolicy,
+    /// Learn aid: run the command under strace and, when it ends, report on stderr the paths
+    /// and addresses the sandbox refused it (to write a profile for an unknown server).
+    #[arg(long)]
+    pub trace_denials: bool,
     /// Permit read-write grants of / or a home directory.
     #[arg(long)]
     pub allow_broad: bool,
@@ -72,7 +76,18 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let req = request(&args)?;
+    let mut req = request(&args)?;
+    // The strace log lives only as long as this run (removed on drop).
+    let trace_file = if args.trace_denials {
+        let f = tempfile::Builder::new()
+            .prefix("palisade-trace-")
+            .tempfile()
+            .map_err(|e| ExitWith::new(1, format!("cannot create the trace log: {e}")))?;
+        req.trace_log = Some(f.path().to_path_buf());
+        Some(f)
+    } else {
+        None
+    };
     // enforce: a quick probe (files and `bwrap --version`); if namespaces fail anyway, bwrap
     // itself refuses before the command starts. warn: a full probe, because falling back
     // to running unsandboxed must only happen when the sandbox really cannot start.
@@ -107,6 +122,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     tracing::debug!(argv = ?prepared.argv, enforcement = ?prepared.enforcement, "exec");
+    if let Some(log) = trace_file {
+        if !prepared.enforcement.is_sandboxed() {
+            return Err(ExitWith::new(
+                EXIT_USAGE,
+                "--trace-denials reports what the sandbox refuses; this run would not be fully sandboxed",
+            )
+            .into());
+        }
+        return traced(&req, prepared, log.path());
+    }
     let (mut cmd, _, held) = prepared.into_std();
     let err = cmd.exec();
     drop(held);
@@ -118,6 +143,44 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         ),
     )
     .into())
+}
+
+/// Runs the traced command as a child (stdio inherited), then reports its denials on stderr.
+fn traced(req: &LaunchRequest, prepared: launch::Prepared, log: &Path) -> anyhow::Result<ExitCode> {
+    let program = crate::sandbox::closure::resolve_program(
+        &req.command,
+        &crate::sandbox::closure::Lookup {
+            path_var: &std::env::var("PATH").unwrap_or_default(),
+            cwd: &std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            home: None,
+        },
+    )
+    .map_err(|e| ExitWith::new(EXIT_NOT_FOUND, e.to_string()))?;
+    let (mut cmd, _, held) = prepared.into_std();
+    let status = cmd
+        .status()
+        .map_err(|e| ExitWith::new(EXIT_CANNOT_EXEC, format!("cannot run strace: {e}")))?;
+    drop(held);
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let found = crate::sandbox::trace::denials(&text, &program, |p| p.exists());
+    eprintln!(
+        "palisade: trace-denials: {} refused by the sandbox during this run of `{}`:",
+        found.len(),
+        req.command
+    );
+    for d in &found {
+        eprintln!(
+            "palisade:   {:<8} {}  ({}, x{})",
+            d.kind, d.target, d.how, d.count
+        );
+    }
+    eprintln!(
+        "palisade: grant what the server really needs with --ro/--rw or a profile's \"read\"/\"state\"; \
+         connects list addresses only (DNS cannot leave the sandbox): give the domains in sandbox.network.allowedDomains"
+    );
+    Ok(status
+        .code()
+        .map_or(ExitCode::from(1), |c| ExitCode::from(c as u8)))
 }
 
 /// Turns the flags into a launch request; every problem is a one-line usage error.

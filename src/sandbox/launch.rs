@@ -56,6 +56,8 @@ pub struct LaunchRequest {
     /// Where per-server state directories live (`<state_root>/<name>`); default
     /// `$HOME/.local/state/palisade/servers`. Only created for profiles that keep state.
     pub state_root: Option<PathBuf>,
+    /// Run bwrap under `strace -f` writing this log (`palisade run --trace-denials`).
+    pub trace_log: Option<PathBuf>,
     /// Permit read-write grants of `/` or a home directory (and read-only grants of `/`).
     pub allow_broad: bool,
     /// Resource limits for the process tree.
@@ -80,6 +82,7 @@ impl Default for LaunchRequest {
             profile: None,
             profiles_dir: None,
             state_root: None,
+            trace_log: None,
             allow_broad: false,
             limits: ResourceLimits::default(),
         }
@@ -641,11 +644,31 @@ fn sandboxed(
         render.seccomp_fd = Some(sys::raw(&fd));
         held.push(fd);
     }
-    let args = bwrap::render(spec, &render);
-    let mut cmd = std::process::Command::new(bwrap_path);
+    let mut args = bwrap::render(spec, &render);
+    let mut program = bwrap_path.to_path_buf();
+    if let Some(log) = &req.trace_log {
+        // strace outside the sandbox follows bwrap into it; the sandbox itself is unchanged.
+        let strace = which::which("strace").map_err(|_| {
+            LaunchError::Invalid(
+                "--trace-denials needs strace (Debian/Ubuntu: apt install strace)".into(),
+            )
+        })?;
+        let mut wrapped: Vec<OsString> =
+            ["-f", "-qq", "-s", "512", "-e", "trace=%file,%network", "-o"]
+                .iter()
+                .map(OsString::from)
+                .collect();
+        wrapped.push(log.clone().into());
+        wrapped.push("--".into());
+        wrapped.push(bwrap_path.as_os_str().to_os_string());
+        wrapped.extend(args);
+        args = wrapped;
+        program = strace;
+    }
+    let mut cmd = std::process::Command::new(&program);
     cmd.args(&args).env_clear().envs(&spec.env);
     sys::install_child_setup(&mut cmd, render.seccomp_fd, spec.limits);
-    let mut argv = vec![bwrap_path.as_os_str().to_os_string()];
+    let mut argv = vec![program.as_os_str().to_os_string()];
     argv.extend(args);
     Ok(Prepared {
         command: tokio::process::Command::from(cmd),
