@@ -219,6 +219,12 @@ async def git(s, rec, p, rep):
     log = subprocess.run(["git", "-C", p["repo"], "log", "--format=%s"], capture_output=True, text=True).stdout
     rep.check("git add + commit", succeeded(r) and succeeded(r2) and "committed through palisade" in log,
               f"add: {r['text']} / commit: {r2['text']}")
+    # Control: the same server unsandboxed reads the outside repository, so the refusal
+    # below is the sandbox's doing.
+    async def direct(ds, _rec):
+        return await call(ds, "git_status", {"repo_path": p["outside_repo"]})
+    ctrl = await session(p["direct_cmd"], direct)
+    rep.check("control: unsandboxed status of the outside repo", succeeded(ctrl), ctrl["text"][:120])
     r = await call(s, f"{x}__git_status", {"repo_path": p["outside_repo"]})
     refused(rep, "repo outside grants refused", r, p.get("secret_text"))
 
