@@ -60,7 +60,8 @@ pub fn denials(log: &str, program: &Path, exists: impl Fn(&Path) -> bool) -> Vec
     let exec = format!("execve(\"{}\"", program.display());
     let mut started = false;
     let mut out: BTreeMap<(&'static str, String), Denial> = BTreeMap::new();
-    for line in log.lines() {
+    for line in &joined(log) {
+        let line = line.as_str();
         let call = line_call(line);
         if !started {
             // The server's own life starts at its successful execve.
@@ -96,12 +97,35 @@ pub fn denials(log: &str, program: &Path, exists: impl Fn(&Path) -> bool) -> Vec
     out.into_values().collect()
 }
 
+/// The log with each call whole: with `-f`, strace splits a call interrupted by another
+/// process into `PID name(args <unfinished ...>` and `PID <... name resumed>rest`.
+fn joined(log: &str) -> Vec<String> {
+    let mut pending: BTreeMap<&str, String> = BTreeMap::new();
+    let mut out = Vec::new();
+    for line in log.lines() {
+        // strace pads short pids (`6660  openat(...`).
+        let (pid, body) = line.split_once(' ').unwrap_or(("", line));
+        let body = body.trim_start();
+        if let Some(head) = body.strip_suffix(" <unfinished ...>") {
+            pending.insert(pid, format!("{pid} {head}"));
+        } else if body.starts_with("<... ") {
+            let rest = body.split_once(" resumed>").map_or("", |(_, r)| r);
+            if let Some(head) = pending.remove(pid) {
+                out.push(format!("{head}{rest}"));
+            }
+        } else {
+            out.push(line.to_string());
+        }
+    }
+    out
+}
+
 /// `(syscall, everything after its opening parenthesis)` of an strace line (`PID name(...`).
 fn line_call(line: &str) -> Option<(&str, &str)> {
     let body = line
         .split_once(' ')
         .filter(|(pid, _)| pid.chars().all(|c| c.is_ascii_digit()))
-        .map_or(line, |(_, b)| b);
+        .map_or(line, |(_, b)| b.trim_start());
     let (name, rest) = body.split_once('(')?;
     name.chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -110,7 +134,7 @@ fn line_call(line: &str) -> Option<(&str, &str)> {
 
 /// `ENOENT` from `... = -1 ENOENT (No such file or directory)`.
 fn failed_errno(rest: &str) -> Option<&str> {
-    let (_, tail) = rest.rsplit_once(") = -1 ")?;
+    let (_, tail) = rest.rsplit_once(" = -1 ")?;
     tail.split_whitespace().next()
 }
 
@@ -192,6 +216,19 @@ mod tests {
                 ("write", "/srv/data", "mkdir EACCES", 1),
             ]
         );
+    }
+
+    #[test]
+    fn calls_split_by_other_processes_are_joined() {
+        let log = "7 execve(\"/usr/bin/node\", [\"node\"], 0x0 /* 1 var */ <unfinished ...>\n\
+                   8 openat(AT_FDCWD, \"/x\", O_RDONLY) = 3\n\
+                   7 <... execve resumed>)             = 0\n\
+                   7  openat(AT_FDCWD, \"/home/u/.npmrc\", O_RDONLY <unfinished ...>\n\
+                   9 getpid() = 9\n\
+                   7 <... openat resumed>) = -1 ENOENT (No such file or directory)\n";
+        let got = denials(log, Path::new("/usr/bin/node"), |_| true);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].target, "/home/u/.npmrc");
     }
 
     #[test]
