@@ -608,3 +608,58 @@ fn inspector_cli_lists_and_calls_tools_through_palisade() {
     assert_ne!(called["isError"], json!(true), "{called}");
     assert!(text.contains("\"timezone\": \"Asia/Tokyo\""), "{called}");
 }
+
+/// A profile's relaxation reaches the sandbox: with `relax.sharePid` the command sees the
+/// host's processes, without it only its own (the control).
+#[test]
+fn a_profile_from_a_directory_relaxes_the_pid_namespace_and_unknown_names_are_refused() {
+    if !bwrap_usable() {
+        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+        return;
+    }
+    let ws = Ws::new();
+    let dir = ws.dir.path().join("profiles");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("shared-pids.json"),
+        r#"{"description": "test", "relax": {"sharePid": "test of the relaxation"}}"#,
+    )
+    .unwrap();
+    let count = |extra: &[&str]| -> usize {
+        let out = Command::new(palisade())
+            .arg("run")
+            .args(extra)
+            .args(["--", "/bin/sh", "-c", "ls /proc | grep -c '^[0-9]'"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    let dir_s = dir.display().to_string();
+    // bwrap's init, sh, ls, grep.
+    let own = count(&[]);
+    let shared = count(&["--profiles-dir", &dir_s, "--profile", "shared-pids"]);
+    assert!(
+        own <= 3,
+        "a private PID namespace shows only the sandbox's processes: {own}"
+    );
+    assert!(
+        shared > own,
+        "sharePid should show the host's processes: {shared} vs {own}"
+    );
+
+    let out = Command::new(palisade())
+        .args(["run", "--profile", "no-such-profile", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no-such-profile") && err.contains("server-memory"),
+        "{err}"
+    );
+}
