@@ -14,4 +14,4 @@ cargo fmt --all -- --check
 log "cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
 log "cargo test"
-cargo test --all-targets "$@"
+cargo test --all-targets --no-fail-fast "$@"

@@ -44,6 +44,8 @@ pub enum Command {
     Policy(commands::policy::PolicyArgs),
     /// List sandbox profiles, or show what one yields on this machine.
     Profiles(commands::profiles::ProfilesArgs),
+    /// Draft tool-annotations.json from the configured servers' live tools (review it).
+    Annotate(commands::annotate::AnnotateArgs),
     /// Answer pending escalations from a second terminal (file IPC).
     Approve(commands::approve::ApproveArgs),
     /// Verify audit logs.
@@ -70,6 +72,7 @@ pub fn main() -> ExitCode {
         Command::Audit(a) => commands::audit::run(a),
         Command::Profiles(a) => commands::profiles::run(a),
         Command::Approve(a) => commands::approve::run(a),
+        Command::Annotate(a) => commands::annotate::run(a),
         Command::FsServer(a) => commands::fs_server::run(a),
         Command::BenchClient(a) => commands::bench_client::run(a),
     })

@@ -193,7 +193,11 @@ fn text(r: &Report, with_config: bool) -> String {
             let _ = writeln!(s, "  (none configured)");
         }
         for srv in &r.servers {
-            let _ = write!(s, "  {} ({:?}): ", srv.name, srv.policy);
+            let policy = match srv.policy {
+                SandboxPolicy::Enforce => "enforce",
+                SandboxPolicy::Warn => "warn",
+            };
+            let _ = write!(s, "  {} ({policy}): ", srv.name);
             describe(&mut s, &srv.resolution);
             let _ = writeln!(
                 s,

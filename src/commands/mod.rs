@@ -1,6 +1,7 @@
 //! One module per CLI command: its flags (clap `Args`) and its entry point. Commands are the
 //! edge where `anyhow` context is added; they return the process exit code.
 
+pub mod annotate;
 pub mod approve;
 pub mod audit;
 pub mod bench_client;

@@ -14,7 +14,7 @@
 use super::domains;
 use super::engine::Call;
 use super::load::Annotation;
-use super::model::{Role, RoleCategory, Status};
+use super::model::{MostRestrictive, Role, RoleCategory, Status};
 use super::{Decision, Policy};
 use crate::roots::canon;
 
@@ -38,8 +38,7 @@ pub(crate) fn evaluate(policy: &Policy, call: &Call<'_>, ann: &Annotation) -> De
         };
     }
     let scope = call.ctx.scope;
-    let mut best: Option<Decision> = None;
-    let mut escalated = Vec::new();
+    let mut combined = MostRestrictive::default();
     for role in roles.iter().copied() {
         for v in call.values(&[role]) {
             let d = match role.category() {
@@ -115,29 +114,13 @@ pub(crate) fn evaluate(policy: &Policy, call: &Call<'_>, ann: &Annotation) -> De
                     vec![role],
                 ),
             };
-            if d.status == Status::Deny {
-                return d;
-            }
-            if d.status == Status::Escalate && !escalated.contains(&role) {
-                escalated.push(role);
-            }
-            if best
-                .as_ref()
-                .is_none_or(|b| d.status.severity() > b.status.severity())
-            {
-                best = Some(d);
+            if let Some(deny) = combined.add(role, d) {
+                return deny;
             }
         }
     }
-    match best {
-        Some(mut d) => {
-            d.roles = if d.status == Status::Escalate {
-                escalated
-            } else {
-                roles
-            };
-            d
-        }
+    match combined.finish(roles.clone()) {
+        Some(d) => d,
         // Resource roles but no values (all optional and absent): the server picks its own
         // default target, so only read-only tools go through unasked.
         None if ann.read_only == Some(true) => Decision::new(

@@ -22,7 +22,9 @@ use serde_json::Value;
 
 use super::domains;
 use super::load::{Annotation, ArgRoles, Rule};
-use super::model::{ListType, Presence, Role, RoleCategory, RoleCondition, Status};
+use super::model::{
+    ListType, MostRestrictive, Presence, Role, RoleCategory, RoleCondition, Status,
+};
 use super::{validate, CallContext, Decision, Policy, PolicySource};
 use crate::roots::canon::{self, Base};
 
@@ -270,34 +272,16 @@ fn compiled(policy: &Policy, call: &Call<'_>, resolved: &[Role]) -> Decision {
         }
         return default_deny(Vec::new());
     }
-    let mut best: Option<Decision> = None;
-    let mut escalated = Vec::new();
+    let mut combined = MostRestrictive::default();
     for role in todo.iter().copied() {
-        let d = for_role(policy, &candidates, call, role);
-        match d.status {
-            Status::Deny => return d,
-            Status::Escalate => escalated.push(role),
-            Status::Allow => {}
-        }
-        if best
-            .as_ref()
-            .is_none_or(|b| d.status.severity() > b.status.severity())
-        {
-            best = Some(d);
+        if let Some(deny) = combined.add(role, for_role(policy, &candidates, call, role)) {
+            return deny;
         }
     }
-    match best {
-        Some(mut d) => {
-            d.roles = if d.status == Status::Escalate {
-                escalated
-            } else {
-                all
-            };
-            d
-        }
-        // `todo` is not empty, so the loop ran at least once; deny if that ever changes.
-        None => default_deny(Vec::new()),
-    }
+    // `todo` is not empty, so at least one role was added; deny if that ever changes.
+    combined
+        .finish(all)
+        .unwrap_or_else(|| default_deny(Vec::new()))
 }
 
 fn from_rule(rule: &Rule, roles: Vec<Role>) -> Decision {

@@ -16,6 +16,48 @@ pub enum Status {
     Deny,
 }
 
+/// Folds per-role decisions into one: deny > escalate > allow. The first deny decides at
+/// once; an escalation reports every escalated role. Shared by the compiled-rule engine and
+/// the built-in default so both combine roles the same way.
+#[derive(Debug, Default)]
+pub(crate) struct MostRestrictive {
+    best: Option<super::Decision>,
+    escalated: Vec<Role>,
+}
+
+impl MostRestrictive {
+    /// Adds one role's decision; returns it when it is a deny, which decides the call.
+    pub(crate) fn add(&mut self, role: Role, d: super::Decision) -> Option<super::Decision> {
+        if d.status == Status::Deny {
+            return Some(d);
+        }
+        if d.status == Status::Escalate && !self.escalated.contains(&role) {
+            self.escalated.push(role);
+        }
+        if self
+            .best
+            .as_ref()
+            .is_none_or(|b| d.status.severity() > b.status.severity())
+        {
+            self.best = Some(d);
+        }
+        None
+    }
+
+    /// The combined decision (`None` when no role was added); an allow reports `roles`.
+    pub(crate) fn finish(self, roles: Vec<Role>) -> Option<super::Decision> {
+        let escalated = self.escalated;
+        self.best.map(|mut d| {
+            d.roles = if d.status == Status::Escalate {
+                escalated
+            } else {
+                roles
+            };
+            d
+        })
+    }
+}
+
 impl Status {
     /// Higher is more restrictive: deny > escalate > allow.
     pub fn severity(self) -> u8 {

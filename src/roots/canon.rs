@@ -25,6 +25,20 @@ pub enum PathError {
     Uri,
 }
 
+/// The checks every path gets before anything else: not empty, no NUL, not over-long.
+pub fn check_bytes(bytes: &[u8]) -> Result<(), PathError> {
+    if bytes.is_empty() {
+        return Err(PathError::Empty);
+    }
+    if bytes.contains(&0) {
+        return Err(PathError::Nul);
+    }
+    if bytes.len() > MAX_PATH_LEN {
+        return Err(PathError::TooLong);
+    }
+    Ok(())
+}
+
 /// Where relative and `~` paths are resolved: the server's view, not palisade's.
 #[derive(Debug, Clone, Default)]
 pub struct Base<'a> {

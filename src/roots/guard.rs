@@ -101,15 +101,7 @@ pub fn canonicalize_input(raw: &str, base: &Base<'_>) -> Result<PathBuf, PathErr
 /// Canonicalises an already-decoded absolute path given as bytes (non-UTF-8 allowed).
 pub fn canonicalize_path(path: &Path) -> Result<PathBuf, PathError> {
     let bytes = path.as_os_str().as_bytes();
-    if bytes.is_empty() {
-        return Err(PathError::Empty);
-    }
-    if bytes.contains(&0) {
-        return Err(PathError::Nul);
-    }
-    if bytes.len() > MAX_PATH_LEN {
-        return Err(PathError::TooLong);
-    }
+    canon::check_bytes(bytes)?;
     if !path.is_absolute() {
         return Err(PathError::Relative);
     }

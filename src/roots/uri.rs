@@ -9,7 +9,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::canon::{PathError, MAX_PATH_LEN};
+use super::canon::{self, PathError, MAX_PATH_LEN};
 
 /// Bytes written literally in a path: RFC 3986 `unreserved` plus the segment separator.
 /// Everything else, including every non-ASCII or non-UTF-8 byte, is percent-encoded.
@@ -44,15 +44,7 @@ pub fn encode_segment(text: &[u8]) -> String {
 /// non-UTF-8 names survive the round trip.
 pub fn path_to_uri(path: &Path) -> Result<String, PathError> {
     let bytes = path.as_os_str().as_bytes();
-    if bytes.is_empty() {
-        return Err(PathError::Empty);
-    }
-    if bytes.contains(&0) {
-        return Err(PathError::Nul);
-    }
-    if bytes.len() > MAX_PATH_LEN {
-        return Err(PathError::TooLong);
-    }
+    canon::check_bytes(bytes)?;
     if bytes[0] != b'/' {
         return Err(PathError::Relative);
     }

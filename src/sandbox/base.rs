@@ -11,52 +11,33 @@ use std::path::{Path, PathBuf};
 
 use super::spec::{Access, Mount, MountOrigin, Symlink};
 
-/// `/etc` entries a program may need. Anything not named here stays invisible.
+/// `/etc` entries a program may need. Anything not named here stays invisible. Kept short on
+/// purpose: each entry is one bind mount, about 0.2 ms of every sandbox start.
 pub const ETC_ALLOWLIST: &[&str] = &[
-    // dynamic linker
+    // dynamic linker (ld.so.conf and ld.so.conf.d are only read by ldconfig)
     "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
     // users and groups by name (no password hashes: those are in shadow)
     "passwd",
     "group",
     "nsswitch.conf",
-    // name resolution
+    // name resolution and service names
     "resolv.conf",
     "hosts",
-    "host.conf",
-    "gai.conf",
-    "protocols",
     "services",
-    "networks",
-    // TLS trust
+    "protocols",
+    // TLS trust (Debian: ssl; Fedora/RHEL: pki, crypto-policies)
     "ssl",
-    "ca-certificates",
-    "ca-certificates.conf",
     "pki",
     "crypto-policies",
-    // time and locale
+    // time
     "localtime",
-    "timezone",
-    "locale.alias",
-    "locale.conf",
-    "default/locale",
-    // Debian's alternatives (/usr/bin/python3 style links often go through here)
+    // Debian's alternatives (/usr/bin/editor style links go through here)
     "alternatives",
     // content types and the distribution's identity
     "mime.types",
-    "magic",
-    "magic.mime",
     "os-release",
-    "debian_version",
-    "lsb-release",
     // the system git configuration (git servers read it; no credentials live there)
     "gitconfig",
-    // Debian's Python site configuration
-    "python3",
-    "python3.11",
-    "python3.12",
-    "python3.13",
 ];
 
 /// Top-level directories that hold programs and libraries.

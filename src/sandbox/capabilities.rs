@@ -1,8 +1,10 @@
 //! What this machine can enforce, probed for real each time it is asked (no cache: a
-//! package installed or a sysctl changed between two runs shows at once). `Depth::Quick` reads
-//! files and runs `bwrap --version` (about a millisecond: `palisade run` uses it on every
-//! start); `Depth::Full` also starts a trivial sandbox, which is the only proof that user
-//! namespaces really work (`palisade check` and the gateway use it, once).
+//! package installed or a sysctl changed between two runs shows at once). `Depth::Quick` only
+//! reads files and searches PATH (microseconds: `palisade run` in enforce mode uses it on
+//! every start); it assumes the bwrap found is 0.8 or later, and an older one refuses the
+//! `--disable-userns` flag itself before anything runs. `Depth::Full` runs `bwrap --version`
+//! and a trivial sandbox, the only proof that user namespaces really work (`palisade check`,
+//! warn mode and the gateway use it, once).
 //!
 //! Probes only; the decision what to do about a gap is `resolve`'s.
 
@@ -28,9 +30,11 @@ pub enum Depth {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BwrapInfo {
     pub path: PathBuf,
-    /// `0.8.0` for `bubblewrap 0.8.0`; `None` when `--version` said something else.
+    /// `0.8.0` for `bubblewrap 0.8.0`; `None` when `--version` said something else or was
+    /// not asked (`Depth::Quick`).
     pub version: Option<String>,
-    /// bwrap 0.8 added `--disable-userns`, which palisade always uses.
+    /// bwrap 0.8 added `--disable-userns`, which palisade always uses (assumed by
+    /// `Depth::Quick`).
     pub disable_userns: bool,
 }
 
@@ -69,7 +73,7 @@ pub struct Capabilities {
 
 /// Probes the machine.
 pub fn probe(depth: Depth) -> Capabilities {
-    let (bwrap, bwrap_override_problem) = find_bwrap();
+    let (bwrap, bwrap_override_problem) = find_bwrap(depth);
     let userns = match (&bwrap, depth) {
         (Some(b), Depth::Full) => trial_sandbox(b),
         _ => Userns::NotProbed,
@@ -103,7 +107,7 @@ fn seccomp_supported() -> bool {
         .unwrap_or(false)
 }
 
-fn find_bwrap() -> (Option<BwrapInfo>, Option<String>) {
+fn find_bwrap(depth: Depth) -> (Option<BwrapInfo>, Option<String>) {
     let (path, overridden) = match std::env::var_os(BWRAP_ENV) {
         Some(p) if !p.is_empty() => (PathBuf::from(p), true),
         _ => match which::which("bwrap") {
@@ -111,6 +115,26 @@ fn find_bwrap() -> (Option<BwrapInfo>, Option<String>) {
             Err(_) => return (None, None),
         },
     };
+    if depth == Depth::Quick {
+        return match is_executable(&path) {
+            true => (
+                Some(BwrapInfo {
+                    path,
+                    version: None,
+                    disable_userns: true,
+                }),
+                None,
+            ),
+            false if overridden => (
+                None,
+                Some(format!(
+                    "{BWRAP_ENV}={} is not an executable file",
+                    path.display()
+                )),
+            ),
+            false => (None, None),
+        };
+    }
     match bwrap_version(&path) {
         Ok(version) => {
             let disable_userns = version
@@ -132,6 +156,11 @@ fn find_bwrap() -> (Option<BwrapInfo>, Option<String>) {
         ),
         Err(_) => (None, None),
     }
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Runs `bwrap --version`; `Ok(None)` when it ran but said something unexpected.

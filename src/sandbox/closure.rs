@@ -6,7 +6,8 @@
 //! interpreter (`#!/usr/bin/env node` resolved against the same PATH), a script given to an
 //! interpreter as its first argument, and for each file the install directory it belongs to:
 //! the project holding `node_modules`, a Python venv (`pyvenv.cfg`, plus the base
-//! installation its `home` names), or a `PREFIX/bin` whose `PREFIX/lib` holds its libraries.
+//! installation its `home` names), a version manager's root for its shims (pyenv, rbenv), or
+//! a `PREFIX/bin` whose `PREFIX/lib` holds its libraries.
 //! Anything under the system base (`/usr`, ...) needs nothing more.
 //!
 //! Reads the filesystem (metadata, link targets, first line of scripts, `pyvenv.cfg`), never
@@ -179,6 +180,17 @@ fn add_install_dir(file: &Path, lk: &Lookup<'_>, out: &mut BTreeSet<PathBuf>) {
         out.insert(narrow(Some(dir), file));
         return;
     }
+    // A version manager's shim (pyenv, rbenv, nodenv: ROOT/shims/NAME next to
+    // ROOT/versions): the shim runs the manager, which picks a version, so grant its root.
+    if let Some(root) = file
+        .parent()
+        .filter(|d| d.file_name() == Some(OsStr::new("shims")))
+        .and_then(Path::parent)
+        .filter(|r| r.join("versions").is_dir())
+    {
+        out.insert(narrow(Some(root.to_path_buf()), file));
+        return;
+    }
     // PREFIX/bin/tool with PREFIX/lib: the whole prefix (pyenv, nvm, /opt/foo).
     if let Some(prefix) = file.parent().and_then(prefix_of_bin_dir) {
         out.insert(narrow(Some(prefix), file));
@@ -327,6 +339,19 @@ mod tests {
         let args = vec![script.display().to_string(), secret.display().to_string()];
         let c = closure(&node, &args, &lk("/usr/bin", d.path()));
         assert_eq!(c, vec![d.path().join("tools/srv")]);
+    }
+
+    #[test]
+    fn a_version_manager_shim_grants_the_managers_root() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("tools/.pyenv");
+        exe(
+            &root.join("shims/python3"),
+            "#!/usr/bin/env bash\nexec pyenv exec python3\n",
+        );
+        std::fs::create_dir_all(root.join("versions/3.11.7")).unwrap();
+        let c = closure(&root.join("shims/python3"), &[], &lk("/usr/bin", d.path()));
+        assert_eq!(c, vec![root]);
     }
 
     #[test]

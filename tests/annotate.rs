@@ -1,0 +1,67 @@
+//! `palisade annotate` against the real built-in fs-server, started in its real sandbox: the
+//! draft names each tool's path argument with the right roles, loads back into the policy
+//! engine, and an existing (possibly reviewed) file is never overwritten silently.
+
+use std::process::Command;
+
+use palisade::policy::{Policy, PolicyOptions, PolicyPaths};
+
+fn annotate(dir: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let cfg = dir.join("cfg.json");
+    let cfg_text = serde_json::json!({
+        "mcpServers": {"fs": {"command": env!("CARGO_BIN_EXE_palisade"), "args": ["fs-server"]}},
+        "palisade": {"sandboxDir": dir.join("sandbox"), "sandboxPolicy": "warn"}
+    });
+    std::fs::write(&cfg, cfg_text.to_string()).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["--log-level", "warn", "annotate", "--config"])
+        .arg(&cfg)
+        .arg("--output")
+        .arg(dir.join("ann.json"))
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn drafts_annotations_that_the_engine_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = annotate(dir.path(), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("ann.json")).unwrap()).unwrap();
+    let tools = doc["servers"]["fs"]["tools"].as_array().unwrap();
+    let tool = |n: &str| tools.iter().find(|t| t["toolName"] == n).unwrap().clone();
+    assert_eq!(
+        tool("read")["args"]["path"],
+        serde_json::json!(["read-path"])
+    );
+    let write_roles = tool("write")["args"]["path"].clone();
+    assert!(
+        write_roles
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("write-path")),
+        "{write_roles}"
+    );
+    assert!(tool("read")["comment"].as_str().unwrap().contains("DRAFT"));
+    Policy::load(
+        &PolicyPaths {
+            policy: None,
+            annotations: Some(dir.path().join("ann.json")),
+            lists: None,
+        },
+        PolicyOptions::default(),
+    )
+    .expect("the draft loads as tool-annotations.json");
+
+    // A second run must not replace a file someone may have reviewed.
+    let again = annotate(dir.path(), &[]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    assert!(annotate(dir.path(), &["--force"]).status.success());
+}
