@@ -42,6 +42,8 @@ pub enum Command {
     Check(commands::check::CheckArgs),
     /// Evaluate calls against a policy, print its roots, run scenario files.
     Policy(commands::policy::PolicyArgs),
+    /// List sandbox profiles, or show what one yields on this machine.
+    Profiles(commands::profiles::ProfilesArgs),
     /// Draft tool-annotations.json from the configured servers' live tools (review it).
     Annotate(commands::annotate::AnnotateArgs),
     /// Answer pending escalations from a second terminal (file IPC).
@@ -68,6 +70,7 @@ pub fn main() -> ExitCode {
         Command::Check(a) => commands::check::run(a),
         Command::Policy(a) => commands::policy::run(a),
         Command::Audit(a) => commands::audit::run(a),
+        Command::Profiles(a) => commands::profiles::run(a),
         Command::Approve(a) => commands::approve::run(a),
         Command::Annotate(a) => commands::annotate::run(a),
         Command::FsServer(a) => commands::fs_server::run(a),

@@ -18,5 +18,6 @@ pub mod fsserver;
 pub mod gateway;
 pub mod logging;
 pub mod policy;
+pub mod profiles;
 pub mod roots;
 pub mod sandbox;

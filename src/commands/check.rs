@@ -41,6 +41,8 @@ struct Report {
 struct ServerReport {
     name: String,
     policy: SandboxPolicy,
+    /// The sandbox profile the server gets (`name (why)`), or why none could be chosen.
+    profile: Option<String>,
     resolution: Resolution,
 }
 
@@ -53,9 +55,15 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot check servers of {}", path.display()))?;
         for (name, server) in &cfg.servers {
             let req = request_for(name, server, &cfg);
+            let profile = match launch::profile_for(&req, &launch::HostEnv::current()) {
+                Ok(Some((sel, _))) => Some(format!("{} ({})", sel.profile.name, sel.why)),
+                Ok(None) => None,
+                Err(e) => Some(format!("ERROR: {e}")),
+            };
             servers.push(ServerReport {
                 name: name.clone(),
                 policy: req.policy,
+                profile,
                 resolution: launch::resolution(&req, &caps),
             });
         }
@@ -85,13 +93,20 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
 fn request_for(name: &str, server: &ServerConfig, cfg: &GatewayConfig) -> LaunchRequest {
     let global_policy = cfg.settings.sandbox_policy.unwrap_or_default();
     let global_backend = cfg.settings.backend.unwrap_or_default();
-    let (sandboxed, policy, backend, network) = match &server.sandbox {
-        SandboxSetting::Disabled => (false, global_policy, global_backend, Default::default()),
+    let (sandboxed, policy, backend, network, profile) = match &server.sandbox {
+        SandboxSetting::Disabled => (
+            false,
+            global_policy,
+            global_backend,
+            Default::default(),
+            None,
+        ),
         SandboxSetting::Enabled(sb) => (
             true,
             sb.policy.unwrap_or(global_policy),
             sb.backend.unwrap_or(global_backend),
             sb.network.clone(),
+            sb.profile.clone(),
         ),
     };
     LaunchRequest {
@@ -102,6 +117,9 @@ fn request_for(name: &str, server: &ServerConfig, cfg: &GatewayConfig) -> Launch
         policy,
         backend,
         network,
+        profile,
+        profiles_dir: cfg.settings.profiles_dir.clone(),
+        state_root: cfg.settings.state_dir.clone(),
         ..LaunchRequest::default()
     }
 }
@@ -181,6 +199,13 @@ fn text(r: &Report, with_config: bool) -> String {
             };
             let _ = write!(s, "  {} ({policy}): ", srv.name);
             describe(&mut s, &srv.resolution);
+            let _ = writeln!(
+                s,
+                "      profile: {}",
+                srv.profile
+                    .as_deref()
+                    .unwrap_or("none (the default sandbox)")
+            );
         }
     }
     s

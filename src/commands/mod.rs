@@ -9,6 +9,7 @@ pub mod check;
 pub mod demo;
 pub mod fs_server;
 pub mod policy;
+pub mod profiles;
 pub mod run;
 pub mod serve;
 

@@ -39,9 +39,17 @@ pub const EXIT_NOT_FOUND: u8 = 127;
 /// bubblewrap), 126 when the command cannot be executed, 127 when it is not found.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Sandbox profile to apply (see `palisade profiles list`).
+    /// Sandbox profile to apply (see `palisade profiles list`); default: matched from the
+    /// command, `none` for no profile.
     #[arg(long)]
     pub profile: Option<String>,
+    /// Directory of profiles that override the built-in ones.
+    #[arg(long, value_name = "DIR")]
+    pub profiles_dir: Option<PathBuf>,
+    /// Where a profile that keeps state gets its directory (`DIR/<command name>`; default
+    /// `$HOME/.local/state/palisade/servers`).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Grant read-write access to DIR (repeatable).
     #[arg(long = "rw", value_name = "DIR")]
     pub rw: Vec<std::path::PathBuf>,
@@ -68,6 +76,10 @@ pub struct RunArgs {
     /// enforce: refuse when the sandbox cannot be set up; warn: run unsandboxed, loudly.
     #[arg(long, value_enum, default_value = "enforce")]
     pub sandbox_policy: crate::config::SandboxPolicy,
+    /// Learn aid: run the command under strace and, when it ends, report on stderr the paths
+    /// and addresses the sandbox refused it (to write a profile for an unknown server).
+    #[arg(long)]
+    pub trace_denials: bool,
     /// Permit read-write grants of / or a home directory.
     #[arg(long)]
     pub allow_broad: bool,
@@ -77,7 +89,18 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let req = request(&args)?;
+    let mut req = request(&args)?;
+    // The strace log lives only as long as this run (removed on drop).
+    let trace_file = if args.trace_denials {
+        let f = tempfile::Builder::new()
+            .prefix("palisade-trace-")
+            .tempfile()
+            .map_err(|e| ExitWith::new(1, format!("cannot create the trace log: {e}")))?;
+        req.trace_log = Some(f.path().to_path_buf());
+        Some(f)
+    } else {
+        None
+    };
     // enforce: a quick probe (files and `bwrap --version`); if namespaces fail anyway, bwrap
     // itself refuses before the command starts. warn: a full probe, because falling back
     // to running unsandboxed must only happen when the sandbox really cannot start.
@@ -92,6 +115,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let prepared = launch::prepare_with(&req, &caps).map_err(exit_for)?;
     warn_degraded(&req, &prepared.enforcement);
     tracing::debug!(argv = ?prepared.argv, enforcement = ?prepared.enforcement, "exec");
+    if let Some(log) = trace_file {
+        if !prepared.enforcement.is_sandboxed() {
+            return Err(ExitWith::new(
+                EXIT_USAGE,
+                "--trace-denials reports what the sandbox refuses; this run would not be fully sandboxed",
+            )
+            .into());
+        }
+        return traced(&req, prepared, log.path());
+    }
     let (mut cmd, _, held) = prepared.into_std();
     let err = cmd.exec();
     drop(held);
@@ -225,6 +258,44 @@ async fn supervise(mut prepared: launch::Prepared) -> Result<u8, ExitWith> {
     })
 }
 
+/// Runs the traced command as a child (stdio inherited), then reports its denials on stderr.
+fn traced(req: &LaunchRequest, prepared: launch::Prepared, log: &Path) -> anyhow::Result<ExitCode> {
+    let program = crate::sandbox::closure::resolve_program(
+        &req.command,
+        &crate::sandbox::closure::Lookup {
+            path_var: &std::env::var("PATH").unwrap_or_default(),
+            cwd: &std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            home: None,
+        },
+    )
+    .map_err(|e| ExitWith::new(EXIT_NOT_FOUND, e.to_string()))?;
+    let (mut cmd, _, held) = prepared.into_std();
+    let status = cmd
+        .status()
+        .map_err(|e| ExitWith::new(EXIT_CANNOT_EXEC, format!("cannot run strace: {e}")))?;
+    drop(held);
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let found = crate::sandbox::trace::denials(&text, &program, |p| p.exists());
+    eprintln!(
+        "palisade: trace-denials: {} refused by the sandbox during this run of `{}`:",
+        found.len(),
+        req.command
+    );
+    for d in &found {
+        eprintln!(
+            "palisade:   {:<8} {}  ({}, x{})",
+            d.kind, d.target, d.how, d.count
+        );
+    }
+    eprintln!(
+        "palisade: grant what the server really needs with --ro/--rw or a profile's \"read\"/\"state\"; \
+         connects list addresses only (DNS cannot leave the sandbox): give the domains in sandbox.network.allowedDomains"
+    );
+    Ok(status
+        .code()
+        .map_or(ExitCode::from(1), |c| ExitCode::from(c as u8)))
+}
+
 /// Turns the flags into a launch request; every problem is a one-line usage error.
 fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
     let usage = |m: String| ExitWith::new(EXIT_USAGE, m);
@@ -241,11 +312,6 @@ fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
             denied_domains: args.deny_domain.clone(),
         })
     };
-    if let Some(p) = &args.profile {
-        return Err(usage(format!(
-            "--profile {p}: profiles are not supported by `run` yet; grant directories with --ro/--rw"
-        )));
-    }
     let Some((command, rest)) = args.command.split_first() else {
         return Err(usage("no command given: put it after `--`".into()));
     };
@@ -289,16 +355,32 @@ fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
                 .then_some(real)
         }
     };
+    // The name keys the state directory: the profile's name when one applies (`node` or
+    // `uvx` would make every server share one), else the command's file name. A bad
+    // profile or directory is reported by the launcher, with its fix.
+    let profile_name = crate::profiles::Catalog::load(args.profiles_dir.as_deref())
+        .ok()
+        .and_then(|c| {
+            crate::profiles::select(&c, args.profile.as_deref(), command, rest)
+                .ok()
+                .flatten()
+        })
+        .map(|s| s.profile.name);
     Ok(LaunchRequest {
-        name: Path::new(command)
-            .file_name()
-            .map_or_else(|| command.clone(), |n| n.to_string_lossy().into_owned()),
+        name: profile_name.unwrap_or_else(|| {
+            Path::new(command)
+                .file_name()
+                .map_or_else(|| command.clone(), |n| n.to_string_lossy().into_owned())
+        }),
         command: command.clone(),
         args: rest.to_vec(),
         env,
         cwd,
         grants,
         policy: args.sandbox_policy,
+        profile: args.profile.clone(),
+        profiles_dir: args.profiles_dir.as_deref().map(abs),
+        state_root: args.state_dir.as_deref().map(abs),
         allow_broad: args.allow_broad,
         network,
         ..LaunchRequest::default()

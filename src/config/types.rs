@@ -217,4 +217,8 @@ pub struct Settings {
     /// the given addresses instead of asking the system resolver.
     #[serde(default)]
     pub egress_hosts_file: Option<PathBuf>,
+    /// Where servers whose profile keeps state get their private directories
+    /// (`STATE_DIR/<server>`; default `$HOME/.local/state/palisade/servers`).
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
 }

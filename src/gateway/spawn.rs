@@ -111,6 +111,9 @@ pub fn launch_request(
         policy,
         backend,
         profile,
+        profiles_dir: settings.profiles_dir.clone(),
+        state_root: settings.state_dir.clone(),
+        trace_log: None,
         // A config cannot grant `/` or a home directory read-write: `palisade run
         // --allow-broad` is the only way, and it is for one interactive command.
         allow_broad: false,

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::config::{Backend, NetworkConfig, SandboxPolicy};
+use crate::profiles;
 use crate::sandbox::bwrap::{self, Mask, Render};
 use crate::sandbox::capabilities::{self, Capabilities, Depth};
 use crate::sandbox::closure::{self, Lookup};
@@ -53,6 +54,13 @@ pub struct LaunchRequest {
     pub policy: SandboxPolicy,
     pub backend: Backend,
     pub profile: Option<String>,
+    /// Directory of profiles overriding the built-in ones (`palisade.profilesDir`).
+    pub profiles_dir: Option<PathBuf>,
+    /// Where per-server state directories live (`<state_root>/<name>`); default
+    /// `$HOME/.local/state/palisade/servers`. Only created for profiles that keep state.
+    pub state_root: Option<PathBuf>,
+    /// Run bwrap under `strace -f` writing this log (`palisade run --trace-denials`).
+    pub trace_log: Option<PathBuf>,
     /// Permit read-write grants of `/` or a home directory (and read-only grants of `/`).
     pub allow_broad: bool,
     /// Resource limits for the process tree.
@@ -91,6 +99,9 @@ impl Default for LaunchRequest {
             policy: SandboxPolicy::Enforce,
             backend: Backend::Bwrap,
             profile: None,
+            profiles_dir: None,
+            state_root: None,
+            trace_log: None,
             allow_broad: false,
             limits: ResourceLimits::default(),
             egress: EgressSocket::NotStarted,
@@ -219,6 +230,14 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
         ));
     }
     let host = HostEnv::current();
+    let profiled = match profile_for(req, &host)? {
+        Some((selected, plan)) => Some(with_profile(req, &selected, &plan)?),
+        None => None,
+    };
+    let (req, extra_mounts, share_pid) = match &profiled {
+        Some(p) => (&p.req, p.mounts.clone(), p.share_pid),
+        None => (req, Vec::new(), false),
+    };
     let grants = validate_grants(req, host.home.as_deref())?;
     let env = sandbox_env(req, &host)?;
     let path_var = env.get("PATH").cloned().unwrap_or_default();
@@ -293,7 +312,19 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
             reasons: vec!["bubblewrap is not available".into()],
         });
     };
-    let spec = build_spec(req, &program, grants, env, &lookup, &plan, caps)?;
+    let mut spec = build_spec(
+        req,
+        SpecInputs {
+            program: &program,
+            grants,
+            profile_mounts: extra_mounts,
+            env,
+            lookup: &lookup,
+        },
+        &plan,
+        caps,
+    )?;
+    spec.share_pid = share_pid;
     if plan.srt {
         return super::srt::prepare(&spec, req, caps, enforcement);
     }
@@ -301,14 +332,14 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
 }
 
 /// What palisade takes from its own environment (and nothing else).
-struct HostEnv {
+pub struct HostEnv {
     path: String,
     home: Option<PathBuf>,
     lang: Option<String>,
 }
 
 impl HostEnv {
-    fn current() -> Self {
+    pub fn current() -> Self {
         HostEnv {
             path: std::env::var("PATH")
                 .ok()
@@ -440,6 +471,146 @@ fn validate_grants(req: &LaunchRequest, home: Option<&Path>) -> Result<Vec<Mount
     Ok(mounts)
 }
 
+/// The request with a profile applied, plus what the spec needs from it.
+struct Profiled {
+    req: LaunchRequest,
+    mounts: Vec<Mount>,
+    share_pid: bool,
+}
+
+/// The profile `req` gets (named or matched) and its expansion for this launch, without
+/// touching the filesystem beyond reading the profiles directory.
+pub fn profile_for(
+    req: &LaunchRequest,
+    host: &HostEnv,
+) -> Result<Option<(profiles::Selected, profiles::Plan)>, LaunchError> {
+    let catalog = profiles::Catalog::load(req.profiles_dir.as_deref())
+        .map_err(|e| LaunchError::Invalid(e.to_string()))?;
+    let selected = profiles::select(&catalog, req.profile.as_deref(), &req.command, &req.args)
+        .map_err(|e| LaunchError::Invalid(format!("server `{}`: {e}", req.name)))?;
+    let Some(selected) = selected else {
+        return Ok(None);
+    };
+    let sandbox_home = req
+        .env
+        .get("HOME")
+        .map(PathBuf::from)
+        .or_else(|| host.home.clone())
+        .unwrap_or_else(|| PathBuf::from(FALLBACK_HOME));
+    let state_dir = state_dir_for(req, host.home.as_deref());
+    let needs_state = selected.profile.state.is_some();
+    let state_dir = match state_dir {
+        Some(d) => d,
+        None if needs_state => {
+            return Err(LaunchError::Invalid(format!(
+                "server `{}`: profile {} keeps state but there is no HOME for the default state directory; set palisade.stateDir (or --state-dir)",
+                req.name, selected.profile.name
+            )))
+        }
+        // Not used: the profile has no state.
+        None => PathBuf::new(),
+    };
+    let plan = profiles::plan(
+        &selected.profile,
+        &profiles::Context {
+            host_home: host.home.as_deref(),
+            sandbox_home: &sandbox_home,
+            state_dir: &state_dir,
+        },
+    );
+    Ok(Some((selected, plan)))
+}
+
+/// `<state_root>/<name>`: the private state directory of server `name` (not created here).
+pub fn state_dir_for(req: &LaunchRequest, host_home: Option<&Path>) -> Option<PathBuf> {
+    let root = req
+        .state_root
+        .clone()
+        .or_else(|| host_home.map(|h| h.join(".local/state/palisade/servers")))?;
+    // Server names from a config are already safe; `run` names come from a file name.
+    let safe: String = req
+        .name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let safe = if safe.is_empty() || safe.chars().all(|c| c == '.') {
+        "server".to_string()
+    } else {
+        safe
+    };
+    Some(root.join(safe))
+}
+
+/// Applies an expanded profile: env under the user's, domains into the allowlist, the state
+/// directory created (0700) and mounted read-write, existing read paths mounted read-only.
+fn with_profile(
+    req: &LaunchRequest,
+    selected: &profiles::Selected,
+    plan: &profiles::Plan,
+) -> Result<Profiled, LaunchError> {
+    use std::os::unix::fs::DirBuilderExt;
+    tracing::info!(server = %req.name, profile = %selected.profile.name, why = %selected.why, "sandbox profile");
+    let mut out = req.clone();
+    for (k, v) in &plan.env {
+        out.env.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    if !plan.domains.is_empty() {
+        let mut lists = match &req.network {
+            NetworkConfig::Allowlist(l) => l.clone(),
+            NetworkConfig::None => Default::default(),
+        };
+        for d in &plan.domains {
+            if !lists.allowed_domains.contains(d) {
+                lists.allowed_domains.push(d.clone());
+            }
+        }
+        out.network = NetworkConfig::Allowlist(lists);
+    }
+    let mut mounts = Vec::new();
+    if let Some(dir) = &plan.state_dir {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| {
+                io(
+                    &format!("cannot create state directory {}", dir.display()),
+                    e,
+                )
+            })?;
+        let real = std::fs::canonicalize(dir)
+            .map_err(|e| io(&format!("cannot canonicalise {}", dir.display()), e))?;
+        mounts.push(Mount {
+            path: real,
+            access: Access::Rw,
+            origin: MountOrigin::State,
+        });
+    }
+    for p in &plan.read {
+        match std::fs::canonicalize(p) {
+            Ok(real) if real != Path::new("/") => mounts.push(Mount {
+                path: real,
+                access: Access::Ro,
+                origin: MountOrigin::Profile,
+            }),
+            _ => {
+                tracing::debug!(server = %req.name, path = %p.display(), "profile read path absent; skipped")
+            }
+        }
+    }
+    Ok(Profiled {
+        req: out,
+        mounts,
+        share_pid: plan.share_pid,
+    })
+}
+
 fn io(context: &str, source: std::io::Error) -> LaunchError {
     LaunchError::Io {
         context: context.to_string(),
@@ -447,19 +618,42 @@ fn io(context: &str, source: std::io::Error) -> LaunchError {
     }
 }
 
+/// What one launch contributes to its spec, beyond the request and the machine.
+struct SpecInputs<'a> {
+    /// The resolved executable.
+    program: &'a Path,
+    /// The request's grants, as mounts.
+    grants: Vec<Mount>,
+    /// Mounts the profile adds (state dir, extra reads).
+    profile_mounts: Vec<Mount>,
+    /// The command's complete environment.
+    env: BTreeMap<String, String>,
+    lookup: &'a Lookup<'a>,
+}
+
 /// The spec for a sandboxed launch: base, runtime closure, grants, masks, cwd.
 fn build_spec(
     req: &LaunchRequest,
-    program: &Path,
-    grants: Vec<Mount>,
-    env: BTreeMap<String, String>,
-    lookup: &Lookup<'_>,
+    inputs: SpecInputs<'_>,
     plan: &Plan,
     caps: &Capabilities,
 ) -> Result<SandboxSpec, LaunchError> {
-    let mut env = env;
+    let SpecInputs {
+        program,
+        mut grants,
+        profile_mounts,
+        mut env,
+        lookup,
+    } = inputs;
     let system = base::discover();
     let home = PathBuf::from(&env["HOME"]);
+    // Profile mounts are shown like grants (after the closure, so a state dir inside an
+    // install directory stays writable), but a user grant of the same path wins.
+    for m in profile_mounts {
+        if !grants.iter().any(|g| g.path == m.path) {
+            grants.push(m);
+        }
+    }
     let covered_by = |p: &Path, ms: &[Mount]| ms.iter().any(|m| p.starts_with(&m.path));
     let runtime: Vec<Mount> = closure::closure(program, &req.args, lookup)
         .into_iter()
@@ -592,11 +786,31 @@ fn sandboxed(
         render.seccomp_fd = Some(sys::raw(&fd));
         held.push(fd);
     }
-    let args = bwrap::render(spec, &render);
-    let mut cmd = std::process::Command::new(bwrap_path);
+    let mut args = bwrap::render(spec, &render);
+    let mut program = bwrap_path.to_path_buf();
+    if let Some(log) = &req.trace_log {
+        // strace outside the sandbox follows bwrap into it; the sandbox itself is unchanged.
+        let strace = which::which("strace").map_err(|_| {
+            LaunchError::Invalid(
+                "--trace-denials needs strace (Debian/Ubuntu: apt install strace)".into(),
+            )
+        })?;
+        let mut wrapped: Vec<OsString> =
+            ["-f", "-qq", "-s", "512", "-e", "trace=%file,%network", "-o"]
+                .iter()
+                .map(OsString::from)
+                .collect();
+        wrapped.push(log.clone().into());
+        wrapped.push("--".into());
+        wrapped.push(bwrap_path.as_os_str().to_os_string());
+        wrapped.extend(args);
+        args = wrapped;
+        program = strace;
+    }
+    let mut cmd = std::process::Command::new(&program);
     cmd.args(&args).env_clear().envs(&spec.env);
     sys::install_child_setup(&mut cmd, render.seccomp_fd, spec.limits);
-    let mut argv = vec![bwrap_path.as_os_str().to_os_string()];
+    let mut argv = vec![program.as_os_str().to_os_string()];
     argv.extend(args);
     Ok(Prepared {
         command: tokio::process::Command::from(cmd),

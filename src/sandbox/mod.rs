@@ -3,7 +3,8 @@
 //! start; reads the filesystem), `bwrap` (a spec rendered as a bubblewrap argv; pure),
 //! `seccomp` (the syscall filter; pure), `capabilities` (what this machine can enforce;
 //! probes), `resolve` (enforce/warn decision per server; pure), `launch` (the only part that
-//! builds processes) and `sys` (its raw system calls).
+//! builds processes), `sys` (its raw system calls) and `trace` (reads an strace log of a
+//! run for `--trace-denials`; pure).
 
 pub mod base;
 pub mod bwrap;
@@ -15,5 +16,6 @@ pub mod seccomp;
 pub mod spec;
 pub mod srt;
 mod sys;
+pub mod trace;
 
 pub use spec::*;

@@ -1,0 +1,665 @@
+//! Compatibility suite: each real MCP server runs through `palisade serve` under enforce with
+//! the native bubblewrap sandbox and the profile matched from its command line, driven by a
+//! real client (the Python `mcp` SDK, tests/compat/client.py). Prints a table of pass/fail
+//! per server and check, then fails if any required check failed.
+//!
+//! Policy: every config uses tests/fixtures/allow-all-policy.json, so that what is refused
+//! is refused by the sandbox (or the server's own root checks), which is what a profile must
+//! get right; the policy engine is proven in tests/policy*.rs. Checks marked GAP depend on
+//! gateway work not merged yet (sampling relay) and are reported, not failed.
+//!
+//! Needs bubblewrap and the test dependencies ($PALISADE_TEST_DEPS, scripts/test.sh).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+
+fn deps() -> PathBuf {
+    let dir = std::env::var_os("PALISADE_TEST_DEPS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps"));
+    assert!(
+        dir.join("venv/bin/python").exists(),
+        "test dependencies missing at {} (run scripts/install-test-deps.sh or set PALISADE_TEST_DEPS)",
+        dir.display()
+    );
+    dir
+}
+
+fn palisade() -> &'static str {
+    env!("CARGO_BIN_EXE_palisade")
+}
+
+fn node_server(pkg: &str) -> String {
+    deps()
+        .join("node_modules/@modelcontextprotocol")
+        .join(pkg)
+        .join("dist/index.js")
+        .display()
+        .to_string()
+}
+
+fn venv_bin(name: &str) -> String {
+    deps().join("venv/bin").join(name).display().to_string()
+}
+
+const SECRET_TEXT: &str = "compat-secret-7d1f";
+const ENV_SECRET: &str = "compat-env-secret-91ab";
+
+/// A workspace: a granted dir with a file, a secret dir outside every grant, the session
+/// sandbox dir and the state dir.
+struct Ws {
+    dir: tempfile::TempDir,
+}
+
+impl Ws {
+    fn new() -> Ws {
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["granted", "secret", "sandbox", "state"] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        std::fs::write(
+            dir.path().join("granted/hello.txt"),
+            "hello from the host\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("secret/secret.txt"), SECRET_TEXT).unwrap();
+        Ws { dir }
+    }
+
+    fn p(&self, rel: &str) -> String {
+        self.dir.path().join(rel).display().to_string()
+    }
+
+    /// One server `name` in an enforce config with the allow-all policy fixture.
+    fn config(&self, name: &str, server: Value) -> String {
+        let cfg = json!({
+            "mcpServers": {name: server},
+            "palisade": {
+                "sandboxPolicy": "enforce",
+                "backend": "bwrap",
+                "sandboxDir": self.p("sandbox"),
+                "stateDir": self.p("state"),
+                "policy": Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/fixtures/allow-all-policy.json")
+                    .display()
+                    .to_string(),
+            }
+        });
+        let path = self.dir.path().join("config.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+        path.display().to_string()
+    }
+
+    fn params(&self, prefix: &str) -> Value {
+        json!({
+            "prefix": prefix,
+            "granted": self.p("granted"),
+            "secret_file": self.p("secret/secret.txt"),
+            "secret_text": SECRET_TEXT,
+            "env_secret": ENV_SECRET,
+        })
+    }
+}
+
+/// Runs client.py SCENARIO against `palisade serve --config CONFIG`; returns its checks.
+fn drive(ws: &Ws, scenario: &str, params: &Value, config: &str) -> Vec<Value> {
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/compat/client.py");
+    let out = Command::new(deps().join("venv/bin/python"))
+        .arg(&client)
+        .arg(scenario)
+        .arg(params.to_string())
+        .args(["--", palisade(), "serve", "--config", config])
+        .env("PALISADE_COMPAT_SECRET", ENV_SECRET)
+        .env("COMPAT_ERRLOG", ws.dir.path().join("serve-stderr.log"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the compat client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "client.py {scenario}: no JSON report ({e}); stdout: {stdout}; stderr: {}; serve log: {}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(ws.dir.path().join("serve-stderr.log")).unwrap_or_default()
+        )
+    });
+    report["checks"].as_array().cloned().unwrap_or_default()
+}
+
+struct Row {
+    server: &'static str,
+    profile: &'static str,
+    check: String,
+    pass: bool,
+    gap: bool,
+    detail: String,
+}
+
+fn rows(server: &'static str, profile: &'static str, checks: Vec<Value>) -> Vec<Row> {
+    assert!(!checks.is_empty(), "{server}: the client ran no checks");
+    checks
+        .into_iter()
+        .map(|c| Row {
+            server,
+            profile,
+            check: c["name"].as_str().unwrap_or("?").to_string(),
+            pass: c["pass"].as_bool().unwrap_or(false),
+            gap: c["gap"].as_bool().unwrap_or(false),
+            detail: c["detail"].as_str().unwrap_or("").replace('\n', " "),
+        })
+        .collect()
+}
+
+fn filesystem() -> Vec<Row> {
+    let ws = Ws::new();
+    let cfg = ws.config(
+        "fs",
+        json!({"command": "node", "args": [node_server("server-filesystem"), ws.p("granted")],
+               "sandbox": {"filesystem": {"allowWrite": [ws.p("granted")]}}}),
+    );
+    rows(
+        "server-filesystem",
+        "server-filesystem",
+        drive(&ws, "filesystem", &ws.params("fs"), &cfg),
+    )
+}
+
+fn fs_server() -> Vec<Row> {
+    let ws = Ws::new();
+    let cfg = ws.config(
+        "pfs",
+        json!({"command": palisade(), "args": ["fs-server", "--root", ws.p("granted")],
+               "sandbox": {"filesystem": {"allowWrite": [ws.p("granted")]}}}),
+    );
+    rows(
+        "palisade fs-server",
+        "palisade-fs-server",
+        drive(&ws, "fs-server", &ws.params("pfs"), &cfg),
+    )
+}
+
+fn everything() -> Vec<Row> {
+    let ws = Ws::new();
+    let cfg = ws.config(
+        "every",
+        json!({"command": "node", "args": [node_server("server-everything"), "stdio"],
+               "sandbox": {"filesystem": {"allowRead": [ws.p("granted")]}}}),
+    );
+    rows(
+        "server-everything",
+        "server-everything",
+        drive(&ws, "everything", &ws.params("every"), &cfg),
+    )
+}
+
+fn memory() -> Vec<Row> {
+    let ws = Ws::new();
+    let cfg = ws.config(
+        "memory",
+        json!({"command": "node", "args": [node_server("server-memory")]}),
+    );
+    let mut params = ws.params("memory");
+    params["state_file"] = json!(ws.p("state/memory/memory.jsonl"));
+    // Two gateway sessions with the same config and state dir: the second is a fresh
+    // sandbox and a fresh server process.
+    let mut checks = drive(&ws, "memory-write", &params, &cfg);
+    checks.extend(drive(&ws, "memory-read", &params, &cfg));
+    rows("server-memory", "server-memory", checks)
+}
+
+fn git_repo(dir: &Path) {
+    let git = |args: &[&str]| {
+        let st = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "git {args:?}");
+    };
+    std::fs::create_dir_all(dir).unwrap();
+    git(&["init", "-q", "-b", "main"]);
+    git(&["config", "user.name", "Compat"]);
+    git(&["config", "user.email", "compat@example.invalid"]);
+    std::fs::write(dir.join("README"), "repo\n").unwrap();
+    git(&["add", "README"]);
+    git(&["commit", "-q", "-m", "init"]);
+}
+
+fn git() -> Vec<Row> {
+    let ws = Ws::new();
+    let repo = ws.dir.path().join("granted/repo");
+    git_repo(&repo);
+    std::fs::write(repo.join("new.txt"), "to be committed\n").unwrap();
+    let outside = ws.dir.path().join("secret/repo");
+    git_repo(&outside);
+    let cfg = ws.config(
+        "git",
+        json!({"command": venv_bin("mcp-server-git"),
+               "sandbox": {"filesystem": {"allowWrite": [repo.display().to_string()]}}}),
+    );
+    let mut params = ws.params("git");
+    params["repo"] = json!(repo.display().to_string());
+    params["outside_repo"] = json!(outside.display().to_string());
+    params["direct_cmd"] = json!([venv_bin("mcp-server-git")]);
+    rows(
+        "mcp-server-git",
+        "mcp-server-git",
+        drive(&ws, "git", &params, &cfg),
+    )
+}
+
+fn time() -> Vec<Row> {
+    let ws = Ws::new();
+    let cfg = ws.config("time", json!({"command": venv_bin("mcp-server-time")}));
+    rows(
+        "mcp-server-time",
+        "mcp-server-time",
+        drive(&ws, "time", &ws.params("time"), &cfg),
+    )
+}
+
+fn fetch() -> Vec<Row> {
+    let ws = Ws::new();
+    let cfg = ws.config(
+        "fetch",
+        json!({"command": venv_bin("mcp-server-fetch"),
+               "args": ["--ignore-robots-txt", "--allow-private-ips"]}),
+    );
+    let mut params = ws.params("fetch");
+    params["direct_cmd"] = json!([
+        venv_bin("mcp-server-fetch"),
+        "--ignore-robots-txt",
+        "--allow-private-ips"
+    ]);
+    rows(
+        "mcp-server-fetch",
+        "mcp-server-fetch",
+        drive(&ws, "fetch", &params, &cfg),
+    )
+}
+
+fn bwrap_usable() -> bool {
+    Command::new("bwrap")
+        .args(["--ro-bind", "/", "/", "--unshare-all", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn real_servers_work_inside_their_profiles() {
+    if !bwrap_usable() {
+        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+        return;
+    }
+    // COMPAT_ONLY=git,time runs a subset (while developing a profile).
+    let only = std::env::var("COMPAT_ONLY").unwrap_or_default();
+    let mut all = Vec::new();
+    for (name, run) in [
+        ("filesystem", filesystem as fn() -> Vec<Row>),
+        ("fs-server", fs_server),
+        ("everything", everything),
+        ("memory", memory),
+        ("git", git),
+        ("time", time),
+        ("fetch", fetch),
+    ] {
+        if only.is_empty() || only.split(',').any(|o| o == name) {
+            all.extend(run());
+        }
+    }
+    println!(
+        "\n{:<20} {:<20} {:<48} {:<6} detail",
+        "server", "profile", "check", "result"
+    );
+    for r in &all {
+        let result = match (r.pass, r.gap) {
+            (true, _) => "PASS",
+            (false, true) => "GAP",
+            (false, false) => "FAIL",
+        };
+        let detail: String = r.detail.chars().take(90).collect();
+        println!(
+            "{:<20} {:<20} {:<48} {:<6} {detail}",
+            r.server, r.profile, r.check, result
+        );
+    }
+    let failed: Vec<String> = all
+        .iter()
+        .filter(|r| !r.pass && !r.gap)
+        .map(|r| format!("{} / {}: {}", r.server, r.check, r.detail))
+        .collect();
+    assert!(failed.is_empty(), "failed checks:\n{}", failed.join("\n"));
+}
+
+/// `palisade profiles list|show` and `palisade check --config` report the profiles.
+#[test]
+fn profiles_commands_show_what_a_profile_yields() {
+    let out = Command::new(palisade())
+        .args(["profiles", "list"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for name in [
+        "server-filesystem",
+        "server-everything",
+        "server-memory",
+        "mcp-server-git",
+        "mcp-server-fetch",
+        "mcp-server-time",
+        "palisade-fs-server",
+    ] {
+        assert!(text.contains(name), "{name} missing from:\n{text}");
+    }
+
+    let ws = Ws::new();
+    let out = Command::new(palisade())
+        .args([
+            "profiles",
+            "show",
+            "server-memory",
+            "--json",
+            "--state-dir-root-unused",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "unknown flags are refused");
+    let cfg = ws.config(
+        "memory",
+        json!({"command": "node", "args": [node_server("server-memory")]}),
+    );
+    let out = Command::new(palisade())
+        .args([
+            "profiles",
+            "show",
+            "server-memory",
+            "--server",
+            "memory",
+            "--json",
+            "--config",
+            &cfg,
+        ])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).expect("profiles show --json");
+    let state = ws.p("state/memory");
+    assert_eq!(
+        v["env"]["MEMORY_FILE_PATH"],
+        json!(format!("{state}/memory.jsonl"))
+    );
+    assert_eq!(v["mounts"][0]["path"], json!(state));
+    assert_eq!(v["mounts"][0]["access"], json!("rw"));
+
+    let out = Command::new(palisade())
+        .args(["check", "--config", &cfg])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("profile: server-memory (package @modelcontextprotocol/server-memory)"),
+        "{text}"
+    );
+
+    // A broken override is reported with file and field.
+    let dir = ws.dir.path().join("profiles");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("mine.json"),
+        r#"{"description": "x", "reads": []}"#,
+    )
+    .unwrap();
+    let out = Command::new(palisade())
+        .args(["profiles", "list", "--profiles-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("mine.json") && err.contains("reads"), "{err}");
+}
+
+/// Runs `palisade run ARGS -- CMD` with `stdin` written and closed; returns (status ok, stderr).
+fn run_with_input(args: &[&str], stdin: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new(palisade())
+        .arg("run")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn has_strace() -> bool {
+    Command::new("strace")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The learn aid names what an unknown server was refused: server-memory without its
+/// profile tries to write its graph next to its code (read-only); with the profile, it
+/// writes into its state dir and nothing is refused there.
+#[test]
+fn trace_denials_names_what_a_server_without_a_profile_was_refused() {
+    if !bwrap_usable() || !has_strace() {
+        eprintln!("skipped: needs bubblewrap namespaces and strace");
+        return;
+    }
+    let ws = Ws::new();
+    let input = concat!(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"create_entities","arguments":{"entities":[{"name":"a","entityType":"t","observations":["x"]}]}}}"#,
+        "\n"
+    );
+    let server = node_server("server-memory");
+    let state = ws.p("state");
+    let (_, without) = run_with_input(
+        &[
+            "--profile",
+            "none",
+            "--trace-denials",
+            "--",
+            "node",
+            &server,
+        ],
+        input,
+    );
+    let dist = Path::new(&server).parent().unwrap().display().to_string();
+    assert!(
+        without
+            .lines()
+            .any(|l| l.contains("write") && l.contains(&dist) && l.contains("memory")),
+        "no write denial under {dist} reported:\n{without}"
+    );
+    let (_, with) = run_with_input(
+        &[
+            "--state-dir",
+            &state,
+            "--trace-denials",
+            "--",
+            "node",
+            &server,
+        ],
+        input,
+    );
+    assert!(with.contains("trace-denials:"), "{with}");
+    assert!(
+        !with
+            .lines()
+            .any(|l| l.contains("write") && l.contains("memory")),
+        "the profile should have made the write succeed:\n{with}"
+    );
+    assert!(Path::new(&state)
+        .join("server-memory/memory.jsonl")
+        .exists());
+}
+
+/// Control and attack for the trace: the same read succeeds unsandboxed and is reported as
+/// refused inside.
+#[test]
+fn trace_denials_reports_a_host_file_the_sandbox_hides() {
+    if !bwrap_usable() || !has_strace() {
+        eprintln!("skipped: needs bubblewrap namespaces and strace");
+        return;
+    }
+    let ws = Ws::new();
+    let secret = ws.p("secret/secret.txt");
+    let script = format!("open({secret:?}).read()");
+    let control = Command::new("/usr/bin/python3")
+        .args(["-c", &script])
+        .status()
+        .unwrap();
+    assert!(control.success(), "control: unsandboxed read must work");
+    let (ok, err) = run_with_input(
+        &["--trace-denials", "--", "/usr/bin/python3", "-c", &script],
+        "",
+    );
+    assert!(!ok, "the read must fail inside the sandbox");
+    assert!(
+        err.lines()
+            .any(|l| l.contains("read") && l.contains(&secret) && l.contains("ENOENT")),
+        "{err}"
+    );
+}
+
+/// A second, independent client: the MCP Inspector CLI (pinned in tests/deps/package.json)
+/// lists the tools of `palisade serve` and calls one (mcp-server-time in its sandbox).
+#[test]
+fn inspector_cli_lists_and_calls_tools_through_palisade() {
+    if !bwrap_usable() {
+        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+        return;
+    }
+    let inspector = deps().join("node_modules/.bin/mcp-inspector");
+    assert!(
+        inspector.exists(),
+        "{} missing: run scripts/install-test-deps.sh",
+        inspector.display()
+    );
+    let ws = Ws::new();
+    let cfg = ws.config("time", json!({"command": venv_bin("mcp-server-time")}));
+    let inspect = |extra: &[&str]| -> Value {
+        let out = Command::new(&inspector)
+            .arg("--cli")
+            .args(extra)
+            .args([
+                "--",
+                palisade(),
+                "--log-level",
+                "warn",
+                "serve",
+                "--config",
+                &cfg,
+            ])
+            // The Inspector keeps a catalog file; keep it in the workspace, not in HOME.
+            .env(
+                "MCP_CATALOG_PATH",
+                ws.dir.path().join("inspector-catalog.json"),
+            )
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(&stdout).unwrap_or_else(|e| {
+            panic!(
+                "inspector {extra:?}: not JSON ({e}): {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    };
+    let listed = inspect(&["--method", "tools/list"]);
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, ["time__get_current_time", "time__convert_time"]);
+    let called = inspect(&[
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "time__convert_time",
+        "--tool-arg",
+        "source_timezone=America/New_York",
+        "time=16:30",
+        "target_timezone=Asia/Tokyo",
+    ]);
+    let text = called["content"][0]["text"].as_str().unwrap_or_default();
+    assert_ne!(called["isError"], json!(true), "{called}");
+    assert!(text.contains("\"timezone\": \"Asia/Tokyo\""), "{called}");
+}
+
+/// A profile's relaxation reaches the sandbox: with `relax.sharePid` the command sees the
+/// host's processes, without it only its own (the control).
+#[test]
+fn a_profile_from_a_directory_relaxes_the_pid_namespace_and_unknown_names_are_refused() {
+    if !bwrap_usable() {
+        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+        return;
+    }
+    let ws = Ws::new();
+    let dir = ws.dir.path().join("profiles");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("shared-pids.json"),
+        r#"{"description": "test", "relax": {"sharePid": "test of the relaxation"}}"#,
+    )
+    .unwrap();
+    let count = |extra: &[&str]| -> usize {
+        let out = Command::new(palisade())
+            .arg("run")
+            .args(extra)
+            .args(["--", "/bin/sh", "-c", "ls /proc | grep -c '^[0-9]'"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    let dir_s = dir.display().to_string();
+    // bwrap's init, sh, ls, grep.
+    let own = count(&[]);
+    let shared = count(&["--profiles-dir", &dir_s, "--profile", "shared-pids"]);
+    assert!(
+        own <= 5,
+        "a private PID namespace shows only the sandbox's processes: {own}"
+    );
+    assert!(
+        shared > own,
+        "sharePid should show the host's processes: {shared} vs {own}"
+    );
+
+    let out = Command::new(palisade())
+        .args(["run", "--profile", "no-such-profile", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no-such-profile") && err.contains("server-memory"),
+        "{err}"
+    );
+}
