@@ -22,6 +22,7 @@ pub mod registry;
 pub mod spawn;
 pub mod stages;
 pub mod state;
+pub mod stdio;
 pub mod tap;
 pub mod upstream;
 pub mod upstream_link;
@@ -232,8 +233,7 @@ impl Gateway {
 
     /// Serves MCP on stdin/stdout until stdin reaches EOF or SIGINT/SIGTERM arrives.
     pub async fn serve_stdio(self) -> Result<(), GatewayError> {
-        self.serve((tokio::io::stdin(), tokio::io::stdout()), termination())
-            .await
+        self.serve(stdio::upstream_stdio(), termination()).await
     }
 
     /// Stops every server (close stdin, wait, SIGTERM, wait, SIGKILL) and waits until each
