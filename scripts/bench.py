@@ -482,8 +482,8 @@ def main():
     if only:
         return
     import bench_report
-    bench_report.write(res, ROOT, svg_chart)
-    log("wrote target/bench/results.json, docs/benchmarks.md, docs/bench/*.svg")
+    page = bench_report.write(res, ROOT, svg_chart)
+    log("wrote target/bench/results.json and %s (charts beside it in bench/)" % page)
 
 
 def version(cmd):

@@ -7,7 +7,8 @@
 #
 # Usage: scripts/bench.sh [--quick]
 #   --quick: a few samples of everything (under two minutes once built): checks the harness
-#            works; its figures are not worth quoting.
+#            works; its figures are not worth quoting, so its page goes to
+#            target/bench/benchmarks.md and docs/ is left alone.
 # Test dependencies (srt, server-filesystem) come from $PALISADE_TEST_DEPS when set, else
 # scripts/install-test-deps.sh installs them under target/test-deps (idempotent).
 # A benchmark, not a test: nothing here asserts a time.
