@@ -85,9 +85,8 @@ def write(res, root, svg_chart):
         add("Launch: bubblewrap alone (same namespaces, no palisade) costs +%s median (min +%s) "
             "over `true` in this run, so palisade's own share of `palisade run` is about %s "
             "median (%s min): resolving the command's closure, the probe, the seccomp "
-            "compile. The 10 ms target is a budget for both together; on this loaded 2-core "
-            "machine bubblewrap's namespace set-up (the network namespace most) takes most of "
-            "it by itself." % (
+            "compile. The 10 ms target is a budget for both together, and under load both "
+            "parts grow (compare the minimums)." % (
                 ms(bare["median_ms"] - t["true"]["median_ms"]),
                 ms(bare["min_ms"] - t["true"]["min_ms"]),
                 ms(t["palisade run -- true"]["median_ms"] - bare["median_ms"]),
