@@ -14,9 +14,9 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use crate::config::{NetworkConfig, SandboxSetting, ServerConfig, Settings};
 use crate::roots::canon::{self, Base};
-use crate::sandbox::ResourceLimits;
 use crate::sandbox::launch::{self, Enforcement, Grant, LaunchError, LaunchRequest, Prepared};
 use crate::sandbox::Access;
+use crate::sandbox::ResourceLimits;
 
 /// Bytes of a child's stderr copied into the log before the rest is discarded (per start).
 pub const STDERR_CAP: usize = 256 * 1024;
@@ -63,6 +63,7 @@ pub fn launch_request(
     let mut backend = settings.backend.unwrap_or_default();
     let mut profile = None;
     let mut limits = ResourceLimits::default();
+    let mut write_protect = true;
     let sandboxed = match &server.sandbox {
         SandboxSetting::Disabled => false,
         SandboxSetting::Enabled(sb) => {
@@ -85,6 +86,7 @@ pub fn launch_request(
             policy = sb.policy.unwrap_or(policy);
             backend = sb.backend.unwrap_or(backend);
             profile = sb.profile.clone();
+            write_protect = sb.filesystem.protect_dangerous_files.unwrap_or(true);
             if let Some(l) = &sb.limits {
                 limits = ResourceLimits::from_config(l);
             }
@@ -108,6 +110,7 @@ pub fn launch_request(
         // --allow-broad` is the only way, and it is for one interactive command.
         allow_broad: false,
         limits,
+        write_protect,
     })
 }
 
@@ -124,7 +127,14 @@ pub struct Spawned {
 
 /// Owns whatever the launcher attached to `Prepared` besides the command.
 #[derive(Debug)]
-pub struct PreparedGuard(#[allow(dead_code)] Prepared);
+pub struct PreparedGuard(Prepared);
+
+impl PreparedGuard {
+    /// The resource limits the server's process tree ran into (cgroup), for restart reasons.
+    pub fn limits_hit(&self) -> Vec<String> {
+        self.0.limits_hit()
+    }
+}
 
 /// Why a server could not be spawned.
 #[derive(Debug, thiserror::Error)]
