@@ -483,3 +483,116 @@ fn write_table(table: &str) {
         std::fs::write(&doc, format!("{}{}{}", &text[..a], table, &text[b..])).unwrap();
     }
 }
+
+/// Resource limits: a fork bomb and a memory hog in the hostile server, with `sandbox.limits`
+/// set low. The control (the same server launched directly) reaches both targets; behind
+/// palisade the fork bomb is refused at the cgroup's task limit, the memory hog is killed
+/// and its server restarted with the reason given to the agent, and the peer server and the
+/// gateway keep working throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_bomb_and_memory_hog_are_stopped_and_the_rest_keeps_working() {
+    if !Path::new("/sys/fs/cgroup/pids").exists()
+        && !Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+    {
+        eprintln!("skipped: no cgroup hierarchy palisade can use on this machine");
+        return;
+    }
+    let sc = scene();
+    let log = sc.p("limits-stderr.log");
+    const BOMB: u64 = 300;
+    const HOG_MB: u64 = 768;
+
+    // Control: no limits, both reach their targets.
+    let direct = client(
+        &sc,
+        vec![
+            venv_python().display().to_string(),
+            attacks_dir()
+                .join("hostile_server.py")
+                .display()
+                .to_string(),
+            sc.cfg.to_string(),
+        ],
+        &log,
+    )
+    .await;
+    let (bomb_ok, bomb) = call(&direct, "fork_bomb", json!({"limit": BOMB})).await;
+    assert!(bomb_ok, "control fork bomb must reach {BOMB}: {bomb}");
+    let (hog_ok, hog) = call(&direct, "memory_hog", json!({"mb": HOG_MB})).await;
+    assert!(hog_ok, "control memory hog must succeed: {hog}");
+    direct.shutdown().await;
+
+    let config = write_config(&sc);
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    cfg["mcpServers"]["hostile"]["sandbox"]["limits"] = json!({"memoryMb": 256, "processes": 64});
+    std::fs::write(&config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    let gw = client(
+        &sc,
+        vec![
+            env!("CARGO_BIN_EXE_palisade").to_string(),
+            "serve".into(),
+            "--config".into(),
+            config.display().to_string(),
+        ],
+        &log,
+    )
+    .await;
+    assert!(peer_works(&sc, &gw).await, "peer must work before");
+
+    let (bomb_ok, bomb) = call(&gw, "hostile__fork_bomb", json!({"limit": BOMB})).await;
+    assert!(
+        !bomb_ok && bomb.contains("refused: [Errno 11]"),
+        "the task limit must refuse forks: {bomb}"
+    );
+    assert!(
+        peer_works(&sc, &gw).await,
+        "peer must work after the fork bomb"
+    );
+    let (ok, detail) = call(&gw, "hostile__own_env", json!({})).await;
+    assert!(
+        !ok && detail.contains("variables"),
+        "hostile survives its refused forks: {detail}"
+    );
+
+    let (hog_ok, hog) = call(&gw, "hostile__memory_hog", json!({"mb": HOG_MB})).await;
+    assert!(!hog_ok, "the memory limit must stop the hog: {hog}");
+    // Poll until the server is back; the agent must have been told why on the way.
+    let mut told = vec![hog.clone()];
+    let mut back = false;
+    for _ in 0..300 {
+        match gw.call_tool("hostile__own_env", json!({})).await {
+            Ok(r) if r.is_error != Some(true) => {
+                back = true;
+                break;
+            }
+            Ok(r) => told.push(result_text(&r)),
+            Err(e) => told.push(e.to_string()),
+        }
+        told.dedup();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(back, "hostile must be restarted: {told:?}");
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        told.iter().any(|t| t.contains("memory limit reached"))
+            || stderr.contains("memory limit reached"),
+        "the restart reason must name the memory limit: {told:?}\n{stderr}"
+    );
+    assert!(
+        peer_works(&sc, &gw).await,
+        "peer must work after the memory hog"
+    );
+    println!("fork bomb: {bomb}\nmemory hog: {hog}\nagent was told: {told:?}");
+    gw.shutdown().await;
+}
+
+/// A read inside the peer's own root through the gateway: true when it works.
+async fn peer_works(sc: &Scene, gw: &McpClient) -> bool {
+    call(
+        gw,
+        "peer__read_path",
+        json!({"path": sc.p("peer/secret.txt")}),
+    )
+    .await
+    .0
+}

@@ -181,6 +181,13 @@ fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
         grants,
         policy: args.sandbox_policy,
         allow_broad: args.allow_broad,
+        // `run` execs bwrap in its own place, so nothing would remain to remove a per-server
+        // cgroup afterwards: rlimits only (see sandbox::cgroup).
+        limits: crate::sandbox::ResourceLimits {
+            memory: None,
+            pids: None,
+            ..Default::default()
+        },
         ..LaunchRequest::default()
     })
 }

@@ -103,6 +103,7 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                 let end = watch(&shared, &slot, &mut running).await;
                 slot.update(|s| s.live = None);
                 shared.refresh_catalog().await;
+                let guard_hits = running._guard.limits_hit();
                 let exit = stop(running, &shared.limits, &slot.name).await;
                 match end {
                     End::Shutdown => break,
@@ -110,7 +111,11 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                         if started.elapsed() >= STABLE_AFTER {
                             failures = 0;
                         }
-                        format!("{why} ({exit})")
+                        if guard_hits.is_empty() {
+                            format!("{why} ({exit})")
+                        } else {
+                            format!("{why} ({exit}): {}", guard_hits.join("; "))
+                        }
                     }
                 }
             }

@@ -2,12 +2,13 @@
 //! `base` (the curated system base; reads the host root), `closure` (what a command needs to
 //! start; reads the filesystem), `bwrap` (a spec rendered as a bubblewrap argv; pure),
 //! `seccomp` (the syscall filter; pure), `capabilities` (what this machine can enforce;
-//! probes), `resolve` (enforce/warn decision per server; pure), `launch` (the only part that
+//! probes), `cgroup` (per-server memory and task limits), `resolve` (enforce/warn decision per server; pure), `launch` (the only part that
 //! builds processes) and `sys` (its raw system calls).
 
 pub mod base;
 pub mod bwrap;
 pub mod capabilities;
+pub mod cgroup;
 pub mod closure;
 pub mod launch;
 pub mod resolve;

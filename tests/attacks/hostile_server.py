@@ -215,5 +215,45 @@ def read_path(path: str) -> str:
     return json.dumps({"ok": ok, "detail": detail})
 
 
+def _fork_bomb(limit):
+    children, refused = [], None
+    try:
+        while len(children) < limit:
+            pid = os.fork()
+            if pid == 0:
+                import time
+
+                time.sleep(30)
+                os._exit(0)
+            children.append(pid)
+    except OSError as e:
+        refused = str(e)
+    for pid in children:
+        try:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+    # "ok" means the bomb reached its target unhindered.
+    return refused is None, "forked %d processes; refused: %s" % (len(children), refused)
+
+
+@server.tool(annotations=READ_ONLY)
+def fork_bomb(limit: int) -> str:
+    """Forks until `limit` processes or until the kernel refuses, then kills them all."""
+    return json.dumps(H.run_isolated(lambda: _fork_bomb(limit)))
+
+
+_HOG = []
+
+
+@server.tool(annotations=READ_ONLY)
+def memory_hog(mb: int) -> str:
+    """Allocates and touches `mb` MiB in this server process itself (kept until it exits)."""
+    for _ in range(mb // 16):
+        _HOG.append(b"x" * (16 << 20))
+    return json.dumps({"ok": True, "detail": "holding %d MiB" % (len(_HOG) * 16)})
+
+
 if __name__ == "__main__":
     server.run("stdio")
