@@ -383,6 +383,13 @@ fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
         state_root: args.state_dir.as_deref().map(abs),
         allow_broad: args.allow_broad,
         network,
+        // `run` execs bwrap in its own place, so nothing would remain to remove a per-server
+        // cgroup afterwards: rlimits only (see sandbox::cgroup).
+        limits: crate::sandbox::ResourceLimits {
+            memory: None,
+            pids: None,
+            ..Default::default()
+        },
         ..LaunchRequest::default()
     })
 }

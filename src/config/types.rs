@@ -108,6 +108,10 @@ pub struct FilesystemConfig {
     pub deny_read: Vec<String>,
     #[serde(default)]
     pub deny_write: Vec<String>,
+    /// Keep `.git/hooks`, `.git/config`, shell rc files and the like read-only inside
+    /// writable grants (default `true`; see `sandbox::launch::WRITE_PROTECTED`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protect_dangerous_files: Option<bool>,
 }
 
 /// `false` (default): loopback only. An object: HTTP(S) to an allowlist through the proxy.

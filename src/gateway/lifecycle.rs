@@ -132,6 +132,8 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                     slot.update(|s| s.live = None);
                     shared.refresh_catalog().await;
                 }
+                // Read before `running` moves: why a limit killed it, for the agent.
+                let guard_hits = running._guard.limits_hit();
                 match end {
                     End::Shutdown => {
                         stop(running, &shared.limits, &slot.name).await;
@@ -153,7 +155,11 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                         if started.elapsed() >= STABLE_AFTER {
                             failures = 0;
                         }
-                        format!("{why} ({exit})")
+                        if guard_hits.is_empty() {
+                            format!("{why} ({exit})")
+                        } else {
+                            format!("{why} ({exit}): {}", guard_hits.join("; "))
+                        }
                     }
                 }
             }

@@ -66,6 +66,7 @@ pub fn launch_request(
     let mut backend = settings.backend.unwrap_or_default();
     let mut profile = None;
     let mut limits = ResourceLimits::default();
+    let mut write_protect = true;
     let sandboxed = match &server.sandbox {
         SandboxSetting::Disabled => false,
         SandboxSetting::Enabled(sb) => {
@@ -91,6 +92,7 @@ pub fn launch_request(
             policy = sb.policy.unwrap_or(policy);
             backend = sb.backend.unwrap_or(backend);
             profile = sb.profile.clone();
+            write_protect = sb.filesystem.protect_dangerous_files.unwrap_or(true);
             if let Some(l) = &sb.limits {
                 limits = ResourceLimits::from_config(l);
             }
@@ -120,6 +122,7 @@ pub fn launch_request(
         limits,
         // The gateway fills this in when it registers the server with its egress proxy.
         egress: launch::EgressSocket::NotStarted,
+        write_protect,
     })
 }
 
@@ -136,7 +139,14 @@ pub struct Spawned {
 
 /// Owns whatever the launcher attached to `Prepared` besides the command.
 #[derive(Debug)]
-pub struct PreparedGuard(#[allow(dead_code)] Prepared);
+pub struct PreparedGuard(Prepared);
+
+impl PreparedGuard {
+    /// The resource limits the server's process tree ran into (cgroup), for restart reasons.
+    pub fn limits_hit(&self) -> Vec<String> {
+        self.0.limits_hit()
+    }
+}
 
 /// Why a server could not be spawned.
 #[derive(Debug, thiserror::Error)]

@@ -21,12 +21,15 @@
 //!    Then, for `NetworkSpec::Proxied`, the egress socket bind (`egress::wiring`):
 //!    `--ro-bind HOST_SOCKET /run/palisade/egress.sock`, after the directory operations so
 //!    no mount can cover it.
-//! 5. Deny masks last, after every mount, so a deny always wins over a grant, however deep
+//! 5. Write-protect re-binds (`--ro-bind P P`) of the dangerous files found inside read-write
+//!    grants, after every mount so that no grant can make them writable again, but before
+//!    the deny masks so that a deny still hides them.
+//! 6. Deny masks last, after every mount, so a deny always wins over a grant, however deep
 //!    the grant: a tmpfs over a denied directory, `/dev/null` over a denied file. A mask for
 //!    a path no mount shows is dropped (nothing to hide, and bwrap would have to create it).
-//! 6. `--remount-ro /`: the sandbox's own root tmpfs becomes read-only, so the only writable
+//! 7. `--remount-ro /`: the sandbox's own root tmpfs becomes read-only, so the only writable
 //!    places are the rw grants, HOME and `/tmp`.
-//! 7. `--seccomp FD` (when a filter is given), `--chdir CWD`, `--`, the program, its args.
+//! 8. `--seccomp FD` (when a filter is given), `--chdir CWD`, `--`, the program, its args.
 //!    A proxied spec runs the egress wrapper first (`/bin/sh -c SCRIPT palisade-egress
 //!    SOCAT SOCKET 3128 1080 PROGRAM ARGS...`), which starts the socat bridges and then
 //!    `exec`s the program. The proxy variables are in `spec.env` (see `launch`).
@@ -63,6 +66,10 @@ pub struct Render {
     pub seccomp_fd: Option<RawFd>,
     /// Deny masks, already classified (see `Mask`).
     pub masks: Vec<Mask>,
+    /// Existing files and directories inside read-write grants that are re-bound read-only
+    /// (`.git/hooks`, `.git/config`, shell rc files: see `launch::WRITE_PROTECTED`), found by
+    /// `launch` on the host so that rendering stays pure.
+    pub write_protect: Vec<PathBuf>,
 }
 
 /// One step of the depth-sorted mount sequence.
@@ -160,7 +167,28 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
         a.extend(w.bwrap_args.iter().map(OsString::from));
     }
 
-    // 5. deny masks, after every mount
+    // 5. write-protect re-binds of dangerous files inside read-write grants. Only paths a
+    // read-write mount shows: elsewhere they are read-only or invisible already.
+    let mut protect: Vec<&PathBuf> = extra
+        .write_protect
+        .iter()
+        .filter(|p| {
+            mounts
+                .iter()
+                .filter(|m| p.starts_with(&m.path))
+                .max_by_key(|m| depth(&m.path))
+                .is_some_and(|m| m.access == Access::Rw)
+        })
+        .collect();
+    protect.sort_by_key(|p| depth(p));
+    protect.dedup();
+    for p in protect {
+        a.push("--ro-bind".into());
+        a.push(p.clone().into());
+        a.push(p.clone().into());
+    }
+
+    // 6. deny masks, after every mount
     let mut masks: Vec<&Mask> = extra
         .masks
         .iter()
@@ -184,11 +212,11 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
         }
     }
 
-    // 6. the sandbox root itself is read-only
+    // 7. the sandbox root itself is read-only
     a.push("--remount-ro".into());
     a.push("/".into());
 
-    // 7. seccomp, cwd, command
+    // 8. seccomp, cwd, command
     if let Some(fd) = extra.seccomp_fd {
         a.push("--seccomp".into());
         a.push(fd.to_string().into());
@@ -253,6 +281,7 @@ mod tests {
             &Render {
                 seccomp_fd: Some(7),
                 masks: vec![],
+                write_protect: vec![],
             },
         );
         let want = [
@@ -463,6 +492,7 @@ mod tests {
                 Mask::File("/w/.env".into()),
                 Mask::File("/not/mounted".into()),
             ],
+            write_protect: vec![],
         };
         let args = strings(&render(&s, &r));
         let inner = args.iter().position(|x| x == "/w/secret/inner").unwrap();
@@ -473,5 +503,45 @@ mod tests {
         let f = args.iter().position(|x| x == "/w/.env").unwrap();
         assert_eq!(&args[f - 2..f], ["--ro-bind", "/dev/null"]);
         assert!(!args.iter().any(|x| x == "/not/mounted"), "{args:?}");
+    }
+
+    #[test]
+    fn write_protected_paths_are_rebound_read_only_only_inside_rw_grants() {
+        let mut s = spec();
+        s.mounts = vec![
+            m("/w", Access::Rw, MountOrigin::Root),
+            m("/w/ro", Access::Ro, MountOrigin::Root),
+            m("/w/deep/rw", Access::Rw, MountOrigin::Root),
+        ];
+        let r = Render {
+            seccomp_fd: None,
+            masks: vec![Mask::Dir("/w/.git/hooks".into())],
+            write_protect: vec![
+                "/w/.git/hooks".into(),
+                "/w/.bashrc".into(),
+                "/w/ro/.bashrc".into(),
+                "/w/deep/rw/.git/config".into(),
+                "/elsewhere/.bashrc".into(),
+            ],
+        };
+        let args = strings(&render(&s, &r));
+        let rebind = |p: &str| {
+            args.windows(3)
+                .position(|w| w[0] == "--ro-bind" && w[1] == p && w[2] == p)
+        };
+        let deepest_grant = args.iter().rposition(|x| x == "/w/deep/rw").unwrap();
+        for p in ["/w/.bashrc", "/w/deep/rw/.git/config", "/w/.git/hooks"] {
+            let at = rebind(p).unwrap_or_else(|| panic!("{p} not re-bound: {args:?}"));
+            assert!(at > deepest_grant, "{p} must come after every grant");
+        }
+        // Already read-only, or not visible at all: nothing to protect.
+        assert!(rebind("/w/ro/.bashrc").is_none(), "{args:?}");
+        assert!(!args.iter().any(|x| x == "/elsewhere/.bashrc"), "{args:?}");
+        // A deny mask over the same path still wins (it comes later).
+        let mask = args
+            .windows(2)
+            .position(|w| w[0] == "--tmpfs" && w[1] == "/w/.git/hooks")
+            .unwrap();
+        assert!(mask > rebind("/w/.git/hooks").unwrap());
     }
 }

@@ -67,6 +67,9 @@ pub struct LaunchRequest {
     pub limits: ResourceLimits,
     /// The egress proxy's socket for this server (only meaningful with an allowlist).
     pub egress: EgressSocket,
+    /// Re-bind `WRITE_PROTECTED` paths found in read-write grants read-only (default on;
+    /// `sandbox.filesystem.protectDangerousFiles: false` turns it off).
+    pub write_protect: bool,
 }
 
 /// Where a server with a domain allowlist reaches the egress proxy.
@@ -105,6 +108,7 @@ impl Default for LaunchRequest {
             allow_broad: false,
             limits: ResourceLimits::default(),
             egress: EgressSocket::NotStarted,
+            write_protect: true,
         }
     }
 }
@@ -164,9 +168,20 @@ pub struct Prepared {
     held: Vec<OwnedFd>,
     /// Private files the child reads (srt's settings); removed when this is dropped.
     pub(crate) files: Vec<tempfile::TempPath>,
+    /// The server's cgroup (memory and task limits), removed when this is dropped: keep it
+    /// until the child is reaped.
+    cgroup: Option<super::cgroup::Cgroup>,
 }
 
 impl Prepared {
+    /// Which cgroup limits the child's process tree ran into (for the restart reason).
+    pub fn limits_hit(&self) -> Vec<String> {
+        self.cgroup
+            .as_ref()
+            .map(|c| c.limits_hit())
+            .unwrap_or_default()
+    }
+
     /// Gives up the command for `exec` (`palisade run`); the descriptors it needs stay open
     /// in this process until the exec replaces it.
     pub fn into_std(self) -> (std::process::Command, Enforcement, Vec<OwnedFd>) {
@@ -187,6 +202,8 @@ impl Prepared {
             argv,
             held: Vec::new(),
             files,
+            // srt applies no palisade limits (docs/network.md lists what srt does not do).
+            cgroup: None,
         }
     }
 
@@ -754,6 +771,56 @@ fn network_spec(
     }
 }
 
+/// Paths, relative to each read-write grant, that stay read-only inside it: what a
+/// compromised server would change to run code the next time the user works there (git
+/// hooks and config, shell and tool start-up files), as srt refuses by default.
+pub const WRITE_PROTECTED: &[&str] = &[
+    ".git/hooks",
+    ".git/config",
+    ".gitconfig",
+    ".gitmodules",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".envrc",
+    ".ripgreprc",
+    ".mcp.json",
+    ".vscode",
+    ".idea",
+    ".claude/commands",
+    ".claude/agents",
+    ".claude/settings.json",
+];
+
+/// The `WRITE_PROTECTED` paths that exist as real files or directories (never symlinks: a
+/// link planted earlier could otherwise turn the read-only re-bind into a window onto its
+/// target) inside the read-write mounts of `spec`. Paths that do not exist stay creatable:
+/// bwrap would have to create a mount point on the host to protect them (see
+/// docs/security.md, gaps).
+fn write_protected(spec: &SandboxSpec) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for m in spec.mounts.iter().filter(|m| m.access == Access::Rw) {
+        for rel in WRITE_PROTECTED {
+            let p = m.path.join(rel);
+            let real = p
+                .parent()
+                .and_then(|parent| std::fs::canonicalize(parent).ok())
+                .is_some_and(|parent| parent == p.parent().unwrap_or(&parent));
+            match std::fs::symlink_metadata(&p) {
+                Ok(md) if real && !md.file_type().is_symlink() => out.push(p),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
 /// The bwrap command for `spec`.
 fn sandboxed(
     spec: &SandboxSpec,
@@ -775,6 +842,11 @@ fn sandboxed(
                 }
             })
             .collect(),
+        write_protect: if req.write_protect {
+            write_protected(spec)
+        } else {
+            Vec::new()
+        },
     };
     if spec.seccomp {
         let prog = seccomp::program().map_err(|e| LaunchError::Refused {
@@ -809,7 +881,20 @@ fn sandboxed(
     }
     let mut cmd = std::process::Command::new(&program);
     cmd.args(&args).env_clear().envs(&spec.env);
-    sys::install_child_setup(&mut cmd, render.seccomp_fd, spec.limits);
+    let cgroup = make_cgroup(&req.name, &spec.limits);
+    let mut rlimits = spec.limits;
+    if let Some(cg) = &cgroup {
+        // The cgroup limits the tree; RLIMIT_AS would also count the address space Node and
+        // JITs reserve but never touch, and RLIMIT_NPROC counts every process of the uid.
+        if cg.limits_memory() {
+            rlimits.address_space = None;
+        }
+        if cg.limits_pids() {
+            rlimits.processes = None;
+        }
+        sys::join_cgroups(&mut cmd, cg.procs_files());
+    }
+    sys::install_child_setup(&mut cmd, render.seccomp_fd, rlimits);
     let mut argv = vec![program.as_os_str().to_os_string()];
     argv.extend(args);
     Ok(Prepared {
@@ -818,7 +903,24 @@ fn sandboxed(
         argv,
         held,
         files: Vec::new(),
+        cgroup,
     })
+}
+
+/// The server's cgroup, or none when the machine offers no writable controller (the
+/// rlimits still apply; logged, not fatal).
+fn make_cgroup(name: &str, l: &ResourceLimits) -> Option<super::cgroup::Cgroup> {
+    let limits = super::cgroup::CgroupLimits {
+        memory_bytes: l.memory,
+        pids: l.pids,
+    };
+    match super::cgroup::Cgroup::create(name, limits) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(server = %name, "no cgroup for memory and task limits ({e}); rlimits only");
+            None
+        }
+    }
 }
 
 /// A command run without a sandbox (warn mode or opted out): still a clean environment and
@@ -850,5 +952,6 @@ fn direct(
         argv,
         held: Vec::new(),
         files: Vec::new(),
+        cgroup: None,
     }
 }

@@ -2,13 +2,14 @@
 //! `base` (the curated system base; reads the host root), `closure` (what a command needs to
 //! start; reads the filesystem), `bwrap` (a spec rendered as a bubblewrap argv; pure),
 //! `seccomp` (the syscall filter; pure), `capabilities` (what this machine can enforce;
-//! probes), `resolve` (enforce/warn decision per server; pure), `launch` (the only part that
-//! builds processes), `sys` (its raw system calls) and `trace` (reads an strace log of a
-//! run for `--trace-denials`; pure).
+//! probes), `cgroup` (per-server memory and task limits), `resolve` (enforce/warn decision
+//! per server; pure), `launch` (the only part that builds processes), `sys` (its raw system
+//! calls) and `trace` (reads an strace log of a run for `--trace-denials`; pure).
 
 pub mod base;
 pub mod bwrap;
 pub mod capabilities;
+pub mod cgroup;
 pub mod closure;
 pub mod launch;
 pub mod resolve;

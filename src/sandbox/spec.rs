@@ -82,6 +82,11 @@ pub struct ResourceLimits {
     pub open_files: Option<u64>,
     /// CPU seconds (RLIMIT_CPU).
     pub cpu_seconds: Option<u64>,
+    /// Memory of the whole process tree (cgroup `memory.max`), bytes, where a cgroup can be
+    /// made; otherwise only an explicit `address_space` applies.
+    pub memory: Option<u64>,
+    /// Tasks of the whole process tree (cgroup `pids.max`), where a cgroup can be made.
+    pub pids: Option<u64>,
 }
 
 impl Default for ResourceLimits {
@@ -93,15 +98,26 @@ impl Default for ResourceLimits {
             processes: None,
             open_files: Some(4096),
             cpu_seconds: None,
+            // Through a cgroup only: a fork bomb stops at 1024 tasks (threads count: Node
+            // runs about 11) and a memory hog at 4 GiB, far above what real servers use.
+            memory: Some(4096 * 1024 * 1024),
+            pids: Some(1024),
         }
     }
 }
 
 impl ResourceLimits {
-    /// The config's `sandbox.limits`, each field falling back to the default.
+    /// The config's `sandbox.limits`, each field falling back to the default. `memoryMb`
+    /// and `processes` set both the cgroup limit and the rlimit fallback (RLIMIT_AS,
+    /// RLIMIT_NPROC), which `launch` drops when the cgroup enforces the same thing.
     pub fn from_config(limits: &crate::config::Limits) -> Self {
         let d = ResourceLimits::default();
         ResourceLimits {
+            memory: limits
+                .memory_mb
+                .map(|mb| mb.saturating_mul(1024 * 1024))
+                .or(d.memory),
+            pids: limits.processes.or(d.pids),
             address_space: limits
                 .memory_mb
                 .map(|mb| mb.saturating_mul(1024 * 1024))

@@ -53,6 +53,46 @@ pub fn install_child_setup(
     }
 }
 
+/// Registers a second child-side hook: the child writes `0` (itself) into each
+/// `cgroup.procs` file, so that it and everything it forks is limited from its first
+/// instruction. Failing to join fails the spawn (fail closed).
+pub fn join_cgroups(cmd: &mut std::process::Command, files: Vec<std::ffi::CString>) {
+    if files.is_empty() {
+        return;
+    }
+    let hook = move || -> std::io::Result<()> {
+        for f in &files {
+            // SAFETY: `f` is a NUL-terminated path built before fork; open has no other input.
+            let fd = unsafe { libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: writes one byte from a static buffer to the descriptor just opened.
+            let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+            let e = std::io::Error::last_os_error();
+            // SAFETY: closes the descriptor opened above, owned by nobody else.
+            unsafe { libc::close(fd) };
+            if n != 1 {
+                return Err(e);
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook only makes async-signal-safe system calls (open, write, close) on
+    // data prepared before fork; it neither allocates nor locks.
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+}
+
+/// SIGKILLs `pid` (a straggler of a sandbox's cgroup); errors (already gone) are ignored.
+pub fn sigkill(pid: i32) {
+    // SAFETY: kill takes plain integers and touches no memory of ours.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
 /// Marks every descriptor >= `first` close-on-exec.
 fn cloexec_from(first: u32) -> std::io::Result<()> {
     const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;

@@ -15,11 +15,13 @@ import socket
 import sys
 import termios
 
-CFG = json.loads(sys.argv[1])
+# Run as a program: the JSON is argv[1]. Imported (tests/attacks/hostile_server.py): the
+# importer fills CFG and MARKER in before calling any attack.
+CFG = json.loads(sys.argv[1]) if __name__ == "__main__" else {}
 LIBC = ctypes.CDLL(None, use_errno=True)
 # The marker planted in secrets and in a host process's command line. It arrives reversed so
 # that no command line in the sandbox (this program's, or bwrap's as PID 1) contains it.
-MARKER = CFG["marker_reversed"][::-1]
+MARKER = CFG.get("marker_reversed", "")[::-1]
 
 
 def err():
@@ -215,4 +217,5 @@ def main():
     sys.stdout.write("\n")
 
 
-main()
+if __name__ == "__main__":
+    main()

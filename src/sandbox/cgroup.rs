@@ -1,0 +1,297 @@
+//! A cgroup per sandboxed server, where the machine lets palisade create one: `pids.max` and
+//! a memory limit apply to the whole process tree, however it forks, and whatever uid it runs
+//! as (RLIMIT_NPROC counts every process of the uid on the host, so it cannot be a
+//! per-server limit). Supports cgroup v2 (memory.max, memory.swap.max, pids.max) and the v1
+//! `memory` and `pids` hierarchies of hybrid hosts.
+//!
+//! Sits in `launch`: created before the spawn, joined by the child between fork and exec
+//! (it writes `0` to `cgroup.procs`, see `sys::join_cgroups`), removed when dropped. Never:
+//! fail a launch because no cgroup can be made (rlimits still apply; the caller logs it), or
+//! remove a cgroup that still holds processes (rmdir refuses, the error is ignored).
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The limits a cgroup enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CgroupLimits {
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+}
+
+/// Which kind of hierarchy a directory belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    V2,
+    V1Memory,
+    V1Pids,
+}
+
+/// One server's cgroup directories (one on v2, up to two on v1).
+#[derive(Debug)]
+pub struct Cgroup {
+    dirs: Vec<(Kind, PathBuf)>,
+    limits: CgroupLimits,
+}
+
+/// Where this process sits in each hierarchy, from `/proc/self/cgroup`. Pure.
+fn parse_self(text: &str) -> (Option<String>, Option<String>, Option<String>) {
+    let (mut v2, mut mem, mut pids) = (None, None, None);
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        match ctrls {
+            "" => v2 = Some(path.to_string()),
+            c if c.split(',').any(|x| x == "memory") => mem = Some(path.to_string()),
+            c if c.split(',').any(|x| x == "pids") => pids = Some(path.to_string()),
+            _ => {}
+        }
+    }
+    (v2, mem, pids)
+}
+
+/// A directory name for `server` safe in any cgroup filesystem. Pure.
+fn dir_name(server: &str, unique: u128) -> String {
+    let clean: String = server
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    format!("palisade-{}-{clean}-{unique:x}", std::process::id())
+}
+
+fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
+    std::fs::write(dir.join(file), value)
+}
+
+impl Cgroup {
+    /// Creates the cgroup of `server` with `limits`, or `Ok(None)` when nothing is limited or
+    /// the machine offers no writable memory/pids controller.
+    pub fn create(server: &str, limits: CgroupLimits) -> std::io::Result<Option<Cgroup>> {
+        if limits.memory_bytes.is_none() && limits.pids.is_none() {
+            return Ok(None);
+        }
+        let root = Path::new("/sys/fs/cgroup");
+        let me = std::fs::read_to_string("/proc/self/cgroup")?;
+        let (v2, mem, pids) = parse_self(&me);
+        let unique = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let name = dir_name(server, unique);
+        let mut cg = Cgroup {
+            dirs: Vec::new(),
+            limits,
+        };
+        let rel = |p: &str| p.trim_start_matches('/').to_string();
+        if root.join("cgroup.controllers").exists() {
+            // Pure v2: the child needs the controllers enabled in our own cgroup's subtree.
+            if let Some(p) = v2 {
+                let parent = root.join(rel(&p));
+                let _ = write(&parent, "cgroup.subtree_control", "+memory +pids");
+                let dir = parent.join(&name);
+                std::fs::create_dir(&dir)?;
+                cg.dirs.push((Kind::V2, dir));
+            }
+        } else {
+            if let (Some(p), Some(_)) = (mem, limits.memory_bytes) {
+                let base = root.join("memory").join(rel(&p));
+                if base.join("memory.limit_in_bytes").exists() {
+                    let dir = base.join(&name);
+                    std::fs::create_dir(&dir)?;
+                    cg.dirs.push((Kind::V1Memory, dir));
+                }
+            }
+            if let (Some(p), Some(_)) = (pids, limits.pids) {
+                let base = root.join("pids").join(rel(&p));
+                if base.join("cgroup.procs").exists() {
+                    let dir = base.join(&name);
+                    std::fs::create_dir(&dir)?;
+                    cg.dirs.push((Kind::V1Pids, dir));
+                }
+            }
+        }
+        if cg.dirs.is_empty() {
+            return Ok(None);
+        }
+        cg.apply()?;
+        Ok(Some(cg))
+    }
+
+    fn apply(&self) -> std::io::Result<()> {
+        for (kind, dir) in &self.dirs {
+            let mem = self.limits.memory_bytes.map(|b| b.to_string());
+            let pids = self.limits.pids.map(|n| n.to_string());
+            match kind {
+                Kind::V2 => {
+                    if !dir.join("memory.max").exists() && !dir.join("pids.max").exists() {
+                        return Err(std::io::Error::other(
+                            "cgroup v2 without the memory and pids controllers",
+                        ));
+                    }
+                    if let Some(m) = &mem {
+                        write(dir, "memory.max", m)?;
+                        // Swap would only slow a memory hog down, not stop it.
+                        let _ = write(dir, "memory.swap.max", "0");
+                    }
+                    if let Some(p) = &pids {
+                        write(dir, "pids.max", p)?;
+                    }
+                }
+                Kind::V1Memory => {
+                    if let Some(m) = &mem {
+                        write(dir, "memory.limit_in_bytes", m)?;
+                        let _ = write(dir, "memory.memsw.limit_in_bytes", m);
+                    }
+                }
+                Kind::V1Pids => {
+                    if let Some(p) = &pids {
+                        write(dir, "pids.max", p)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// True when a memory controller enforces the memory limit.
+    pub fn limits_memory(&self) -> bool {
+        self.limits.memory_bytes.is_some()
+            && self
+                .dirs
+                .iter()
+                .any(|(k, _)| matches!(k, Kind::V2 | Kind::V1Memory))
+    }
+
+    /// True when a pids controller enforces the task limit.
+    pub fn limits_pids(&self) -> bool {
+        self.limits.pids.is_some()
+            && self
+                .dirs
+                .iter()
+                .any(|(k, _)| matches!(k, Kind::V2 | Kind::V1Pids))
+    }
+
+    /// The `cgroup.procs` files the child writes itself into (built before fork: the child
+    /// must not allocate).
+    pub fn procs_files(&self) -> Vec<CString> {
+        self.dirs
+            .iter()
+            .filter_map(|(_, d)| CString::new(d.join("cgroup.procs").as_os_str().as_bytes()).ok())
+            .collect()
+    }
+
+    /// Which limit the process tree ran into, if any, for the restart reason the agent sees.
+    pub fn limits_hit(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let count = |dir: &Path, file: &str, key: &str| -> u64 {
+            std::fs::read_to_string(dir.join(file))
+                .ok()
+                .and_then(|t| {
+                    t.lines()
+                        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().parse().unwrap_or(0)))
+                })
+                .unwrap_or(0)
+        };
+        for (kind, dir) in &self.dirs {
+            let (oom, pids) = match kind {
+                Kind::V2 => (
+                    count(dir, "memory.events", "oom_kill "),
+                    count(dir, "pids.events", "max "),
+                ),
+                Kind::V1Memory => (count(dir, "memory.oom_control", "oom_kill "), 0),
+                Kind::V1Pids => (0, count(dir, "pids.events", "max ")),
+            };
+            if oom > 0 {
+                let mb = self.limits.memory_bytes.unwrap_or(0) / (1024 * 1024);
+                out.push(format!(
+                    "memory limit reached ({mb} MB, sandbox.limits.memoryMb): {oom} process(es) killed"
+                ));
+            }
+            if pids > 0 {
+                out.push(format!(
+                    "process limit reached ({} processes, sandbox.limits.processes): {pids} fork(s) refused",
+                    self.limits.pids.unwrap_or(0)
+                ));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Cgroup {
+    /// Runs once the server's bwrap has been reaped. The sandbox's own processes die with it
+    /// (`--die-with-parent`, PID namespace) but the kernel tears the namespace down a moment
+    /// later, so stragglers are killed and the removal retried for at most about 200 ms (a
+    /// short, bounded block, once per server stop).
+    fn drop(&mut self) {
+        for (_, dir) in &self.dirs {
+            for attempt in 0..40 {
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(_) if attempt < 39 => {
+                        kill_members(dir);
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                    Err(e) => {
+                        tracing::warn!("cannot remove cgroup {}: {e}", dir.display());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// SIGKILLs every process still in the cgroup `dir` (only ever the sandbox's own).
+fn kill_members(dir: &Path) {
+    let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+        return;
+    };
+    for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+        if pid > 1 {
+            super::sys::sigkill(pid);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_v1_and_v2_paths() {
+        let hybrid =
+            "9:name=systemd:/\n8:pids:/a\n4:memory:/process_api/x\n1:cpu,cpuacct:/\n0::/\n";
+        assert_eq!(
+            parse_self(hybrid),
+            (
+                Some("/".into()),
+                Some("/process_api/x".into()),
+                Some("/a".into())
+            )
+        );
+        assert_eq!(
+            parse_self("0::/user.slice/s\n"),
+            (Some("/user.slice/s".into()), None, None)
+        );
+    }
+
+    #[test]
+    fn names_are_safe_directory_names() {
+        let n = dir_name("../evil/name with space", 255);
+        assert!(
+            !n.contains('/') && !n.contains(' ') && !n.contains(".."),
+            "{n}"
+        );
+        assert!(n.ends_with("-ff"), "{n}");
+    }
+}

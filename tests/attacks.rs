@@ -1,0 +1,598 @@
+//! The hostile MCP server (tests/attacks/hostile_server.py) behind `palisade serve` under
+//! enforce with the native bubblewrap backend, driven by palisade's own rmcp client, and the
+//! same server launched directly as the control. Every attack must succeed in the control
+//! (so the suite cannot pass vacuously) and fail behind palisade; the table is printed and
+//! written to target/ (and into docs/security.md with PALISADE_UPDATE_DOCS=1, see
+//! scripts/security-report.sh).
+//!
+//! Needs bwrap with working user namespaces and the Python venv with the `mcp` SDK
+//! (PALISADE_TEST_DEPS). Attacks the host itself refuses are reported as skipped.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use palisade::client::{result_text, McpClient, SpawnOptions, StderrMode};
+use serde_json::{json, Value};
+
+fn deps() -> PathBuf {
+    std::env::var_os("PALISADE_TEST_DEPS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps"))
+}
+
+fn venv_python() -> PathBuf {
+    let p = deps().join("venv/bin/python");
+    assert!(p.exists(), "test dependencies missing at {}", p.display());
+    p
+}
+
+fn attacks_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/attacks")
+}
+
+const PLANTED: &str = "planted by hostile_server.py";
+
+/// (tool, what it tries), in call order. `read_audit_log` comes late so that the real audit
+/// log already holds records when the sandboxed server tries to read it.
+const ATTACKS: &[(&str, &str)] = &[
+    ("read_secret", "read a planted secret outside every root"),
+    ("read_ssh_key", "read ~/.ssh/id_ed25519 of the user running palisade"),
+    ("read_etc_shadow", "read /etc/shadow"),
+    ("read_palisade_config", "read palisade's config file"),
+    ("read_palisade_policy", "read palisade's policy file (dynamic lists)"),
+    ("read_other_server_state", "read a file in another server's private writable root"),
+    ("write_outside_roots", "create a file outside every root (checked on the host)"),
+    ("write_into_ro_root", "create a file in a read-only root (checked on the host)"),
+    ("write_audit_log", "append to palisade's audit log (checked on the host)"),
+    ("write_host_tmp", "create a file in the host's /tmp (checked on the host)"),
+    ("write_git_hook", "create .git/hooks/pre-commit in a writable root (checked on the host)"),
+    ("write_git_config", "append to .git/config in a writable root (checked on the host)"),
+    ("write_bashrc_in_root", "append to .bashrc in a writable root (checked on the host)"),
+    ("plant_hard_link", "hard-link the outside secret into a writable root (checked on the host)"),
+    ("symlink_then_proxied_read", "plant a symlink to the secret in a shared writable root, then have another server read it through a proxied call"),
+    ("see_host_process", "read /proc/PID/cmdline of a host process"),
+    ("own_env", "find palisade's environment (a canary variable) in its own environment"),
+    ("proc_1_environ", "read the launcher's environment from /proc/1/environ or the parent's"),
+    ("inherited_fd", "find a descriptor inherited from palisade (fd 7 open on the secret)"),
+    ("read_sys", "list /sys/class/net"),
+    ("open_block_device", "open a block device node in /dev"),
+    ("tcp_to_host_loopback", "connect to a TCP listener on the host's 127.0.0.1"),
+    ("tcp_external", "connect to pypi.org:443"),
+    ("udp_to_host_loopback", "UDP round trip with an echo server on the host's 127.0.0.1"),
+    ("dns_lookup", "resolve pypi.org"),
+    ("host_unix_socket", "connect to a unix socket on the host filesystem"),
+    ("abstract_unix_socket", "connect to an abstract unix socket of the host"),
+    ("af_vsock_socket", "create an AF_VSOCK socket"),
+    ("io_uring_setup", "create an io_uring"),
+    ("create_user_namespace", "unshare(CLONE_NEWUSER) (the srt 0.0.78 escape)"),
+    ("mount_filesystem", "mount a tmpfs"),
+    ("pivot_root", "pivot_root into a fresh tmpfs"),
+    ("ptrace_host_process", "ptrace (PTRACE_SEIZE) a host process"),
+    ("sethostname", "sethostname"),
+    ("tiocsti_injection", "inject terminal input with TIOCSTI"),
+    ("kill_host_process", "send a signal to a host process"),
+    ("kernel_keyring", "add a key to the kernel keyring"),
+    ("read_audit_log", "read palisade's audit log"),
+];
+
+/// Attacks the host kernel or network may refuse on its own: a failing control skips them.
+const HOST_DEPENDENT: &[&str] = &[
+    "create_user_namespace",
+    "mount_filesystem",
+    "pivot_root",
+    "af_vsock_socket",
+    "io_uring_setup",
+    "kernel_keyring",
+    "tiocsti_injection",
+    "read_sys",
+    "open_block_device",
+    "tcp_external",
+    "dns_lookup",
+    "ptrace_host_process",
+    "sethostname",
+];
+
+struct Scene {
+    dir: tempfile::TempDir,
+    cfg: Value,
+    host_tmp: PathBuf,
+    canary: String,
+    marker_proc: std::process::Child,
+    stop: Arc<AtomicBool>,
+    _tcp: std::net::TcpListener,
+    _unix: std::os::unix::net::UnixListener,
+    _abstract: std::os::unix::net::UnixListener,
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.marker_proc.kill();
+        let _ = self.marker_proc.wait();
+        let _ = std::fs::remove_file(&self.host_tmp);
+    }
+}
+
+impl Scene {
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn audit_log(&self) -> PathBuf {
+        self.p("palisade/audit.jsonl")
+    }
+
+    /// The writable-root files an attack may change, in their original state; planted
+    /// files from a previous run removed.
+    fn reset(&self) {
+        std::fs::write(self.p("work/.git/config"), "[core]\n\tbare = false\n").unwrap();
+        std::fs::write(self.p("work/.bashrc"), "# the user's own\n").unwrap();
+        for rel in [
+            "outside/pwned",
+            "ro/pwned",
+            "work/.git/hooks/pre-commit",
+            "work/hardlink",
+            "work/link",
+        ] {
+            let _ = std::fs::remove_file(self.p(rel));
+        }
+        let _ = std::fs::remove_file(&self.host_tmp);
+    }
+}
+
+fn scene() -> Scene {
+    use std::os::linux::net::SocketAddrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let id = format!(
+        "{}-{}",
+        std::process::id(),
+        d.file_name().unwrap().to_string_lossy()
+    );
+    let marker = format!("palisade-marker-{id}");
+    for sub in [
+        "home/.ssh",
+        "outside",
+        "ro",
+        "work/mnt",
+        "work/.git/hooks",
+        "peer",
+        "palisade",
+        "sandbox",
+    ] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+    }
+    std::fs::write(d.join("outside/secret.txt"), &marker).unwrap();
+    std::fs::write(d.join("home/.ssh/id_ed25519"), &marker).unwrap();
+    std::fs::write(d.join("peer/secret.txt"), &marker).unwrap();
+    std::fs::write(d.join("ro/readme"), "read me").unwrap();
+    std::fs::write(
+        d.join("palisade/lists.json"),
+        r#"{"lists": {"hostile-test": {"values": ["example.org"]}}}"#,
+    )
+    .unwrap();
+    let marker_proc = std::process::Command::new("/bin/sh")
+        .args(["-c", "sleep 600", &marker])
+        .spawn()
+        .unwrap();
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let sock = d.join("outside/host.sock");
+    let unix = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let abstract_name = format!("palisade-attacks-{id}");
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(&abstract_name).unwrap();
+    let abs = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp_port = udp.local_addr().unwrap().port();
+    udp.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        while !s2.load(Ordering::SeqCst) {
+            if let Ok((_, from)) = udp.recv_from(&mut buf) {
+                let _ = udp.send_to(b"pong", from);
+            }
+        }
+    });
+    let host_tmp = PathBuf::from(format!("/tmp/palisade-hostile-{id}"));
+    let cfg = json!({
+        "secret": d.join("outside/secret.txt"),
+        "marker_reversed": marker.chars().rev().collect::<String>(),
+        "ssh_key": d.join("home/.ssh/id_ed25519"),
+        "palisade_config": d.join("palisade/config.json"),
+        "palisade_policy": d.join("palisade/lists.json"),
+        "audit_log": d.join("palisade/audit.jsonl"),
+        "peer_secret": d.join("peer/secret.txt"),
+        "outside_write": d.join("outside/pwned"),
+        "ro_write": d.join("ro/pwned"),
+        "host_tmp": host_tmp,
+        "git_hook": d.join("work/.git/hooks/pre-commit"),
+        "git_config": d.join("work/.git/config"),
+        "root_bashrc": d.join("work/.bashrc"),
+        "hard_link": d.join("work/hardlink"),
+        "sym_link": d.join("work/link"),
+        "host_pid": marker_proc.id(),
+        "canary": format!("canary-{id}"),
+        "tcp_port": tcp.local_addr().unwrap().port(),
+        "udp_port": udp_port,
+        "external_host": "pypi.org",
+        "unix_socket": sock,
+        "abstract_name": abstract_name,
+        "mount_target": d.join("work/mnt"),
+    });
+    let sc = Scene {
+        canary: format!("canary-{id}"),
+        dir,
+        cfg,
+        host_tmp,
+        marker_proc,
+        stop,
+        _tcp: tcp,
+        _unix: unix,
+        _abstract: abs,
+    };
+    sc.reset();
+    sc
+}
+
+/// The config `palisade serve` runs: the hostile server and a peer (another instance of the
+/// same program) that shares the hostile server's writable root and owns a private one.
+fn write_config(sc: &Scene) -> PathBuf {
+    let server = |allow_write: Vec<PathBuf>, allow_read: Vec<PathBuf>| {
+        json!({
+            "command": venv_python(),
+            "args": [attacks_dir().join("hostile_server.py"), sc.cfg.to_string()],
+            "sandbox": {"filesystem": {"allowWrite": allow_write, "allowRead": allow_read}}
+        })
+    };
+    let cfg = json!({
+        "mcpServers": {
+            "hostile": server(vec![sc.p("work")], vec![attacks_dir(), sc.p("ro")]),
+            "peer": server(vec![sc.p("work"), sc.p("peer")], vec![attacks_dir()]),
+        },
+        "palisade": {
+            "sandboxDir": sc.p("sandbox"),
+            "sandboxPolicy": "enforce",
+            "backend": "bwrap",
+            "auditLog": sc.audit_log(),
+            "lists": sc.p("palisade/lists.json"),
+        }
+    });
+    let path = sc.p("palisade/config.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    path
+}
+
+/// A client for `cmd`, started under a shell that holds the canary in its environment and
+/// gives the command descriptor 7 open on the secret.
+async fn client(sc: &Scene, cmd: Vec<String>, log: &Path) -> McpClient {
+    let mut opts = SpawnOptions::new("/bin/sh").args(
+        [
+            "-c".to_string(),
+            "\"$@\" 7<\"$PALISADE_SECRET\"; exit $?".into(),
+            "sh".into(),
+        ]
+        .into_iter()
+        .chain(cmd),
+    );
+    opts.env = vec![
+        ("PALISADE_CANARY".into(), sc.canary.clone().into()),
+        ("PALISADE_SECRET".into(), sc.p("outside/secret.txt").into()),
+        ("HOME".into(), sc.p("home").into()),
+        ("PALISADE_LOG_LEVEL".into(), "warn".into()),
+    ];
+    opts.stderr = StderrMode::File(log.to_path_buf());
+    opts.timeout = Duration::from_secs(60);
+    McpClient::spawn(opts).await.expect("start the MCP server")
+}
+
+/// Calls one attack tool; an error or an `isError` result counts as blocked.
+async fn call(c: &McpClient, tool: &str, args: Value) -> (bool, String) {
+    match c.call_tool(tool, args).await {
+        Err(e) => (false, format!("call refused: {e}")),
+        Ok(r) if r.is_error == Some(true) => (false, format!("call refused: {}", result_text(&r))),
+        Ok(r) => {
+            let text = result_text(&r);
+            match serde_json::from_str::<Value>(&text) {
+                Ok(v) => (
+                    v["ok"].as_bool().unwrap_or(false),
+                    v["detail"].as_str().unwrap_or("").to_string(),
+                ),
+                Err(_) => (false, format!("unexpected answer: {text}")),
+            }
+        }
+    }
+}
+
+/// Runs every attack through `c`; `prefix` is `hostile__`/`peer__` behind the gateway and
+/// empty for the direct control (where the peer is the same process).
+async fn run_all(
+    sc: &Scene,
+    c: &McpClient,
+    prefix: (&str, &str),
+) -> BTreeMap<String, (bool, String)> {
+    let mut out = BTreeMap::new();
+    for (name, _) in ATTACKS {
+        let r = if *name == "symlink_then_proxied_read" {
+            let planted = call(c, &format!("{}plant_symlink", prefix.0), json!({})).await;
+            let read = call(
+                c,
+                &format!("{}read_path", prefix.1),
+                json!({"path": sc.p("work/link")}),
+            )
+            .await;
+            (read.0, format!("plant: {}; read: {}", planted.1, read.1))
+        } else {
+            call(c, &format!("{}{name}", prefix.0), json!({})).await
+        };
+        out.insert(name.to_string(), r);
+    }
+    // Decided on the host, not by the report.
+    let contains = |p: PathBuf| {
+        std::fs::read_to_string(p)
+            .map(|t| t.contains(PLANTED))
+            .unwrap_or(false)
+    };
+    let host: Vec<(&str, bool)> = vec![
+        ("write_outside_roots", sc.p("outside/pwned").exists()),
+        ("write_into_ro_root", sc.p("ro/pwned").exists()),
+        ("write_audit_log", contains(sc.audit_log())),
+        ("write_host_tmp", sc.host_tmp.exists()),
+        (
+            "write_git_hook",
+            sc.p("work/.git/hooks/pre-commit").exists(),
+        ),
+        ("write_git_config", contains(sc.p("work/.git/config"))),
+        ("write_bashrc_in_root", contains(sc.p("work/.bashrc"))),
+        ("plant_hard_link", sc.p("work/hardlink").exists()),
+    ];
+    for (name, planted) in host {
+        let e = out.get_mut(name).unwrap();
+        e.1 = format!(
+            "{} (host: {})",
+            e.1,
+            if planted { "changed" } else { "unchanged" }
+        );
+        e.0 = planted;
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
+    let sc = scene();
+    let log = sc.p("stderr.log");
+    let server_cmd = vec![
+        venv_python().display().to_string(),
+        attacks_dir()
+            .join("hostile_server.py")
+            .display()
+            .to_string(),
+        sc.cfg.to_string(),
+    ];
+
+    // Control: the same server launched directly; a stand-in audit log and config exist at
+    // the paths palisade will use.
+    std::fs::write(sc.audit_log(), "{\"stand-in\": true}\n").unwrap();
+    write_config(&sc);
+    let direct = client(&sc, server_cmd, &log).await;
+    let plain = run_all(&sc, &direct, ("", "")).await;
+    direct.shutdown().await;
+
+    // Behind palisade: enforce, native backend.
+    sc.reset();
+    std::fs::remove_file(sc.audit_log()).unwrap();
+    let config = write_config(&sc);
+    let serve = vec![
+        env!("CARGO_BIN_EXE_palisade").to_string(),
+        "serve".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ];
+    let gw = client(&sc, serve, &log).await;
+    let tools: Vec<String> = gw
+        .list_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(
+        tools.contains(&"hostile__read_secret".to_string())
+            && tools.contains(&"peer__read_path".to_string()),
+        "both servers must be up under enforce: {tools:?}\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    // Positive control: the roots themselves work through the gateway.
+    let (ok, detail) = call(
+        &gw,
+        "peer__read_path",
+        json!({"path": sc.p("peer/secret.txt")}),
+    )
+    .await;
+    assert!(ok, "a read inside the peer's own root must work: {detail}");
+    let boxed = run_all(&sc, &gw, ("hostile__", "peer__")).await;
+    gw.shutdown().await;
+
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    let (mut succeeded, mut controls) = (0, 0);
+    for (name, what) in ATTACKS {
+        let (c_ok, c_detail) = plain[*name].clone();
+        let (s_ok, s_detail) = boxed[*name].clone();
+        if c_ok {
+            controls += 1;
+        } else if HOST_DEPENDENT.contains(name) {
+            eprintln!("skipped {name}: the host itself refuses it ({c_detail})");
+        } else {
+            failures.push(format!("control for {name} failed: {c_detail}"));
+        }
+        if s_ok {
+            succeeded += 1;
+            failures.push(format!("ESCAPE through serve {name}: {s_detail}"));
+        }
+        let control_cell = if c_ok {
+            "succeeds".to_string()
+        } else {
+            format!("fails ({c_detail})")
+        };
+        let sandbox_cell = if s_ok {
+            format!("**SUCCEEDS** ({s_detail})")
+        } else {
+            format!("blocked: {s_detail}")
+        };
+        rows.push(format!("| {what} | {control_cell} | {sandbox_cell} |"));
+    }
+    let table = format!(
+        "| attack (hostile MCP server) | launched directly (control) | behind `palisade serve` (enforce, bwrap) |\n|---|---|---|\n{}\n\n{} attacks; control succeeded for {controls}; {succeeded} succeeded behind palisade.\n",
+        rows.join("\n"),
+        ATTACKS.len()
+    )
+    .replace(&sc.dir.path().display().to_string(), "$SCENE")
+    .replace(&sc.host_tmp.display().to_string(), "/tmp/palisade-hostile-ID")
+    .replace(&format!("pid {}", sc.marker_proc.id()), "pid PID")
+    .replace(&format!("/proc/{}/", sc.marker_proc.id()), "/proc/PID/");
+    println!("{table}");
+    write_table(&table);
+    assert!(
+        failures.is_empty(),
+        "{}\n\n{table}\npalisade stderr:\n{}",
+        failures.join("\n"),
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert_eq!(succeeded, 0);
+}
+
+/// Always written under target/; copied into docs/security.md with PALISADE_UPDATE_DOCS=1.
+fn write_table(table: &str) {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-attack-table.md");
+    let _ = std::fs::write(&target, table);
+    if std::env::var_os("PALISADE_UPDATE_DOCS").is_some() {
+        let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/security.md");
+        let text = std::fs::read_to_string(&doc).unwrap();
+        let (start, end) = (
+            "<!-- serve-attack-table:start -->\n",
+            "<!-- serve-attack-table:end -->",
+        );
+        let a = text.find(start).expect("start marker") + start.len();
+        let b = text.find(end).expect("end marker");
+        std::fs::write(&doc, format!("{}{}{}", &text[..a], table, &text[b..])).unwrap();
+    }
+}
+
+/// Resource limits: a fork bomb and a memory hog in the hostile server, with `sandbox.limits`
+/// set low. The control (the same server launched directly) reaches both targets; behind
+/// palisade the fork bomb is refused at the cgroup's task limit, the memory hog is killed
+/// and its server restarted with the reason given to the agent, and the peer server and the
+/// gateway keep working throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_bomb_and_memory_hog_are_stopped_and_the_rest_keeps_working() {
+    if !Path::new("/sys/fs/cgroup/pids").exists()
+        && !Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+    {
+        eprintln!("skipped: no cgroup hierarchy palisade can use on this machine");
+        return;
+    }
+    let sc = scene();
+    let log = sc.p("limits-stderr.log");
+    const BOMB: u64 = 300;
+    const HOG_MB: u64 = 768;
+
+    // Control: no limits, both reach their targets.
+    let direct = client(
+        &sc,
+        vec![
+            venv_python().display().to_string(),
+            attacks_dir()
+                .join("hostile_server.py")
+                .display()
+                .to_string(),
+            sc.cfg.to_string(),
+        ],
+        &log,
+    )
+    .await;
+    let (bomb_ok, bomb) = call(&direct, "fork_bomb", json!({"limit": BOMB})).await;
+    assert!(bomb_ok, "control fork bomb must reach {BOMB}: {bomb}");
+    let (hog_ok, hog) = call(&direct, "memory_hog", json!({"mb": HOG_MB})).await;
+    assert!(hog_ok, "control memory hog must succeed: {hog}");
+    direct.shutdown().await;
+
+    let config = write_config(&sc);
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    cfg["mcpServers"]["hostile"]["sandbox"]["limits"] = json!({"memoryMb": 256, "processes": 64});
+    std::fs::write(&config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    let gw = client(
+        &sc,
+        vec![
+            env!("CARGO_BIN_EXE_palisade").to_string(),
+            "serve".into(),
+            "--config".into(),
+            config.display().to_string(),
+        ],
+        &log,
+    )
+    .await;
+    assert!(peer_works(&sc, &gw).await, "peer must work before");
+
+    let (bomb_ok, bomb) = call(&gw, "hostile__fork_bomb", json!({"limit": BOMB})).await;
+    assert!(
+        !bomb_ok && bomb.contains("refused: [Errno 11]"),
+        "the task limit must refuse forks: {bomb}"
+    );
+    assert!(
+        peer_works(&sc, &gw).await,
+        "peer must work after the fork bomb"
+    );
+    let (ok, detail) = call(&gw, "hostile__own_env", json!({})).await;
+    assert!(
+        !ok && detail.contains("variables"),
+        "hostile survives its refused forks: {detail}"
+    );
+
+    let (hog_ok, hog) = call(&gw, "hostile__memory_hog", json!({"mb": HOG_MB})).await;
+    assert!(!hog_ok, "the memory limit must stop the hog: {hog}");
+    // Poll until the server is back; the agent must have been told why on the way.
+    let mut told = vec![hog.clone()];
+    let mut back = false;
+    for _ in 0..300 {
+        match gw.call_tool("hostile__own_env", json!({})).await {
+            Ok(r) if r.is_error != Some(true) => {
+                back = true;
+                break;
+            }
+            Ok(r) => told.push(result_text(&r)),
+            Err(e) => told.push(e.to_string()),
+        }
+        told.dedup();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(back, "hostile must be restarted: {told:?}");
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        told.iter().any(|t| t.contains("memory limit reached"))
+            || stderr.contains("memory limit reached"),
+        "the restart reason must name the memory limit: {told:?}\n{stderr}"
+    );
+    assert!(
+        peer_works(&sc, &gw).await,
+        "peer must work after the memory hog"
+    );
+    println!("fork bomb: {bomb}\nmemory hog: {hog}\nagent was told: {told:?}");
+    gw.shutdown().await;
+}
+
+/// A read inside the peer's own root through the gateway: true when it works.
+async fn peer_works(sc: &Scene, gw: &McpClient) -> bool {
+    call(
+        gw,
+        "peer__read_path",
+        json!({"path": sc.p("peer/secret.txt")}),
+    )
+    .await
+    .0
+}

@@ -1,0 +1,231 @@
+//! Property tests (proptest; cargo-fuzz needs nightly, which this project does not use) for
+//! the parsers and builders an attacker's input reaches: the bwrap argv builder, domain
+//! matching (policy and egress), and policy/annotation/list loading. Path canonicalisation
+//! and file URIs have their own properties in src/roots/canon.rs and src/roots/uri.rs.
+//! Case counts and run times are recorded in docs/security.md.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use palisade::policy::domains::{is_ip_literal, matches_pattern};
+use palisade::sandbox::bwrap::{render, Mask, Render};
+use palisade::sandbox::{
+    Access, Mount, MountOrigin, NetworkSpec, ResourceLimits, SandboxSpec, Symlink,
+};
+use proptest::prelude::*;
+
+/// One path component an attacker might choose: option-like, control characters, dots.
+fn component() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z]{1,6}",
+        Just("--bind".to_string()),
+        Just("--share-net".to_string()),
+        Just("-".to_string()),
+        Just("a\nb".to_string()),
+        Just(" ".to_string()),
+        Just("...".to_string()),
+        "[\\x01-\\x7f&&[^/\\x00]]{1,4}",
+    ]
+}
+
+fn abs_path() -> impl Strategy<Value = PathBuf> {
+    prop::collection::vec(component(), 1..4)
+        .prop_map(|c| PathBuf::from(format!("/{}", c.join("/"))))
+}
+
+fn mount() -> impl Strategy<Value = Mount> {
+    (abs_path(), any::<bool>()).prop_map(|(path, rw)| Mount {
+        path,
+        access: if rw { Access::Rw } else { Access::Ro },
+        origin: MountOrigin::Root,
+    })
+}
+
+fn spec() -> impl Strategy<Value = (SandboxSpec, Vec<PathBuf>, Vec<PathBuf>)> {
+    (
+        prop::collection::vec(mount(), 0..6),
+        prop::collection::vec(abs_path(), 0..3),
+        prop::collection::vec(abs_path(), 0..3),
+        prop::collection::vec("[ -~]{0,8}", 0..3),
+        abs_path(),
+    )
+        .prop_map(|(mounts, deny, protect, args, cwd)| {
+            let spec = SandboxSpec {
+                program: "/usr/bin/python3".into(),
+                args,
+                env: BTreeMap::new(),
+                cwd,
+                mounts,
+                links: vec![Symlink {
+                    path: "/bin".into(),
+                    target: "usr/bin".into(),
+                }],
+                deny: deny.clone(),
+                home: "/home/u".into(),
+                network: NetworkSpec::None,
+                limits: ResourceLimits::default(),
+                share_pid: false,
+                seccomp: true,
+            };
+            (spec, deny, protect)
+        })
+}
+
+/// Arity of every flag the builder may emit; anything else is a failure.
+fn arity(flag: &str) -> Option<usize> {
+    Some(match flag {
+        "--unshare-all" | "--unshare-user" | "--disable-userns" | "--die-with-parent"
+        | "--new-session" => 0,
+        "--cap-drop" | "--proc" | "--dev" | "--tmpfs" | "--remount-ro" | "--seccomp"
+        | "--chdir" => 1,
+        "--symlink" | "--ro-bind" | "--bind" => 2,
+        _ => return None,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Parsing the argv the way bubblewrap does (each flag takes a fixed number of values,
+    /// whatever they look like), no grant, deny or protected path yields a flag the spec did
+    /// not ask for: no --share-net, every writable bind is a read-write mount of the spec,
+    /// the namespaces and --remount-ro / are always there, and the command comes after `--`.
+    #[test]
+    fn argv_never_widens_the_sandbox((spec, deny, protect) in spec()) {
+        let masks = deny.iter().map(|p| Mask::Dir(p.clone())).collect();
+        let argv: Vec<OsString> = render(&spec, &Render { seccomp_fd: Some(5), masks, write_protect: protect });
+        let argv: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let mut i = 0;
+        let mut flags = Vec::new();
+        let mut rw_binds = Vec::new();
+        while argv[i] != "--" {
+            let n = arity(&argv[i]);
+            prop_assert!(n.is_some(), "unexpected flag {:?} at {} in {:?}", argv[i], i, argv);
+            let n = n.unwrap();
+            if argv[i] == "--bind" {
+                rw_binds.push((argv[i + 1].clone(), argv[i + 2].clone()));
+            }
+            flags.push(argv[i].clone());
+            i += 1 + n;
+            prop_assert!(i < argv.len());
+        }
+        prop_assert!(flags.starts_with(&["--unshare-all".into(), "--unshare-user".into(), "--disable-userns".into()]));
+        prop_assert!(!flags.iter().any(|f| f == "--share-net"));
+        for (src, dst) in &rw_binds {
+            prop_assert_eq!(src, dst);
+            prop_assert!(
+                spec.mounts.iter().any(|m| m.access == Access::Rw && m.path.to_string_lossy() == *src),
+                "writable bind {} is not a read-write mount of the spec", src
+            );
+        }
+        let tail = &argv[i + 1..];
+        prop_assert_eq!(&tail[0], "/usr/bin/python3");
+        prop_assert_eq!(&tail[1..], &spec.args[..]);
+        let remount = argv.windows(2).any(|w| w[0] == "--remount-ro" && w[1] == "/");
+        prop_assert!(remount);
+    }
+
+    /// `*` never matches an IP literal; `*.x` matches only x and names ending in `.x`; an
+    /// exact pattern matches only itself (host part).
+    #[test]
+    fn domain_patterns_match_only_what_they_say(host in "[a-z0-9.:-]{1,20}", base in "[a-z]{1,6}\\.[a-z]{2,3}") {
+        if is_ip_literal(&host) {
+            prop_assert!(!matches_pattern(&host, "*"));
+        }
+        let wild = format!("*.{base}");
+        if matches_pattern(&host, &wild) {
+            let dotted = format!(".{}", base);
+            prop_assert!(host == base || host.ends_with(&dotted));
+        }
+        if matches_pattern(&host, &base) {
+            prop_assert_eq!(&host, &base);
+        }
+    }
+
+    /// The egress proxy's parsers take any text without panicking, and a parsed wildcard
+    /// entry never matches a host outside its suffix.
+    #[test]
+    fn egress_domain_parsing_never_panics(raw in "\\PC{0,40}", host in "[a-z0-9.-]{1,20}") {
+        let entry = palisade::egress::domains::Entry::parse(&raw);
+        let h = palisade::egress::domains::Host::parse(&host);
+        if let (Ok(e), Ok(h)) = (entry, h) {
+            let _ = e.matches_host(&h);
+        }
+        if let Ok(e) = palisade::egress::domains::Entry::parse("*.example.com") {
+            if let Ok(h) = palisade::egress::domains::Host::parse(&host) {
+                if e.matches_host(&h) {
+                    prop_assert!(host.trim_end_matches('.').ends_with("example.com"), "{}", host);
+                }
+            }
+        }
+    }
+}
+
+/// Arbitrary JSON, nested a few levels, with the keys the loaders look for mixed in.
+fn json() -> impl Strategy<Value = serde_json::Value> {
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        "\\PC{0,12}".prop_map(serde_json::Value::from),
+        prop_oneof![
+            Just("allow"),
+            Just("deny"),
+            Just("read-path"),
+            Just("/tmp"),
+            Just("~/x"),
+            Just("@list")
+        ]
+        .prop_map(serde_json::Value::from),
+    ];
+    leaf.prop_recursive(4, 40, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+            prop::collection::btree_map(
+                prop_oneof![
+                    Just("rules".to_string()),
+                    Just("if".to_string()),
+                    Just("then".to_string()),
+                    Just("name".to_string()),
+                    Just("paths".to_string()),
+                    Just("within".to_string()),
+                    Just("roles".to_string()),
+                    Just("servers".to_string()),
+                    Just("tools".to_string()),
+                    Just("args".to_string()),
+                    Just("lists".to_string()),
+                    Just("values".to_string()),
+                    "[a-z]{1,5}",
+                ],
+                inner,
+                0..5
+            )
+            .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// Loading any JSON as a policy, an annotation file or a list file never panics, and a
+    /// refusal names the file.
+    #[test]
+    fn policy_loading_never_panics_and_errors_name_the_file(v in json(), which in 0usize..3) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("input.json");
+        std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+        let mut paths = palisade::policy::PolicyPaths { policy: None, annotations: None, lists: None };
+        match which {
+            0 => paths.policy = Some(file.clone()),
+            1 => paths.annotations = Some(file.clone()),
+            _ => paths.lists = Some(file.clone()),
+        }
+        let opts = palisade::policy::PolicyOptions { home: Some("/home/u".into()), ..Default::default() };
+        if let Err(e) = palisade::policy::Policy::load(&paths, opts) {
+            let msg = e.to_string();
+            prop_assert!(msg.contains(&file.display().to_string()), "{}", msg);
+        }
+    }
+}
