@@ -230,7 +230,7 @@ impl Cgroup {
 impl Drop for Cgroup {
     /// Runs once the server's bwrap has been reaped. The sandbox's own processes die with it
     /// (`--die-with-parent`, PID namespace) but the kernel tears the namespace down a moment
-    /// later, so stragglers are killed and the removal retried for at most about 200 ms (a
+    /// later, so the removal is retried for at most about 200 ms (a
     /// short, bounded block, once per server stop).
     fn drop(&mut self) {
         for (_, dir) in &self.dirs {
@@ -239,7 +239,8 @@ impl Drop for Cgroup {
                     Ok(()) => break,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
                     Err(_) if attempt < 39 => {
-                        kill_members(dir);
+                        // Processes still inside: wait for the namespace teardown; never
+                        // kill here, a caller may drop `Prepared` while the child runs.
                         std::thread::sleep(std::time::Duration::from_millis(5));
                     }
                     Err(e) => {
@@ -247,18 +248,6 @@ impl Drop for Cgroup {
                     }
                 }
             }
-        }
-    }
-}
-
-/// SIGKILLs every process still in the cgroup `dir` (only ever the sandbox's own).
-fn kill_members(dir: &Path) {
-    let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
-        return;
-    };
-    for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-        if pid > 1 {
-            super::sys::sigkill(pid);
         }
     }
 }

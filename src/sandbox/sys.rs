@@ -85,14 +85,6 @@ pub fn join_cgroups(cmd: &mut std::process::Command, files: Vec<std::ffi::CStrin
     }
 }
 
-/// SIGKILLs `pid` (a straggler of a sandbox's cgroup); errors (already gone) are ignored.
-pub fn sigkill(pid: i32) {
-    // SAFETY: kill takes plain integers and touches no memory of ours.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
-}
-
 /// Marks every descriptor >= `first` close-on-exec.
 fn cloexec_from(first: u32) -> std::io::Result<()> {
     const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
