@@ -15,3 +15,8 @@ log "cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
 log "cargo test"
 cargo test --all-targets --no-fail-fast "$@"
+
+# The benchmark harness must keep working; --quick checks it runs end to end and writes its
+# results (under target/bench), and asserts no timing.
+log "bench smoke (scripts/bench.sh --quick)"
+scripts/bench.sh --quick >/dev/null
