@@ -270,6 +270,10 @@ async fn real_mcp_server_fetch_in_a_sandbox_fetches_allowed_urls_only() {
     let mut argv = sandbox_argv(&bwrap, &w, &inner);
     // Insert the runtime binds before `--`.
     let sep = argv.iter().position(|a| a == "--").unwrap();
+    // The private /tmp comes first: a tmpfs mounted after the binds would hide a checkout
+    // (and its venv) that lives under /tmp, as the launcher's own ordering rules say.
+    argv.splice(1..1, ["--tmpfs".to_string(), "/tmp".to_string()]);
+    let sep = sep + 2;
     let extra: Vec<String> = [
         "--ro-bind".to_string(),
         python_home.display().to_string(),
@@ -277,8 +281,6 @@ async fn real_mcp_server_fetch_in_a_sandbox_fetches_allowed_urls_only() {
         "--ro-bind".to_string(),
         venv.display().to_string(),
         venv.display().to_string(),
-        "--tmpfs".to_string(),
-        "/tmp".to_string(),
         "--setenv".to_string(),
         "HOME".to_string(),
         "/tmp".to_string(),

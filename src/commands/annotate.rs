@@ -116,7 +116,8 @@ async fn list_tools(
     req: &crate::sandbox::launch::LaunchRequest,
     timeout: Duration,
 ) -> anyhow::Result<Vec<rmcp::model::Tool>> {
-    let mut spawned = spawn::spawn(req)?;
+    let caps = crate::sandbox::capabilities::probe(crate::sandbox::capabilities::Depth::Full);
+    let mut spawned = spawn::spawn(req, &caps)?;
     let roots: Vec<String> = req
         .grants
         .iter()

@@ -26,7 +26,12 @@ impl ApprovalStage for ApprovalChain {
         let req = EscalationRequest::new(
             call.server,
             call.tool,
-            serde_json::Value::Object(call.arguments.clone()),
+            // Shown to a person and, with file IPC, written to disk: redacted as the audit
+            // log redacts them.
+            crate::audit::redact::redact_arguments(
+                &serde_json::Value::Object(call.arguments.clone()),
+                crate::audit::Redaction::Sensitive,
+            ),
             &verdict.reason,
             serde_json::json!({ "rule": verdict.rule }),
         );

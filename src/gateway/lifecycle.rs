@@ -240,7 +240,7 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
     };
     let req = &req;
     slot.roots.reset_fetched();
-    let spawned = match spawn::spawn(req) {
+    let spawned = match spawn::spawn(req, &shared.caps) {
         Ok(s) => s,
         Err(SpawnError::Launch(LaunchError::Refused { name, reasons })) => {
             let e = LaunchError::Refused { name, reasons };

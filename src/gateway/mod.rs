@@ -116,6 +116,8 @@ pub enum GatewayError {
     },
     #[error("the MCP session with the client failed to start: {0}")]
     Upstream(String),
+    #[error("probing what this machine can enforce failed: {0}")]
+    Probe(String),
 }
 
 /// One server's state, for `check`, the demo and tests.
@@ -143,6 +145,13 @@ impl Gateway {
     pub async fn start(mut opts: GatewayOptions) -> Result<Gateway, GatewayError> {
         opts.sandbox_dir = create_private_dir(&opts.sandbox_dir)?;
         let home = std::env::var_os("HOME").map(PathBuf::from);
+        // Probed once, off the runtime's threads (it runs a trial sandbox); every start and
+        // relaunch of every server is resolved against it.
+        let caps = tokio::task::spawn_blocking(|| {
+            crate::sandbox::capabilities::probe(crate::sandbox::capabilities::Depth::Full)
+        })
+        .await
+        .map_err(|e| GatewayError::Probe(e.to_string()))?;
         let no_rules = crate::policy::Policy::builtin_default();
         let roots_policy = opts.roots_policy.as_deref().unwrap_or(&no_rules);
         // Per server: its launch request and its derived root set; either failing refuses
@@ -226,7 +235,7 @@ impl Gateway {
             })
             .collect();
         let shared = Arc::new(
-            state::Shared::new(slots, opts.stages, opts.limits, opts.upstream)
+            state::Shared::new(slots, opts.stages, opts.limits, opts.upstream, caps)
                 .with_egress(egress.as_ref().map(|e| e.proxy.clone())),
         );
         let mut supervisors = Vec::new();

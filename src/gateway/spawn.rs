@@ -163,9 +163,13 @@ pub enum SpawnError {
     Pipe(&'static str),
 }
 
-/// Prepares and spawns the server; stderr goes to the log on its own task.
-pub fn spawn(req: &LaunchRequest) -> Result<Spawned, SpawnError> {
-    let mut prepared = launch::prepare(req)?;
+/// Prepares and spawns the server against the machine's capabilities (probed once by the
+/// caller); stderr goes to the log on its own task.
+pub fn spawn(
+    req: &LaunchRequest,
+    caps: &crate::sandbox::capabilities::Capabilities,
+) -> Result<Spawned, SpawnError> {
+    let mut prepared = launch::prepare_with(req, caps)?;
     let enforcement = prepared.enforcement.clone();
     let mut child = prepared
         .command

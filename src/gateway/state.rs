@@ -207,6 +207,9 @@ pub struct Shared {
     /// The shared egress proxy, when some server has a domain allowlist (its refusal events
     /// are attributed to calls by the pipeline).
     pub egress: Option<crate::egress::EgressProxy>,
+    /// What this machine can enforce, probed once when the gateway starts: a probe runs a
+    /// trial sandbox, which every server start and relaunch would otherwise repeat.
+    pub caps: Arc<crate::sandbox::capabilities::Capabilities>,
 }
 
 /// Which upstream list notifications a catalog change calls for.
@@ -223,6 +226,7 @@ impl Shared {
         stages: Stages,
         limits: Limits,
         upstream: UpstreamLink,
+        caps: crate::sandbox::capabilities::Capabilities,
     ) -> Shared {
         Shared {
             slots,
@@ -233,6 +237,7 @@ impl Shared {
             shutdown: CancellationToken::new(),
             upstream_roots: Default::default(),
             egress: None,
+            caps: Arc::new(caps),
         }
     }
 
