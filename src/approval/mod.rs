@@ -11,14 +11,16 @@ mod chain;
 mod dir;
 mod elicit;
 mod exec;
+mod remember;
 mod request;
 mod spec;
 mod tty;
 
 pub use chain::ApprovalChain;
-pub use dir::{write_response, DirApprover, PendingRequest};
+pub use dir::{write_response, write_response_remembering, DirApprover, PendingRequest};
 pub use elicit::{ElicitApprover, ElicitOutcome, Elicitor};
 pub use exec::ExecApprover;
+pub use remember::{CallSubject, RememberScope, RememberedDir, SubjectPath};
 pub use request::{Answer, ApproverKind, Decision, EscalationRequest};
 pub use spec::{build as build_chain, parse_escalation, ApproverSpec, SpecError, TIMEOUT_RANGE};
 pub use tty::TtyApprover;
