@@ -1,0 +1,294 @@
+//! "Approve and remember" end to end, against the real thing: `palisade serve` in enforce mode
+//! (native bwrap), the real `@modelcontextprotocol/server-filesystem`, the Python `mcp` SDK as
+//! the agent's client (tests/clients/remember_drive.py), escalations answered through the
+//! file-IPC approver as a person's tool would, and the hash-chained audit log on disk.
+//!
+//! The policy escalates every write outside the session sandbox dir and denies writes in
+//! D/locked. One approval remembered for a write in D lets later writes in D by the same tool
+//! through without a request; a sibling directory, another tool, a symlink or `..` out of D,
+//! and a policy deny inside D are not covered; a new `serve` run remembers nothing.
+
+#[allow(dead_code)]
+#[path = "gateway/support.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+use support::{node_server, palisade, python, Workspace};
+
+struct Fixture {
+    ws: Workspace,
+    d: PathBuf,
+    e: PathBuf,
+    esc: PathBuf,
+    audit: PathBuf,
+    config: PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let ws = Workspace::new();
+    let root = std::fs::canonicalize(ws.path()).unwrap();
+    let (d, e) = (root.join("D"), root.join("E"));
+    let sandbox = root.join("sandbox");
+    let esc = root.join("esc");
+    for dir in [&d, &e, &sandbox, &esc, &d.join("sub")] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    // A symlink planted in D that leads to its sibling E.
+    std::os::unix::fs::symlink(&e, d.join("link")).unwrap();
+    let policy = root.join("compiled-policy.json");
+    std::fs::write(
+        &policy,
+        serde_json::to_vec_pretty(&json!({"rules": [
+            {"name": "deny-locked", "description": "D/locked is off limits", "principle": "test",
+             "if": {"roles": ["write-path"], "paths": {"roles": ["write-path"], "within": d.join("locked")}},
+             "then": "deny", "reason": "D/locked is never written"},
+            {"name": "escalate-writes", "description": "writes need a person", "principle": "test",
+             "if": {"roles": ["write-path"]},
+             "then": "escalate", "reason": "writing needs a person's approval"},
+            {"name": "allow-the-rest", "description": "everything else", "principle": "test",
+             "if": {}, "then": "allow", "reason": "reads are not what this test is about"}
+        ]}))
+        .unwrap(),
+    )
+    .unwrap();
+    let audit = root.join("audit.jsonl");
+    let config = root.join("config.json");
+    std::fs::write(
+        &config,
+        serde_json::to_vec_pretty(&json!({
+            "mcpServers": {
+                "fs": {"command": "node", "args": [node_server("server-filesystem"), "{roots}"], "sandbox": {}}
+            },
+            "palisade": {
+                "sandboxDir": sandbox, "sandboxPolicy": "enforce", "policy": policy,
+                "auditLog": audit,
+                // Bounds a driver that misses an escalation; never a timing assertion.
+                "escalationTimeout": 30,
+            }
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    Fixture {
+        ws,
+        d,
+        e,
+        esc,
+        audit,
+        config,
+    }
+}
+
+/// Runs one driver scenario against a fresh `palisade serve --escalation dir:ESC`.
+fn drive(f: &Fixture, scenario: &str) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/remember_drive.py");
+    let out = Command::new(python())
+        .arg(script)
+        .arg(scenario)
+        .arg("--")
+        .arg(palisade())
+        .args(["serve", "--config"])
+        .arg(&f.config)
+        .arg("--escalation")
+        .arg(format!("dir:{}", f.esc.display()))
+        .env("DRIVE_D", &f.d)
+        .env("DRIVE_E", &f.e)
+        .env("ESC_DIR", &f.esc)
+        .env("PALISADE_BIN", palisade())
+        .env("DRIVE_ERRLOG", f.ws.errlog())
+        .env("RUST_LOG", "info,rmcp=warn")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run the driver");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "driver failed: {}\n{}\npalisade stderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        f.ws.stderr_text()
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("no JSON ({e}): {stdout}"))
+}
+
+fn audit_records(f: &Fixture) -> Vec<Value> {
+    std::fs::read_to_string(&f.audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The audit record of the call whose `path` argument is `path`, for `tool`.
+fn record<'a>(records: &'a [Value], tool: &str, path: &str) -> &'a Value {
+    let hits: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["toolName"] == tool && r["arguments"]["path"] == path)
+        .collect();
+    assert_eq!(hits.len(), 1, "one record for {tool} {path}: {records:?}");
+    hits[0]
+}
+
+fn requests(step: &Value) -> &Vec<Value> {
+    step["requests"].as_array().unwrap()
+}
+
+fn text(step: &Value) -> &str {
+    step["result"]["text"].as_str().unwrap()
+}
+
+/// An escalation that was asked and denied: one request, an ESCALATION REQUIRED result.
+fn asked_and_denied(step: &Value, what: &str) {
+    assert_eq!(requests(step).len(), 1, "{what}: escalated again: {step}");
+    assert_eq!(step["result"]["is_error"], true, "{what}: {step}");
+    assert!(
+        text(step).starts_with("ESCALATION REQUIRED"),
+        "{what}: {step}"
+    );
+}
+
+#[test]
+fn an_approval_remembered_for_a_directory_covers_that_tool_there_and_nothing_else() {
+    let f = fixture();
+    let s = |p: &Path| p.display().to_string();
+    let (d, e) = (&f.d, &f.e);
+    let r = drive(&f, "session");
+
+    // 1. The first write escalates; the request offers exactly D (rw) for fs/write_file.
+    let first = &r["first"];
+    assert_eq!(requests(first).len(), 1, "{first}");
+    let scope = json!({"server": "fs", "tool": "write_file",
+                       "dirs": [{"path": s(d), "access": "rw"}], "domains": []});
+    assert_eq!(requests(first)[0]["request"]["rememberScope"], scope, "{first}");
+    assert_eq!(first["result"]["is_error"], false, "{first}");
+    assert_eq!(std::fs::read_to_string(d.join("one.txt")).unwrap(), "one");
+
+    // 2. Same tool in D, and below D: no request file, the write happens.
+    for (k, file, content) in [
+        ("second", d.join("two.txt"), "two"),
+        ("below", d.join("sub/three.txt"), "three"),
+    ] {
+        assert_eq!(requests(&r[k]), &Vec::<Value>::new(), "{k}: {r}");
+        assert_eq!(r[k]["result"]["is_error"], false, "{k}: {r}");
+        assert_eq!(std::fs::read_to_string(file).unwrap(), content);
+    }
+
+    // 3./4. A sibling directory, and the same path with another tool: asked again.
+    asked_and_denied(&r["sibling"], "sibling dir");
+    asked_and_denied(&r["other_tool"], "edit_file on the same path");
+    assert_eq!(
+        requests(&r["sibling"])[0]["request"]["rememberScope"]["dirs"],
+        json!([{"path": s(e), "access": "rw"}]),
+        "the offer for E names E only: {r}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("one.txt")).unwrap(),
+        "one",
+        "edit_file was not let through"
+    );
+
+    // 5. A policy deny inside D is final: no request, nothing written.
+    let denied = &r["denied_inside"];
+    assert_eq!(requests(denied), &Vec::<Value>::new(), "{denied}");
+    assert!(text(denied).starts_with("DENIED by policy"), "{denied}");
+    assert!(!d.join("locked").exists());
+
+    // 6. Out of D through a symlink planted in D, and through `..`: asked again (denied),
+    // nothing reached E.
+    asked_and_denied(&r["symlink"], "symlink D/link -> E");
+    asked_and_denied(&r["dotdot"], "D/../E");
+    // Control: unprotected, the planted symlink does lead into E.
+    std::fs::write(d.join("link/control.txt"), "x").unwrap();
+    assert!(e.join("control.txt").exists());
+    std::fs::remove_file(e.join("control.txt")).unwrap();
+
+    // 7. A plain approval is for one call: the next write in E is asked again.
+    let plain = &r["plain"];
+    assert_eq!(requests(plain).len(), 1, "{plain}");
+    assert_eq!(plain["result"]["is_error"], false, "{plain}");
+    asked_and_denied(&r["plain_again"], "after a plain approval");
+    assert_eq!(r["e_files"], json!(["plain.txt"]), "{r}");
+    assert!(std::fs::read_dir(&f.esc).unwrap().next().is_none(), "request files removed");
+
+    // The audit log shows all of it, and its chain is intact.
+    let recs = audit_records(&f);
+    let path = |p: PathBuf| s(&p);
+    let rec = record(&recs, "write_file", &path(d.join("one.txt")));
+    assert_eq!(rec["escalationResult"], "approved", "{rec}");
+    assert_eq!(rec["escalationDecidedBy"], "dir", "{rec}");
+    assert_eq!(rec["rememberedScope"], scope, "{rec}");
+    assert!(rec.get("approvedByScope").is_none(), "{rec}");
+    assert_eq!(
+        rec["approvedRoots"],
+        json!([{"path": s(d), "access": "rw"}]),
+        "the approval widened the server to D: {rec}"
+    );
+    for p in [d.join("two.txt"), d.join("sub/three.txt")] {
+        let rec = record(&recs, "write_file", &path(p));
+        assert_eq!(rec["policyDecision"]["status"], "escalate", "{rec}");
+        assert_eq!(rec["escalationResult"], "approved", "{rec}");
+        assert_eq!(rec["escalationDecidedBy"], "remembered", "{rec}");
+        assert_eq!(rec["approvedByScope"], scope, "{rec}");
+        assert!(rec.get("rememberedScope").is_none(), "{rec}");
+        assert_eq!(rec["result"]["status"], "success", "{rec}");
+    }
+    for (tool, p) in [
+        ("write_file", e.join("x.txt")),
+        ("edit_file", d.join("one.txt")),
+        ("write_file", d.join("link/y.txt")),
+        ("write_file", e.join("plain2.txt")),
+    ] {
+        let rec = record(&recs, tool, &path(p));
+        assert_eq!(rec["escalationResult"], "denied", "{rec}");
+        assert!(rec.get("approvedByScope").is_none(), "{rec}");
+    }
+    let rec = record(&recs, "write_file", &path(e.join("plain.txt")));
+    assert_eq!(rec["escalationDecidedBy"], "dir", "{rec}");
+    assert!(rec.get("rememberedScope").is_none(), "{rec}");
+    let rec = record(&recs, "write_file", &path(d.join("locked/x.txt")));
+    assert_eq!(rec["policyDecision"]["status"], "deny", "{rec}");
+    assert!(rec.get("escalationResult").is_none(), "{rec}");
+    let verify = Command::new(palisade())
+        .args(["audit", "verify"])
+        .arg(&f.audit)
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+
+    // Remembered approvals widen the same way as asked ones: D was added once, by the first
+    // approval (the remembered writes in D needed nothing more), E once by the plain one.
+    let log = f.ws.stderr_text();
+    assert_eq!(
+        log.matches("relaunching with wider roots").count(),
+        2,
+        "one relaunch for D, one for E:\n{log}"
+    );
+
+    // A new serve run remembers nothing: the same write in D is asked again. Answered with
+    // `palisade approve --all --remember`, it is remembered for that run.
+    let r2 = drive(&f, "fresh_session");
+    let again = &r2["again"];
+    assert_eq!(requests(again).len(), 1, "nothing persisted: {again}");
+    assert!(
+        requests(again)[0]["cli_output"]
+            .as_str()
+            .unwrap()
+            .contains("approved and remembered for this session"),
+        "{again}"
+    );
+    assert_eq!(again["result"]["is_error"], false, "{again}");
+    assert_eq!(requests(&r2["after_cli"]), &Vec::<Value>::new(), "{r2}");
+    assert_eq!(r2["after_cli"]["result"]["is_error"], false, "{r2}");
+    let recs = audit_records(&f);
+    let rec = record(&recs, "write_file", &path(d.join("after.txt")));
+    assert_eq!(rec["escalationDecidedBy"], "remembered", "{rec}");
+}
