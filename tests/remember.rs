@@ -84,6 +84,10 @@ fn fixture() -> Fixture {
 
 /// Runs one driver scenario against a fresh `palisade serve --escalation dir:ESC`.
 fn drive(f: &Fixture, scenario: &str) -> Value {
+    drive_with(f, scenario, &format!("dir:{}", f.esc.display()))
+}
+
+fn drive_with(f: &Fixture, scenario: &str, escalation: &str) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/remember_drive.py");
     let out = Command::new(python())
         .arg(script)
@@ -93,7 +97,7 @@ fn drive(f: &Fixture, scenario: &str) -> Value {
         .args(["serve", "--config"])
         .arg(&f.config)
         .arg("--escalation")
-        .arg(format!("dir:{}", f.esc.display()))
+        .arg(escalation)
         .env("DRIVE_D", &f.d)
         .env("DRIVE_E", &f.e)
         .env("ESC_DIR", &f.esc)
@@ -164,7 +168,11 @@ fn an_approval_remembered_for_a_directory_covers_that_tool_there_and_nothing_els
     assert_eq!(requests(first).len(), 1, "{first}");
     let scope = json!({"server": "fs", "tool": "write_file",
                        "dirs": [{"path": s(d), "access": "rw"}], "domains": []});
-    assert_eq!(requests(first)[0]["request"]["rememberScope"], scope, "{first}");
+    assert_eq!(
+        requests(first)[0]["request"]["rememberScope"],
+        scope,
+        "{first}"
+    );
     assert_eq!(first["result"]["is_error"], false, "{first}");
     assert_eq!(std::fs::read_to_string(d.join("one.txt")).unwrap(), "one");
 
@@ -213,7 +221,10 @@ fn an_approval_remembered_for_a_directory_covers_that_tool_there_and_nothing_els
     assert_eq!(plain["result"]["is_error"], false, "{plain}");
     asked_and_denied(&r["plain_again"], "after a plain approval");
     assert_eq!(r["e_files"], json!(["plain.txt"]), "{r}");
-    assert!(std::fs::read_dir(&f.esc).unwrap().next().is_none(), "request files removed");
+    assert!(
+        std::fs::read_dir(&f.esc).unwrap().next().is_none(),
+        "request files removed"
+    );
 
     // The audit log shows all of it, and its chain is intact.
     let recs = audit_records(&f);
@@ -290,5 +301,52 @@ fn an_approval_remembered_for_a_directory_covers_that_tool_there_and_nothing_els
     assert_eq!(r2["after_cli"]["result"]["is_error"], false, "{r2}");
     let recs = audit_records(&f);
     let rec = record(&recs, "write_file", &path(d.join("after.txt")));
+    assert_eq!(rec["escalationDecidedBy"], "remembered", "{rec}");
+}
+
+#[test]
+fn an_elicitation_answer_can_remember_and_the_form_offers_it() {
+    let f = fixture();
+    let s = |p: &Path| p.display().to_string();
+    let r = drive_with(&f, "elicit_session", "elicit");
+
+    // The first write is asked through elicitation; the form offers `remember` and the
+    // message says what it would allow. The client approves and remembers.
+    let first = &r["first"];
+    let asked = first["elicited"].as_array().unwrap();
+    assert_eq!(asked.len(), 1, "{first}");
+    assert_eq!(
+        asked[0]["schema"]["properties"]["remember"]["type"], "boolean",
+        "{first}"
+    );
+    let message = asked[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("in {} (read-write)", s(&f.d))),
+        "{message}"
+    );
+    assert_eq!(first["result"]["is_error"], false, "{first}");
+
+    // The second write in D is not asked; the sibling is (declined).
+    assert_eq!(r["second"]["elicited"], json!([]), "{r}");
+    assert_eq!(r["second"]["result"]["is_error"], false, "{r}");
+    assert_eq!(r["sibling"]["elicited"].as_array().unwrap().len(), 1, "{r}");
+    assert!(
+        r["sibling"]["result"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("ESCALATION REQUIRED"),
+        "{r}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.d.join("e2.txt")).unwrap(),
+        "second"
+    );
+    assert!(!f.e.join("e3.txt").exists());
+
+    let recs = audit_records(&f);
+    let rec = record(&recs, "write_file", &s(&f.d.join("e1.txt")));
+    assert_eq!(rec["escalationDecidedBy"], "elicit", "{rec}");
+    assert_eq!(rec["rememberedScope"]["dirs"][0]["path"], s(&f.d), "{rec}");
+    let rec = record(&recs, "write_file", &s(&f.d.join("e2.txt")));
     assert_eq!(rec["escalationDecidedBy"], "remembered", "{rec}");
 }

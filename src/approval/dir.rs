@@ -2,7 +2,9 @@
 //! temporary file, then rename; mode 0600) and waits for `response-<id>.json` holding
 //! `{"decision": "approved"|"denied"}`. It watches the directory with inotify and also
 //! polls, so a missed or unsupported event only costs latency. Anything malformed,
-//! unreadable or late is a denial. Both files are removed afterwards.
+//! unreadable or late is a denial. Both files are removed afterwards. Palisade's extension:
+//! the request may carry `rememberScope`, and `"remember": true` next to `approved` accepts it
+//! (responses without the field, as IronCurtain writes them, approve once).
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};

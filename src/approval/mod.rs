@@ -6,6 +6,8 @@
 //! controlling terminal, never the MCP stdio), `elicit` (MCP elicitation to the upstream
 //! client, through the `Elicitor` the gateway provides), `exec:CMD` (a program that may
 //! approve or pass the question on, never deny on a human's behalf), and `auto`.
+//! `remember` defines the "approve and remember" scope a human approver may accept with an
+//! approval (`Answer::ApproveAndRemember`); the gateway keeps accepted scopes per session.
 
 mod chain;
 mod dir;

@@ -129,11 +129,40 @@ async def fresh_session(s):
     return r
 
 
+ELICITED = []
+
+
+async def on_elicit(context, params):
+    """The person behind an elicitation-capable client: approves and remembers the first
+    question, declines every later one; records what each question offered."""
+    from mcp import types
+
+    schema = params.requested_schema
+    if hasattr(schema, "model_dump"):
+        schema = schema.model_dump(by_alias=True, exclude_none=True)
+    ELICITED.append({"message": params.message, "schema": schema})
+    if len(ELICITED) == 1:
+        return types.ElicitResult(action="accept", content={"approve": True, "remember": True})
+    return types.ElicitResult(action="decline")
+
+
+async def elicit_session(s):
+    d, e = os.environ["DRIVE_D"], os.environ["DRIVE_E"]
+    w = "fs__write_file"
+    r = {}
+    for key, path in (("first", f"{d}/e1.txt"), ("second", f"{d}/e2.txt"), ("sibling", f"{e}/e3.txt")):
+        before = len(ELICITED)
+        r[key] = {"result": await call(s, w, {"path": path, "content": key})}
+        r[key]["elicited"] = ELICITED[before:]
+    return r
+
+
 async def main_async(scenario, cmd):
     params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
     errlog = open(os.environ.get("DRIVE_ERRLOG", os.devnull), "a")
     async with stdio_client(params, errlog=errlog) as (read, write):
-        async with ClientSession(read, write) as s:
+        callback = on_elicit if scenario == "elicit_session" else None
+        async with ClientSession(read, write, elicitation_callback=callback) as s:
             await s.initialize()
             return await globals()[scenario](s)
 
