@@ -350,3 +350,152 @@ fn an_elicitation_answer_can_remember_and_the_form_offers_it() {
     let rec = record(&recs, "write_file", &s(&f.d.join("e2.txt")));
     assert_eq!(rec["escalationDecidedBy"], "remembered", "{rec}");
 }
+
+/// `palisade approve` answered by a person at the keyboard: `a` approves and remembers a
+/// request that offers a scope; for one that offers none, `a` is not a choice and denies.
+#[test]
+fn palisade_approve_answers_a_only_for_an_offered_scope() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let offered = json!({"escalationId": "id-offered", "serverName": "fs", "toolName": "write_file",
+        "arguments": {"path": "/w/d/f"}, "reason": "writes need a person", "context": {},
+        "rememberScope": {"server": "fs", "tool": "write_file",
+                          "dirs": [{"path": "/w/d", "access": "rw"}], "domains": []}});
+    let plain = json!({"escalationId": "id-plain", "serverName": "fs", "toolName": "write_file",
+        "arguments": {"path": "/w/d/g"}, "reason": "writes need a person", "context": {}});
+    let respond = |request: &Value| -> (String, Value) {
+        let id = request["escalationId"].as_str().unwrap();
+        std::fs::write(
+            dir.path().join(format!("request-{id}.json")),
+            request.to_string(),
+        )
+        .unwrap();
+        let mut child = Command::new(palisade())
+            .args(["approve", "--dir"])
+            .arg(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"a\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let response = dir.path().join(format!("response-{id}.json"));
+        let body = serde_json::from_slice(&std::fs::read(&response).unwrap()).unwrap();
+        std::fs::remove_file(response).unwrap();
+        std::fs::remove_file(dir.path().join(format!("request-{id}.json"))).unwrap();
+        (String::from_utf8_lossy(&out.stdout).into_owned(), body)
+    };
+    let (shown, body) = respond(&offered);
+    assert!(
+        shown.contains("approve and remember: every later call of fs/write_file")
+            && shown.contains("(y once, a remember) [y/N]"),
+        "{shown}"
+    );
+    assert_eq!(body, json!({"decision": "approved", "remember": true}));
+    let (shown, body) = respond(&plain);
+    assert!(!shown.contains("remember"), "{shown}");
+    assert_eq!(body, json!({"decision": "denied"}));
+}
+
+/// What the policy hands the matcher, on IronCurtain's real tool annotations: URL arguments
+/// with their roles, and the arguments a scope cannot bound (a branch, a GitHub owner/repo),
+/// which rule remembering out; only a call bounded by paths and URLs alone gets an offer.
+#[test]
+fn only_calls_bounded_by_paths_and_urls_alone_can_be_remembered() {
+    use palisade::approval::RememberScope;
+    use palisade::gateway::remembered::{subject, CallArgs};
+    use palisade::policy::{Policy, PolicyOptions, PolicyPaths, Role};
+
+    let corpus = std::env::var_os("PALISADE_CORPUS").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/ironcurtain"),
+        PathBuf::from,
+    );
+    let policy = Policy::load(
+        &PolicyPaths {
+            policy: None,
+            annotations: Some(corpus.join("src/config/generated/tool-annotations.json")),
+            lists: None,
+        },
+        PolicyOptions::default(),
+    )
+    .unwrap();
+    let offer = |server: &str, tool: &str, v: Value| {
+        let a = v.as_object().unwrap().clone();
+        let paths = policy.path_arguments(server, tool, &a);
+        let urls = policy.url_arguments(server, tool, &a);
+        let unscoped = policy.unscoped_arguments(server, tool, &a);
+        let described = (
+            urls.clone(),
+            unscoped
+                .clone()
+                .map(|u| u.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+        );
+        let subj = subject(
+            server,
+            tool,
+            &CallArgs {
+                paths: paths.as_deref(),
+                urls: urls.as_deref(),
+                unscoped: unscoped.as_deref(),
+            },
+            None,
+            None,
+        );
+        let urls: Option<Vec<(String, Role)>> = described
+            .0
+            .map(|u| u.into_iter().map(|(v, r)| (v.to_string(), r)).collect());
+        (
+            urls,
+            described.1,
+            subj.as_ref().and_then(RememberScope::offer),
+        )
+    };
+
+    let (urls, unscoped, scope) = offer(
+        "fetch",
+        "http_fetch",
+        json!({"url": "https://docs.rs/serde", "max_length": 5000}),
+    );
+    assert_eq!(
+        urls,
+        Some(vec![("https://docs.rs/serde".into(), Role::FetchUrl)])
+    );
+    assert_eq!(unscoped, Some(vec![]));
+    assert_eq!(scope.unwrap().domains, ["docs.rs"]);
+
+    // git_push names a branch: the escalation may be about pushing to it, so no offer.
+    let (urls, unscoped, scope) = offer(
+        "git",
+        "git_push",
+        json!({"path": "/tmp", "remote": "https://github.com/o/r.git", "branch": "main"}),
+    );
+    assert_eq!(
+        urls,
+        Some(vec![(
+            "https://github.com/o/r.git".into(),
+            Role::GitRemoteUrl
+        )])
+    );
+    assert_eq!(unscoped, Some(vec!["branch".to_string()]));
+    assert_eq!(scope, None);
+
+    // GitHub calls are about an owner and a repository, which no directory bounds.
+    let (_, unscoped, scope) = offer(
+        "github",
+        "get_file_contents",
+        json!({"owner": "o", "repo": "r", "path": "README.md"}),
+    );
+    assert_eq!(
+        unscoped.map(|mut u| {
+            u.sort();
+            u
+        }),
+        Some(vec!["owner".to_string(), "repo".to_string()])
+    );
+    assert_eq!(scope, None);
+
+    // A tool the policy does not know: nothing to resolve, nothing offered.
+    let (urls, unscoped, scope) = offer("nowhere", "nothing", json!({}));
+    assert_eq!((urls, unscoped, scope), (None, None, None));
+}

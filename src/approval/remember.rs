@@ -13,7 +13,9 @@
 //! Never broader than what the person saw: no wildcard, no parent directory, no other tool or
 //! server, no write where the approved call only read, no unresolved path or unparsable URL
 //! (those never match), and no scope for a call with nothing to bound it (no path and no URL
-//! argument), since remembering such a tool would approve any later use of it.
+//! argument), since remembering such a tool would approve any later use of it, nor for a call
+//! with an argument whose role a scope cannot describe (an identifier, a recipient), since
+//! the escalation may have been about that argument.
 
 use std::path::{Path, PathBuf};
 
@@ -67,12 +69,17 @@ pub struct CallSubject {
     pub paths: Vec<SubjectPath>,
     /// The domain of each URL argument; `None` when the value does not parse to one.
     pub domains: Vec<Option<String>>,
+    /// Arguments whose roles a scope cannot bound (identifiers such as a repository, opaque
+    /// values such as a recipient a rule checks against a list). Any one of them rules out
+    /// remembering: the escalation may have been about it.
+    pub unscoped: Vec<String>,
 }
 
 impl CallSubject {
-    /// True when the call names no path and no URL: nothing could bound a scope.
+    /// True when nothing could bound a scope for this call: it names no path and no URL, or
+    /// it carries an argument a scope cannot describe.
     fn unbounded(&self) -> bool {
-        self.paths.is_empty() && self.domains.is_empty()
+        (self.paths.is_empty() && self.domains.is_empty()) || !self.unscoped.is_empty()
     }
 }
 
@@ -181,6 +188,7 @@ mod tests {
             tool: tool.into(),
             paths,
             domains: domains.iter().map(|d| Some(d.to_string())).collect(),
+            unscoped: Vec::new(),
         }
     }
 
@@ -255,6 +263,22 @@ mod tests {
         let mut s = subject("fetch", vec![], &[]);
         s.domains.push(None);
         assert_eq!(RememberScope::offer(&s), None);
+        // An argument a scope cannot describe (say, the recipient a rule checks).
+        let mut s = subject("send", vec![path("/w/a/f", false)], &[]);
+        s.unscoped.push("to".into());
+        assert_eq!(RememberScope::offer(&s), None);
+    }
+
+    #[test]
+    fn an_unscoped_argument_is_never_covered() {
+        // The scope was remembered for attachments in /w/a; a later call that also names a
+        // recipient (which the policy may have escalated on) is not covered.
+        let scope =
+            RememberScope::offer(&subject("send", vec![path("/w/a/f", false)], &[])).unwrap();
+        let mut later = subject("send", vec![path("/w/a/g", false)], &[]);
+        assert!(scope.covers(&later));
+        later.unscoped.push("to".into());
+        assert!(!scope.covers(&later));
     }
 
     #[test]

@@ -75,6 +75,11 @@ impl CallPolicy for EngineStage {
         policy.url_arguments(call.server, call.tool, call.arguments)
     }
 
+    fn unscoped_arguments<'a>(&self, call: &CallInfo<'a>) -> Option<Vec<&'a str>> {
+        let policy = self.policy.read().ok()?;
+        policy.unscoped_arguments(call.server, call.tool, call.arguments)
+    }
+
     fn tools_listed(&self, server: &str, tools: &[rmcp::model::Tool]) {
         // The engine reads schemas as `Value`s; this runs only when a tool list changes.
         let schemas: Vec<serde_json::Value> = tools

@@ -94,11 +94,15 @@ pub async fn call_tool(
         (None, Decision::Deny) => Some(format!("DENIED by policy: {}", verdict.reason)),
         (None, Decision::Escalate) => {
             let url_args = shared.stages.policy.url_arguments(&call);
+            let unscoped = shared.stages.policy.unscoped_arguments(&call);
             let subject = remembered::subject(
                 &slot.name,
                 &tool,
-                path_args.as_deref(),
-                url_args.as_deref(),
+                &remembered::CallArgs {
+                    paths: path_args.as_deref(),
+                    urls: url_args.as_deref(),
+                    unscoped: unscoped.as_deref(),
+                },
                 cwd,
                 slot.roots.options().home.as_deref(),
             );

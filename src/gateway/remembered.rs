@@ -70,17 +70,26 @@ impl Remembered {
     }
 }
 
+/// The arguments of one escalated call, as the policy reads them (`None`: the policy does
+/// not know the tool).
+pub struct CallArgs<'c, 'a> {
+    pub paths: Option<&'c [PathArg<'a>]>,
+    pub urls: Option<&'c [(&'a str, Role)]>,
+    pub unscoped: Option<&'c [&'a str]>,
+}
+
 /// What an escalated call touches, resolved on the host. `None` when the policy does not
-/// know the tool's path or URL arguments (nothing can be remembered or matched then).
+/// know the tool's arguments (nothing can be remembered or matched then).
 pub fn subject(
     server: &str,
     tool: &str,
-    paths: Option<&[PathArg<'_>]>,
-    urls: Option<&[(&str, Role)]>,
+    args: &CallArgs<'_, '_>,
     cwd: Option<&Path>,
     home: Option<&Path>,
 ) -> Option<CallSubject> {
     let base = Base { cwd, home };
+    let (paths, urls) = (args.paths, args.urls);
+    let unscoped = args.unscoped?.iter().map(|s| s.to_string()).collect();
     let paths = paths?
         .iter()
         .map(|a| {
@@ -99,6 +108,7 @@ pub fn subject(
         tool: tool.to_string(),
         paths,
         domains,
+        unscoped,
     })
 }
 
@@ -166,8 +176,16 @@ mod tests {
         }
     }
 
-    fn subj(tool: &str, args: &[PathArg<'_>], cwd: Option<&Path>) -> CallSubject {
-        subject("fs", tool, Some(args), Some(&[]), cwd, None).unwrap()
+    fn args<'c, 'a>(paths: &'c [PathArg<'a>], urls: &'c [(&'a str, Role)]) -> CallArgs<'c, 'a> {
+        CallArgs {
+            paths: Some(paths),
+            urls: Some(urls),
+            unscoped: Some(&[]),
+        }
+    }
+
+    fn subj(tool: &str, paths: &[PathArg<'_>], cwd: Option<&Path>) -> CallSubject {
+        subject("fs", tool, &args(paths, &[]), cwd, None).unwrap()
     }
 
     /// The scope "approve and remember" offers for a write to root/a/b/f.txt.
@@ -283,8 +301,28 @@ mod tests {
 
     #[test]
     fn unknown_tools_give_no_subject_and_domains_are_hosts() {
-        assert_eq!(subject("fs", "x", None, Some(&[]), None, None), None);
-        assert_eq!(subject("fs", "x", Some(&[]), None, None, None), None);
+        let unknown = |a: CallArgs<'_, '_>| subject("fs", "x", &a, None, None);
+        assert_eq!(
+            unknown(CallArgs {
+                paths: None,
+                ..args(&[], &[])
+            }),
+            None
+        );
+        assert_eq!(
+            unknown(CallArgs {
+                urls: None,
+                ..args(&[], &[])
+            }),
+            None
+        );
+        assert_eq!(
+            unknown(CallArgs {
+                unscoped: None,
+                ..args(&[], &[])
+            }),
+            None
+        );
         assert_eq!(
             domain_of("https://Docs.RS:8443/a?b", Role::FetchUrl).as_deref(),
             Some("docs.rs")
@@ -297,11 +335,11 @@ mod tests {
         );
         assert_eq!(domain_of("nonsense", Role::GitRemoteUrl), None);
         let urls = [("https://docs.rs/x", Role::FetchUrl)];
-        let s = subject("web", "fetch", Some(&[]), Some(&urls), None, None).unwrap();
+        let s = subject("web", "fetch", &args(&[], &urls), None, None).unwrap();
         let scope = RememberScope::offer(&s).unwrap();
         assert_eq!(scope.domains, ["docs.rs"]);
         let other = [("https://docs.rs.evil.example/x", Role::FetchUrl)];
-        let s2 = subject("web", "fetch", Some(&[]), Some(&other), None, None).unwrap();
+        let s2 = subject("web", "fetch", &args(&[], &other), None, None).unwrap();
         assert!(!scope.covers(&s2));
     }
 

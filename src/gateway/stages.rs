@@ -95,6 +95,13 @@ pub trait CallPolicy: Send + Sync + 'static {
     ) -> Option<Vec<(&'a str, crate::policy::Role)>> {
         Some(Vec::new())
     }
+
+    /// Names of the call's arguments whose roles are neither paths nor URLs (identifiers,
+    /// opaque values a rule may read): a call with any is never remembered or matched by a
+    /// remembered scope. `None` when the policy does not know the tool. Default: none.
+    fn unscoped_arguments<'a>(&self, _call: &CallInfo<'a>) -> Option<Vec<&'a str>> {
+        Some(Vec::new())
+    }
 }
 
 /// The default until a policy engine is configured: allows everything, and says so once.
