@@ -144,6 +144,7 @@ fn bench_audit(c: &mut Criterion) {
             reason: "Policy permits reading in Downloads".into(),
         },
         escalation_result: None,
+        escalation_decided_by: None,
         result: CallResult {
             status: ResultStatus::Success,
             error: None,
@@ -154,6 +155,8 @@ fn bench_audit(c: &mut Criterion) {
         degradation: vec![],
         approved_roots: vec![],
         network_refusals: vec![],
+        remembered_scope: None,
+        approved_by_scope: None,
     };
     c.bench_function("audit append+flush (redacted, chained)", |b| {
         b.iter(|| log.append(black_box(&rec)).unwrap())

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Answer, Approver, Decision, EscalationRequest};
+use super::{Answer, Approver, ApproverKind, Decision, EscalationRequest};
 
 pub struct ApprovalChain {
     approvers: Vec<Arc<dyn Approver>>,
@@ -34,18 +34,29 @@ impl ApprovalChain {
                     ))
                 });
             match answer {
-                Answer::Approve => {
+                Answer::Approve | Answer::ApproveAndRemember => {
+                    // Only a person widens a session: a program's approval covers one call,
+                    // and nothing is remembered that the request did not offer.
+                    let remember = answer == Answer::ApproveAndRemember
+                        && kind != ApproverKind::Exec
+                        && req.remember_scope.is_some();
                     return Decision {
                         approved: true,
                         decided_by: Some(kind),
-                        detail: format!("approved by {kind}"),
-                    }
+                        detail: if remember {
+                            format!("approved and remembered for this session by {kind}")
+                        } else {
+                            format!("approved by {kind}")
+                        },
+                        remember,
+                    };
                 }
                 Answer::Deny(why) => {
                     return Decision {
                         approved: false,
                         decided_by: Some(kind),
                         detail: why,
+                        remember: false,
                     }
                 }
                 Answer::Pass(why) => {
@@ -66,6 +77,7 @@ impl ApprovalChain {
             approved: false,
             decided_by: None,
             detail,
+            remember: false,
         }
     }
 }
@@ -73,7 +85,6 @@ impl ApprovalChain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::approval::ApproverKind;
     use futures::future::BoxFuture;
 
     struct Fixed(ApproverKind, Answer);
@@ -143,6 +154,48 @@ mod tests {
         let d = chain.decide(&req()).await;
         assert!(!d.approved);
         assert_eq!(d.decided_by, None);
+    }
+
+    fn offered() -> EscalationRequest {
+        req().with_remember_scope(Some(crate::approval::RememberScope {
+            server: "fs".into(),
+            tool: "write".into(),
+            dirs: vec![crate::approval::RememberedDir {
+                path: "/w/d".into(),
+                access: crate::sandbox::Access::Rw,
+            }],
+            domains: vec![],
+        }))
+    }
+
+    #[tokio::test]
+    async fn a_human_may_remember_an_offered_scope() {
+        let chain = ApprovalChain::new(
+            vec![Arc::new(Fixed(
+                ApproverKind::Dir,
+                Answer::ApproveAndRemember,
+            ))],
+            Duration::from_secs(5),
+        );
+        let d = chain.decide(&offered()).await;
+        assert!(d.approved && d.remember, "{d:?}");
+        // Nothing offered, nothing remembered: the approval covers this one call.
+        let d = chain.decide(&req()).await;
+        assert!(d.approved && !d.remember, "{d:?}");
+    }
+
+    #[tokio::test]
+    async fn a_program_never_remembers() {
+        let chain = ApprovalChain::new(
+            vec![Arc::new(Fixed(
+                ApproverKind::Exec,
+                Answer::ApproveAndRemember,
+            ))],
+            Duration::from_secs(5),
+        );
+        let d = chain.decide(&offered()).await;
+        assert!(d.approved && !d.remember, "{d:?}");
+        assert_eq!(d.decided_by, Some(ApproverKind::Exec));
     }
 
     #[tokio::test(start_paused = true)]

@@ -2,7 +2,9 @@
 //! temporary file, then rename; mode 0600) and waits for `response-<id>.json` holding
 //! `{"decision": "approved"|"denied"}`. It watches the directory with inotify and also
 //! polls, so a missed or unsupported event only costs latency. Anything malformed,
-//! unreadable or late is a denial. Both files are removed afterwards.
+//! unreadable or late is a denial. Both files are removed afterwards. Palisade's extension:
+//! the request may carry `rememberScope`, and `"remember": true` next to `approved` accepts it
+//! (responses without the field, as IronCurtain writes them, approve once).
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -159,6 +161,10 @@ impl std::os::fd::AsRawFd for InotifyFd {
 #[serde(deny_unknown_fields)]
 struct ResponseFile {
     decision: String,
+    /// Palisade's extension: `true` with `approved` remembers the scope the request offered
+    /// (`rememberScope`). IronCurtain's responses do not carry it.
+    #[serde(default)]
+    remember: bool,
 }
 
 async fn read_response(path: &Path) -> Answer {
@@ -176,6 +182,7 @@ async fn read_response(path: &Path) -> Answer {
         Err(e) => return Answer::Deny(format!("response unreadable: {e}")),
     };
     match serde_json::from_slice::<ResponseFile>(&text) {
+        Ok(r) if r.decision == "approved" && r.remember => Answer::ApproveAndRemember,
         Ok(r) if r.decision == "approved" => Answer::Approve,
         Ok(r) if r.decision == "denied" => Answer::Deny("denied by a human (file IPC)".into()),
         Ok(r) => Answer::Deny(format!(
@@ -254,13 +261,27 @@ impl PendingRequest {
 
 /// Writes the response for `escalation_id` in `dir`.
 pub fn write_response(dir: &Path, escalation_id: &str, approved: bool) -> std::io::Result<()> {
+    write_response_remembering(dir, escalation_id, approved, false)
+}
+
+/// Writes the response for `escalation_id` in `dir`; `remember` (with `approved`) asks the
+/// gateway to remember the scope the request offered for the rest of its session.
+pub fn write_response_remembering(
+    dir: &Path,
+    escalation_id: &str,
+    approved: bool,
+    remember: bool,
+) -> std::io::Result<()> {
     if !is_safe_id(escalation_id) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "escalation id is not a plain identifier",
         ));
     }
-    let body = serde_json::json!({"decision": if approved {"approved"} else {"denied"}});
+    let mut body = serde_json::json!({"decision": if approved {"approved"} else {"denied"}});
+    if approved && remember {
+        body["remember"] = serde_json::Value::Bool(true);
+    }
     write_atomically(
         dir,
         &dir.join(format!("response-{escalation_id}.json")),
@@ -325,6 +346,39 @@ mod tests {
             matches!(answer, Answer::Deny(ref m) if m.contains("malformed")),
             "{answer:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn remember_is_read_only_with_an_approval_and_must_be_a_boolean() {
+        let (answer, _d) = run(br#"{"decision": "approved", "remember": true}"#).await;
+        assert_eq!(answer, Answer::ApproveAndRemember);
+        let (answer, _d) = run(br#"{"decision": "approved", "remember": false}"#).await;
+        assert_eq!(answer, Answer::Approve);
+        let (answer, _d) = run(br#"{"decision": "denied", "remember": true}"#).await;
+        assert!(matches!(answer, Answer::Deny(_)), "{answer:?}");
+        let (answer, _d) = run(br#"{"decision": "approved", "remember": "yes"}"#).await;
+        assert!(
+            matches!(answer, Answer::Deny(ref m) if m.contains("malformed")),
+            "{answer:?}"
+        );
+    }
+
+    #[test]
+    fn responses_written_for_a_person_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        write_response_remembering(dir.path(), "a-1", true, true).unwrap();
+        write_response_remembering(dir.path(), "a-2", false, true).unwrap();
+        let read = |id: &str| {
+            serde_json::from_slice::<serde_json::Value>(
+                &std::fs::read(dir.path().join(format!("response-{id}.json"))).unwrap(),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            read("a-1"),
+            serde_json::json!({"decision": "approved", "remember": true})
+        );
+        assert_eq!(read("a-2"), serde_json::json!({"decision": "denied"}));
     }
 
     #[tokio::test]

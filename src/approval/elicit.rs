@@ -1,7 +1,8 @@
 //! `elicit`: ask the person behind the upstream MCP client through `elicitation/create`.
 //! The gateway implements `Elicitor` over its upstream peer; this module only turns the
 //! request into a question and the outcome into an answer. Decline, cancel, an error or a
-//! timeout is a denial.
+//! timeout is a denial. When the request offers a scope to remember, the form gains an
+//! optional `remember` boolean and the message says what it would allow.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,9 @@ use super::{Answer, Approver, ApproverKind, EscalationRequest};
 pub enum ElicitOutcome {
     /// Accepted the form with `approve: true`.
     Approved,
+    /// Accepted with `approve: true` and `remember: true` (only offered when the request
+    /// carries a scope).
+    ApprovedAndRemember,
     /// Accepted the form but did not tick approve.
     Rejected,
     Declined,
@@ -44,8 +48,15 @@ impl ElicitApprover {
 
     /// The message shown to the user.
     pub fn message(req: &EscalationRequest) -> String {
+        let offer = match &req.remember_scope {
+            Some(scope) => format!(
+                "\nTick \"remember\" as well to approve {}.",
+                scope.describe()
+            ),
+            None => String::new(),
+        };
         format!(
-            "Palisade: the agent wants to call `{}` on server `{}`.\nWhy this needs you: {}\nArguments: {}\nApprove this one call?",
+            "Palisade: the agent wants to call `{}` on server `{}`.\nWhy this needs you: {}\nArguments: {}\nApprove this one call?{offer}",
             req.tool_name, req.server_name, req.reason, req.arguments
         )
     }
@@ -59,6 +70,20 @@ impl ElicitApprover {
             },
             "required": ["approve"]
         })
+    }
+
+    /// The form for `req`: the yes/no form, plus an optional `remember` boolean when the
+    /// request offers a scope.
+    pub fn schema_for(req: &EscalationRequest) -> serde_json::Value {
+        let mut schema = Self::schema();
+        if req.remember_scope.is_some() {
+            schema["properties"]["remember"] = serde_json::json!({
+                "type": "boolean",
+                "title": "Remember for this session (same tool, same directories or domains)",
+                "default": false
+            });
+        }
+        schema
     }
 }
 
@@ -74,15 +99,51 @@ impl Approver for ElicitApprover {
             }
             match self
                 .elicitor
-                .elicit(Self::message(req), Self::schema(), timeout)
+                .elicit(Self::message(req), Self::schema_for(req), timeout)
                 .await
             {
                 Ok(ElicitOutcome::Approved) => Answer::Approve,
+                Ok(ElicitOutcome::ApprovedAndRemember) => Answer::ApproveAndRemember,
                 Ok(ElicitOutcome::Rejected) => Answer::Deny("the user did not approve".into()),
                 Ok(ElicitOutcome::Declined) => Answer::Deny("the user declined".into()),
                 Ok(ElicitOutcome::Cancelled) => Answer::Deny("the user cancelled".into()),
                 Err(e) => Answer::Deny(format!("elicitation failed: {e}")),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> EscalationRequest {
+        EscalationRequest::new(
+            "fs",
+            "write_file",
+            serde_json::json!({"path": "/w/d/f"}),
+            "writes need approval",
+            serde_json::json!({}),
+        )
+    }
+
+    #[test]
+    fn the_form_offers_remember_only_with_a_scope() {
+        assert_eq!(ElicitApprover::schema_for(&req()), ElicitApprover::schema());
+        assert!(!ElicitApprover::message(&req()).contains("remember"));
+        let offered = req().with_remember_scope(Some(crate::approval::RememberScope {
+            server: "fs".into(),
+            tool: "write_file".into(),
+            dirs: vec![crate::approval::RememberedDir {
+                path: "/w/d".into(),
+                access: crate::sandbox::Access::Rw,
+            }],
+            domains: vec![],
+        }));
+        let schema = ElicitApprover::schema_for(&offered);
+        assert_eq!(schema["properties"]["remember"]["type"], "boolean");
+        assert_eq!(schema["required"], serde_json::json!(["approve"]));
+        let m = ElicitApprover::message(&offered);
+        assert!(m.contains("in /w/d (read-write)"), "{m}");
     }
 }

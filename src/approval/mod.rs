@@ -6,19 +6,23 @@
 //! controlling terminal, never the MCP stdio), `elicit` (MCP elicitation to the upstream
 //! client, through the `Elicitor` the gateway provides), `exec:CMD` (a program that may
 //! approve or pass the question on, never deny on a human's behalf), and `auto`.
+//! `remember` defines the "approve and remember" scope a human approver may accept with an
+//! approval (`Answer::ApproveAndRemember`); the gateway keeps accepted scopes per session.
 
 mod chain;
 mod dir;
 mod elicit;
 mod exec;
+mod remember;
 mod request;
 mod spec;
 mod tty;
 
 pub use chain::ApprovalChain;
-pub use dir::{write_response, DirApprover, PendingRequest};
+pub use dir::{write_response, write_response_remembering, DirApprover, PendingRequest};
 pub use elicit::{ElicitApprover, ElicitOutcome, Elicitor};
 pub use exec::ExecApprover;
+pub use remember::{CallSubject, RememberScope, RememberedDir, SubjectPath};
 pub use request::{Answer, ApproverKind, Decision, EscalationRequest};
 pub use spec::{build as build_chain, parse_escalation, ApproverSpec, SpecError, TIMEOUT_RANGE};
 pub use tty::TtyApprover;

@@ -16,6 +16,10 @@ pub struct EscalationRequest {
     /// Extra context: the rule name, the roles involved, what an approval would grant.
     #[serde(default)]
     pub context: serde_json::Value,
+    /// What "approve and remember" would add to the session, when it is offered for this call
+    /// (absent otherwise; readers that do not know it can ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remember_scope: Option<super::RememberScope>,
 }
 
 impl EscalationRequest {
@@ -33,7 +37,14 @@ impl EscalationRequest {
             arguments,
             reason: reason.into(),
             context,
+            remember_scope: None,
         }
+    }
+
+    /// Offers `scope` to be remembered with an approval of this call.
+    pub fn with_remember_scope(mut self, scope: Option<super::RememberScope>) -> Self {
+        self.remember_scope = scope;
+        self
     }
 }
 
@@ -65,6 +76,9 @@ impl std::fmt::Display for ApproverKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
     Approve,
+    /// Approve, and remember the scope the request offered for the rest of the session.
+    /// Only human approvers answer this, and only when the request carries a scope.
+    ApproveAndRemember,
     /// Denied, with why (shown to the agent).
     Deny(String),
     /// This approver does not decide; ask the next one (why is logged).
@@ -79,6 +93,8 @@ pub struct Decision {
     /// The approver that decided; `None` when nobody did (then it is a denial).
     pub decided_by: Option<ApproverKind>,
     pub detail: String,
+    /// True when the approver asked to remember the offered scope (never for `exec`).
+    pub remember: bool,
 }
 
 impl Decision {

@@ -1,5 +1,6 @@
 //! `tty`: ask on the controlling terminal (`/dev/tty`), never on the MCP stdio. One question
-//! at a time (a terminal cannot hold two conversations); only an explicit `y`/`yes` approves.
+//! at a time (a terminal cannot hold two conversations); only an explicit `y`/`yes` approves,
+//! or `a` ("approve and remember") when the request offers a scope, which the prompt shows.
 
 use std::io::{BufRead, Write};
 use std::os::fd::AsFd;
@@ -51,8 +52,11 @@ impl Approver for TtyApprover {
             let _turn = self.one_at_a_time.lock().await;
             let path = self.path.clone();
             let question = question(req);
-            let asked =
-                tokio::task::spawn_blocking(move || ask_blocking(&path, &question, deadline)).await;
+            let offered = req.remember_scope.is_some();
+            let asked = tokio::task::spawn_blocking(move || {
+                ask_blocking(&path, &question, offered, deadline)
+            })
+            .await;
             match asked {
                 Ok(answer) => answer,
                 Err(e) => Answer::Deny(format!("terminal prompt failed: {e}")),
@@ -62,13 +66,27 @@ impl Approver for TtyApprover {
 }
 
 fn question(req: &EscalationRequest) -> String {
+    let offer = match &req.remember_scope {
+        Some(scope) => format!("  or a:   approve and remember: {}\n", scope.describe()),
+        None => String::new(),
+    };
+    let choices = if req.remember_scope.is_some() {
+        "(y once, a remember) "
+    } else {
+        ""
+    };
     format!(
-        "\n[palisade] approval needed\n  server: {}\n  tool:   {}\n  args:   {}\n  why:    {}\nApprove this call? [y/N] ",
+        "\n[palisade] approval needed\n  server: {}\n  tool:   {}\n  args:   {}\n  why:    {}\n{offer}Approve this call? {choices}[y/N] ",
         req.server_name, req.tool_name, req.arguments, req.reason
     )
 }
 
-fn ask_blocking(path: &std::path::Path, question: &str, deadline: Instant) -> Answer {
+fn ask_blocking(
+    path: &std::path::Path,
+    question: &str,
+    offered: bool,
+    deadline: Instant,
+) -> Answer {
     let tty = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -101,8 +119,15 @@ fn ask_blocking(path: &std::path::Path, question: &str, deadline: Instant) -> An
         return Answer::Deny(format!("cannot read the terminal: {e}"));
     }
     tracing::debug!(answer = %line.trim(), "terminal answer");
+    read_answer(&line, offered)
+}
+
+/// Only an explicit yes approves; `a` remembers only when a scope was offered (otherwise it
+/// was not among the choices shown, so it is not a yes).
+fn read_answer(line: &str, offered: bool) -> Answer {
     match line.trim().to_ascii_lowercase().as_str() {
         "y" | "yes" => Answer::Approve,
+        "a" | "always" if offered => Answer::ApproveAndRemember,
         other => Answer::Deny(format!("denied at the terminal (answered `{other}`)")),
     }
 }
@@ -172,6 +197,41 @@ mod tests {
         h.join().unwrap();
         assert!(matches!(answer, Answer::Deny(_)));
         drop(pty.slave);
+    }
+
+    #[tokio::test]
+    async fn a_remembers_only_what_was_offered_and_shown() {
+        let scope = crate::approval::RememberScope {
+            server: "fs".into(),
+            tool: "write".into(),
+            dirs: vec![crate::approval::RememberedDir {
+                path: "/tmp".into(),
+                access: crate::sandbox::Access::Rw,
+            }],
+            domains: vec![],
+        };
+        let pty = openpty(None, None).unwrap();
+        let approver = TtyApprover::with_path(slave_path(&pty));
+        let h = human(pty.master, b"a\n");
+        let answer = approver
+            .ask(
+                &req().with_remember_scope(Some(scope)),
+                Duration::from_secs(10),
+            )
+            .await;
+        let (shown, _master) = h.join().unwrap();
+        assert_eq!(answer, Answer::ApproveAndRemember);
+        assert!(
+            shown.contains("approve and remember: every later call of fs/write in this session")
+                && shown.contains("in /tmp (read-write)")
+                && shown.contains("(y once, a remember) [y/N]"),
+            "{shown}"
+        );
+        drop(pty.slave);
+        // Without an offer, `a` is not a choice and not a yes.
+        assert!(matches!(read_answer("a\n", false), Answer::Deny(_)));
+        assert_eq!(read_answer("always\n", true), Answer::ApproveAndRemember);
+        assert_eq!(read_answer("Y\n", true), Answer::Approve);
     }
 
     #[tokio::test]

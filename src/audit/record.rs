@@ -22,6 +22,10 @@ pub struct AuditRecord {
     pub policy_decision: PolicyDecisionRecord,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalation_result: Option<EscalationResult>,
+    /// Who decided the escalation: an approver kind (`dir`, `tty`, `elicit`, `exec`), or
+    /// `remembered` when a scope remembered earlier in the session approved it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation_decided_by: Option<String>,
     pub result: CallResult,
     pub duration_ms: u64,
     /// True only when the server really runs inside an OS sandbox (not in warn mode, not
@@ -39,6 +43,12 @@ pub struct AuditRecord {
     /// Connections the egress proxy refused for this server during the call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub network_refusals: Vec<NetworkRefusal>,
+    /// The scope this call's approval remembered for the rest of the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remembered_scope: Option<crate::approval::RememberScope>,
+    /// The remembered scope that approved this call without asking anyone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by_scope: Option<crate::approval::RememberScope>,
 }
 
 /// A directory an approved escalation made a root of its server.

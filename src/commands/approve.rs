@@ -1,6 +1,7 @@
 //! `palisade approve --dir PATH`: the human side of file-IPC escalations, for a second
-//! terminal. Lists pending requests and asks about each, or answers all at once. This
-//! command talks to a person, so it prints on stdout.
+//! terminal. Lists pending requests and asks about each, or answers all at once; `a` (or
+//! `--remember`) approves and remembers the scope a request offers. This command talks to a
+//! person, so it prints on stdout.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
-use crate::approval::{write_response, PendingRequest};
+use crate::approval::{write_response_remembering, PendingRequest};
 
 /// Answer pending escalations written by `palisade serve --escalation dir:PATH`.
 #[derive(Debug, Args)]
@@ -26,6 +27,11 @@ pub struct ApproveArgs {
     /// Only list pending requests.
     #[arg(long, conflicts_with_all = ["all", "deny_all"])]
     pub list: bool,
+    /// With each approval, also remember the scope the request offers (`rememberScope`: same
+    /// server and tool, same directories or domains) for the rest of the gateway's session.
+    /// Interactively, answering `a` does the same for one request.
+    #[arg(long, conflicts_with_all = ["deny_all", "list"])]
+    pub remember: bool,
 }
 
 pub fn run(args: ApproveArgs) -> anyhow::Result<ExitCode> {
@@ -51,21 +57,46 @@ pub fn run(args: ApproveArgs) -> anyhow::Result<ExitCode> {
             "\n{}\n  server: {}\n  tool:   {}\n  args:   {}\n  why:    {}",
             r.escalation_id, r.server_name, r.tool_name, r.arguments, r.reason
         );
-        let approved = if args.list {
+        let offered = r.remember_scope.as_ref();
+        if let Some(scope) = offered {
+            println!("  or a:   approve and remember: {}", scope.describe());
+        }
+        let (approved, remember) = if args.list {
             continue;
         } else if args.all {
-            true
+            (true, args.remember)
         } else if args.deny_all {
-            false
+            (false, false)
         } else {
-            print!("Approve? [y/N] ");
+            if offered.is_some() {
+                print!("Approve? (y once, a remember) [y/N] ");
+            } else {
+                print!("Approve? [y/N] ");
+            }
             out.flush()?;
             let answer = lines.next().transpose()?.unwrap_or_default();
-            matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+            match answer.trim().to_ascii_lowercase().as_str() {
+                "y" | "yes" => (true, args.remember),
+                "a" | "always" if offered.is_some() => (true, true),
+                _ => (false, false),
+            }
         };
-        write_response(&args.dir, &r.escalation_id, approved)
+        // Remembering needs a scope the gateway offered; without one the approval covers
+        // this call only, and the person is told so.
+        let remember = remember && offered.is_some();
+        if args.remember && approved && offered.is_none() {
+            println!("  (nothing to remember: this request offers no scope)");
+        }
+        write_response_remembering(&args.dir, &r.escalation_id, approved, remember)
             .with_context(|| format!("cannot write the response for {}", r.escalation_id))?;
-        println!("  -> {}", if approved { "approved" } else { "denied" });
+        println!(
+            "  -> {}",
+            match (approved, remember) {
+                (true, true) => "approved and remembered for this session",
+                (true, false) => "approved",
+                _ => "denied",
+            }
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

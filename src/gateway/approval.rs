@@ -13,9 +13,9 @@ use rmcp::model::{
 };
 use rmcp::service::PeerRequestOptions;
 
-use super::stages::{ApprovalOutcome, ApprovalStage, CallInfo, PolicyVerdict};
+use super::stages::{Approval, ApprovalOutcome, ApprovalStage, CallInfo, PolicyVerdict};
 use super::upstream_link::UpstreamLink;
-use crate::approval::{ApprovalChain, ElicitOutcome, Elicitor, EscalationRequest};
+use crate::approval::{ApprovalChain, ElicitOutcome, Elicitor, EscalationRequest, RememberScope};
 
 impl ApprovalStage for ApprovalChain {
     fn approve<'a>(
@@ -23,6 +23,16 @@ impl ApprovalStage for ApprovalChain {
         call: &CallInfo<'_>,
         verdict: &PolicyVerdict,
     ) -> BoxFuture<'a, ApprovalOutcome> {
+        let asked = self.approve_offering(call, verdict, None);
+        Box::pin(async move { asked.await.outcome })
+    }
+
+    fn approve_offering<'a>(
+        &'a self,
+        call: &CallInfo<'_>,
+        verdict: &PolicyVerdict,
+        offer: Option<&RememberScope>,
+    ) -> BoxFuture<'a, Approval> {
         let req = EscalationRequest::new(
             call.server,
             call.tool,
@@ -34,10 +44,11 @@ impl ApprovalStage for ApprovalChain {
             ),
             &verdict.reason,
             serde_json::json!({ "rule": verdict.rule }),
-        );
+        )
+        .with_remember_scope(offer.cloned());
         Box::pin(async move {
             let decision = self.decide(&req).await;
-            if decision.approved {
+            let outcome = if decision.approved {
                 ApprovalOutcome::Approved {
                     by: decision
                         .decided_by
@@ -47,6 +58,10 @@ impl ApprovalStage for ApprovalChain {
                 ApprovalOutcome::Denied {
                     reason: decision.detail,
                 }
+            };
+            Approval {
+                remember: decision.approved && decision.remember,
+                outcome,
             }
         })
     }
@@ -103,7 +118,15 @@ impl Elicitor for UpstreamElicitor {
                             .and_then(|c| c.get("approve"))
                             .and_then(serde_json::Value::as_bool)
                             == Some(true);
-                        if approved {
+                        let remember = r
+                            .content
+                            .as_ref()
+                            .and_then(|c| c.get("remember"))
+                            .and_then(serde_json::Value::as_bool)
+                            == Some(true);
+                        if approved && remember {
+                            ElicitOutcome::ApprovedAndRemember
+                        } else if approved {
                             ElicitOutcome::Approved
                         } else {
                             ElicitOutcome::Rejected

@@ -67,6 +67,19 @@ impl CallPolicy for EngineStage {
         policy.path_arguments(call.server, call.tool, call.arguments)
     }
 
+    fn url_arguments<'a>(
+        &self,
+        call: &CallInfo<'a>,
+    ) -> Option<Vec<(&'a str, crate::policy::Role)>> {
+        let policy = self.policy.read().ok()?;
+        policy.url_arguments(call.server, call.tool, call.arguments)
+    }
+
+    fn unscoped_arguments<'a>(&self, call: &CallInfo<'a>) -> Option<Vec<&'a str>> {
+        let policy = self.policy.read().ok()?;
+        policy.unscoped_arguments(call.server, call.tool, call.arguments)
+    }
+
     fn tools_listed(&self, server: &str, tools: &[rmcp::model::Tool]) {
         // The engine reads schemas as `Value`s; this runs only when a tool list changes.
         let schemas: Vec<serde_json::Value> = tools
@@ -144,6 +157,10 @@ pub fn to_audit_record(rec: &CallRecord) -> AuditRecord {
             ApprovalOutcome::Approved { .. } => EscalationResult::Approved,
             ApprovalOutcome::Denied { .. } => EscalationResult::Denied,
         }),
+        escalation_decided_by: rec.escalation_result.as_ref().and_then(|e| match e {
+            ApprovalOutcome::Approved { by } => Some(by.clone()),
+            ApprovalOutcome::Denied { .. } => None,
+        }),
         result: match &rec.result {
             CallOutcome::Success => CallResult {
                 status: ResultStatus::Success,
@@ -186,6 +203,8 @@ pub fn to_audit_record(rec: &CallRecord) -> AuditRecord {
                 reason: e.reason.to_string(),
             })
             .collect(),
+        remembered_scope: rec.remembered_scope.clone(),
+        approved_by_scope: rec.approved_by_scope.clone(),
     }
 }
 

@@ -21,6 +21,7 @@ pub mod network;
 pub mod pipeline;
 pub mod progress;
 pub mod registry;
+pub mod remembered;
 pub mod roots;
 pub mod spawn;
 pub mod stages;
@@ -47,8 +48,8 @@ use crate::config::GatewayConfig;
 use crate::sandbox::launch::Enforcement;
 
 pub use stages::{
-    AllowAll, ApprovalOutcome, ApprovalStage, AuditError, AuditSink, CallInfo, CallOutcome,
-    CallPolicy, CallRecord, Decision, LogAudit, NoApprover, PolicyVerdict, Stages,
+    AllowAll, Approval, ApprovalOutcome, ApprovalStage, AuditError, AuditSink, CallInfo,
+    CallOutcome, CallPolicy, CallRecord, Decision, LogAudit, NoApprover, PolicyVerdict, Stages,
 };
 pub use state::{Limits, Status};
 pub use upstream_link::UpstreamLink;

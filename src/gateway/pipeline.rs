@@ -1,7 +1,7 @@
 //! The call pipeline for `tools/call`, one explicit stage per step:
 //!
-//! route → agent's roots → policy → approval → widen roots/sandbox → roots check → forward
-//! → annotate → audit
+//! route → agent's roots → policy → approval (remembered scopes first) → widen roots/sandbox
+//! → roots check → forward → annotate → audit
 //!
 //! Every call that reaches `route` successfully produces exactly one audit record, written
 //! before the answer goes upstream; when the audit sink fails, the call fails closed with an
@@ -27,10 +27,14 @@ use super::registry::Route;
 use super::roots::RootSet;
 use super::stages::{ApprovalOutcome, CallInfo, CallOutcome, CallRecord, Decision};
 use super::state::{Shared, Slot, Status};
-use super::widen;
+use super::{remembered, widen};
+use crate::approval::RememberScope;
 use crate::policy::PathArg;
 use crate::roots::guard::Need;
 use crate::sandbox::launch::Enforcement;
+
+/// Who decided an escalation that a remembered scope approved (`escalationDecidedBy`).
+pub const REMEMBERED: &str = "remembered";
 
 /// What one call produced, before audit.
 enum Answer {
@@ -78,14 +82,53 @@ pub async fn call_tool(
     // Stage 2: policy.
     let verdict = shared.stages.policy.decide(&call);
 
-    // Stage 3: approval.
+    // Stage 3: approval. An escalation a remembered scope covers is approved without asking
+    // (a deny is never looked up); otherwise the approver is asked, offered the scope this
+    // call could remember.
     let mut escalation = None;
+    let mut remembered_scope = None;
+    let mut approved_by_scope = None;
     let denial = match (&narrowed, verdict.decision) {
         (Some(why), _) => Some(why.clone()),
         (None, Decision::Allow) => None,
         (None, Decision::Deny) => Some(format!("DENIED by policy: {}", verdict.reason)),
         (None, Decision::Escalate) => {
-            let outcome = shared.stages.approver.approve(&call, &verdict).await;
+            let url_args = shared.stages.policy.url_arguments(&call);
+            let unscoped = shared.stages.policy.unscoped_arguments(&call);
+            let subject = remembered::subject(
+                &slot.name,
+                &tool,
+                &remembered::CallArgs {
+                    paths: path_args.as_deref(),
+                    urls: url_args.as_deref(),
+                    unscoped: unscoped.as_deref(),
+                },
+                cwd,
+                slot.roots.options().home.as_deref(),
+            );
+            let known = subject.as_ref().and_then(|s| shared.remembered.find(s));
+            let outcome = if let Some(scope) = known {
+                tracing::info!(server = %slot.name, tool = %tool, "approved by a remembered scope");
+                approved_by_scope = Some(scope);
+                ApprovalOutcome::Approved {
+                    by: REMEMBERED.into(),
+                }
+            } else {
+                let offer = subject.as_ref().and_then(RememberScope::offer);
+                let approval = shared
+                    .stages
+                    .approver
+                    .approve_offering(&call, &verdict, offer.as_ref())
+                    .await;
+                if approval.remember && matches!(approval.outcome, ApprovalOutcome::Approved { .. })
+                {
+                    if let Some(scope) = offer {
+                        shared.remembered.add(scope.clone());
+                        remembered_scope = Some(scope);
+                    }
+                }
+                approval.outcome
+            };
             let denial = match &outcome {
                 ApprovalOutcome::Approved { .. } => None,
                 ApprovalOutcome::Denied { reason } => Some(format!(
@@ -177,6 +220,8 @@ pub async fn call_tool(
         enforcement,
         approved_roots,
         network_refusals,
+        remembered_scope,
+        approved_by_scope,
     };
     if let Err(e) = shared.stages.audit.record(&record) {
         tracing::error!(server = %slot.name, tool = %tool, "audit write failed: {e}");

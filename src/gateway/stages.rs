@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::approval::RememberScope;
 use crate::sandbox::launch::Enforcement;
 
 /// One tool call as the policy sees it.
@@ -84,6 +85,23 @@ pub trait CallPolicy: Send + Sync + 'static {
     fn path_arguments<'a>(&self, _call: &CallInfo<'a>) -> Option<Vec<crate::policy::PathArg<'a>>> {
         Some(Vec::new())
     }
+
+    /// The call's URL-role argument values, each with the role it is read as, for matching
+    /// remembered approvals by domain. `None` when the policy does not know the tool (then no
+    /// remembered scope can match). Default (no engine): none known.
+    fn url_arguments<'a>(
+        &self,
+        _call: &CallInfo<'a>,
+    ) -> Option<Vec<(&'a str, crate::policy::Role)>> {
+        Some(Vec::new())
+    }
+
+    /// Names of the call's arguments whose roles are neither paths nor URLs (identifiers,
+    /// opaque values a rule may read): a call with any is never remembered or matched by a
+    /// remembered scope. `None` when the policy does not know the tool. Default: none.
+    fn unscoped_arguments<'a>(&self, _call: &CallInfo<'a>) -> Option<Vec<&'a str>> {
+        Some(Vec::new())
+    }
 }
 
 /// The default until a policy engine is configured: allows everything, and says so once.
@@ -118,6 +136,31 @@ pub trait ApprovalStage: Send + Sync + 'static {
         call: &CallInfo<'_>,
         verdict: &PolicyVerdict,
     ) -> BoxFuture<'a, ApprovalOutcome>;
+
+    /// Asks as `approve` does, offering the person to remember `offer` for the session (shown
+    /// in the request). Default: the offer is not shown and nothing is remembered.
+    fn approve_offering<'a>(
+        &'a self,
+        call: &CallInfo<'_>,
+        verdict: &PolicyVerdict,
+        _offer: Option<&RememberScope>,
+    ) -> BoxFuture<'a, Approval> {
+        let asked = self.approve(call, verdict);
+        Box::pin(async move {
+            Approval {
+                outcome: asked.await,
+                remember: false,
+            }
+        })
+    }
+}
+
+/// What the approval stage answered, and whether the person asked to remember the offered
+/// scope (only ever true with an approval).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approval {
+    pub outcome: ApprovalOutcome,
+    pub remember: bool,
 }
 
 /// The default: nobody can be asked, so every escalation is denied.
@@ -172,6 +215,12 @@ pub struct CallRecord {
     /// Connections the egress proxy refused for this server while the call was in flight.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub network_refusals: Vec<crate::egress::RefusalEvent>,
+    /// The scope this call's approval added to the session ("approve and remember").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remembered_scope: Option<RememberScope>,
+    /// The remembered scope that approved this escalated call without asking anyone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approved_by_scope: Option<RememberScope>,
 }
 
 /// Why an audit write failed; the call then fails closed with this message.

@@ -210,6 +210,8 @@ pub struct Shared {
     /// What this machine can enforce, probed once when the gateway starts: a probe runs a
     /// trial sandbox, which every server start and relaunch would otherwise repeat.
     pub caps: Arc<crate::sandbox::capabilities::Capabilities>,
+    /// Approvals remembered in this session ("approve and remember"); never persisted.
+    pub remembered: super::remembered::Remembered,
 }
 
 /// Which upstream list notifications a catalog change calls for.
@@ -238,6 +240,7 @@ impl Shared {
             upstream_roots: Default::default(),
             egress: None,
             caps: Arc::new(caps),
+            remembered: Default::default(),
         }
     }
 

@@ -124,6 +124,8 @@ impl Upstream {
             enforcement: snap.enforcement,
             approved_roots: Vec::new(),
             network_refusals: Vec::new(),
+            remembered_scope: None,
+            approved_by_scope: None,
         };
         if let Err(e) = self.shared.stages.audit.record(&record) {
             tracing::error!(server = %slot.name, "audit write failed: {e}");

@@ -487,6 +487,56 @@ pub(crate) fn path_arguments<'a>(
     Some(out)
 }
 
+/// The URL-role values of a call, each with the first URL role of its argument (the role
+/// `evaluate` reads it as). `None` for a tool the policy does not know.
+pub(crate) fn url_arguments<'a>(
+    policy: &Policy,
+    server: &str,
+    tool: &str,
+    arguments: &'a serde_json::Map<String, Value>,
+) -> Option<Vec<(&'a str, Role)>> {
+    let ann = policy.annotation(server, tool)?;
+    let mut out = Vec::new();
+    for (name, roles) in resolve_roles(ann, arguments) {
+        let Some(role) = roles
+            .iter()
+            .copied()
+            .find(|r| r.category() == RoleCategory::Url)
+        else {
+            continue;
+        };
+        let mut vals = Vec::new();
+        push_strings(arguments.get(name), &mut vals);
+        out.extend(vals.into_iter().map(|v| (v, role)));
+    }
+    Some(out)
+}
+
+/// Names of the arguments present in the call whose roles are neither paths, URLs nor
+/// `none` (identifiers such as a GitHub repo, or opaque values such as an email address a
+/// `lists` condition reads). A remembered approval bounds only paths and URLs, so a call with
+/// any of these is never remembered or matched. `None` for a tool the policy does not know.
+pub(crate) fn unscoped_arguments<'a>(
+    policy: &Policy,
+    server: &str,
+    tool: &str,
+    arguments: &'a serde_json::Map<String, Value>,
+) -> Option<Vec<&'a str>> {
+    let ann = policy.annotation(server, tool)?;
+    let mut out = Vec::new();
+    for (name, roles) in resolve_roles(ann, arguments) {
+        let unscoped = roles.iter().any(|r| {
+            *r != Role::None && !matches!(r.category(), RoleCategory::Path | RoleCategory::Url)
+        });
+        if let Some((key, v)) = arguments.get_key_value(name) {
+            if unscoped && !v.is_null() {
+                out.push(key.as_str());
+            }
+        }
+    }
+    Some(out)
+}
+
 fn resolve_roles<'a>(
     ann: &'a Annotation,
     args: &serde_json::Map<String, Value>,

@@ -264,6 +264,28 @@ impl Policy {
         engine::path_arguments(self, server, tool, arguments)
     }
 
+    /// The URL-role argument values of a call (`fetch-url`, `git-remote-url`), each with the
+    /// role it is read as, resolved as `evaluate` resolves roles. `None` for an unknown tool.
+    pub fn url_arguments<'a>(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: &'a serde_json::Map<String, serde_json::Value>,
+    ) -> Option<Vec<(&'a str, Role)>> {
+        engine::url_arguments(self, server, tool, arguments)
+    }
+
+    /// Arguments of a call whose roles a remembered approval cannot bound (identifiers,
+    /// opaque values); see `engine::unscoped_arguments`. `None` for an unknown tool.
+    pub fn unscoped_arguments<'a>(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: &'a serde_json::Map<String, serde_json::Value>,
+    ) -> Option<Vec<&'a str>> {
+        engine::unscoped_arguments(self, server, tool, arguments)
+    }
+
     /// Decides one call. Pure apart from canonicalising path arguments.
     pub fn evaluate(&self, ctx: &CallContext<'_>) -> Decision {
         engine::evaluate(self, ctx)

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 /// Read-only or read-write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Access {
     Ro,
