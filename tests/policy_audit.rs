@@ -23,6 +23,7 @@ fn record(i: u32, args: serde_json::Value) -> AuditRecord {
             reason: "r".into(),
         },
         escalation_result: None,
+        escalation_decided_by: None,
         result: CallResult {
             status: ResultStatus::Success,
             error: None,

@@ -84,17 +84,22 @@ fn ask_blocking(path: &std::path::Path, question: &str, deadline: Instant) -> An
     {
         return Answer::Pass(format!("cannot write to the terminal: {e}"));
     }
-    // Wait for input without blocking past the deadline.
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    let millis = u16::try_from(remaining.as_millis()).unwrap_or(u16::MAX);
-    let mut fds = [PollFd::new(tty.as_fd(), PollFlags::POLLIN)];
-    match poll(&mut fds, PollTimeout::from(millis)) {
-        Ok(0) => {
-            let _ = writer.write_all(b"\n[palisade] no answer in time: denied\n");
-            return Answer::Deny("no answer at the terminal in time".into());
+    // Wait for input without blocking past the deadline. The whole remaining time in one
+    // poll (a u16 of milliseconds would end the wait after 65 s, long before the default
+    // 300 s); a signal interrupting the poll just polls again for what is left.
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let wait = PollTimeout::try_from(remaining).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(tty.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, wait) {
+            Ok(0) => {
+                let _ = writer.write_all(b"\n[palisade] no answer in time: denied\n");
+                return Answer::Deny("no answer at the terminal in time".into());
+            }
+            Ok(_) => break,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Answer::Deny(format!("terminal poll failed: {e}")),
         }
-        Ok(_) => {}
-        Err(e) => return Answer::Deny(format!("terminal poll failed: {e}")),
     }
     let mut line = String::new();
     if let Err(e) = std::io::BufReader::new(&tty).read_line(&mut line) {

@@ -22,6 +22,10 @@ pub struct AuditRecord {
     pub policy_decision: PolicyDecisionRecord,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalation_result: Option<EscalationResult>,
+    /// Who decided the escalation: the approver kind (`dir`, `tty`, `elicit`, `exec`), or
+    /// `deny` when no approver could be asked or none decided. Absent when nothing escalated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation_decided_by: Option<String>,
     pub result: CallResult,
     pub duration_ms: u64,
     /// True only when the server really runs inside an OS sandbox (not in warn mode, not

@@ -88,7 +88,7 @@ pub async fn call_tool(
             let outcome = shared.stages.approver.approve(&call, &verdict).await;
             let denial = match &outcome {
                 ApprovalOutcome::Approved { .. } => None,
-                ApprovalOutcome::Denied { reason } => Some(format!(
+                ApprovalOutcome::Denied { reason, .. } => Some(format!(
                     "ESCALATION REQUIRED: {}. Denied: {reason}.",
                     verdict.reason
                 )),

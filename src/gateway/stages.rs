@@ -101,12 +101,14 @@ impl CallPolicy for AllowAll {
     }
 }
 
-/// What an approver answered for an escalated call.
+/// What an approver answered for an escalated call. `by` is who decided, the approver kind
+/// (`dir`, `tty`, `elicit`, `exec`), or `deny` when nobody could be asked or none decided
+/// (the fail-closed default); the audit record keeps it as `escalationDecidedBy`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase", tag = "status")]
 pub enum ApprovalOutcome {
     Approved { by: String },
-    Denied { reason: String },
+    Denied { reason: String, by: String },
 }
 
 /// The approval stage: asked only for calls the policy escalated. May take long (a human);
@@ -132,6 +134,7 @@ impl ApprovalStage for NoApprover {
     ) -> BoxFuture<'a, ApprovalOutcome> {
         Box::pin(std::future::ready(ApprovalOutcome::Denied {
             reason: "no approver is configured".into(),
+            by: "deny".into(),
         }))
     }
 }
