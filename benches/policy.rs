@@ -144,6 +144,7 @@ fn bench_audit(c: &mut Criterion) {
             reason: "Policy permits reading in Downloads".into(),
         },
         escalation_result: None,
+        escalation_decided_by: None,
         result: CallResult {
             status: ResultStatus::Success,
             error: None,

@@ -221,6 +221,9 @@ pub fn write_atomically(dir: &Path, path: &Path, body: &[u8]) -> std::io::Result
             .open(&tmp)?;
         f.write_all(body)?;
         f.sync_all()?;
+        // Closed before the rename: a watcher of the final name sees it appear complete and
+        // closed (moved_to), never an open file (a close_write after it).
+        drop(f);
         std::fs::rename(&tmp, path)
     })();
     if result.is_err() {
