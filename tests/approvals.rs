@@ -500,6 +500,35 @@ fn palisade_approve_answers_from_a_second_terminal() {
     assert_audited(&recs[1], "denied", "dir");
 }
 
+/// The agent cancels an escalated call while the question is pending: the question is
+/// withdrawn at once (not left for the 300 s timeout), and a late approval lets nothing through.
+#[test]
+fn a_cancelled_call_withdraws_its_question() {
+    let f = Fixture::new();
+    let esc = format!("dir:{}", f.esc.display());
+    let r = f.drive(
+        "cancel",
+        &["--escalation", &esc, "--escalation-timeout", "300"],
+        &[],
+    );
+    assert_eq!(r["pending_before_cancel"], true, "{r}");
+    assert_eq!(r["request_withdrawn"], true, "{r}");
+    assert_eq!(r["listing_after"], json!([]), "{r}");
+    assert_eq!(r["after"]["text"], "still serving", "{r}");
+    assert_eq!(r["written"], false, "{r}");
+    let recs = f.writes();
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_audited(&recs[0], "denied", "cancelled");
+    assert!(
+        recs[0]["result"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("the agent cancelled the call"),
+        "{}",
+        recs[0]
+    );
+}
+
 #[test]
 fn tty_asks_on_the_controlling_terminal_never_on_stdout() {
     let f = Fixture::new();

@@ -22,8 +22,9 @@ pub struct AuditRecord {
     pub policy_decision: PolicyDecisionRecord,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalation_result: Option<EscalationResult>,
-    /// Who decided the escalation: the approver kind (`dir`, `tty`, `elicit`, `exec`), or
-    /// `deny` when no approver could be asked or none decided. Absent when nothing escalated.
+    /// Who decided the escalation: the approver kind (`dir`, `tty`, `elicit`, `exec`), `deny`
+    /// when no approver could be asked or none decided, or `cancelled` when the agent
+    /// cancelled the call while it waited. Absent when nothing escalated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalation_decided_by: Option<String>,
     pub result: CallResult,

@@ -85,7 +85,16 @@ pub async fn call_tool(
         (None, Decision::Allow) => None,
         (None, Decision::Deny) => Some(format!("DENIED by policy: {}", verdict.reason)),
         (None, Decision::Escalate) => {
-            let outcome = shared.stages.approver.approve(&call, &verdict).await;
+            // The agent may cancel while a person is being asked: rmcp only cancels the
+            // request's token, so stop asking (the approver's question is withdrawn as its
+            // future is dropped) rather than keep a person answering for nobody.
+            let outcome = tokio::select! {
+                outcome = shared.stages.approver.approve(&call, &verdict) => outcome,
+                _ = ctx.ct.cancelled() => ApprovalOutcome::Denied {
+                    reason: "the agent cancelled the call while it waited for approval".into(),
+                    by: "cancelled".into(),
+                },
+            };
             let denial = match &outcome {
                 ApprovalOutcome::Approved { .. } => None,
                 ApprovalOutcome::Denied { reason, .. } => Some(format!(

@@ -102,8 +102,9 @@ impl CallPolicy for AllowAll {
 }
 
 /// What an approver answered for an escalated call. `by` is who decided, the approver kind
-/// (`dir`, `tty`, `elicit`, `exec`), or `deny` when nobody could be asked or none decided
-/// (the fail-closed default); the audit record keeps it as `escalationDecidedBy`.
+/// (`dir`, `tty`, `elicit`, `exec`), `deny` when nobody could be asked or none decided
+/// (the fail-closed default), or `cancelled` when the agent cancelled the call first; the
+/// audit record keeps it as `escalationDecidedBy`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase", tag = "status")]
 pub enum ApprovalOutcome {

@@ -11,7 +11,7 @@ env: WORK (the directory the policy escalates writes in), ESC_DIR (dir: approver
      TTY_ANSWERS (JSON list of lines typed at the terminal), STDOUT_COPY (tty scenario: where
      palisade's stdout is copied), DRIVE_ERRLOG (palisade's stderr).
 
-Scenarios: plain, dir_ipc, timeout, approve_cmd, tty, elicit, exec_chain, ordering.
+Scenarios: plain, dir_ipc, timeout, approve_cmd, cancel, tty, elicit, exec_chain, ordering.
 """
 
 import glob
@@ -205,6 +205,29 @@ async def approve_cmd(s, ctx):
     out["a_written"] = os.path.exists(work("by-approve-all.txt"))
     out["b_written"] = os.path.exists(work("by-deny-all.txt"))
     out["listing_after"] = listing()
+    return out
+
+
+async def cancel(s, ctx):
+    """The agent gives up on an escalated call while the question is pending."""
+    with open(work("cancel-check.txt"), "w") as f:
+        f.write("still serving")
+    out = {}
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            box = start_call(tg, s, "fs__write", write_args("cancelled.txt"))
+            [(rid, path, _, _)] = await wait_requests(1)
+            out["pending_before_cancel"] = not box["done"]
+            scope.cancel()  # the SDK sends notifications/cancelled for the call
+    deadline = time.monotonic() + DEADLINE
+    while os.path.exists(path) and time.monotonic() < deadline:
+        await anyio.sleep(0.01)
+    out["request_withdrawn"] = not os.path.exists(path)
+    out["listing_after"] = listing()
+    # Approving now must not let the cancelled call through.
+    respond(rid, APPROVED)
+    out["after"] = await call(s, "fs__read", {"path": work("cancel-check.txt")})
+    out["written"] = os.path.exists(work("cancelled.txt"))
     return out
 
 
