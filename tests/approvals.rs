@@ -598,6 +598,39 @@ fn tty_asks_on_the_controlling_terminal_never_on_stdout() {
     }
 }
 
+/// A question withdrawn because the agent cancelled the call frees the terminal, and a late
+/// `y` typed for it does not answer the next question.
+#[test]
+fn tty_a_withdrawn_question_and_a_late_answer_decide_nothing() {
+    let f = Fixture::new();
+    let copy = f.root.join("stdout-copy.jsonl");
+    let r = f.drive(
+        "tty_cancel",
+        &["--escalation", "tty"],
+        &[("STDOUT_COPY", copy.to_str().unwrap())],
+    );
+    assert!(
+        r["withdrawn"]
+            .as_str()
+            .unwrap()
+            .contains("question withdrawn: the call was cancelled"),
+        "{r}"
+    );
+    assert_eq!(
+        refusal_text(&r["tty-next.txt"]),
+        denied("denied at the terminal (answered `n`)")
+    );
+    assert_success(&r["tty-last.txt"]);
+    assert_eq!(r["tty-cancelled.txt:written"], false, "{r}");
+    assert_eq!(r["tty-next.txt:written"], false, "{r}");
+    assert_eq!(r["tty-last.txt:written"], true, "{r}");
+    let recs = f.writes();
+    assert_eq!(recs.len(), 3, "{recs:?}");
+    assert_audited(&recs[0], "denied", "cancelled");
+    assert_audited(&recs[1], "denied", "tty");
+    assert_audited(&recs[2], "approved", "tty");
+}
+
 #[test]
 fn elicit_accept_decline_cancel_and_error() {
     let f = Fixture::new();

@@ -11,7 +11,7 @@ env: WORK (the directory the policy escalates writes in), ESC_DIR (dir: approver
      TTY_ANSWERS (JSON list of lines typed at the terminal), STDOUT_COPY (tty scenario: where
      palisade's stdout is copied), DRIVE_ERRLOG (palisade's stderr).
 
-Scenarios: plain, dir_ipc, timeout, approve_cmd, cancel, tty, elicit, exec_chain, ordering.
+Scenarios: plain, dir_ipc, timeout, approve_cmd, cancel, tty, tty_cancel, elicit, exec_chain, ordering.
 """
 
 import glob
@@ -269,6 +269,31 @@ async def tty(s, ctx):
     return out
 
 
+async def tty_cancel(s, ctx):
+    """The agent cancels a call whose question is on the terminal; a late `y` typed for it
+    must not answer the next question."""
+    master = ctx["master"]
+    out = {}
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            start_call(tg, s, "fs__write", write_args("tty-cancelled.txt"))
+            await anyio.to_thread.run_sync(read_until, master, b"[y/N]")
+            scope.cancel()
+    out["withdrawn"] = (await anyio.to_thread.run_sync(read_until, master, b"withdrawn")).decode(
+        errors="replace"
+    )
+    os.write(master, b"y\n")  # too late: typed after the question went away
+    for name, line in (("tty-next.txt", b"n\n"), ("tty-last.txt", b"y\n")):
+        async with anyio.create_task_group() as tg:
+            box = start_call(tg, s, "fs__write", write_args(name))
+            await anyio.to_thread.run_sync(read_until, master, b"[y/N]")
+            os.write(master, line)
+            out[name] = await wait_done(box)
+    for name in ("tty-cancelled.txt", "tty-next.txt", "tty-last.txt"):
+        out[name + ":written"] = os.path.exists(work(name))
+    return out
+
+
 async def elicit(s, ctx):
     """One escalation per answer in ELICIT_ANSWERS, answered by the elicitation callback."""
     out = []
@@ -371,7 +396,7 @@ def elicitation_callback(ctx):
 async def main_async(scenario, cmd):
     ctx = {"asked": []}
     answers = os.environ.get("ELICIT_ANSWERS")
-    if scenario == "tty":
+    if scenario in ("tty", "tty_cancel"):
         # A pseudo-terminal we own; palisade gets its slave as controlling terminal.
         master, slave = os.openpty()
         ctx["master"] = master
