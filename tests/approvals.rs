@@ -79,6 +79,15 @@ impl Fixture {
         }
     }
 
+    /// Merges `settings` into the config file's `palisade` block.
+    fn configure(&self, settings: Value) {
+        let mut cfg: Value = serde_json::from_slice(&std::fs::read(&self.config).unwrap()).unwrap();
+        for (k, v) in settings.as_object().unwrap() {
+            cfg["palisade"][k] = v.clone();
+        }
+        std::fs::write(&self.config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    }
+
     fn errlog(&self) -> PathBuf {
         self.root.join("palisade-stderr.log")
     }
@@ -770,11 +779,12 @@ fn exec_approves_or_hands_the_question_to_the_dir_approver() {
     assert_audited(&recs[2], "denied", "dir");
 }
 
+/// Also the config-file route: `"palisade": {"escalation": "dir:PATH"}` instead of the flag.
 #[test]
 fn a_slow_escalation_does_not_delay_an_allowed_call() {
     let f = Fixture::new();
-    let esc = format!("dir:{}", f.esc.display());
-    let r = f.drive("ordering", &["--escalation", &esc], &[]);
+    f.configure(json!({"escalation": format!("dir:{}", f.esc.display())}));
+    let r = f.drive("ordering", &[], &[]);
     // B (allowed) answered while A (escalated) was still waiting for a person.
     assert_eq!(r["b"]["text"], "hello", "{r}");
     assert_eq!(
@@ -822,4 +832,37 @@ fn a_slow_escalation_does_not_delay_an_allowed_call() {
     let recs = f.writes();
     assert_audited(&recs[0], "approved", "dir");
     assert_audited(&recs[1], "approved", "dir");
+}
+
+/// `--escalation-timeout` outside 5-3600 s is refused at start, naming the range; so is an
+/// approver nobody knows.
+#[test]
+fn escalation_settings_out_of_range_are_refused_at_start() {
+    let f = Fixture::new();
+    for (args, want) in [
+        (
+            &["--escalation", "tty", "--escalation-timeout", "4"][..],
+            "5-3600",
+        ),
+        (
+            &["--escalation", "tty", "--escalation-timeout", "3601"][..],
+            "5-3600",
+        ),
+        (&["--escalation", "yolo"][..], "unknown approver `yolo`"),
+    ] {
+        let out = Command::new(palisade())
+            .args(["serve", "--config"])
+            .arg(&f.config)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} started");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            out.stdout.is_empty(),
+            "nothing on the MCP channel: {args:?}"
+        );
+    }
 }
