@@ -72,6 +72,11 @@ impl Approver for DirApprover {
                 }
                 Err(e) => return Answer::Deny(format!("request writer failed: {e}")),
             }
+            // From here on both files go when this future ends, however it ends.
+            let _cleanup = Cleanup {
+                request: request.clone(),
+                response: response.clone(),
+            };
             tracing::warn!(
                 escalation = %id, dir = %self.dir.display(),
                 "approval needed for {}__{}: run `palisade approve --dir {}`",
@@ -84,10 +89,24 @@ impl Approver for DirApprover {
                     timeout.as_secs()
                 )),
             };
-            let _ = tokio::fs::remove_file(&request).await;
-            let _ = tokio::fs::remove_file(&response).await;
             answer
         })
+    }
+}
+
+/// Removes the request and response files when the wait ends: answered, timed out here, or
+/// dropped because the chain's own timeout (which fires first, with the same deadline) or
+/// the agent's cancellation ended the call. A dropped future runs no more `.await`s, so the
+/// removal is synchronous: two unlinks in one local directory, not worth a blocking task.
+struct Cleanup {
+    request: PathBuf,
+    response: PathBuf,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.request);
+        let _ = std::fs::remove_file(&self.response);
     }
 }
 
@@ -209,6 +228,9 @@ pub fn write_atomically(dir: &Path, path: &Path, body: &[u8]) -> std::io::Result
             .open(&tmp)?;
         f.write_all(body)?;
         f.sync_all()?;
+        // Closed before the rename: a watcher of the final name sees it appear complete and
+        // closed (moved_to), never an open file (a close_write after it).
+        drop(f);
         std::fs::rename(&tmp, path)
     })();
     if result.is_err() {
@@ -397,6 +419,26 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(left, vec!["response-0000-unknown.json".to_string()]);
+    }
+
+    /// Regression: the chain's timeout drops this future before its own timeout fires, and
+    /// the request file used to stay behind for `palisade approve` to list forever.
+    #[tokio::test]
+    async fn a_dropped_wait_removes_the_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let approver = DirApprover::new(dir.path().to_path_buf());
+        let r = req();
+        let mut ask = approver.ask(&r, Duration::from_secs(30));
+        // Keep the wait going until its request file is there (so this cannot pass because
+        // nothing was written yet), then drop it as an outer timeout would.
+        while PendingRequest::list(dir.path()).unwrap().is_empty() {
+            tokio::select! {
+                a = &mut ask => panic!("nobody answered, yet: {a:?}"),
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
+        drop(ask);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]

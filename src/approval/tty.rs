@@ -1,20 +1,31 @@
 //! `tty`: ask on the controlling terminal (`/dev/tty`), never on the MCP stdio. One question
 //! at a time (a terminal cannot hold two conversations); only an explicit `y`/`yes` approves,
 //! or `a` ("approve and remember") when the request offers a scope, which the prompt shows.
+//! Input typed before a question is shown is discarded, and a withdrawn question (the call
+//! was cancelled) stops reading before the next one is asked: an answer only ever answers the
+//! question on the screen.
 
 use std::io::{BufRead, Write};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::termios::{tcflush, FlushArg};
 
 use super::{Answer, Approver, ApproverKind, EscalationRequest};
 
+/// How often a waiting question checks whether it was withdrawn.
+const WITHDRAW_CHECK: Duration = Duration::from_millis(100);
+
 pub struct TtyApprover {
     path: PathBuf,
-    one_at_a_time: tokio::sync::Mutex<()>,
+    /// The turn at the terminal. Owned by the blocking reader, so it is released only when
+    /// the reader has stopped, not when the asking future is dropped.
+    one_at_a_time: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl TtyApprover {
@@ -27,7 +38,7 @@ impl TtyApprover {
     pub fn with_path(path: PathBuf) -> Self {
         TtyApprover {
             path,
-            one_at_a_time: tokio::sync::Mutex::new(()),
+            one_at_a_time: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
@@ -49,12 +60,17 @@ impl Approver for TtyApprover {
     fn ask<'a>(&'a self, req: &'a EscalationRequest, timeout: Duration) -> BoxFuture<'a, Answer> {
         Box::pin(async move {
             let deadline = Instant::now() + timeout;
-            let _turn = self.one_at_a_time.lock().await;
+            let turn = self.one_at_a_time.clone().lock_owned().await;
             let path = self.path.clone();
             let question = question(req);
             let offered = req.remember_scope.is_some();
+            // Set when this future ends, however it ends (answered, or dropped because the
+            // chain timed out or the agent cancelled the call).
+            let withdrawn = Arc::new(AtomicBool::new(false));
+            let _withdraw = Withdraw(withdrawn.clone());
             let asked = tokio::task::spawn_blocking(move || {
-                ask_blocking(&path, &question, offered, deadline)
+                let _turn = turn;
+                ask_blocking(&path, &question, offered, deadline, &withdrawn)
             })
             .await;
             match asked {
@@ -62,6 +78,15 @@ impl Approver for TtyApprover {
                 Err(e) => Answer::Deny(format!("terminal prompt failed: {e}")),
             }
         })
+    }
+}
+
+/// Marks the question withdrawn when dropped.
+struct Withdraw(Arc<AtomicBool>);
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 
@@ -86,6 +111,7 @@ fn ask_blocking(
     question: &str,
     offered: bool,
     deadline: Instant,
+    withdrawn: &AtomicBool,
 ) -> Answer {
     let tty = match std::fs::OpenOptions::new()
         .read(true)
@@ -95,6 +121,13 @@ fn ask_blocking(
         Ok(t) => t,
         Err(e) => return Answer::Pass(format!("no terminal ({}: {e})", path.display())),
     };
+    if withdrawn.load(Ordering::SeqCst) {
+        return Answer::Deny("the question was withdrawn before it was asked".into());
+    }
+    // Type-ahead (or a late answer to a withdrawn question) must not answer this one.
+    if let Err(e) = tcflush(&tty, FlushArg::TCIFLUSH) {
+        tracing::debug!("cannot discard earlier terminal input: {e}");
+    }
     let mut writer = &tty;
     if let Err(e) = writer
         .write_all(question.as_bytes())
@@ -102,17 +135,30 @@ fn ask_blocking(
     {
         return Answer::Pass(format!("cannot write to the terminal: {e}"));
     }
-    // Wait for input without blocking past the deadline.
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    let millis = u16::try_from(remaining.as_millis()).unwrap_or(u16::MAX);
-    let mut fds = [PollFd::new(tty.as_fd(), PollFlags::POLLIN)];
-    match poll(&mut fds, PollTimeout::from(millis)) {
-        Ok(0) => {
+    // Wait for input until the deadline (the whole configured timeout: it may exceed what
+    // one poll can take), in slices so a withdrawn question stops reading promptly.
+    loop {
+        if withdrawn.load(Ordering::SeqCst) {
+            let _ = writer.write_all(b"\n[palisade] question withdrawn: the call was cancelled\n");
+            return Answer::Deny("the question was withdrawn".into());
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
             let _ = writer.write_all(b"\n[palisade] no answer in time: denied\n");
             return Answer::Deny("no answer at the terminal in time".into());
         }
-        Ok(_) => {}
-        Err(e) => return Answer::Deny(format!("terminal poll failed: {e}")),
+        let wait = PollTimeout::try_from(remaining.min(WITHDRAW_CHECK)).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(tty.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, wait) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => break,
+            Err(e) => return Answer::Deny(format!("terminal poll failed: {e}")),
+        }
+    }
+    if withdrawn.load(Ordering::SeqCst) {
+        // Leave the line unread; the next question discards it before it is shown.
+        let _ = writer.write_all(b"\n[palisade] question withdrawn: the call was cancelled\n");
+        return Answer::Deny("the question was withdrawn".into());
     }
     let mut line = String::new();
     if let Err(e) = std::io::BufReader::new(&tty).read_line(&mut line) {
@@ -196,6 +242,54 @@ mod tests {
         let answer = approver.ask(&req(), Duration::from_secs(10)).await;
         h.join().unwrap();
         assert!(matches!(answer, Answer::Deny(_)));
+        drop(pty.slave);
+    }
+
+    /// Regression: a line typed before the question was shown used to answer it.
+    #[tokio::test]
+    async fn type_ahead_does_not_answer_the_question() {
+        let pty = openpty(None, None).unwrap();
+        let approver = TtyApprover::with_path(slave_path(&pty));
+        let mut master = std::fs::File::from(pty.master);
+        master.write_all(b"y\n").unwrap();
+        let h = human(master.try_clone().unwrap().into(), b"n\n");
+        let answer = approver.ask(&req(), Duration::from_secs(10)).await;
+        h.join().unwrap();
+        assert!(matches!(answer, Answer::Deny(_)), "{answer:?}");
+        drop(pty.slave);
+    }
+
+    /// Regression: a withdrawn question kept reading the terminal and ate the answer to the
+    /// next one.
+    #[tokio::test]
+    async fn a_withdrawn_question_frees_the_terminal_for_the_next() {
+        let pty = openpty(None, None).unwrap();
+        let approver = TtyApprover::with_path(slave_path(&pty));
+        let mut master = std::fs::File::from(pty.master);
+        let r = req();
+        let mut first = approver.ask(&r, Duration::from_secs(30));
+        // Keep the first question going until it is on the screen, then drop it.
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 512];
+        let mut reader = master.try_clone().unwrap();
+        let shown = std::thread::spawn(move || {
+            while !String::from_utf8_lossy(&seen).contains("[y/N]") {
+                let n = reader.read(&mut buf).unwrap();
+                seen.extend_from_slice(&buf[..n]);
+            }
+        });
+        while !shown.is_finished() {
+            tokio::select! {
+                a = &mut first => panic!("nobody answered, yet: {a:?}"),
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
+        drop(first);
+        let h = human(master.try_clone().unwrap().into(), b"y\n");
+        let answer = approver.ask(&req(), Duration::from_secs(10)).await;
+        let (screen, _m) = h.join().unwrap();
+        assert_eq!(answer, Answer::Approve, "{screen}");
+        master.flush().unwrap();
         drop(pty.slave);
     }
 

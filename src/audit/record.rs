@@ -22,8 +22,10 @@ pub struct AuditRecord {
     pub policy_decision: PolicyDecisionRecord,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalation_result: Option<EscalationResult>,
-    /// Who decided the escalation: an approver kind (`dir`, `tty`, `elicit`, `exec`), or
-    /// `remembered` when a scope remembered earlier in the session approved it.
+    /// Who decided the escalation: the approver kind (`dir`, `tty`, `elicit`, `exec`),
+    /// `remembered` when a scope remembered earlier in the session approved it, `deny` when no
+    /// approver could be asked or none decided, or `cancelled` when the agent cancelled the
+    /// call while it waited. Absent when nothing escalated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalation_decided_by: Option<String>,
     pub result: CallResult,

@@ -15,7 +15,9 @@ use rmcp::service::PeerRequestOptions;
 
 use super::stages::{Approval, ApprovalOutcome, ApprovalStage, CallInfo, PolicyVerdict};
 use super::upstream_link::UpstreamLink;
-use crate::approval::{ApprovalChain, ElicitOutcome, Elicitor, EscalationRequest, RememberScope};
+use crate::approval::{
+    ApprovalChain, ApproverKind, ElicitOutcome, Elicitor, EscalationRequest, RememberScope,
+};
 
 impl ApprovalStage for ApprovalChain {
     fn approve<'a>(
@@ -48,15 +50,18 @@ impl ApprovalStage for ApprovalChain {
         .with_remember_scope(offer.cloned());
         Box::pin(async move {
             let decision = self.decide(&req).await;
+            // Nobody decided (no approver, or every one passed): the fail-closed default
+            // denied it, recorded as `deny`. An approval always names its approver.
+            let by = decision
+                .decided_by
+                .unwrap_or(ApproverKind::Deny)
+                .to_string();
             let outcome = if decision.approved {
-                ApprovalOutcome::Approved {
-                    by: decision
-                        .decided_by
-                        .map_or_else(|| "unknown".to_string(), |k| k.to_string()),
-                }
+                ApprovalOutcome::Approved { by }
             } else {
                 ApprovalOutcome::Denied {
                     reason: decision.detail,
+                    by,
                 }
             };
             Approval {

@@ -157,9 +157,8 @@ pub fn to_audit_record(rec: &CallRecord) -> AuditRecord {
             ApprovalOutcome::Approved { .. } => EscalationResult::Approved,
             ApprovalOutcome::Denied { .. } => EscalationResult::Denied,
         }),
-        escalation_decided_by: rec.escalation_result.as_ref().and_then(|e| match e {
-            ApprovalOutcome::Approved { by } => Some(by.clone()),
-            ApprovalOutcome::Denied { .. } => None,
+        escalation_decided_by: rec.escalation_result.as_ref().map(|e| match e {
+            ApprovalOutcome::Approved { by } | ApprovalOutcome::Denied { by, .. } => by.clone(),
         }),
         result: match &rec.result {
             CallOutcome::Success => CallResult {

@@ -25,7 +25,7 @@ use super::blocked::{self, BlockContext};
 use super::downstream::{Connection, ForwardError, UpTarget};
 use super::registry::Route;
 use super::roots::RootSet;
-use super::stages::{ApprovalOutcome, CallInfo, CallOutcome, CallRecord, Decision};
+use super::stages::{Approval, ApprovalOutcome, CallInfo, CallOutcome, CallRecord, Decision};
 use super::state::{Shared, Slot, Status};
 use super::{remembered, widen};
 use crate::approval::RememberScope;
@@ -115,11 +115,23 @@ pub async fn call_tool(
                 }
             } else {
                 let offer = subject.as_ref().and_then(RememberScope::offer);
-                let approval = shared
-                    .stages
-                    .approver
-                    .approve_offering(&call, &verdict, offer.as_ref())
-                    .await;
+                // The agent may cancel while a person is being asked: rmcp only cancels the
+                // request's token, so stop asking (the approver's question is withdrawn as its
+                // future is dropped) rather than keep a person answering for nobody.
+                let approval = tokio::select! {
+                    approval = shared
+                        .stages
+                        .approver
+                        .approve_offering(&call, &verdict, offer.as_ref()) => approval,
+                    _ = ctx.ct.cancelled() => Approval {
+                        remember: false,
+                        outcome: ApprovalOutcome::Denied {
+                            reason: "the agent cancelled the call while it waited for approval"
+                                .into(),
+                            by: "cancelled".into(),
+                        },
+                    },
+                };
                 if approval.remember && matches!(approval.outcome, ApprovalOutcome::Approved { .. })
                 {
                     if let Some(scope) = offer {
@@ -131,7 +143,7 @@ pub async fn call_tool(
             };
             let denial = match &outcome {
                 ApprovalOutcome::Approved { .. } => None,
-                ApprovalOutcome::Denied { reason } => Some(format!(
+                ApprovalOutcome::Denied { reason, .. } => Some(format!(
                     "ESCALATION REQUIRED: {}. Denied: {reason}.",
                     verdict.reason
                 )),

@@ -119,12 +119,15 @@ impl CallPolicy for AllowAll {
     }
 }
 
-/// What an approver answered for an escalated call.
+/// What an approver answered for an escalated call. `by` is who decided, the approver kind
+/// (`dir`, `tty`, `elicit`, `exec`), `deny` when nobody could be asked or none decided
+/// (the fail-closed default), or `cancelled` when the agent cancelled the call first; the
+/// audit record keeps it as `escalationDecidedBy`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase", tag = "status")]
 pub enum ApprovalOutcome {
     Approved { by: String },
-    Denied { reason: String },
+    Denied { reason: String, by: String },
 }
 
 /// The approval stage: asked only for calls the policy escalated. May take long (a human);
@@ -175,6 +178,7 @@ impl ApprovalStage for NoApprover {
     ) -> BoxFuture<'a, ApprovalOutcome> {
         Box::pin(std::future::ready(ApprovalOutcome::Denied {
             reason: "no approver is configured".into(),
+            by: "deny".into(),
         }))
     }
 }
