@@ -154,6 +154,15 @@ impl Slot {
         let mut req = self.req.clone()?;
         let set = self.roots.current();
         req.grants = set.grants();
+        // The set's own record of which root is the session sandbox dir wins over the
+        // config-time guess (a set without one keeps the request's).
+        if let Some(r) = set
+            .roots
+            .iter()
+            .find(|r| r.source == crate::roots::derive::RootSource::SandboxDir)
+        {
+            req.session_dir = Some(r.path.clone());
+        }
         req.args = crate::roots::args::expand_args(&req.args, &set.paths);
         for v in req.env.values_mut() {
             *v = crate::roots::args::expand_text(v, &set.paths);
