@@ -93,6 +93,17 @@ impl Ws {
         path.display().to_string()
     }
 
+    /// `config`, with `extra` merged into the `palisade` block (a policy, an approver).
+    fn config_with(&self, name: &str, server: Value, extra: Value) -> String {
+        let path = self.config(name, server);
+        let mut cfg: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        for (k, v) in extra.as_object().unwrap() {
+            cfg["palisade"][k] = v.clone();
+        }
+        std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+        path
+    }
+
     fn params(&self, prefix: &str) -> Value {
         json!({
             "prefix": prefix,
@@ -255,6 +266,50 @@ fn filesystem() -> Vec<Row> {
     )
 }
 
+/// The policy allows reads in `granted` and escalates reads elsewhere; the approver is the
+/// file IPC the client answers. An approved read in `other` widens the server's roots.
+fn filesystem_widen() -> Vec<Row> {
+    let ws = Ws::new();
+    std::fs::create_dir_all(ws.dir.path().join("other")).unwrap();
+    std::fs::create_dir_all(ws.dir.path().join("esc")).unwrap();
+    std::fs::write(ws.dir.path().join("other/other.txt"), "other text\n").unwrap();
+    let policy = ws.dir.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        serde_json::to_vec_pretty(&json!({"rules": [
+            {"name": "allow-read-granted", "description": "reads in granted", "principle": "test",
+             "if": {"roles": ["read-path"], "paths": {"roles": ["read-path"], "within": ws.p("granted")}},
+             "then": "allow", "reason": "reading in granted is allowed"},
+            {"name": "escalate-read-elsewhere", "description": "reads elsewhere", "principle": "test",
+             "if": {"roles": ["read-path"]},
+             "then": "escalate", "reason": "reading elsewhere needs a person"},
+            {"name": "allow-the-rest", "description": "everything else", "principle": "test",
+             "if": {}, "then": "allow", "reason": "the widening is what this check is about"}
+        ]}))
+        .unwrap(),
+    )
+    .unwrap();
+    let cfg = ws.config_with(
+        "fs",
+        json!({"command": "node", "args": [node_server("server-filesystem")],
+               "sandbox": {"filesystem": {"allowWrite": [ws.p("granted")]}}}),
+        json!({"policy": policy.display().to_string(),
+               "escalation": format!("dir:{}", ws.p("esc")),
+               // Bounds a client that misses the escalation; never a timing assertion.
+               "escalationTimeout": 30}),
+    );
+    let mut params = ws.params("fs");
+    params["sandbox"] = json!(ws.p("sandbox"));
+    params["other_dir"] = json!(ws.p("other"));
+    params["other_file"] = json!(ws.p("other/other.txt"));
+    params["esc"] = json!(ws.p("esc"));
+    rows(
+        "server-filesystem",
+        "server-filesystem",
+        drive(&ws, "filesystem-widen", &params, &cfg),
+    )
+}
+
 fn fs_server() -> Vec<Row> {
     let ws = Ws::new();
     let cfg = ws.config(
@@ -406,6 +461,7 @@ fn real_servers_work_inside_their_profiles() {
     let mut all = Vec::new();
     for (name, run) in [
         ("filesystem", filesystem as fn() -> Vec<Row>),
+        ("filesystem-widen", filesystem_widen),
         ("fs-server", fs_server),
         ("everything", everything),
         ("memory", memory),
@@ -799,4 +855,60 @@ fn a_profile_from_a_directory_relaxes_the_pid_namespace_and_unknown_names_are_re
         err.contains("no-such-profile") && err.contains("server-memory"),
         "{err}"
     );
+}
+
+/// `palisade run` delivers its grants per the profile's `rootsAs` too: as arguments and as a
+/// joined variable (a profile from a directory), and not at all without the profile (the
+/// control: the command itself adds nothing).
+#[test]
+fn run_delivers_its_grants_per_the_profiles_roots_as() {
+    if !bwrap_usable() {
+        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+        return;
+    }
+    let ws = Ws::new();
+    let dir = ws.dir.path().join("profiles");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("dirs-as-args.json"),
+        r#"{"description": "test", "rootsAs": {"flag": "--dir"}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("dirs-in-env.json"),
+        r#"{"description": "test", "rootsAs": {"env": "DIRS", "separator": ","}}"#,
+    )
+    .unwrap();
+    let (granted, other) = (ws.p("granted"), ws.p("secret"));
+    let run = |profile: &str| -> String {
+        let out = Command::new(palisade())
+            .args(["run", "--profiles-dir"])
+            .arg(&dir)
+            .args(["--profile", profile, "--rw", &granted, "--ro", &other])
+            .args([
+                "--",
+                "/bin/sh",
+                "-c",
+                r#"echo "args:$*"; echo "env:${DIRS:-unset}""#,
+                "sh",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // `run` grants in its own order: the --ro directories, then the --rw ones.
+    assert_eq!(
+        run("dirs-as-args"),
+        format!("args:--dir {other} --dir {granted}\nenv:unset\n")
+    );
+    assert_eq!(
+        run("dirs-in-env"),
+        format!("args:\nenv:{other},{granted}\n")
+    );
+    assert_eq!(run("none"), "args:\nenv:unset\n");
 }

@@ -9,6 +9,7 @@ The tool names are the gateway's (`SERVER__tool`); PARAMS_JSON carries the serve
 the granted directories and the paths that must stay out of reach.
 """
 
+import glob
 import json
 import os
 import subprocess
@@ -155,6 +156,56 @@ async def filesystem(s, rec, p, rep):
     rep.check("read in granted dir", succeeded(r) and "hello from the host" in r["text"], r["text"])
     r = await call(s, f"{x}__read_text_file", {"path": p["secret_file"]})
     refused(rep, "read outside grants refused", r, p["secret_text"])
+
+
+async def answer_next_escalation(esc_dir, decision):
+    """Waits for the next file-IPC escalation request in esc_dir and answers it."""
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        for path in sorted(glob.glob(os.path.join(esc_dir, "request-*.json"))):
+            rid = os.path.basename(path)[len("request-"):-len(".json")]
+            resp = os.path.join(esc_dir, f"response-{rid}.json")
+            if os.path.exists(resp):
+                continue
+            try:
+                with open(path) as f:
+                    json.load(f)
+            except (OSError, ValueError):
+                continue  # still being written
+            with open(resp + ".tmp", "w") as f:
+                json.dump({"decision": decision}, f)
+            os.rename(resp + ".tmp", resp)
+            return rid
+        await anyio.sleep(0.02)
+    raise RuntimeError("no escalation request appeared")
+
+
+async def filesystem_widen(s, rec, p, rep):
+    """server-filesystem with no directory in its config: after a person approves a read in
+    another directory, the relaunched server has that directory on its command line too."""
+    x = p["prefix"]
+    before = server_processes("node", "server-filesystem")
+    argv = before[0][1] if len(before) == 1 else []
+    rep.check("before: roots as arguments, session dir last",
+              argv[-2:] == [p["granted"], p["sandbox"]] and p["other_dir"] not in argv, f"argv tail {argv[-3:]}")
+    out = {}
+
+    async def read_other():
+        out["r"] = await call(s, f"{x}__read_text_file", {"path": p["other_file"]})
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read_other)
+        await answer_next_escalation(p["esc"], "approved")
+    r = out["r"]
+    rep.check("approved read in another dir", succeeded(r) and "other text" in r["text"], r["text"])
+    after = server_processes("node", "server-filesystem")
+    argv2 = after[0][1] if len(after) == 1 else []
+    new_pid = len(after) == 1 and len(before) == 1 and after[0][0] != before[0][0]
+    rep.check("after widening: relaunched, new root in argv",
+              new_pid and argv2[-3:] == [p["granted"], p["other_dir"], p["sandbox"]],
+              f"new process: {new_pid}; argv tail {argv2[-3:]}")
+    r = await call(s, f"{x}__list_allowed_directories", {})
+    rep.check("after widening: roots tool agrees", succeeded(r) and p["other_dir"] in r["text"], r["text"])
 
 
 # ---------------------------------------------------------------- palisade fs-server
@@ -341,6 +392,7 @@ async def fetch(s, rec, p, rep):
 
 SCENARIOS = {
     "filesystem": filesystem,
+    "filesystem-widen": filesystem_widen,
     "fs-server": fs_server,
     "everything": everything,
     "memory-write": memory_write,
