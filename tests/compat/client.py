@@ -338,6 +338,11 @@ async def memory_read(s, rec, p, rep):
 async def git(s, rec, p, rep):
     x = p["prefix"]
     await tools_check(s, rep, x, ["git_status", "git_add", "git_commit", "git_log", "git_diff"])
+    # The config names no repository: the profile's rootsAs passes its first own root.
+    procs = server_processes("mcp-server-git", "mcp-server-git")
+    argv = procs[0][1] if len(procs) == 1 else []
+    rep.check("granted repo becomes --repository (rootsAs)", argv[-2:] == ["--repository", p["repo"]],
+              f"{len(procs)} server process(es); argv tail {argv[-2:]}")
     r = await call(s, f"{x}__git_status", {"repo_path": p["repo"]})
     rep.check("git status", succeeded(r) and "new.txt" in r["text"], r["text"])
     # An absolute path: the gateway's policy stage refuses relative paths (it cannot know
