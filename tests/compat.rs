@@ -399,6 +399,29 @@ fn git() -> Vec<Row> {
     )
 }
 
+fn sequential_thinking() -> Vec<Row> {
+    let ws = Ws::new();
+    let cfg = ws.config(
+        "think",
+        json!({"command": "node", "args": [node_server("server-sequential-thinking")]}),
+    );
+    let mut checks = drive(&ws, "sequential-thinking", &ws.params("think"), &cfg);
+    let control = Ws::new();
+    let cfg = control.config(
+        "think",
+        json!({"command": "node", "args": [node_server("server-sequential-thinking")],
+               "env": {"DISABLE_THOUGHT_LOGGING": "false"}}),
+    );
+    let mut params = control.params("think");
+    params["thought_logging"] = json!(true);
+    checks.extend(
+        drive(&control, "sequential-thinking", &params, &cfg)
+            .into_iter()
+            .filter(|c| c["name"] != "tools listed"),
+    );
+    rows("server-seq-thinking", "server-sequential-thinking", checks)
+}
+
 fn time() -> Vec<Row> {
     let ws = Ws::new();
     let cfg = ws.config("time", json!({"command": venv_bin("mcp-server-time")}));
@@ -467,6 +490,7 @@ fn real_servers_work_inside_their_profiles() {
         ("memory", memory),
         ("git", git),
         ("time", time),
+        ("sequential-thinking", sequential_thinking),
         ("fetch", fetch),
     ] {
         if only.is_empty() || only.split(',').any(|o| o == name) {
@@ -480,13 +504,13 @@ fn real_servers_work_inside_their_profiles() {
         (false, None) => "FAIL",
     };
     println!(
-        "\n{:<20} {:<20} {:<48} {:<6} detail",
+        "\n{:<20} {:<26} {:<50} {:<6} detail",
         "server", "profile", "check", "result"
     );
     for r in &all {
         let detail: String = r.detail.chars().take(90).collect();
         println!(
-            "{:<20} {:<20} {:<48} {:<6} {detail}",
+            "{:<20} {:<26} {:<50} {:<6} {detail}",
             r.server,
             r.profile,
             r.check,
@@ -545,6 +569,7 @@ fn profiles_commands_show_what_a_profile_yields() {
         "mcp-server-fetch",
         "mcp-server-time",
         "palisade-fs-server",
+        "server-sequential-thinking",
     ] {
         assert!(text.contains(name), "{name} missing from:\n{text}");
     }

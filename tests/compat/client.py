@@ -362,6 +362,30 @@ async def git(s, rec, p, rep):
     refused(rep, "repo outside grants refused", r, p.get("secret_text"))
 
 
+# ---------------------------------------------------------------- server-sequential-thinking
+async def sequential_thinking(s, rec, p, rep):
+    x = p["prefix"]
+    await tools_check(s, rep, x, ["sequentialthinking"])
+    step = {"thought": "compat: first step", "thoughtNumber": 1, "totalThoughts": 2, "nextThoughtNeeded": True}
+    r = await call(s, f"{x}__sequentialthinking", step)
+    r2 = await call(s, f"{x}__sequentialthinking",
+                    dict(step, thought="compat: second step", thoughtNumber=2, nextThoughtNeeded=False))
+    # The server keeps the history in its process: the second answer counts both steps.
+    ok = succeeded(r) and succeeded(r2) and '"thoughtHistoryLength": 2' in r2["text"]
+    rep.check("two thoughts recorded in order", ok, r2["text"][:200])
+    log = open(os.environ["COMPAT_ERRLOG"]).read() if os.environ.get("COMPAT_ERRLOG") else ""
+    # Only the server's own stderr lines count (the audit records, also on palisade's stderr
+    # when no audit file is set, carry the arguments by design).
+    logged = any("stderr:" in line and "compat: first step" in line for line in log.splitlines())
+    if p.get("thought_logging"):
+        # Control: with the user's env turning logging back on, the thoughts do reach the log,
+        # so their absence under the profile is the profile's doing.
+        rep.check("control: user env wins, thoughts logged", logged, "present" if logged else "absent")
+    else:
+        rep.check("thoughts kept out of palisade's log (profile env)", not logged,
+                  "absent" if not logged else "thought text found in the serve log")
+
+
 # ---------------------------------------------------------------- mcp-server-time
 async def time_server(s, rec, p, rep):
     x = p["prefix"]
@@ -405,6 +429,7 @@ SCENARIOS = {
     "memory-restart": memory_restart,
     "git": git,
     "time": time_server,
+    "sequential-thinking": sequential_thinking,
     "fetch": fetch,
 }
 
