@@ -612,6 +612,21 @@ fn profiles_commands_show_what_a_profile_yields() {
     assert_eq!(v["mounts"][0]["path"], json!(state));
     assert_eq!(v["mounts"][0]["access"], json!("rw"));
 
+    // How roots reach a server is shown, the session-dir rule included.
+    for (name, words) in [
+        ("server-filesystem", "each root appended as an argument"),
+        ("mcp-server-git", "never the session sandbox dir"),
+        ("mcp-server-time", "MCP roots and bind mounts only"),
+    ] {
+        let out = Command::new(palisade())
+            .args(["profiles", "show", name, "--json"])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).expect("profiles show --json");
+        let roots = v["roots"].as_str().unwrap_or_default();
+        assert!(roots.contains(words), "{name}: {roots}");
+    }
+
     let out = Command::new(palisade())
         .args(["check", "--config", &cfg])
         .output()
