@@ -5,8 +5,9 @@
 //!
 //! Policy: every config uses tests/fixtures/allow-all-policy.json, so that what is refused
 //! is refused by the sandbox (or the server's own root checks), which is what a profile must
-//! get right; the policy engine is proven in tests/policy*.rs. Checks marked GAP depend on
-//! gateway work not merged yet (sampling relay) and are reported, not failed.
+//! get right; the policy engine is proven in tests/policy*.rs. A failed check fails the test
+//! unless it is listed in `KNOWN_GAPS` (the one place, each with its reason), where it is
+//! reported as GAP; a listed gap that passes fails the test too, so the list stays true.
 //!
 //! Needs bubblewrap and the test dependencies ($PALISADE_TEST_DEPS, scripts/test.sh).
 
@@ -92,6 +93,17 @@ impl Ws {
         path.display().to_string()
     }
 
+    /// `config`, with `extra` merged into the `palisade` block (a policy, an approver).
+    fn config_with(&self, name: &str, server: Value, extra: Value) -> String {
+        let path = self.config(name, server);
+        let mut cfg: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        for (k, v) in extra.as_object().unwrap() {
+            cfg["palisade"][k] = v.clone();
+        }
+        std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+        path
+    }
+
     fn params(&self, prefix: &str) -> Value {
         json!({
             "prefix": prefix,
@@ -127,12 +139,26 @@ fn drive(ws: &Ws, scenario: &str, params: &Value, config: &str) -> Vec<Value> {
     report["checks"].as_array().cloned().unwrap_or_default()
 }
 
+/// Checks known to fail today, each with the reason: (server, check, reason). The only place
+/// a failing check may be excused; everything else that fails fails the test.
+const KNOWN_GAPS: &[(&str, &str, &str)] = &[(
+    "server-everything",
+    "sampling request reaches the client",
+    "the gateway does not relay sampling/createMessage downstream yet (branch `relay`)",
+)];
+
+fn known_gap(server: &str, check: &str) -> Option<&'static str> {
+    KNOWN_GAPS
+        .iter()
+        .find(|(s, c, _)| *s == server && *c == check)
+        .map(|(_, _, why)| *why)
+}
+
 struct Row {
     server: &'static str,
     profile: &'static str,
     check: String,
     pass: bool,
-    gap: bool,
     detail: String,
 }
 
@@ -145,23 +171,142 @@ fn rows(server: &'static str, profile: &'static str, checks: Vec<Value>) -> Vec<
             profile,
             check: c["name"].as_str().unwrap_or("?").to_string(),
             pass: c["pass"].as_bool().unwrap_or(false),
-            gap: c["gap"].as_bool().unwrap_or(false),
             detail: c["detail"].as_str().unwrap_or("").replace('\n', " "),
         })
         .collect()
+}
+
+/// A page served on the host's loopback, counting the requests that reach it.
+struct LocalPage {
+    port: u16,
+    hits: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LocalPage {
+    fn start() -> LocalPage {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (h, st) = (hits.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if st.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(mut conn) = conn else { continue };
+                // Bounds a client that never finishes its request head.
+                let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                if !head.starts_with(b"GET ") {
+                    continue;
+                }
+                h.fetch_add(1, Ordering::SeqCst);
+                let body = "<html><body><p>local page for palisade compat</p></body></html>";
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        LocalPage {
+            port,
+            hits,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/page", self.port)
+    }
+
+    fn hits(&self) -> usize {
+        self.hits.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for LocalPage {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the accept loop so it sees the flag.
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 fn filesystem() -> Vec<Row> {
     let ws = Ws::new();
     let cfg = ws.config(
         "fs",
-        json!({"command": "node", "args": [node_server("server-filesystem"), ws.p("granted")],
+        // No directory in args: the profile's rootsAs delivers the roots on the command line.
+        json!({"command": "node", "args": [node_server("server-filesystem")],
                "sandbox": {"filesystem": {"allowWrite": [ws.p("granted")]}}}),
     );
+    let mut params = ws.params("fs");
+    params["roots_in_argv"] = json!([ws.p("granted"), ws.p("sandbox")]);
     rows(
         "server-filesystem",
         "server-filesystem",
-        drive(&ws, "filesystem", &ws.params("fs"), &cfg),
+        drive(&ws, "filesystem", &params, &cfg),
+    )
+}
+
+/// The policy allows reads in `granted` and escalates reads elsewhere; the approver is the
+/// file IPC the client answers. An approved read in `other` widens the server's roots.
+fn filesystem_widen() -> Vec<Row> {
+    let ws = Ws::new();
+    std::fs::create_dir_all(ws.dir.path().join("other")).unwrap();
+    std::fs::create_dir_all(ws.dir.path().join("esc")).unwrap();
+    std::fs::write(ws.dir.path().join("other/other.txt"), "other text\n").unwrap();
+    let policy = ws.dir.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        serde_json::to_vec_pretty(&json!({"rules": [
+            {"name": "allow-read-granted", "description": "reads in granted", "principle": "test",
+             "if": {"roles": ["read-path"], "paths": {"roles": ["read-path"], "within": ws.p("granted")}},
+             "then": "allow", "reason": "reading in granted is allowed"},
+            {"name": "escalate-read-elsewhere", "description": "reads elsewhere", "principle": "test",
+             "if": {"roles": ["read-path"]},
+             "then": "escalate", "reason": "reading elsewhere needs a person"},
+            {"name": "allow-the-rest", "description": "everything else", "principle": "test",
+             "if": {}, "then": "allow", "reason": "the widening is what this check is about"}
+        ]}))
+        .unwrap(),
+    )
+    .unwrap();
+    let cfg = ws.config_with(
+        "fs",
+        json!({"command": "node", "args": [node_server("server-filesystem")],
+               "sandbox": {"filesystem": {"allowWrite": [ws.p("granted")]}}}),
+        json!({"policy": policy.display().to_string(),
+               "escalation": format!("dir:{}", ws.p("esc")),
+               // Bounds a client that misses the escalation; never a timing assertion.
+               "escalationTimeout": 30}),
+    );
+    let mut params = ws.params("fs");
+    params["sandbox"] = json!(ws.p("sandbox"));
+    params["other_dir"] = json!(ws.p("other"));
+    params["other_file"] = json!(ws.p("other/other.txt"));
+    params["esc"] = json!(ws.p("esc"));
+    rows(
+        "server-filesystem",
+        "server-filesystem",
+        drive(&ws, "filesystem-widen", &params, &cfg),
     )
 }
 
@@ -201,9 +346,12 @@ fn memory() -> Vec<Row> {
     );
     let mut params = ws.params("memory");
     params["state_file"] = json!(ws.p("state/memory/memory.jsonl"));
-    // Two gateway sessions with the same config and state dir: the second is a fresh
-    // sandbox and a fresh server process.
-    let mut checks = drive(&ws, "memory-write", &params, &cfg);
+    // A restart inside one session: the server's process is killed, the supervisor starts a
+    // new one in a new sandbox, the entity is read back.
+    let mut checks = drive(&ws, "memory-restart", &params, &cfg);
+    // Two gateway sessions with the same config and state dir: the state dir also outlives
+    // the gateway (a new sandbox, a new server, a new palisade process).
+    checks.extend(drive(&ws, "memory-write", &params, &cfg));
     checks.extend(drive(&ws, "memory-read", &params, &cfg));
     rows("server-memory", "server-memory", checks)
 }
@@ -251,6 +399,29 @@ fn git() -> Vec<Row> {
     )
 }
 
+fn sequential_thinking() -> Vec<Row> {
+    let ws = Ws::new();
+    let cfg = ws.config(
+        "think",
+        json!({"command": "node", "args": [node_server("server-sequential-thinking")]}),
+    );
+    let mut checks = drive(&ws, "sequential-thinking", &ws.params("think"), &cfg);
+    let control = Ws::new();
+    let cfg = control.config(
+        "think",
+        json!({"command": "node", "args": [node_server("server-sequential-thinking")],
+               "env": {"DISABLE_THOUGHT_LOGGING": "false"}}),
+    );
+    let mut params = control.params("think");
+    params["thought_logging"] = json!(true);
+    checks.extend(
+        drive(&control, "sequential-thinking", &params, &cfg)
+            .into_iter()
+            .filter(|c| c["name"] != "tools listed"),
+    );
+    rows("server-seq-thinking", "server-sequential-thinking", checks)
+}
+
 fn time() -> Vec<Row> {
     let ws = Ws::new();
     let cfg = ws.config("time", json!({"command": venv_bin("mcp-server-time")}));
@@ -263,22 +434,35 @@ fn time() -> Vec<Row> {
 
 fn fetch() -> Vec<Row> {
     let ws = Ws::new();
+    let allowed = LocalPage::start();
+    let other = LocalPage::start();
+    // Loopback inside the sandbox is the sandbox's own, so the launcher's NO_PROXY keeps
+    // 127.0.0.1 off the proxy; `--proxy-url` sends every fetch through it, and the explicit
+    // `127.0.0.1:PORT` entry is the deliberate grant of that one host port.
     let cfg = ws.config(
         "fetch",
         json!({"command": venv_bin("mcp-server-fetch"),
-               "args": ["--ignore-robots-txt", "--allow-private-ips"]}),
+               "args": ["--ignore-robots-txt", "--allow-private-ips",
+                        "--proxy-url", "http://127.0.0.1:3128"],
+               "sandbox": {"network": {"allowedDomains": [format!("127.0.0.1:{}", allowed.port)]}}}),
     );
     let mut params = ws.params("fetch");
+    params["allowed_url"] = json!(allowed.url());
+    params["other_url"] = json!(other.url());
     params["direct_cmd"] = json!([
         venv_bin("mcp-server-fetch"),
         "--ignore-robots-txt",
         "--allow-private-ips"
     ]);
-    rows(
-        "mcp-server-fetch",
-        "mcp-server-fetch",
-        drive(&ws, "fetch", &params, &cfg),
-    )
+    let mut checks = drive(&ws, "fetch", &params, &cfg);
+    // The refusals happened before the host: the other page saw the control's request only.
+    checks.push(json!({
+        "name": "refused fetches never reached the host",
+        "pass": other.hits() == 1 && allowed.hits() >= 1,
+        "detail": format!("other port: {} request(s) (control only = 1); allowed port: {}",
+                          other.hits(), allowed.hits()),
+    }));
+    rows("mcp-server-fetch", "mcp-server-fetch", checks)
 }
 
 fn bwrap_usable() -> bool {
@@ -300,37 +484,70 @@ fn real_servers_work_inside_their_profiles() {
     let mut all = Vec::new();
     for (name, run) in [
         ("filesystem", filesystem as fn() -> Vec<Row>),
+        ("filesystem-widen", filesystem_widen),
         ("fs-server", fs_server),
         ("everything", everything),
         ("memory", memory),
         ("git", git),
         ("time", time),
+        ("sequential-thinking", sequential_thinking),
         ("fetch", fetch),
     ] {
         if only.is_empty() || only.split(',').any(|o| o == name) {
             all.extend(run());
         }
     }
+    let status = |r: &Row| match (r.pass, known_gap(r.server, &r.check)) {
+        (true, Some(_)) => "STALE",
+        (true, None) => "PASS",
+        (false, Some(_)) => "GAP",
+        (false, None) => "FAIL",
+    };
     println!(
-        "\n{:<20} {:<20} {:<48} {:<6} detail",
+        "\n{:<20} {:<26} {:<50} {:<6} detail",
         "server", "profile", "check", "result"
     );
     for r in &all {
-        let result = match (r.pass, r.gap) {
-            (true, _) => "PASS",
-            (false, true) => "GAP",
-            (false, false) => "FAIL",
-        };
         let detail: String = r.detail.chars().take(90).collect();
         println!(
-            "{:<20} {:<20} {:<48} {:<6} {detail}",
-            r.server, r.profile, r.check, result
+            "{:<20} {:<26} {:<50} {:<6} {detail}",
+            r.server,
+            r.profile,
+            r.check,
+            status(r)
         );
+    }
+    println!();
+    let mut servers: Vec<&str> = all.iter().map(|r| r.server).collect();
+    servers.dedup();
+    for server in servers {
+        let mine: Vec<&Row> = all.iter().filter(|r| r.server == server).collect();
+        let count = |s: &str| mine.iter().filter(|r| status(r) == s).count();
+        println!(
+            "{server:<20} {} passed, {} failed, {} known gaps{}",
+            count("PASS") + count("STALE"),
+            count("FAIL"),
+            count("GAP"),
+            if count("STALE") > 0 {
+                format!(", {} known gaps that now pass", count("STALE"))
+            } else {
+                String::new()
+            }
+        );
+    }
+    for (server, check, why) in KNOWN_GAPS {
+        println!("known gap: {server} / {check}: {why}");
     }
     let failed: Vec<String> = all
         .iter()
-        .filter(|r| !r.pass && !r.gap)
-        .map(|r| format!("{} / {}: {}", r.server, r.check, r.detail))
+        .filter(|r| matches!(status(r), "FAIL" | "STALE"))
+        .map(|r| match status(r) {
+            "STALE" => format!(
+                "{} / {}: listed in KNOWN_GAPS but passes now; remove it from the list",
+                r.server, r.check
+            ),
+            _ => format!("{} / {}: {}", r.server, r.check, r.detail),
+        })
         .collect();
     assert!(failed.is_empty(), "failed checks:\n{}", failed.join("\n"));
 }
@@ -352,6 +569,7 @@ fn profiles_commands_show_what_a_profile_yields() {
         "mcp-server-fetch",
         "mcp-server-time",
         "palisade-fs-server",
+        "server-sequential-thinking",
     ] {
         assert!(text.contains(name), "{name} missing from:\n{text}");
     }
@@ -393,6 +611,21 @@ fn profiles_commands_show_what_a_profile_yields() {
     );
     assert_eq!(v["mounts"][0]["path"], json!(state));
     assert_eq!(v["mounts"][0]["access"], json!("rw"));
+
+    // How roots reach a server is shown, the session-dir rule included.
+    for (name, words) in [
+        ("server-filesystem", "each root appended as an argument"),
+        ("mcp-server-git", "never the session sandbox dir"),
+        ("mcp-server-time", "MCP roots and bind mounts only"),
+    ] {
+        let out = Command::new(palisade())
+            .args(["profiles", "show", name, "--json"])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).expect("profiles show --json");
+        let roots = v["roots"].as_str().unwrap_or_default();
+        assert!(roots.contains(words), "{name}: {roots}");
+    }
 
     let out = Command::new(palisade())
         .args(["check", "--config", &cfg])
@@ -662,4 +895,60 @@ fn a_profile_from_a_directory_relaxes_the_pid_namespace_and_unknown_names_are_re
         err.contains("no-such-profile") && err.contains("server-memory"),
         "{err}"
     );
+}
+
+/// `palisade run` delivers its grants per the profile's `rootsAs` too: as arguments and as a
+/// joined variable (a profile from a directory), and not at all without the profile (the
+/// control: the command itself adds nothing).
+#[test]
+fn run_delivers_its_grants_per_the_profiles_roots_as() {
+    if !bwrap_usable() {
+        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+        return;
+    }
+    let ws = Ws::new();
+    let dir = ws.dir.path().join("profiles");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("dirs-as-args.json"),
+        r#"{"description": "test", "rootsAs": {"flag": "--dir"}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("dirs-in-env.json"),
+        r#"{"description": "test", "rootsAs": {"env": "DIRS", "separator": ","}}"#,
+    )
+    .unwrap();
+    let (granted, other) = (ws.p("granted"), ws.p("secret"));
+    let run = |profile: &str| -> String {
+        let out = Command::new(palisade())
+            .args(["run", "--profiles-dir"])
+            .arg(&dir)
+            .args(["--profile", profile, "--rw", &granted, "--ro", &other])
+            .args([
+                "--",
+                "/bin/sh",
+                "-c",
+                r#"echo "args:$*"; echo "env:${DIRS:-unset}""#,
+                "sh",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // `run` grants in its own order: the --ro directories, then the --rw ones.
+    assert_eq!(
+        run("dirs-as-args"),
+        format!("args:--dir {other} --dir {granted}\nenv:unset\n")
+    );
+    assert_eq!(
+        run("dirs-in-env"),
+        format!("args:\nenv:{other},{granted}\n")
+    );
+    assert_eq!(run("none"), "args:\nenv:unset\n");
 }

@@ -63,6 +63,8 @@ struct Shown<'a> {
     mounts: Vec<ShownMount>,
     env: std::collections::BTreeMap<String, String>,
     network: String,
+    /// How the server's roots reach it besides MCP roots and bind mounts, in words.
+    roots: String,
     relaxations: Vec<String>,
 }
 
@@ -218,7 +220,29 @@ fn show<'a>(
         mounts,
         env: plan.env,
         network,
+        roots: roots_words(profile.roots_as.as_ref()),
         relaxations,
+    }
+}
+
+/// A profile's `rootsAs` in words (what `sandbox::launch` does with it at every launch).
+fn roots_words(roots_as: Option<&profiles::RootsAs>) -> String {
+    use profiles::{Only, RootsAs};
+    const ORDER: &str = "the server's own roots (policy, grants, approvals), then the session sandbox dir; re-delivered at each relaunch";
+    match roots_as {
+        None => "MCP roots and bind mounts only".to_string(),
+        Some(RootsAs::Args(_)) => {
+            format!("each root appended as an argument, unless already there: {ORDER}")
+        }
+        Some(RootsAs::Flag(f)) if f.only == Some(Only::First) => format!(
+            "`{} ROOT` with the server's first own root (never the session sandbox dir); none if the config already passes {0}",
+            f.flag
+        ),
+        Some(RootsAs::Flag(f)) => format!("`{} ROOT` per root: {ORDER}", f.flag),
+        Some(RootsAs::Env(e)) => format!(
+            "{}=ROOTS joined with `{}` (the config's own {0} wins): {ORDER}",
+            e.env, e.separator
+        ),
     }
 }
 
@@ -271,11 +295,7 @@ fn show_text(s: &Shown<'_>) -> String {
         }
     }
     let _ = writeln!(o, "  network:      {}", s.network);
-    let roots = match &p.roots_as {
-        None => "MCP roots and bind mounts only".to_string(),
-        Some(r) => serde_json::to_string(r).unwrap_or_default(),
-    };
-    let _ = writeln!(o, "  roots as:     {roots}");
+    let _ = writeln!(o, "  roots as:     {}", s.roots);
     let _ = writeln!(
         o,
         "  roots tool:   {}",

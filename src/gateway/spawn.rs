@@ -123,6 +123,7 @@ pub fn launch_request(
         // The gateway fills this in when it registers the server with its egress proxy.
         egress: launch::EgressSocket::NotStarted,
         write_protect,
+        session_dir: Some(sandbox_dir.to_path_buf()),
     })
 }
 

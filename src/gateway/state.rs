@@ -154,6 +154,15 @@ impl Slot {
         let mut req = self.req.clone()?;
         let set = self.roots.current();
         req.grants = set.grants();
+        // The set's own record of which root is the session sandbox dir wins over the
+        // config-time guess (a set without one keeps the request's).
+        if let Some(r) = set
+            .roots
+            .iter()
+            .find(|r| r.source == crate::roots::derive::RootSource::SandboxDir)
+        {
+            req.session_dir = Some(r.path.clone());
+        }
         req.args = crate::roots::args::expand_args(&req.args, &set.paths);
         for v in req.env.values_mut() {
             *v = crate::roots::args::expand_text(v, &set.paths);
@@ -295,5 +304,51 @@ impl Shared {
         if changed.resources {
             let _ = peer.notify_resource_list_changed().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::roots::Needed;
+    use crate::roots::derive::{DerivedRoot, RootSource};
+    use crate::sandbox::Access;
+
+    /// A relaunch after a widening launches with the wider set, and the launcher still knows
+    /// which grant is the session sandbox dir (rootsAs delivers it last, never alone).
+    #[test]
+    fn the_next_launch_request_follows_the_widened_set() {
+        let t = tempfile::tempdir().unwrap();
+        let (sb, a, b) = (t.path().join("sb"), t.path().join("a"), t.path().join("b"));
+        let root = |path: &std::path::Path, access, source| DerivedRoot {
+            path: path.to_path_buf(),
+            access,
+            source,
+        };
+        let cell = RootsCell::new(
+            vec![
+                root(&sb, Access::Rw, RootSource::SandboxDir),
+                root(&a, Access::Ro, RootSource::AllowRead),
+            ],
+            Default::default(),
+        );
+        let req = LaunchRequest {
+            name: "fs".into(),
+            command: "node".into(),
+            ..LaunchRequest::default()
+        };
+        let slot = Slot::with_roots("fs".into(), Some(req), cell, Status::Starting);
+        let (first, _) = slot.launch_request().unwrap();
+        assert_eq!(first.session_dir.as_deref(), Some(sb.as_path()));
+        assert_eq!(first.grants.len(), 2);
+        slot.roots.widen(&[Needed {
+            path: b.clone(),
+            access: Access::Rw,
+        }]);
+        let (next, set) = slot.launch_request().unwrap();
+        assert_eq!(set.version, 2);
+        let paths: Vec<_> = next.grants.iter().map(|g| g.path.clone()).collect();
+        assert_eq!(paths, [sb.clone(), a, b]);
+        assert_eq!(next.session_dir.as_deref(), Some(sb.as_path()));
     }
 }

@@ -80,34 +80,56 @@ pub struct RootsDelivery {
     pub env: BTreeMap<String, String>,
 }
 
-/// How `roots` (in order, the first being the most important) reach a server with
-/// `roots_as`. Roots already among `existing_args` are not repeated.
+/// A server's roots as `rootsAs` sees them.
+#[derive(Debug, Clone, Copy)]
+pub struct DeliveryRoots<'a> {
+    /// The server's own roots, most important first: policy roots, config grants, roots
+    /// added by approved escalations.
+    pub own: &'a [PathBuf],
+    /// The session sandbox dir, when the server has one: every server's scratch space, so it
+    /// comes after the server's own roots and is never the one root a single-root server is
+    /// confined to (`only: first`).
+    pub session: Option<&'a Path>,
+}
+
+/// How `roots` reach a server with `roots_as`. Roots already among `existing_args` (the
+/// user wrote them, or a `{roots}` placeholder expanded them) are not repeated; a flag the
+/// user already gave with `only: first` keeps the user's value as the only one; an env
+/// variable is set whole (the caller lets the user's own value win).
 pub fn roots_delivery(
     roots_as: &RootsAs,
-    roots: &[PathBuf],
+    roots: DeliveryRoots<'_>,
     existing_args: &[String],
 ) -> RootsDelivery {
-    let shown: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+    let show = |r: &Path| r.display().to_string();
+    let all: Vec<String> = roots
+        .own
+        .iter()
+        .map(|r| show(r))
+        .chain(roots.session.map(show))
+        .collect();
     let mut out = RootsDelivery::default();
     match roots_as {
         RootsAs::Args(_) => {
-            out.args = shown
-                .into_iter()
-                .filter(|r| !existing_args.contains(r))
-                .collect();
+            for r in all {
+                if !existing_args.contains(&r) && !out.args.contains(&r) {
+                    out.args.push(r);
+                }
+            }
         }
         RootsAs::Flag(f) => {
-            if existing_args.contains(&f.flag) && f.only == Some(Only::First) {
-                return out;
-            }
-            let take = if f.only == Some(Only::First) {
-                1
+            let chosen: Vec<String> = if f.only == Some(Only::First) {
+                if existing_args.contains(&f.flag) {
+                    return out;
+                }
+                roots.own.first().map(|r| show(r)).into_iter().collect()
             } else {
-                usize::MAX
+                all
             };
-            for r in shown.into_iter().take(take) {
+            for r in chosen {
                 let already = existing_args
                     .windows(2)
+                    .chain(out.args.windows(2))
                     .any(|w| w[0] == f.flag && w[1] == r);
                 if !already {
                     out.args.push(f.flag.clone());
@@ -116,8 +138,8 @@ pub fn roots_delivery(
             }
         }
         RootsAs::Env(e) => {
-            if !shown.is_empty() {
-                out.env.insert(e.env.clone(), shown.join(&e.separator));
+            if !all.is_empty() {
+                out.env.insert(e.env.clone(), all.join(&e.separator));
             }
         }
     }
@@ -175,28 +197,65 @@ mod tests {
 
     #[test]
     fn roots_become_args_flags_or_env() {
-        let roots = [PathBuf::from("/a"), PathBuf::from("/b c")];
+        let own = [PathBuf::from("/a"), PathBuf::from("/b c")];
+        let roots = DeliveryRoots {
+            own: &own,
+            session: Some(Path::new("/sb")),
+        };
         let rs = |t: &str| -> RootsAs { serde_json::from_str(t).unwrap() };
-        let d = roots_delivery(&rs(r#"{"args": "append"}"#), &roots, &["/a".into()]);
-        assert_eq!(d.args, ["/b c"]);
-        let d = roots_delivery(&rs(r#"{"flag": "--root"}"#), &roots, &[]);
-        assert_eq!(d.args, ["--root", "/a", "--root", "/b c"]);
+        let d = roots_delivery(&rs(r#"{"args": "append"}"#), roots, &["/a".into()]);
+        assert_eq!(
+            d.args,
+            ["/b c", "/sb"],
+            "own roots first, the session dir last"
+        );
+        let d = roots_delivery(&rs(r#"{"flag": "--root"}"#), roots, &[]);
+        assert_eq!(d.args, ["--root", "/a", "--root", "/b c", "--root", "/sb"]);
+        let d = roots_delivery(
+            &rs(r#"{"flag": "--root"}"#),
+            roots,
+            &["--root".into(), "/b c".into()],
+        );
+        assert_eq!(d.args, ["--root", "/a", "--root", "/sb"]);
         let d = roots_delivery(
             &rs(r#"{"flag": "--repository", "only": "first"}"#),
-            &roots,
+            roots,
             &[],
         );
         assert_eq!(d.args, ["--repository", "/a"]);
         let d = roots_delivery(
             &rs(r#"{"flag": "--repository", "only": "first"}"#),
-            &roots,
+            roots,
             &["--repository".into(), "/z".into()],
         );
         assert!(
             d.args.is_empty(),
             "the user's own --repository stays the only one"
         );
-        let d = roots_delivery(&rs(r#"{"env": "DIRS", "separator": ":"}"#), &roots, &[]);
-        assert_eq!(d.env["DIRS"], "/a:/b c");
+        let d = roots_delivery(&rs(r#"{"env": "DIRS", "separator": ":"}"#), roots, &[]);
+        assert_eq!(d.env["DIRS"], "/a:/b c:/sb");
+    }
+
+    #[test]
+    fn the_session_dir_alone_is_never_the_only_root() {
+        let rs = |t: &str| -> RootsAs { serde_json::from_str(t).unwrap() };
+        let roots = DeliveryRoots {
+            own: &[],
+            session: Some(Path::new("/sb")),
+        };
+        let d = roots_delivery(
+            &rs(r#"{"flag": "--repository", "only": "first"}"#),
+            roots,
+            &[],
+        );
+        assert_eq!(d, RootsDelivery::default());
+        let d = roots_delivery(&rs(r#"{"args": "append"}"#), roots, &[]);
+        assert_eq!(d.args, ["/sb"]);
+        let none = DeliveryRoots {
+            own: &[],
+            session: None,
+        };
+        let d = roots_delivery(&rs(r#"{"env": "DIRS", "separator": ":"}"#), none, &[]);
+        assert!(d.env.is_empty(), "no roots: the variable is not set at all");
     }
 }

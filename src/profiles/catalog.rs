@@ -43,6 +43,10 @@ const BUILTIN: &[(&str, &str)] = &[
         "palisade-fs-server",
         include_str!("../../sandbox-profiles/palisade-fs-server.json"),
     ),
+    (
+        "server-sequential-thinking",
+        include_str!("../../sandbox-profiles/server-sequential-thinking.json"),
+    ),
 ];
 
 /// Where a profile came from.

@@ -70,6 +70,11 @@ pub struct LaunchRequest {
     /// Re-bind `WRITE_PROTECTED` paths found in read-write grants read-only (default on;
     /// `sandbox.filesystem.protectDangerousFiles: false` turns it off).
     pub write_protect: bool,
+    /// The session sandbox dir when it is among the grants: a profile's `rootsAs` delivers it
+    /// after the server's own roots and never as its only root (see
+    /// `profiles::apply::roots_delivery`). `None` for `palisade run`, whose grants are all
+    /// the command's own.
+    pub session_dir: Option<PathBuf>,
 }
 
 /// Where a server with a domain allowlist reaches the egress proxy.
@@ -109,6 +114,7 @@ impl Default for LaunchRequest {
             limits: ResourceLimits::default(),
             egress: EgressSocket::NotStarted,
             write_protect: true,
+            session_dir: None,
         }
     }
 }
@@ -577,6 +583,14 @@ fn with_profile(
     for (k, v) in &plan.env {
         out.env.entry(k.clone()).or_insert_with(|| v.clone());
     }
+    if let Some(roots_as) = &selected.profile.roots_as {
+        let delivery = deliver_roots(req, roots_as);
+        tracing::debug!(server = %req.name, args = ?delivery.args, env = ?delivery.env, "roots delivered per the profile's rootsAs");
+        out.args.extend(delivery.args);
+        for (k, v) in delivery.env {
+            out.env.entry(k).or_insert(v);
+        }
+    }
     if !plan.domains.is_empty() {
         let mut lists = match &req.network {
             NetworkConfig::Allowlist(l) => l.clone(),
@@ -626,6 +640,37 @@ fn with_profile(
         mounts,
         share_pid: plan.share_pid,
     })
+}
+
+/// The request's grants as a profile's `rootsAs` delivers them: the directories among them
+/// (a file grant is not a root), in grant order, the session sandbox dir last. The grants
+/// are exactly what the sandbox mounts and, under the gateway, what `roots/list` announces,
+/// so arguments, roots and mounts stay one set (a relaunch after a widening re-delivers).
+fn deliver_roots(
+    req: &LaunchRequest,
+    roots_as: &profiles::RootsAs,
+) -> profiles::apply::RootsDelivery {
+    let is_session = |p: &Path| req.session_dir.as_deref() == Some(p);
+    let own: Vec<PathBuf> = req
+        .grants
+        .iter()
+        .filter(|g| !is_session(&g.path) && g.path.is_dir())
+        .map(|g| g.path.clone())
+        .fold(Vec::new(), |mut acc, p| {
+            if !acc.contains(&p) {
+                acc.push(p);
+            }
+            acc
+        });
+    let session = req
+        .session_dir
+        .as_deref()
+        .filter(|s| req.grants.iter().any(|g| g.path == *s) && s.is_dir());
+    profiles::apply::roots_delivery(
+        roots_as,
+        profiles::apply::DeliveryRoots { own: &own, session },
+        &req.args,
+    )
 }
 
 fn io(context: &str, source: std::io::Error) -> LaunchError {
@@ -953,5 +998,112 @@ fn direct(
         held: Vec::new(),
         files: Vec::new(),
         cgroup: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn selected(name: &str) -> (profiles::Selected, profiles::Plan) {
+        let catalog = profiles::Catalog::load(None).unwrap();
+        let selected = profiles::select(&catalog, Some(name), "x", &[])
+            .unwrap()
+            .unwrap();
+        let plan = profiles::plan(
+            &selected.profile,
+            &profiles::Context {
+                host_home: None,
+                sandbox_home: Path::new("/home/sandbox"),
+                state_dir: Path::new("/nonexistent-state"),
+            },
+        );
+        (selected, plan)
+    }
+
+    fn grant(path: &Path, access: Access) -> Grant {
+        Grant {
+            path: path.to_path_buf(),
+            access,
+        }
+    }
+
+    #[test]
+    fn roots_as_appends_the_grant_directories_with_the_session_dir_last() {
+        let t = tempfile::tempdir().unwrap();
+        let (session, a, b) = (t.path().join("s"), t.path().join("a"), t.path().join("b"));
+        for d in [&session, &a, &b] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let file = t.path().join("f.txt");
+        std::fs::write(&file, "x").unwrap();
+        let req = LaunchRequest {
+            name: "fs".into(),
+            command: "node".into(),
+            args: vec!["index.js".into(), b.display().to_string()],
+            grants: vec![
+                grant(&session, Access::Rw),
+                grant(&a, Access::Rw),
+                grant(&file, Access::Ro),
+                grant(&b, Access::Ro),
+            ],
+            session_dir: Some(session.clone()),
+            ..LaunchRequest::default()
+        };
+        let (sel, plan) = selected("server-filesystem");
+        let out = with_profile(&req, &sel, &plan).unwrap().req;
+        let shown = |p: &Path| p.display().to_string();
+        assert_eq!(
+            out.args,
+            [
+                "index.js".to_string(),
+                shown(&b),
+                shown(&a),
+                shown(&session)
+            ],
+            "a file grant is not a root; a root the user already passed is not repeated"
+        );
+    }
+
+    #[test]
+    fn roots_as_only_first_skips_the_session_dir_and_keeps_the_users_flag() {
+        let t = tempfile::tempdir().unwrap();
+        let (session, repo) = (t.path().join("s"), t.path().join("repo"));
+        for d in [&session, &repo] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let mut req = LaunchRequest {
+            name: "git".into(),
+            command: "mcp-server-git".into(),
+            grants: vec![grant(&session, Access::Rw), grant(&repo, Access::Rw)],
+            session_dir: Some(session.clone()),
+            ..LaunchRequest::default()
+        };
+        let (sel, plan) = selected("mcp-server-git");
+        let out = with_profile(&req, &sel, &plan).unwrap().req;
+        assert_eq!(
+            out.args,
+            ["--repository".to_string(), repo.display().to_string()]
+        );
+        req.grants.truncate(1);
+        let out = with_profile(&req, &sel, &plan).unwrap().req;
+        assert!(
+            out.args.is_empty(),
+            "the session dir alone is no repository: {:?}",
+            out.args
+        );
+    }
+
+    #[test]
+    fn no_roots_as_no_arguments() {
+        let t = tempfile::tempdir().unwrap();
+        let req = LaunchRequest {
+            name: "time".into(),
+            command: "mcp-server-time".into(),
+            grants: vec![grant(t.path(), Access::Rw)],
+            ..LaunchRequest::default()
+        };
+        let (sel, plan) = selected("mcp-server-time");
+        assert!(with_profile(&req, &sel, &plan).unwrap().req.args.is_empty());
     }
 }
