@@ -33,6 +33,7 @@ fn record(i: u32, args: serde_json::Value) -> AuditRecord {
         degradation: vec![],
         approved_roots: vec![],
         network_refusals: vec![],
+        kind: None,
     }
 }
 

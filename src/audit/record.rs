@@ -39,6 +39,20 @@ pub struct AuditRecord {
     /// Connections the egress proxy refused for this server during the call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub network_refusals: Vec<NetworkRefusal>,
+    /// What the record is about when it is not a tool call: a server's request relayed to
+    /// (or refused before) the agent. Absent for tool calls, IronCurtain's only kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<RecordKind>,
+}
+
+/// The kinds of record besides tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordKind {
+    /// A server's `sampling/createMessage` (the agent's LLM asked on its behalf).
+    Sampling,
+    /// A server's `elicitation/create` (the person behind the agent asked).
+    Elicitation,
 }
 
 /// A directory an approved escalation made a root of its server.

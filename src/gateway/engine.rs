@@ -186,6 +186,7 @@ pub fn to_audit_record(rec: &CallRecord) -> AuditRecord {
                 reason: e.reason.to_string(),
             })
             .collect(),
+        kind: rec.kind,
     }
 }
 

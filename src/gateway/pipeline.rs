@@ -177,6 +177,7 @@ pub async fn call_tool(
         enforcement,
         approved_roots,
         network_refusals,
+        kind: None,
     };
     if let Err(e) = shared.stages.audit.record(&record) {
         tracing::error!(server = %slot.name, tool = %tool, "audit write failed: {e}");

@@ -172,6 +172,10 @@ pub struct CallRecord {
     /// Connections the egress proxy refused for this server while the call was in flight.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub network_refusals: Vec<crate::egress::RefusalEvent>,
+    /// `None` for a tool call (and the other agent requests recorded like one); set for a
+    /// server's relayed sampling or elicitation request (`relay.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<crate::audit::RecordKind>,
 }
 
 /// Why an audit write failed; the call then fails closed with this message.

@@ -124,6 +124,7 @@ impl Upstream {
             enforcement: snap.enforcement,
             approved_roots: Vec::new(),
             network_refusals: Vec::new(),
+            kind: None,
         };
         if let Err(e) = self.shared.stages.audit.record(&record) {
             tracing::error!(server = %slot.name, "audit write failed: {e}");
