@@ -100,7 +100,8 @@ pub fn parse_str(text: &str, file: &str) -> Result<GatewayConfig, ConfigError> {
             }
         }
         if let Some(relay) = &server.relay {
-            validate_relay(relay).map_err(|(key, m)| field_err(&format!("{field}.relay.{key}"), m))?;
+            validate_relay(relay)
+                .map_err(|(key, m)| field_err(&format!("{field}.relay.{key}"), m))?;
         }
         servers.push((name, server));
     }
@@ -271,14 +272,20 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(e.contains("c.json") && e.contains("mcpServers.a.relay") && e.contains("samplng"), "{e}");
+        assert!(
+            e.contains("c.json") && e.contains("mcpServers.a.relay") && e.contains("samplng"),
+            "{e}"
+        );
         let e = parse_str(
             r#"{"mcpServers": {"a": {"command": "c", "relay": {"sampling": true, "maxConcurrent": 0}}}}"#,
             "c.json",
         )
         .unwrap_err()
         .to_string();
-        assert!(e.contains("mcpServers.a.relay.maxConcurrent") && e.contains("1 to 16"), "{e}");
+        assert!(
+            e.contains("mcpServers.a.relay.maxConcurrent") && e.contains("1 to 16"),
+            "{e}"
+        );
         let e = parse_str(
             r#"{"mcpServers": {"a": {"command": "c", "relay": {"sampling": "yes"}}}}"#,
             "c.json",

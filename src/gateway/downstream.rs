@@ -75,9 +75,8 @@ impl ClientHandler for DownstreamHandler {
         }
         if elicitation {
             // Form mode only: a URL elicitation could send the user to any page.
-            caps.elicitation = Some(
-                ElicitationCapability::new().with_form(FormElicitationCapability::default()),
-            );
+            caps.elicitation =
+                Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
         }
         ClientConfig::new(
             caps,

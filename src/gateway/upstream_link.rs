@@ -69,7 +69,10 @@ impl UpstreamLink {
             .map_err(|e| map_err(e, timeout))?;
         let id = handle.id.clone();
         let Some(ct) = cancel else {
-            return handle.await_response().await.map_err(|e| map_err(e, timeout));
+            return handle
+                .await_response()
+                .await
+                .map_err(|e| map_err(e, timeout));
         };
         tokio::select! {
             r = handle.await_response() => r.map_err(|e| map_err(e, timeout)),
