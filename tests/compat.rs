@@ -6,7 +6,7 @@
 //! Policy: every config uses tests/fixtures/allow-all-policy.json, so that what is refused
 //! is refused by the sandbox (or the server's own root checks), which is what a profile must
 //! get right; the policy engine is proven in tests/policy*.rs. Checks marked GAP depend on
-//! gateway work not merged yet (sampling relay) and are reported, not failed.
+//! gateway work not merged yet and are reported, not failed.
 //!
 //! Needs bubblewrap and the test dependencies ($PALISADE_TEST_DEPS, scripts/test.sh).
 
@@ -184,7 +184,9 @@ fn everything() -> Vec<Row> {
     let cfg = ws.config(
         "every",
         json!({"command": "node", "args": [node_server("server-everything"), "stdio"],
-               "sandbox": {"filesystem": {"allowRead": [ws.p("granted")]}}}),
+               "sandbox": {"filesystem": {"allowRead": [ws.p("granted")]}},
+               // Relaying is opt-in (docs/security.md); the compat run checks it works.
+               "relay": {"sampling": true, "elicitation": true}}),
     );
     rows(
         "server-everything",
