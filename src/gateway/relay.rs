@@ -749,6 +749,48 @@ mod tests {
     }
 
     #[test]
+    fn a_profile_may_turn_relaying_on_and_the_server_config_off_again() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("asker.json"),
+            r#"{"description": "a server that asks", "match": {"executables": ["asker"]},
+                "relay": {"sampling": true, "elicitation": true, "perMinute": 7}}"#,
+        )
+        .unwrap();
+        let cfg = crate::config::parse_str(
+            &format!(
+                r#"{{"mcpServers": {{
+                    "a": {{"command": "/opt/bin/asker"}},
+                    "b": {{"command": "/opt/bin/asker", "relay": {{"elicitation": false}}}},
+                    "c": {{"command": "/opt/bin/other"}}}},
+                  "palisade": {{"profilesDir": "{}"}}}}"#,
+                dir.path().display()
+            ),
+            "c.json",
+        )
+        .unwrap();
+        let policy = |i: usize| {
+            let (name, server) = &cfg.servers[i];
+            RelayPolicy::for_server(name, server, &cfg.settings)
+        };
+        assert_eq!(
+            (
+                policy(0).sampling,
+                policy(0).elicitation,
+                policy(0).per_minute
+            ),
+            (true, true, 7)
+        );
+        assert_eq!((policy(1).sampling, policy(1).elicitation), (true, false));
+        assert_eq!(policy(2), RelayPolicy::default());
+        // No built-in profile turns relaying on.
+        let builtin = crate::profiles::Catalog::builtin().unwrap();
+        for (p, _) in builtin.iter() {
+            assert_eq!(p.relay, None, "profile {}", p.name);
+        }
+    }
+
+    #[test]
     fn refusals_say_why_and_how_to_allow() {
         let off = RelayPolicy::default();
         let agent = caps(true, Some(ElicitationCapability::default()));
