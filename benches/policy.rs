@@ -154,6 +154,7 @@ fn bench_audit(c: &mut Criterion) {
         degradation: vec![],
         approved_roots: vec![],
         network_refusals: vec![],
+        kind: None,
     };
     c.bench_function("audit append+flush (redacted, chained)", |b| {
         b.iter(|| log.append(black_box(&rec)).unwrap())
