@@ -72,6 +72,8 @@ struct Seen {
     calls: Vec<Value>,
     sampling: Vec<Value>,
     elicitation: Vec<String>,
+    /// Prompts whose relayed sampling was cancelled while the client was answering.
+    cancelled: Vec<String>,
 }
 
 impl Seen {
@@ -153,6 +155,7 @@ impl Run {
             calls: v["calls"].as_array().cloned().unwrap_or_default(),
             sampling: v["sampling"].as_array().cloned().unwrap_or_default(),
             elicitation: strings("elicitation"),
+            cancelled: strings("cancelled"),
         }
     }
 
@@ -395,4 +398,28 @@ fn an_agent_without_the_capability_is_never_asked() {
     let recs = run.relay_records();
     assert_eq!(recs.len(), 2, "{recs:?}");
     assert!(recs.iter().all(|r| r.2 == "denied"), "{recs:?}");
+}
+
+#[test]
+fn a_server_that_gives_up_cancels_the_request_at_the_agent() {
+    let run = Run::new();
+    // The client answers a "hang" prompt only after 60 s; the server gives up after 1 s and
+    // sends notifications/cancelled, which palisade passes on to the client. The client
+    // waits (bounded) until its callback was cancelled.
+    let seen = run.drive(
+        json!({"asker": asker(Some(json!({"sampling": true})))}),
+        json!([{"tool": "asker__give_up_on_sampling", "args": {"prompt": "hang until cancelled", "seconds": 1}}]),
+        &[("RELAY_WAIT_CANCEL", "1")],
+    );
+    let a = seen.answer("asker__give_up_on_sampling");
+    assert_eq!(a["gave_up"], true, "{a}");
+    assert_eq!(
+        seen.cancelled,
+        ["hang until cancelled"],
+        "the agent's request was not cancelled"
+    );
+    let recs = run.relay_records();
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(recs[0].2, "error", "{recs:?}");
+    assert!(recs[0].3.contains("cancelled"), "{recs:?}");
 }

@@ -4,7 +4,9 @@ request that reaches it. Usage:
     relay_drive.py CALLS_JSON -- CMD ARGS...
 CALLS_JSON is [{"tool": NAME, "args": {...}}]. Prints one JSON object: {"tools": [...],
 "calls": [{"tool", "error", "text"}], "sampling": [prompt texts seen], "elicitation":
-[messages seen]}.
+[messages seen], "cancelled": [prompts whose sampling was cancelled while the client
+answered]}. A prompt starting with "hang" is answered only after 60 s, unless cancelled;
+with RELAY_WAIT_CANCEL=1 the client waits (up to 30 s) after its calls until one was.
 """
 
 import asyncio
@@ -14,11 +16,19 @@ import sys
 
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
-seen = {"sampling": [], "elicitation": []}
+import anyio
+
+seen = {"sampling": [], "elicitation": [], "cancelled": []}
 
 
 async def on_sampling(context, params):
     texts = [getattr(m.content, "text", "") for m in params.messages]
+    if texts and texts[0].startswith("hang"):
+        try:
+            await anyio.sleep(60)
+        except anyio.get_cancelled_exc_class():
+            seen["cancelled"].append(texts[0])
+            raise
     seen["sampling"].append({"text": "\n".join(texts), "includeContext": params.include_context,
                              "meta": (params.meta or {}) if isinstance(params.meta, dict) else
                              (params.meta.model_dump() if params.meta else {})})
@@ -55,6 +65,10 @@ async def main():
                         out.append({"tool": c["tool"], "error": bool(r.is_error), "text": text})
                     except Exception as e:
                         out.append({"tool": c["tool"], "error": True, "text": str(getattr(e, "error", e))})
+                if os.environ.get("RELAY_WAIT_CANCEL") == "1":
+                    with anyio.move_on_after(30):
+                        while not seen["cancelled"]:
+                            await anyio.sleep(0.05)
     print(json.dumps({"tools": names, "calls": out, **seen}, default=str))
 
 

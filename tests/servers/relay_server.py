@@ -8,6 +8,8 @@ Tools (each returns JSON text):
 - ask_elicitation(question): one form `elicitation/create`; {"ok", "action", "content" | "error"}.
 - ask_url_elicitation(url): one URL-mode `elicitation/create`; {"ok", "error"}.
 - flood(n): n sampling requests one after another; {"ok": count, "errors": [messages]}.
+- give_up_on_sampling(prompt, seconds): one sampling request abandoned after `seconds` (the
+  SDK then sends `notifications/cancelled`); {"gave_up": bool, "error"}.
 """
 
 import json
@@ -75,6 +77,17 @@ async def flood(n: int, ctx: Context) -> str:
         else:
             errors.append(r["error"])
     return json.dumps({"ok": ok, "errors": errors})
+
+
+@server.tool()
+async def give_up_on_sampling(prompt: str, seconds: float, ctx: Context) -> str:
+    """Asks for a completion of `prompt` and gives up after `seconds`."""
+    try:
+        await ctx.session.send_request(_sampling_request(prompt), types.CreateMessageResult,
+                                       request_read_timeout_seconds=seconds)
+        return json.dumps({"gave_up": False, "error": ""})
+    except Exception as e:  # the SDK's timeout error; its type varies between versions
+        return json.dumps({"gave_up": True, "error": f"{type(e).__name__}: {e}"})
 
 
 if __name__ == "__main__":
