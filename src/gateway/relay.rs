@@ -377,12 +377,15 @@ impl Relayer {
     ) -> Result<CreateMessageResult, ErrorData> {
         let started = Instant::now();
         let kind = Kind::Sampling;
-        let args = sampling_summary(&params);
-        let _permit = match self.check(kind, params.tools.is_some() || params.tool_choice.is_some())
-        {
+        let undeclared = (params.tools.is_some() || params.tool_choice.is_some())
+            .then_some("sampling with tools or toolChoice");
+        let _permit = match self.check(kind, undeclared) {
             Ok(p) => p,
-            Err(refusal) => return Err(self.refuse(kind, ctx, args, refusal)),
+            Err(refusal) => {
+                return Err(self.refuse(kind, ctx, || sampling_summary(&params), refusal))
+            }
         };
+        let args = sampling_summary(&params);
         // Undeclared downstream (no `sampling.context`): never let a server pull in what
         // the agent's model saw from other servers.
         params.include_context = None;
@@ -425,24 +428,27 @@ impl Relayer {
                 ..
             } => (message, requested_schema),
             ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
-                let args = elicitation_summary(&message, Some(&url), None);
+                let args = || elicitation_summary(&message, Some(&url), None);
                 let what = "URL elicitation (a server could send the user to any page)";
                 return Err(self.refuse_mode(ctx, args, what));
             }
             _ => {
                 let what = "an elicitation mode palisade does not know";
-                return Err(self.refuse_mode(ctx, Map::new(), what));
+                return Err(self.refuse_mode(ctx, Map::new, what));
             }
         };
-        let args = elicitation_summary(
-            &message,
-            None,
-            serde_json::to_value(&requested_schema).ok().as_ref(),
-        );
-        let _permit = match self.check(kind, false) {
+        let args = || {
+            elicitation_summary(
+                &message,
+                None,
+                serde_json::to_value(&requested_schema).ok().as_ref(),
+            )
+        };
+        let _permit = match self.check(kind, None) {
             Ok(p) => p,
             Err(refusal) => return Err(self.refuse(kind, ctx, args, refusal)),
         };
+        let args = args();
         let params = ElicitRequestParams::FormElicitationParams {
             meta: Some(self.meta()),
             message: attribute(self.server(), &message),
@@ -480,18 +486,20 @@ impl Relayer {
     }
 
     /// Every check, cheapest first; a slot held for the request's lifetime when admitted.
-    /// `undeclared` says the request uses a feature palisade never declares downstream.
-    fn check(&self, kind: Kind, undeclared: bool) -> Result<OwnedSemaphorePermit, Refusal> {
+    /// `undeclared` names a feature of the request that palisade never declares downstream.
+    fn check(
+        &self,
+        kind: Kind,
+        undeclared: Option<&'static str>,
+    ) -> Result<OwnedSemaphorePermit, Refusal> {
         admit(
             kind,
             self.gate.policy(),
             self.server(),
             self.upstream.client_capabilities().as_ref(),
         )?;
-        if undeclared {
-            return Err(Refusal::Unsupported {
-                what: "sampling with tools or toolChoice",
-            });
+        if let Some(what) = undeclared {
+            return Err(Refusal::Unsupported { what });
         }
         self.gate.start(kind)
     }
@@ -501,7 +509,7 @@ impl Relayer {
     fn refuse_mode(
         &self,
         ctx: &RequestContext<RoleClient>,
-        args: Map<String, Value>,
+        args: impl FnOnce() -> Map<String, Value>,
         what: &'static str,
     ) -> ErrorData {
         let kind = Kind::Elicitation;
@@ -520,17 +528,20 @@ impl Relayer {
         serde_json::from_value(Value::Object(m)).unwrap_or_default()
     }
 
-    /// The error for a refused request; audited and logged within the refusal budget.
+    /// The error for a refused request; audited and logged within the refusal budget
+    /// (`args` summarises the request for the record).
     fn refuse(
         &self,
         kind: Kind,
         ctx: &RequestContext<RoleClient>,
-        mut args: Map<String, Value>,
+        args: impl FnOnce() -> Map<String, Value>,
         refusal: Refusal,
     ) -> ErrorData {
         let reason = refusal.to_string();
         if let Some(suppressed) = self.gate.refusal_audited() {
             tracing::warn!(server = %self.server(), "{reason}");
+            // Summarised only here: a refusal over budget costs no serialisation.
+            let mut args = args();
             if suppressed > 0 {
                 args.insert("suppressedRefusals".into(), json!(suppressed));
             }
