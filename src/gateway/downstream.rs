@@ -1,6 +1,6 @@
 //! One MCP client per downstream server: its `ClientHandler` (answers `roots/list` from the
 //! server's current root set, relays progress, logging and list changes, hands sampling and
-//! elicitation requests to `relay.rs`) and the request helper every
+//! elicitation requests to `relay/`) and the request helper every
 //! forward goes through (timeout on every request, cancellation, progress-token mapping).
 //!
 //! Never: send a request without a timeout (rmcp has none by default and a silent server would
