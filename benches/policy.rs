@@ -157,6 +157,7 @@ fn bench_audit(c: &mut Criterion) {
         network_refusals: vec![],
         remembered_scope: None,
         approved_by_scope: None,
+        kind: None,
     };
     c.bench_function("audit append+flush (redacted, chained)", |b| {
         b.iter(|| log.append(black_box(&rec)).unwrap())

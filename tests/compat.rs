@@ -141,11 +141,7 @@ fn drive(ws: &Ws, scenario: &str, params: &Value, config: &str) -> Vec<Value> {
 
 /// Checks known to fail today, each with the reason: (server, check, reason). The only place
 /// a failing check may be excused; everything else that fails fails the test.
-const KNOWN_GAPS: &[(&str, &str, &str)] = &[(
-    "server-everything",
-    "sampling request reaches the client",
-    "the gateway does not relay sampling/createMessage downstream yet (branch `relay`)",
-)];
+const KNOWN_GAPS: &[(&str, &str, &str)] = &[];
 
 fn known_gap(server: &str, check: &str) -> Option<&'static str> {
     KNOWN_GAPS
@@ -329,7 +325,9 @@ fn everything() -> Vec<Row> {
     let cfg = ws.config(
         "every",
         json!({"command": "node", "args": [node_server("server-everything"), "stdio"],
-               "sandbox": {"filesystem": {"allowRead": [ws.p("granted")]}}}),
+               "sandbox": {"filesystem": {"allowRead": [ws.p("granted")]}},
+               // Relaying is opt-in (docs/security.md); the compat run checks it works.
+               "relay": {"sampling": true, "elicitation": true}}),
     );
     rows(
         "server-everything",

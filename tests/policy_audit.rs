@@ -36,6 +36,7 @@ fn record(i: u32, args: serde_json::Value) -> AuditRecord {
         network_refusals: vec![],
         remembered_scope: None,
         approved_by_scope: None,
+        kind: None,
     }
 }
 

@@ -51,6 +51,20 @@ pub struct AuditRecord {
     /// The remembered scope that approved this call without asking anyone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by_scope: Option<crate::approval::RememberScope>,
+    /// What the record is about when it is not a tool call: a server's request relayed to
+    /// (or refused before) the agent. Absent for tool calls, IronCurtain's only kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<RecordKind>,
+}
+
+/// The kinds of record besides tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordKind {
+    /// A server's `sampling/createMessage` (the agent's LLM asked on its behalf).
+    Sampling,
+    /// A server's `elicitation/create` (the person behind the agent asked).
+    Elicitation,
 }
 
 /// A directory an approved escalation made a root of its server.

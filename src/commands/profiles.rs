@@ -213,6 +213,19 @@ fn show<'a>(
     if let Some(r) = &profile.relax.share_pid {
         relaxations.push(format!("shares the host PID namespace: {r}"));
     }
+    // Relaying reaches past the sandbox (the agent's model, the user): shown like one.
+    if let Some(relay) = &profile.relay {
+        for (on, what) in [
+            (relay.sampling, "sampling"),
+            (relay.elicitation, "elicitation"),
+        ] {
+            if on == Some(true) {
+                relaxations.push(format!(
+                    "relays the server's {what} requests to the agent (a server's config turns it off with \"relay\": {{\"{what}\": false}})"
+                ));
+            }
+        }
+    }
     Shown {
         name: &profile.name,
         source,

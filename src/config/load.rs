@@ -99,6 +99,10 @@ pub fn parse_str(text: &str, file: &str) -> Result<GatewayConfig, ConfigError> {
                 ));
             }
         }
+        if let Some(relay) = &server.relay {
+            validate_relay(relay)
+                .map_err(|(key, m)| field_err(&format!("{field}.relay.{key}"), m))?;
+        }
         servers.push((name, server));
     }
     Ok(GatewayConfig { servers, settings })
@@ -115,6 +119,32 @@ fn validate_server_name(name: &str) -> Result<(), String> {
             "server name `{name}` must be 1-48 characters of [A-Za-z0-9_-] without `__` \
              (it prefixes tool names as NAME__tool)"
         ));
+    }
+    Ok(())
+}
+
+/// Upper bounds for the relay's limits: a server needs a handful of relayed requests; a
+/// larger number is a typo or a flood waiting to happen.
+pub const RELAY_MAX_CONCURRENT: u32 = 16;
+pub const RELAY_MAX_PER_MINUTE: u32 = 600;
+
+/// The relay limits must be usable (a zero would turn relaying on and refuse everything).
+pub fn validate_relay(relay: &super::types::RelayConfig) -> Result<(), (&'static str, String)> {
+    if let Some(n) = relay.max_concurrent {
+        if !(1..=RELAY_MAX_CONCURRENT).contains(&n) {
+            return Err((
+                "maxConcurrent",
+                format!("is {n}: give 1 to {RELAY_MAX_CONCURRENT} (or turn relaying off with \"sampling\": false, \"elicitation\": false)"),
+            ));
+        }
+    }
+    if let Some(n) = relay.per_minute {
+        if !(1..=RELAY_MAX_PER_MINUTE).contains(&n) {
+            return Err((
+                "perMinute",
+                format!("is {n}: give 1 to {RELAY_MAX_PER_MINUTE} (or turn relaying off with \"sampling\": false, \"elicitation\": false)"),
+            ));
+        }
     }
     Ok(())
 }
@@ -221,6 +251,48 @@ mod tests {
             ["filesystem", "git", "fetch", "github", "google-workspace"]
         );
         assert_eq!(cfg.servers[0].1.sandbox, SandboxSetting::Disabled);
+    }
+
+    #[test]
+    fn relay_is_a_strict_per_server_block() {
+        let cfg = parse_str(
+            r#"{"mcpServers": {"a": {"command": "c", "sandbox": false,
+                "relay": {"sampling": true, "perMinute": 5}}, "b": {"command": "d"}}}"#,
+            "c.json",
+        )
+        .unwrap();
+        let relay = cfg.servers[0].1.relay.clone().unwrap();
+        assert_eq!(relay.sampling, Some(true));
+        assert_eq!(relay.elicitation, None);
+        assert_eq!(relay.per_minute, Some(5));
+        assert_eq!(cfg.servers[1].1.relay, None);
+        let e = parse_str(
+            r#"{"mcpServers": {"a": {"command": "c", "relay": {"samplng": true}}}}"#,
+            "c.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("c.json") && e.contains("mcpServers.a.relay") && e.contains("samplng"),
+            "{e}"
+        );
+        let e = parse_str(
+            r#"{"mcpServers": {"a": {"command": "c", "relay": {"sampling": true, "maxConcurrent": 0}}}}"#,
+            "c.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("mcpServers.a.relay.maxConcurrent") && e.contains("1 to 16"),
+            "{e}"
+        );
+        let e = parse_str(
+            r#"{"mcpServers": {"a": {"command": "c", "relay": {"sampling": "yes"}}}}"#,
+            "c.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("mcpServers.a.relay.sampling"), "{e}");
     }
 
     #[test]

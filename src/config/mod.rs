@@ -7,5 +7,7 @@
 mod load;
 mod types;
 
-pub use load::{load_file, parse_str, ConfigError};
+pub use load::{
+    load_file, parse_str, validate_relay, ConfigError, RELAY_MAX_CONCURRENT, RELAY_MAX_PER_MINUTE,
+};
 pub use types::*;

@@ -41,6 +41,44 @@ pub struct ServerConfig {
     /// Claude Desktop's `type` (only "stdio" is supported).
     #[serde(default, rename = "type")]
     pub transport: Option<String>,
+    /// Whether the server's sampling and elicitation requests are relayed to the agent
+    /// (off unless set here or by the server's profile). Independent of `sandbox`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay: Option<RelayConfig>,
+}
+
+/// The per-server `relay` key: which server-to-client requests reach the agent, and how many.
+/// Every field is optional so that a server's setting can override its profile's field by
+/// field; `gateway::relay::RelayPolicy::resolve` applies the defaults (off; 2 in flight; 20
+/// per minute).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RelayConfig {
+    /// Relay `sampling/createMessage` (the agent's LLM answers the server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<bool>,
+    /// Relay form `elicitation/create` (the person behind the agent answers the server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elicitation: Option<bool>,
+    /// Relayed requests of this server in flight at once; more are refused at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent: Option<u32>,
+    /// Relayed requests of this server per minute (a token bucket of this size); more are
+    /// refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_minute: Option<u32>,
+}
+
+impl RelayConfig {
+    /// `self`'s fields where set, else `base`'s (a server's setting over its profile's).
+    pub fn over(&self, base: &RelayConfig) -> RelayConfig {
+        RelayConfig {
+            sampling: self.sampling.or(base.sampling),
+            elicitation: self.elicitation.or(base.elicitation),
+            max_concurrent: self.max_concurrent.or(base.max_concurrent),
+            per_minute: self.per_minute.or(base.per_minute),
+        }
+    }
 }
 
 /// The per-server `sandbox` key: `false`, absent/`true`, or an object.

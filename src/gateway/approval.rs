@@ -11,7 +11,6 @@ use futures::future::BoxFuture;
 use rmcp::model::{
     ClientResult, ElicitRequest, ElicitRequestParams, ElicitationAction, ServerRequest,
 };
-use rmcp::service::PeerRequestOptions;
 
 use super::stages::{Approval, ApprovalOutcome, ApprovalStage, CallInfo, PolicyVerdict};
 use super::upstream_link::UpstreamLink;
@@ -87,9 +86,8 @@ impl UpstreamElicitor {
 impl Elicitor for UpstreamElicitor {
     fn supports_elicitation(&self) -> bool {
         self.link
-            .get()
-            .and_then(|p| p.peer_info())
-            .is_some_and(|info| info.capabilities.elicitation.is_some())
+            .client_capabilities()
+            .is_some_and(|caps| caps.elicitation.is_some())
     }
 
     fn elicit<'a>(
@@ -99,7 +97,6 @@ impl Elicitor for UpstreamElicitor {
         timeout: Duration,
     ) -> BoxFuture<'a, Result<ElicitOutcome, String>> {
         Box::pin(async move {
-            let peer = self.link.get().ok_or("no MCP client is connected")?;
             let requested_schema =
                 serde_json::from_value(schema).map_err(|e| format!("bad form schema: {e}"))?;
             let params = ElicitRequestParams::FormElicitationParams {
@@ -107,14 +104,16 @@ impl Elicitor for UpstreamElicitor {
                 message,
                 requested_schema,
             };
-            let handle = peer
-                .send_request_with_option(
+            let answer = self
+                .link
+                .request(
                     ServerRequest::ElicitRequest(ElicitRequest::new(params)),
-                    PeerRequestOptions::with_timeout(timeout),
+                    timeout,
+                    None,
                 )
                 .await
                 .map_err(|e| e.to_string())?;
-            match handle.await_response().await.map_err(|e| e.to_string())? {
+            match answer {
                 ClientResult::ElicitResult(r) => Ok(match r.action {
                     ElicitationAction::Accept => {
                         let approved = r

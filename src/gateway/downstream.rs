@@ -1,5 +1,6 @@
 //! One MCP client per downstream server: its `ClientHandler` (answers `roots/list` from the
-//! server's current root set, relays progress, logging and list changes) and the request helper every
+//! server's current root set, relays progress, logging and list changes, hands sampling and
+//! elicitation requests to `relay/`) and the request helper every
 //! forward goes through (timeout on every request, cancellation, progress-token mapping).
 //!
 //! Never: send a request without a timeout (rmcp has none by default and a silent server would
@@ -12,9 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ClientRequest, Implementation, ListRootsResult,
-    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-    RequestMetaObject, ResourceUpdatedNotificationParam, ServerResult,
+    ClientCapabilities, ClientConfig, ClientRequest, CreateMessageRequestParams,
+    CreateMessageResult, ElicitRequestParams, ElicitResult, ElicitationCapability,
+    FormElicitationCapability, Implementation, ListRootsResult, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestMetaObject,
+    ResourceUpdatedNotificationParam, ServerResult,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient, RoleServer, ServiceError};
@@ -54,14 +57,27 @@ pub struct DownstreamHandler {
     pub progress: Arc<ProgressMap<UpTarget>>,
     pub upstream: UpstreamLink,
     pub list_changed: mpsc::UnboundedSender<ListKind>,
+    /// Sampling and elicitation: declared and relayed only as the server's `relay` allows.
+    pub relay: super::relay::Relayer,
 }
 
 impl ClientHandler for DownstreamHandler {
     fn get_info(&self) -> ClientConfig {
-        let caps = ClientCapabilities::builder()
+        let mut caps = ClientCapabilities::builder()
             .enable_roots()
             .enable_roots_list_changed()
             .build();
+        let (sampling, elicitation) = self.relay.declared();
+        if sampling {
+            // Plain sampling: no `tools` (the agent's model would drive the server's tools)
+            // and no `context` (it would see what other servers returned).
+            caps.sampling = Some(Default::default());
+        }
+        if elicitation {
+            // Form mode only: a URL elicitation could send the user to any page.
+            caps.elicitation =
+                Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
+        }
         ClientConfig::new(
             caps,
             Implementation::new("palisade", env!("CARGO_PKG_VERSION")),
@@ -77,6 +93,22 @@ impl ClientHandler for DownstreamHandler {
         self.roots.mark_fetched(set.version);
         tracing::debug!(server = %self.server, "roots/list answered with v{}", set.version);
         Ok(ListRootsResult::new(set.mcp_roots()))
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        self.relay.sampling(params, &context).await
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        self.relay.elicitation(params, &context).await
     }
 
     // No `on_progress`: progress never reaches rmcp; `tap.rs` forwards it in stream order.

@@ -204,6 +204,7 @@ pub fn to_audit_record(rec: &CallRecord) -> AuditRecord {
             .collect(),
         remembered_scope: rec.remembered_scope.clone(),
         approved_by_scope: rec.approved_by_scope.clone(),
+        kind: rec.kind,
     }
 }
 

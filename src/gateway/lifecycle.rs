@@ -275,6 +275,13 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         progress: progress.clone(),
         upstream: shared.upstream.clone(),
         list_changed: list_tx,
+        relay: super::relay::Relayer {
+            gate: slot.relay.clone(),
+            upstream: shared.upstream.clone(),
+            audit: shared.stages.audit.clone(),
+            timeout: shared.limits.call_timeout,
+            enforcement: slot.snapshot().enforcement,
+        },
     };
     let timeout = shared.limits.startup_timeout;
     // Progress is taken off the stream in order (see tap.rs); everything else goes to rmcp.

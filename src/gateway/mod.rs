@@ -21,6 +21,7 @@ pub mod network;
 pub mod pipeline;
 pub mod progress;
 pub mod registry;
+pub mod relay;
 pub mod remembered;
 pub mod roots;
 pub mod spawn;
@@ -214,16 +215,30 @@ impl Gateway {
         }
         // One shared egress proxy for every server with a domain allowlist.
         let egress = network::attach(&mut requests, &opts.config.settings);
+        // Relaying is resolved from the config (and profile) now: servers start, and declare
+        // their client capabilities, before the agent connects.
+        let relays: Vec<relay::RelayPolicy> = opts
+            .config
+            .servers
+            .iter()
+            .map(|(name, server)| {
+                let p = relay::RelayPolicy::for_server(name, server, &opts.config.settings);
+                if p.sampling || p.elicitation {
+                    tracing::info!(server = %name, "relaying to the agent: sampling {}, elicitation {} (at most {} in flight, {} per minute)", p.sampling, p.elicitation, p.max_concurrent, p.per_minute);
+                }
+                p
+            })
+            .collect();
         let slots: Vec<Arc<state::Slot>> = requests
             .into_iter()
             .zip(cells)
-            .map(|((name, req), cell)| match (req, cell) {
-                (Ok(req), Some(cell)) => Arc::new(state::Slot::with_roots(
-                    name,
-                    Some(req),
-                    cell,
-                    Status::Starting,
-                )),
+            .zip(relays)
+            .map(|(((name, req), cell), relay)| (name, req, cell, relay))
+            .map(|(name, req, cell, relay)| match (req, cell) {
+                (Ok(req), Some(cell)) => Arc::new(
+                    state::Slot::with_roots(name, Some(req), cell, Status::Starting)
+                        .with_relay(relay),
+                ),
                 (Err(reason), _) => {
                     tracing::error!(server = %name, "not started: {reason}");
                     Arc::new(state::Slot::new(name, None, Status::Refused { reason }))

@@ -234,6 +234,7 @@ pub async fn call_tool(
         network_refusals,
         remembered_scope,
         approved_by_scope,
+        kind: None,
     };
     if let Err(e) = shared.stages.audit.record(&record) {
         tracing::error!(server = %slot.name, tool = %tool, "audit write failed: {e}");

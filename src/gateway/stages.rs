@@ -225,6 +225,10 @@ pub struct CallRecord {
     /// The remembered scope that approved this escalated call without asking anyone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approved_by_scope: Option<RememberScope>,
+    /// `None` for a tool call (and the other agent requests recorded like one); set for a
+    /// server's relayed sampling or elicitation request (`relay.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<crate::audit::RecordKind>,
 }
 
 /// Why an audit write failed; the call then fails closed with this message.

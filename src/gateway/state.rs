@@ -102,6 +102,9 @@ pub struct Slot {
     /// takes the write permit, so it waits for in-flight calls and calls that follow it wait
     /// for the relaunched server (tokio's lock is fair: no reader overtakes a waiting writer).
     pub gate: tokio::sync::RwLock<()>,
+    /// What of the server's sampling and elicitation requests reaches the agent, and its
+    /// in-flight and rate budget (kept across restarts). Nothing by default.
+    pub relay: Arc<super::relay::RelayGate>,
     relaunch_tx: mpsc::UnboundedSender<Relaunch>,
     relaunch_rx: Mutex<Option<mpsc::UnboundedReceiver<Relaunch>>>,
     state: RwLock<SlotState>,
@@ -134,6 +137,7 @@ impl Slot {
     ) -> Slot {
         let (relaunch_tx, relaunch_rx) = mpsc::unbounded_channel();
         Slot {
+            relay: Arc::new(super::relay::RelayGate::new(&name, Default::default())),
             name,
             req,
             roots: Arc::new(roots),
@@ -146,6 +150,12 @@ impl Slot {
                 enforcement: None,
             }),
         }
+    }
+
+    /// Sets what of the server's sampling and elicitation requests is relayed to the agent.
+    pub fn with_relay(mut self, policy: super::relay::RelayPolicy) -> Slot {
+        self.relay = Arc::new(super::relay::RelayGate::new(&self.name, policy));
+        self
     }
 
     /// The request for the next launch: the config's, with one grant per current root and

@@ -126,6 +126,7 @@ impl Upstream {
             network_refusals: Vec::new(),
             remembered_scope: None,
             approved_by_scope: None,
+            kind: None,
         };
         if let Err(e) = self.shared.stages.audit.record(&record) {
             tracing::error!(server = %slot.name, "audit write failed: {e}");

@@ -1,15 +1,41 @@
 //! The agent's side of the connection, shared with every downstream handler so that
-//! notifications (progress, logging, list changes, resource updates) can flow upstream.
+//! notifications (progress, logging, list changes, resource updates) can flow upstream, and
+//! the one helper every request the gateway sends the agent goes through (the `elicit`
+//! approver's questions, a server's relayed sampling and elicitation): a timeout on each,
+//! cancellation passed on, errors typed.
+//!
 //! Set once the agent's `initialize` arrives; read on every notification. A std `RwLock`
-//! around a cheap clone: never held across an await.
+//! around a cheap clone: never held across an await. Never: send the agent a request
+//! without a timeout (rmcp has none by default).
 
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
-use rmcp::service::Peer;
-use rmcp::RoleServer;
+use rmcp::model::{CancelledNotificationParam, ClientCapabilities, ClientResult, ServerRequest};
+use rmcp::service::{Peer, PeerRequestOptions};
+use rmcp::{ErrorData, RoleServer, ServiceError};
+use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Default)]
 pub struct UpstreamLink(Arc<RwLock<Option<Peer<RoleServer>>>>);
+
+/// Why a request to the agent produced no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("no MCP client is connected")]
+    NotConnected,
+    #[error("the MCP client did not answer within {}s", .0.as_secs_f64())]
+    Timeout(Duration),
+    #[error("the request was cancelled before the MCP client answered")]
+    Cancelled,
+    #[error("the MCP client's connection closed before it answered")]
+    Closed,
+    /// The agent answered with a JSON-RPC error.
+    #[error("the MCP client answered with an error: {}", .0.message)]
+    Client(ErrorData),
+    #[error("{0}")]
+    Other(String),
+}
 
 impl UpstreamLink {
     pub fn set(&self, peer: Peer<RoleServer>) {
@@ -20,6 +46,56 @@ impl UpstreamLink {
     pub fn get(&self) -> Option<Peer<RoleServer>> {
         let guard = self.0.read().unwrap_or_else(|e| e.into_inner());
         guard.as_ref().filter(|p| !p.is_transport_closed()).cloned()
+    }
+
+    /// What the agent's client declared in its `initialize`; `None` until one has connected.
+    pub fn client_capabilities(&self) -> Option<ClientCapabilities> {
+        self.get()
+            .and_then(|p| p.peer_info().map(|i| i.capabilities.clone()))
+    }
+
+    /// Sends `request` to the agent with `timeout`; when `cancel` fires first, tells the
+    /// agent the request is cancelled and returns `Cancelled`.
+    pub async fn request(
+        &self,
+        request: ServerRequest,
+        timeout: Duration,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<ClientResult, UpstreamError> {
+        let peer = self.get().ok_or(UpstreamError::NotConnected)?;
+        let handle = peer
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+            .await
+            .map_err(|e| map_err(e, timeout))?;
+        let id = handle.id.clone();
+        let Some(ct) = cancel else {
+            return handle
+                .await_response()
+                .await
+                .map_err(|e| map_err(e, timeout));
+        };
+        tokio::select! {
+            r = handle.await_response() => r.map_err(|e| map_err(e, timeout)),
+            _ = ct.cancelled() => {
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(
+                        Some(id),
+                        Some("cancelled by the server that asked".into()),
+                    ))
+                    .await;
+                Err(UpstreamError::Cancelled)
+            }
+        }
+    }
+}
+
+fn map_err(e: ServiceError, timeout: Duration) -> UpstreamError {
+    match e {
+        ServiceError::Timeout { .. } => UpstreamError::Timeout(timeout),
+        ServiceError::TransportClosed | ServiceError::TransportSend(_) => UpstreamError::Closed,
+        ServiceError::McpError(err) => UpstreamError::Client(err),
+        ServiceError::Cancelled { .. } => UpstreamError::Cancelled,
+        other => UpstreamError::Other(other.to_string()),
     }
 }
 

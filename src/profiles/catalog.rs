@@ -283,6 +283,9 @@ fn validate(p: &Profile) -> Result<(), (String, String)> {
             return err("relax.sharePid", "say why the relaxation is needed");
         }
     }
+    if let Some(relay) = &p.relay {
+        crate::config::validate_relay(relay).map_err(|(k, m)| (format!("relay.{k}"), m))?;
+    }
     Ok(())
 }
 

@@ -57,6 +57,10 @@ pub struct Profile {
     /// Relaxations of the default sandbox, each with its reason.
     #[serde(default, skip_serializing_if = "Relax::is_empty")]
     pub relax: Relax,
+    /// Relaying of the server's sampling and elicitation requests to the agent (the
+    /// server's own `relay` key overrides it field by field). Off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay: Option<crate::config::RelayConfig>,
 }
 
 /// How a command line is recognised. Any one rule matching selects the profile.

@@ -49,13 +49,24 @@ class Recorder:
         self.methods.append(method or type(message).__name__)
 
 
+# What reached this client's sampling and elicitation callbacks (server-everything's relay
+# checks assert on it).
+RELAYED = {"sampling": [], "elicitation": []}
+
+
 async def sampling_callback(context, params):
+    RELAYED["sampling"].append(" ".join(getattr(m.content, "text", "") for m in params.messages))
     return types.CreateMessageResult(
         role="assistant",
         content=types.TextContent(type="text", text="sampled-by-compat-client"),
         model="compat-model",
         stop_reason="endTurn",
     )
+
+
+async def elicitation_callback(context, params):
+    RELAYED["elicitation"].append(params.message)
+    return types.ElicitResult(action="accept", content={"name": "elicited-by-compat-client"})
 
 
 async def session(cmd, body, **kw):
@@ -277,16 +288,33 @@ async def everything(s, rec, p, rep):
     r = await call(s, f"{x}__get-env", {})
     rep.check("host env not leaked", succeeded(r) and p["env_secret"] not in r["text"], "secret absent" if p["env_secret"] not in r["text"] else "LEAKED")
 
+    # Sampling and elicitation are relayed because the config sets "relay" for this server
+    # (off by default); server-everything lists its trigger tools only when they are declared.
     names = [t.name for t in (await s.list_tools()).tools]
     if f"{x}__trigger-sampling-request" in names:
-        with anyio.move_on_after(10):
-            r = await call(s, f"{x}__trigger-sampling-request", {"prompt": "hi", "maxTokens": 5})
-        rep.check("sampling request reaches the client", succeeded(r) and "sampled-by-compat-client" in r["text"],
-                  r["text"], gap=True)
+        before = len(RELAYED["sampling"])
+        r = {"ok": False, "is_error": True, "text": "no answer within the deadline"}
+        with anyio.move_on_after(DEADLINE):
+            r = await call(s, f"{x}__trigger-sampling-request", {"prompt": "compat-sampling", "maxTokens": 5})
+        reached = any("compat-sampling" in t for t in RELAYED["sampling"][before:])
+        rep.check("sampling request reaches the client", reached and succeeded(r) and "sampled-by-compat-client" in r["text"],
+                  f"callback invoked: {reached}; {r['text']}")
     else:
         rep.check("sampling request reaches the client", False,
-                  "trigger-sampling-request not listed: the gateway does not declare sampling downstream",
-                  gap=True)
+                  "trigger-sampling-request not listed: the gateway does not declare sampling downstream")
+    if f"{x}__trigger-elicitation-request" in names:
+        before = len(RELAYED["elicitation"])
+        r = {"ok": False, "is_error": True, "text": "no answer within the deadline"}
+        with anyio.move_on_after(DEADLINE):
+            r = await call(s, f"{x}__trigger-elicitation-request", {})
+        asked = RELAYED["elicitation"][before:]
+        attributed = any(m.startswith(f'[MCP server "{x}"') for m in asked)
+        rep.check("elicitation reaches the client, attributed",
+                  attributed and succeeded(r) and "elicited-by-compat-client" in r["text"],
+                  f"asked: {asked[:1]}; {r['text'][:150]}")
+    else:
+        rep.check("elicitation reaches the client, attributed", False,
+                  "trigger-elicitation-request not listed: the gateway does not declare elicitation downstream")
 
 
 # ---------------------------------------------------------------- server-memory
@@ -445,7 +473,8 @@ def main():
         await SCENARIOS[scenario](s, rec, params, rep)
 
     try:
-        anyio.run(lambda: session(cmd, body, sampling_callback=sampling_callback))
+        anyio.run(lambda: session(cmd, body, sampling_callback=sampling_callback,
+                                  elicitation_callback=elicitation_callback))
     except Exception as e:  # reported as a failed check, with the reason
         rep.check("session", False, f"{type(e).__name__}: {e}")
     print(json.dumps({"scenario": scenario, "checks": rep.checks}))

@@ -1,0 +1,447 @@
+//! Relay of a downstream server's `sampling/createMessage` and form `elicitation/create`
+//! requests to the agent. Sits in the downstream client (`downstream.rs`): what the server
+//! asks comes in there, is admitted or refused here, goes up through the shared upstream
+//! plumbing (`UpstreamLink::request`, with a timeout and cancellation) and comes back.
+//!
+//! Relaying is opt-in per server (`relay` in its config or profile): a compromised server
+//! could otherwise spend the agent's model or put leading questions to the user. Each
+//! request is checked in this order, every refusal answered at once with a JSON-RPC error
+//! that says why and how to allow it: allowed for this server, agent connected and declared
+//! the capability, nothing undeclared asked for (sampling tools, URL elicitation), a free
+//! slot (`maxConcurrent`), a token (`perMinute`). Relayed requests are audited with their
+//! outcome; refusals are audited within a per-server budget so that a flood stays cheap.
+//!
+//! `policy` decides (pure), `gate` bounds (slots and buckets), this module does the I/O.
+//!
+//! Never: forward what was refused; let a server widen what the agent's model sees
+//! (`includeContext` is always sent as absent); present an elicitation without the name of
+//! the server that asks; hold a lock across an await.
+#![allow(deprecated)] // sampling is deprecated in rmcp (SEP-2577) but servers still use it.
+
+mod gate;
+mod policy;
+
+pub use gate::{RelayGate, TokenBucket, REFUSALS_AUDITED_PER_MINUTE};
+pub use policy::{
+    admit, declared, Kind, Refusal, RelayPolicy, DEFAULT_MAX_CONCURRENT, DEFAULT_PER_MINUTE,
+};
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    ClientResult, CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorCode,
+    RequestMetaObject, ServerRequest,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleClient};
+use serde_json::{json, Map, Value};
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::stages::{AuditSink, CallOutcome, CallRecord, Decision, PolicyVerdict};
+use super::upstream_link::{UpstreamError, UpstreamLink};
+use crate::sandbox::launch::Enforcement;
+
+/// Characters of a prompt or question kept in the audit record.
+const EXCERPT: usize = 500;
+/// The `_meta` key naming the server a relayed request comes from.
+pub const META_SERVER: &str = "palisade/server";
+
+/// What a downstream handler needs to relay: built at each start of the server.
+#[derive(Clone)]
+pub struct Relayer {
+    pub gate: Arc<RelayGate>,
+    pub upstream: UpstreamLink,
+    pub audit: Arc<dyn AuditSink>,
+    /// How long the agent has to answer. The gateway passes `callTimeout`: a relayed request
+    /// serves a call the gateway itself bounds by `callTimeout`, so a longer wait would only
+    /// keep the agent's model or user busy for an answer nobody waits for.
+    pub timeout: Duration,
+    /// The server's enforcement in this start, for the audit record.
+    pub enforcement: Option<Enforcement>,
+}
+
+impl Relayer {
+    /// `(sampling, elicitation)` to declare to the server at its initialize.
+    pub fn declared(&self) -> (bool, bool) {
+        declared(
+            self.gate.policy(),
+            self.upstream.client_capabilities().as_ref(),
+        )
+    }
+
+    fn server(&self) -> &str {
+        &self.gate.server
+    }
+
+    /// Relays a server's `sampling/createMessage`.
+    pub async fn sampling(
+        &self,
+        mut params: CreateMessageRequestParams,
+        ctx: &RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let started = Instant::now();
+        let kind = Kind::Sampling;
+        let undeclared = (params.tools.is_some() || params.tool_choice.is_some())
+            .then_some("sampling with tools or toolChoice");
+        let _permit = match self.check(kind, undeclared) {
+            Ok(p) => p,
+            Err(refusal) => {
+                return Err(self.refuse(kind, ctx, || sampling_summary(&params), refusal))
+            }
+        };
+        let args = sampling_summary(&params);
+        // Undeclared downstream (no `sampling.context`): never let a server pull in what
+        // the agent's model saw from other servers.
+        params.include_context = None;
+        params.meta = Some(self.meta());
+        let answer = self
+            .upstream
+            .request(
+                ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params)),
+                self.timeout,
+                Some(&ctx.ct),
+            )
+            .await;
+        let result = match answer {
+            Ok(ClientResult::CreateMessageResult(r)) => Ok(*r),
+            Ok(other) => Err(unexpected(kind, &other)),
+            Err(e) => Err(upstream_error(kind, e)),
+        };
+        let outcome = match &result {
+            Ok(_) => CallOutcome::Success,
+            Err(e) => CallOutcome::Error {
+                error: e.message.to_string(),
+            },
+        };
+        self.audit_relayed(kind, ctx, args, outcome, started)?;
+        result
+    }
+
+    /// Relays a server's form `elicitation/create`, its message attributed to the server.
+    pub async fn elicitation(
+        &self,
+        params: ElicitRequestParams,
+        ctx: &RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let started = Instant::now();
+        let kind = Kind::Elicitation;
+        let (message, requested_schema) = match params {
+            ElicitRequestParams::FormElicitationParams {
+                message,
+                requested_schema,
+                ..
+            } => (message, requested_schema),
+            ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
+                let args = || elicitation_summary(&message, Some(&url), None);
+                let what = "URL elicitation (a server could send the user to any page)";
+                return Err(self.refuse_mode(ctx, args, what));
+            }
+            _ => {
+                let what = "an elicitation mode palisade does not know";
+                return Err(self.refuse_mode(ctx, Map::new, what));
+            }
+        };
+        let args = || {
+            elicitation_summary(
+                &message,
+                None,
+                serde_json::to_value(&requested_schema).ok().as_ref(),
+            )
+        };
+        let _permit = match self.check(kind, None) {
+            Ok(p) => p,
+            Err(refusal) => return Err(self.refuse(kind, ctx, args, refusal)),
+        };
+        let args = args();
+        let params = ElicitRequestParams::FormElicitationParams {
+            meta: Some(self.meta()),
+            message: attribute(self.server(), &message),
+            requested_schema,
+        };
+        let answer = self
+            .upstream
+            .request(
+                ServerRequest::ElicitRequest(ElicitRequest::new(params)),
+                self.timeout,
+                Some(&ctx.ct),
+            )
+            .await;
+        let result = match answer {
+            Ok(ClientResult::ElicitResult(r)) => Ok(r),
+            Ok(other) => Err(unexpected(kind, &other)),
+            Err(e) => Err(upstream_error(kind, e)),
+        };
+        let outcome = match &result {
+            Ok(r) => match r.action {
+                ElicitationAction::Accept => CallOutcome::Success,
+                ElicitationAction::Decline => CallOutcome::Error {
+                    error: "the user declined".into(),
+                },
+                _ => CallOutcome::Error {
+                    error: "the user cancelled".into(),
+                },
+            },
+            Err(e) => CallOutcome::Error {
+                error: e.message.to_string(),
+            },
+        };
+        self.audit_relayed(kind, ctx, args, outcome, started)?;
+        result
+    }
+
+    /// Every check, cheapest first; a slot held for the request's lifetime when admitted.
+    /// `undeclared` names a feature of the request that palisade never declares downstream.
+    fn check(
+        &self,
+        kind: Kind,
+        undeclared: Option<&'static str>,
+    ) -> Result<OwnedSemaphorePermit, Refusal> {
+        admit(
+            kind,
+            self.gate.policy(),
+            self.server(),
+            self.upstream.client_capabilities().as_ref(),
+        )?;
+        if let Some(what) = undeclared {
+            return Err(Refusal::Unsupported { what });
+        }
+        self.gate.start(kind)
+    }
+
+    /// Refuses an elicitation mode that is never relayed (saying that relaying is off
+    /// first, when it is).
+    fn refuse_mode(
+        &self,
+        ctx: &RequestContext<RoleClient>,
+        args: impl FnOnce() -> Map<String, Value>,
+        what: &'static str,
+    ) -> ErrorData {
+        let kind = Kind::Elicitation;
+        let agent = self.upstream.client_capabilities();
+        let refusal = match admit(kind, self.gate.policy(), self.server(), agent.as_ref()) {
+            Err(r @ Refusal::NotAllowed { .. }) => r,
+            _ => Refusal::Unsupported { what },
+        };
+        self.refuse(kind, ctx, args, refusal)
+    }
+
+    fn meta(&self) -> RequestMetaObject {
+        let mut m = Map::new();
+        m.insert(META_SERVER.into(), Value::String(self.server().to_string()));
+        // A one-key object always converts; the default is an empty `_meta`.
+        serde_json::from_value(Value::Object(m)).unwrap_or_default()
+    }
+
+    /// The error for a refused request; audited and logged within the refusal budget
+    /// (`args` summarises the request for the record).
+    fn refuse(
+        &self,
+        kind: Kind,
+        ctx: &RequestContext<RoleClient>,
+        args: impl FnOnce() -> Map<String, Value>,
+        refusal: Refusal,
+    ) -> ErrorData {
+        let reason = refusal.to_string();
+        if let Some(suppressed) = self.gate.refusal_audited() {
+            tracing::warn!(server = %self.server(), "{reason}");
+            // Summarised only here: a refusal over budget costs no serialisation.
+            let mut args = args();
+            if suppressed > 0 {
+                args.insert("suppressedRefusals".into(), json!(suppressed));
+            }
+            let verdict = PolicyVerdict {
+                decision: Decision::Deny,
+                rule: Some(format!("relay.{}", kind.key())),
+                reason: reason.clone(),
+            };
+            let outcome = CallOutcome::Denied {
+                reason: reason.clone(),
+            };
+            let record = self.record(kind, ctx, args, verdict, outcome, 0);
+            if let Err(e) = self.audit.record(&record) {
+                // Nothing was relayed, so there is nothing to fail closed on beyond the
+                // refusal itself.
+                tracing::error!(server = %self.server(), "audit write failed: {e}");
+            }
+        }
+        ErrorData::new(ErrorCode::INVALID_REQUEST, reason, None)
+    }
+
+    /// Audits a relayed request; a failed write fails it (the answer is not passed on).
+    fn audit_relayed(
+        &self,
+        kind: Kind,
+        ctx: &RequestContext<RoleClient>,
+        args: Map<String, Value>,
+        outcome: CallOutcome,
+        started: Instant,
+    ) -> Result<(), ErrorData> {
+        let verdict = PolicyVerdict {
+            decision: Decision::Allow,
+            rule: Some(format!("relay.{}", kind.key())),
+            reason: format!("relay.{} is on for server `{}`", kind.key(), self.server()),
+        };
+        let ms = started.elapsed().as_millis() as u64;
+        let record = self.record(kind, ctx, args, verdict, outcome, ms);
+        self.audit.record(&record).map_err(|e| {
+            tracing::error!(server = %self.server(), "audit write failed: {e}");
+            ErrorData::internal_error(
+                format!(
+                    "palisade could not audit the relayed {}: {e}",
+                    kind.method()
+                ),
+                None,
+            )
+        })
+    }
+
+    fn record(
+        &self,
+        kind: Kind,
+        ctx: &RequestContext<RoleClient>,
+        arguments: Map<String, Value>,
+        policy_decision: PolicyVerdict,
+        result: CallOutcome,
+        duration_ms: u64,
+    ) -> CallRecord {
+        CallRecord {
+            timestamp: crate::audit::now_rfc3339(),
+            request_id: serde_json::to_value(&ctx.id)
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                .unwrap_or_default(),
+            server_name: self.server().to_string(),
+            tool_name: kind.method().to_string(),
+            arguments,
+            policy_decision,
+            escalation_result: None,
+            result,
+            duration_ms,
+            sandboxed: self
+                .enforcement
+                .as_ref()
+                .is_some_and(Enforcement::is_sandboxed),
+            enforcement: self.enforcement.clone(),
+            approved_roots: Vec::new(),
+            network_refusals: Vec::new(),
+            remembered_scope: None,
+            approved_by_scope: None,
+            kind: Some(kind.record_kind()),
+        }
+    }
+}
+
+/// The message the user sees, naming the server that asks.
+pub fn attribute(server: &str, message: &str) -> String {
+    format!("[MCP server \"{server}\" asks, relayed by palisade] {message}")
+}
+
+fn excerpt(text: &str) -> String {
+    if text.chars().count() <= EXCERPT {
+        return text.to_string();
+    }
+    let mut s: String = text.chars().take(EXCERPT).collect();
+    s.push('…');
+    s
+}
+
+/// What the audit record keeps of a sampling request: sizes and an excerpt of the text.
+fn sampling_summary(p: &CreateMessageRequestParams) -> Map<String, Value> {
+    let mut texts = Vec::new();
+    if let Ok(v) = serde_json::to_value(&p.messages) {
+        collect_texts(&v, &mut texts);
+    }
+    let mut m = Map::new();
+    m.insert("messages".into(), json!(p.messages.len()));
+    // Not `maxTokens`: the audit redactor hides every key that mentions tokens.
+    m.insert("maxOutput".into(), json!(p.max_tokens));
+    if let Some(s) = &p.system_prompt {
+        m.insert("systemPrompt".into(), json!(excerpt(s)));
+    }
+    m.insert("text".into(), json!(excerpt(&texts.join("\n"))));
+    if p.include_context.is_some() {
+        m.insert("includeContext".into(), json!("dropped"));
+    }
+    m
+}
+
+fn collect_texts(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(o) => {
+            if let Some(Value::String(t)) = o.get("text") {
+                out.push(t.clone());
+            }
+            o.values().for_each(|x| collect_texts(x, out));
+        }
+        Value::Array(a) => a.iter().for_each(|x| collect_texts(x, out)),
+        _ => {}
+    }
+}
+
+/// What the audit record keeps of an elicitation: the question and the fields asked for.
+fn elicitation_summary(
+    message: &str,
+    url: Option<&str>,
+    schema: Option<&Value>,
+) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("message".into(), json!(excerpt(message)));
+    if let Some(u) = url {
+        m.insert("url".into(), json!(excerpt(u)));
+    }
+    if let Some(Value::Object(props)) = schema.and_then(|s| s.get("properties")) {
+        m.insert("fields".into(), json!(props.keys().collect::<Vec<_>>()));
+    }
+    m
+}
+
+fn unexpected(kind: Kind, got: &ClientResult) -> ErrorData {
+    ErrorData::internal_error(
+        format!(
+            "the agent answered the relayed {} with an unexpected result: {}",
+            kind.method(),
+            serde_json::to_string(got).unwrap_or_default()
+        ),
+        None,
+    )
+}
+
+/// The agent's own JSON-RPC error passes through; the gateway's failures say what happened.
+fn upstream_error(kind: Kind, e: UpstreamError) -> ErrorData {
+    match e {
+        UpstreamError::Client(err) => err,
+        other => ErrorData::internal_error(
+            format!("palisade relayed {} to the agent: {other}", kind.method()),
+            None,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summaries_keep_sizes_and_excerpts_and_elicitations_name_the_server() {
+        let p: CreateMessageRequestParams = serde_json::from_value(json!({
+            "messages": [{"role": "user", "content": {"type": "text", "text": "x".repeat(600)}}],
+            "maxTokens": 5,
+            "includeContext": "allServers"
+        }))
+        .unwrap();
+        let s = sampling_summary(&p);
+        assert_eq!(s["messages"], json!(1));
+        assert_eq!(s["maxOutput"], json!(5));
+        assert_eq!(s["text"].as_str().unwrap().chars().count(), EXCERPT + 1);
+        assert_eq!(s["includeContext"], json!("dropped"));
+        let e = elicitation_summary(
+            "name?",
+            None,
+            Some(&json!({"type": "object", "properties": {"name": {"type": "string"}}})),
+        );
+        assert_eq!(e["fields"], json!(["name"]));
+        assert!(attribute("everything", "Your name?").contains("\"everything\""));
+        assert!(attribute("everything", "Your name?").ends_with("Your name?"));
+    }
+}

@@ -1,0 +1,75 @@
+"""Drives `palisade serve` for tests/relay.rs with the Python `mcp` SDK as the agent's client,
+which declares sampling and elicitation (unless RELAY_NO_CALLBACKS=1) and counts every
+request that reaches it. Usage:
+    relay_drive.py CALLS_JSON -- CMD ARGS...
+CALLS_JSON is [{"tool": NAME, "args": {...}}]. Prints one JSON object: {"tools": [...],
+"calls": [{"tool", "error", "text"}], "sampling": [prompt texts seen], "elicitation":
+[messages seen], "cancelled": [prompts whose sampling was cancelled while the client
+answered]}. A prompt starting with "hang" is answered only after 60 s, unless cancelled;
+with RELAY_WAIT_CANCEL=1 the client waits (up to 30 s) after its calls until one was.
+"""
+
+import asyncio
+import json
+import os
+import sys
+
+from mcp import ClientSession, StdioServerParameters, stdio_client, types
+
+import anyio
+
+seen = {"sampling": [], "elicitation": [], "cancelled": []}
+
+
+async def on_sampling(context, params):
+    texts = [getattr(m.content, "text", "") for m in params.messages]
+    if texts and texts[0].startswith("hang"):
+        try:
+            await anyio.sleep(60)
+        except anyio.get_cancelled_exc_class():
+            seen["cancelled"].append(texts[0])
+            raise
+    seen["sampling"].append({"text": "\n".join(texts), "includeContext": params.include_context,
+                             "meta": (params.meta or {}) if isinstance(params.meta, dict) else
+                             (params.meta.model_dump() if params.meta else {})})
+    return types.CreateMessageResult(
+        role="assistant",
+        content=types.TextContent(type="text", text="canned-by-relay-client"),
+        model="relay-test-model",
+        stop_reason="endTurn",
+    )
+
+
+async def on_elicitation(context, params):
+    seen["elicitation"].append(params.message)
+    return types.ElicitResult(action="accept", content={"answer": "canned-answer", "name": "canned-name"})
+
+
+async def main():
+    calls = json.loads(sys.argv[1])
+    cmd = sys.argv[sys.argv.index("--") + 1:]
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
+    kw = {}
+    if os.environ.get("RELAY_NO_CALLBACKS") != "1":
+        kw = {"sampling_callback": on_sampling, "elicitation_callback": on_elicitation}
+    out = []
+    with open(os.environ.get("RELAY_ERRLOG", os.devnull), "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write, **kw) as session:
+                await asyncio.wait_for(session.initialize(), 90)
+                names = [t.name for t in (await asyncio.wait_for(session.list_tools(), 30)).tools]
+                for c in calls:
+                    try:
+                        r = await asyncio.wait_for(session.call_tool(c["tool"], c.get("args", {})), 60)
+                        text = "\n".join(getattr(b, "text", "") for b in r.content)
+                        out.append({"tool": c["tool"], "error": bool(r.is_error), "text": text})
+                    except Exception as e:
+                        out.append({"tool": c["tool"], "error": True, "text": str(getattr(e, "error", e))})
+                if os.environ.get("RELAY_WAIT_CANCEL") == "1":
+                    with anyio.move_on_after(30):
+                        while not seen["cancelled"]:
+                            await anyio.sleep(0.05)
+    print(json.dumps({"tools": names, "calls": out, **seen}, default=str))
+
+
+asyncio.run(main())
