@@ -56,6 +56,10 @@ pub struct RunArgs {
     /// Grant read-only access to DIR (repeatable).
     #[arg(long = "ro", value_name = "DIR")]
     pub ro: Vec<std::path::PathBuf>,
+    /// Never let the command write or create PATH, even inside a --rw grant (repeatable;
+    /// a missing PATH gets an empty read-only placeholder on the host, see docs/security.md).
+    #[arg(long = "deny-write", value_name = "PATH")]
+    pub deny_write: Vec<std::path::PathBuf>,
     /// Pass NAME (from this environment) or set NAME=VALUE in the sandbox (repeatable).
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,
@@ -377,6 +381,11 @@ fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
         env,
         cwd,
         grants,
+        deny_write: args
+            .deny_write
+            .iter()
+            .map(|p| crate::roots::canon::resolve_existing_prefix(&abs(p)))
+            .collect(),
         policy: args.sandbox_policy,
         profile: args.profile.clone(),
         profiles_dir: args.profiles_dir.as_deref().map(abs),

@@ -45,8 +45,8 @@ pub struct LaunchRequest {
     pub grants: Vec<Grant>,
     /// Paths never readable even under a grant.
     pub deny_read: Vec<PathBuf>,
-    /// Paths never writable even under a read-write grant (rendered for srt; the native
-    /// sandbox gets read-only grants from the roots instead).
+    /// Paths never writable, nor creatable, even under a read-write grant: srt renders them
+    /// as `denyWrite`; the native sandbox re-binds them read-only (`sandbox::deny_write`).
     pub deny_write: Vec<PathBuf>,
     pub network: NetworkConfig,
     /// `false` when the user opted this server out (`"sandbox": false`).
@@ -848,6 +848,10 @@ fn sandboxed(
             Vec::new()
         },
     };
+    // denyWrite holds whatever `protectDangerousFiles` says: the user named these paths.
+    let denied = super::deny_write::protect(&spec.mounts, &req.deny_write)
+        .map_err(|e| LaunchError::Invalid(format!("server `{}`: {e}", req.name)))?;
+    render.write_protect.extend(denied);
     if spec.seccomp {
         let prog = seccomp::program().map_err(|e| LaunchError::Refused {
             name: req.name.clone(),
