@@ -46,12 +46,51 @@ pub fn writable_in(mounts: &[Mount], path: &Path) -> bool {
         .is_some_and(|m| m.access == Access::Rw)
 }
 
-/// The shallowest component of `path` for which `exists` is false, or `None` when the
-/// whole path exists (pure given `exists`).
-pub fn first_missing(path: &Path, exists: impl Fn(&Path) -> bool) -> Option<PathBuf> {
+/// What is on the host at one component of a denied path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    Missing,
+    Dir,
+    /// A file (or anything that is not a directory nor a symlink).
+    Other,
+    Symlink,
+}
+
+/// What has to be re-bound read-only so that the denied `path` can be neither written nor
+/// created (pure given `found`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// Re-bind this existing path: the denied path itself, or a file in the way of it (a
+    /// file cannot become a directory while it is a read-only mount point).
+    Existing(PathBuf),
+    /// Create a placeholder here (the first missing component) and re-bind it.
+    Create(PathBuf),
+    /// A symlink on the way that `canonicalize` could not resolve (it points nowhere).
+    Dangling(PathBuf),
+}
+
+/// Walks `path` from `/` down to the first component that settles it (pure given `found`).
+pub fn plan(path: &Path, found: impl Fn(&Path) -> Found) -> Plan {
     let mut chain: Vec<&Path> = path.ancestors().collect();
     chain.reverse();
-    chain.into_iter().find(|p| !exists(p)).map(Path::to_path_buf)
+    for p in chain {
+        match found(p) {
+            Found::Missing => return Plan::Create(p.to_path_buf()),
+            Found::Symlink => return Plan::Dangling(p.to_path_buf()),
+            Found::Other => return Plan::Existing(p.to_path_buf()),
+            Found::Dir => {}
+        }
+    }
+    Plan::Existing(path.to_path_buf())
+}
+
+fn found_on_host(p: &Path) -> Found {
+    match std::fs::symlink_metadata(p) {
+        Err(_) => Found::Missing,
+        Ok(m) if m.file_type().is_symlink() => Found::Symlink,
+        Ok(m) if m.is_dir() => Found::Dir,
+        Ok(_) => Found::Other,
+    }
 }
 
 /// The paths to re-bind read-only so that every `deny` path inside a read-write mount of
@@ -65,20 +104,13 @@ pub fn protect(mounts: &[Mount], deny: &[PathBuf]) -> Result<Vec<PathBuf>, DenyW
         if !writable_in(mounts, &path) {
             continue;
         }
-        let exists = |p: &Path| std::fs::symlink_metadata(p).is_ok();
-        let Some(missing) = first_missing(&path, exists) else {
-            // Exists and, after resolution, is not a symlink (`canonicalize` went through it).
-            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
-                return Err(DenyWriteError::DanglingSymlink(path));
-            }
-            out.push(path);
-            continue;
-        };
-        // `resolve_existing_prefix` stops at a dangling symlink and treats it as missing.
-        if std::fs::symlink_metadata(&missing).is_ok() {
-            return Err(DenyWriteError::DanglingSymlink(missing));
+        // `resolve_existing_prefix` went through every symlink that resolves, so a symlink
+        // met here points nowhere.
+        match plan(&path, found_on_host) {
+            Plan::Existing(p) => out.push(p),
+            Plan::Create(at) => out.push(placeholder(&path, &at)?),
+            Plan::Dangling(p) => return Err(DenyWriteError::DanglingSymlink(p)),
         }
-        out.push(placeholder(&path, &missing)?);
     }
     out.sort();
     out.dedup();
@@ -152,14 +184,26 @@ mod tests {
     }
 
     #[test]
-    fn first_missing_is_the_shallowest_absent_component() {
-        let present = ["/", "/w", "/w/a"];
-        let exists = |p: &Path| present.iter().any(|q| Path::new(q) == p);
-        assert_eq!(
-            first_missing(Path::new("/w/a/b/c"), exists),
-            Some(PathBuf::from("/w/a/b"))
-        );
-        assert_eq!(first_missing(Path::new("/w/a"), exists), None);
+    fn plan_stops_at_the_first_component_that_settles_the_path() {
+        let dirs = ["/", "/w", "/w/a"];
+        let found = |p: &Path| {
+            if dirs.iter().any(|q| Path::new(q) == p) {
+                Found::Dir
+            } else if p == Path::new("/w/file") {
+                Found::Other
+            } else if p == Path::new("/w/link") {
+                Found::Symlink
+            } else {
+                Found::Missing
+            }
+        };
+        let pb = PathBuf::from;
+        assert_eq!(plan(Path::new("/w/a/b/c"), found), Plan::Create(pb("/w/a/b")));
+        assert_eq!(plan(Path::new("/w/a"), found), Plan::Existing(pb("/w/a")));
+        assert_eq!(plan(Path::new("/w/file"), found), Plan::Existing(pb("/w/file")));
+        // A file in the way (a placeholder from an earlier launch) is what gets re-bound.
+        assert_eq!(plan(Path::new("/w/file/x/y"), found), Plan::Existing(pb("/w/file")));
+        assert_eq!(plan(Path::new("/w/link/x"), found), Plan::Dangling(pb("/w/link")));
     }
 
     #[test]
