@@ -473,7 +473,10 @@ fn deny_write_paths_can_be_neither_written_nor_created() {
         .status()
         .unwrap();
     assert!(st.success());
-    assert_eq!(std::fs::read_to_string(cd.join("secret")).unwrap(), "pwned\n");
+    assert_eq!(
+        std::fs::read_to_string(cd.join("secret")).unwrap(),
+        "pwned\n"
+    );
     assert!(!cd.join("keep").exists() && cd.join("moved").exists());
     assert_eq!(
         std::fs::read_to_string(cd.join("later/sub/file")).unwrap(),

@@ -304,11 +304,24 @@ fn annotate(slot: &Slot, enforcement: Option<&Enforcement>, answer: Answer) -> A
         .as_ref()
         .map(|r| r.deny_read.as_slice())
         .unwrap_or(&[]);
+    let deny_write = slot
+        .req
+        .as_ref()
+        .map(|r| r.deny_write.as_slice())
+        .unwrap_or(&[]);
+    let set = slot.roots.current();
+    let private: Vec<std::path::PathBuf> = std::iter::once(std::path::PathBuf::from("/tmp"))
+        .chain(slot.roots.options().home.clone())
+        .collect();
     let ctx = BlockContext {
         server: &slot.name,
         sandboxed,
         egress_allowed: slot.egress_allowed(),
         deny_read,
+        deny_write,
+        shown: &set.paths,
+        private: &private,
+        host_has: blocked::host_has,
     };
     match answer {
         Answer::Error(mut e) => {

@@ -198,12 +198,24 @@ mod tests {
             }
         };
         let pb = PathBuf::from;
-        assert_eq!(plan(Path::new("/w/a/b/c"), found), Plan::Create(pb("/w/a/b")));
+        assert_eq!(
+            plan(Path::new("/w/a/b/c"), found),
+            Plan::Create(pb("/w/a/b"))
+        );
         assert_eq!(plan(Path::new("/w/a"), found), Plan::Existing(pb("/w/a")));
-        assert_eq!(plan(Path::new("/w/file"), found), Plan::Existing(pb("/w/file")));
+        assert_eq!(
+            plan(Path::new("/w/file"), found),
+            Plan::Existing(pb("/w/file"))
+        );
         // A file in the way (a placeholder from an earlier launch) is what gets re-bound.
-        assert_eq!(plan(Path::new("/w/file/x/y"), found), Plan::Existing(pb("/w/file")));
-        assert_eq!(plan(Path::new("/w/link/x"), found), Plan::Dangling(pb("/w/link")));
+        assert_eq!(
+            plan(Path::new("/w/file/x/y"), found),
+            Plan::Existing(pb("/w/file"))
+        );
+        assert_eq!(
+            plan(Path::new("/w/link/x"), found),
+            Plan::Dangling(pb("/w/link"))
+        );
     }
 
     #[test]
