@@ -282,3 +282,128 @@ fn sandbox_blocked_marks_sandbox_refusals_only() {
     assert_eq!(rec["sandboxed"], true);
     assert!(rec["result"]["error"].as_str().unwrap().starts_with(MARKER));
 }
+
+/// Runs tests/clients/prompts_resources.py against `palisade serve` with server-everything
+/// and the given audit log; returns its report and palisade's stderr.
+fn prompts_and_resources(dir: &Path, audit_log: &Path) -> (Value, String) {
+    let everything =
+        deps().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let cfg = dir.join("config.json");
+    std::fs::create_dir_all(dir.join("sandbox")).unwrap();
+    let config = json!({
+        "mcpServers": {"everything": {"command": "node", "args": [everything, "stdio"]}},
+        "palisade": {
+            "sandboxDir": dir.join("sandbox"),
+            "sandboxPolicy": "enforce",
+            "auditLog": audit_log,
+            "policy": manifest("tests/fixtures/allow-all-policy.json"),
+        },
+    });
+    std::fs::write(&cfg, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+    let errlog = dir.join("stderr.log");
+    let out = std::process::Command::new(python())
+        .arg(manifest("tests/clients/prompts_resources.py"))
+        .arg("--")
+        .args([env!("CARGO_BIN_EXE_palisade"), "serve", "--config"])
+        .arg(&cfg)
+        .env("CALLS_ERRLOG", &errlog)
+        .env("RUST_LOG", "info,rmcp=warn")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = std::fs::read_to_string(&errlog).unwrap_or_default();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client failed: {}\n{stdout}\n{}\npalisade:\n{stderr}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (serde_json::from_str(stdout.trim()).unwrap(), stderr)
+}
+
+/// Prompts, resources, subscriptions and completions each write exactly one audit record,
+/// marked with its method in `kind`; the tool call's record keeps its shape (no `kind`);
+/// the log still verifies with `palisade audit verify`.
+#[test]
+fn prompts_resources_and_completions_are_audited_once_each() {
+    let (_t, d) = canon_tempdir();
+    let log = d.join("audit.jsonl");
+    let (r, stderr) = prompts_and_resources(&d, &log);
+    for step in [
+        "read",
+        "prompt",
+        "subscribe",
+        "unsubscribe",
+        "complete",
+        "echo",
+    ] {
+        assert_eq!(r[step]["ok"], true, "{step}: {r}\n{stderr}");
+    }
+    assert_eq!(r["complete"]["values"], json!(["Sales"]));
+    let records: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let uri = r["uri"].as_str().unwrap();
+    for (kind, key, value) in [
+        ("resources/read", "uri", json!(uri)),
+        ("prompts/get", "name", json!("simple-prompt")),
+        ("resources/subscribe", "uri", json!(uri)),
+        ("resources/unsubscribe", "uri", json!(uri)),
+    ] {
+        let mine: Vec<&Value> = records.iter().filter(|x| x["kind"] == kind).collect();
+        assert_eq!(mine.len(), 1, "{kind}: {records:?}");
+        assert_eq!(mine[0]["arguments"][key], value, "{kind}: {:?}", mine[0]);
+        assert_eq!(mine[0]["serverName"], "everything");
+        assert_eq!(mine[0]["result"]["status"], "success");
+        assert_eq!(mine[0]["sandboxed"], true);
+    }
+    let complete: Vec<&Value> = records
+        .iter()
+        .filter(|x| x["kind"] == "completion/complete")
+        .collect();
+    assert_eq!(complete.len(), 1, "{records:?}");
+    assert_eq!(complete[0]["arguments"]["argument"]["value"], "Sa");
+    let tools: Vec<&Value> = records.iter().filter(|x| x["toolName"] == "echo").collect();
+    assert_eq!(tools.len(), 1, "{records:?}");
+    assert!(tools[0].get("kind").is_none(), "{:?}", tools[0]);
+    assert_eq!(records.len(), 6, "{records:?}");
+
+    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["audit", "verify"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+}
+
+/// With an audit log that accepts the open but fails every write (/dev/full), every one of
+/// those requests fails closed with a message saying so, like a tool call; nothing a server
+/// answered reaches the agent unaudited.
+#[test]
+fn prompts_resources_and_completions_fail_closed_when_the_audit_log_fails() {
+    let (_t, d) = canon_tempdir();
+    let (r, stderr) = prompts_and_resources(&d, Path::new("/dev/full"));
+    for step in [
+        "read",
+        "prompt",
+        "subscribe",
+        "unsubscribe",
+        "complete",
+        "echo",
+    ] {
+        assert_eq!(r[step]["ok"], false, "{step}: {r}\n{stderr}");
+        let text = r[step]["text"].as_str().unwrap();
+        assert!(
+            text.contains("audit log could not be written"),
+            "{step}: {text}"
+        );
+    }
+}

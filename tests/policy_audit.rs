@@ -16,6 +16,7 @@ fn record(i: u32, args: serde_json::Value) -> AuditRecord {
         request_id: format!("req-{i}"),
         server_name: "filesystem".into(),
         tool_name: "read_file".into(),
+        kind: None,
         arguments: args,
         policy_decision: PolicyDecisionRecord {
             status: Status::Allow,

@@ -17,6 +17,11 @@ pub struct AuditRecord {
     pub request_id: String,
     pub server_name: String,
     pub tool_name: String,
+    /// The MCP method when the record is not a tool call (`prompts/get`, `resources/read`,
+    /// `resources/subscribe`, `resources/unsubscribe`, `completion/complete`); absent for
+    /// `tools/call`, so tool-call records keep IronCurtain's exact shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// The call's arguments; redacted by the writer before they are written.
     pub arguments: Value,
     pub policy_decision: PolicyDecisionRecord,

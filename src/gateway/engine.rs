@@ -134,6 +134,7 @@ pub fn to_audit_record(rec: &CallRecord) -> AuditRecord {
         request_id: rec.request_id.clone(),
         server_name: rec.server_name.clone(),
         tool_name: rec.tool_name.clone(),
+        kind: rec.kind.clone(),
         arguments: serde_json::Value::Object(rec.arguments.clone()),
         policy_decision: PolicyDecisionRecord {
             status,

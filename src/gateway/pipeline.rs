@@ -168,6 +168,7 @@ pub async fn call_tool(
         request_id: request_id_string(&ctx),
         server_name: slot.name.clone(),
         tool_name: tool.clone(),
+        kind: None,
         arguments,
         policy_decision: verdict.clone(),
         escalation_result: escalation,

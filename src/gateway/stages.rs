@@ -158,6 +158,9 @@ pub struct CallRecord {
     pub request_id: String,
     pub server_name: String,
     pub tool_name: String,
+    /// The MCP method for a record that is not a tool call (see `audit::AuditRecord::kind`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     pub arguments: Map<String, Value>,
     pub policy_decision: PolicyVerdict,
     pub escalation_result: Option<ApprovalOutcome>,
