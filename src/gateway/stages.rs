@@ -148,7 +148,8 @@ pub enum CallOutcome {
     Denied { reason: String },
 }
 
-/// One audit record per tool call (IronCurtain's fields plus the enforcement record).
+/// One audit record per tool call, or per routed prompt, resource or completion request
+/// (`kind` then names the method): IronCurtain's fields plus the enforcement record.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CallRecord {
