@@ -698,6 +698,72 @@ fn the_whole_tree_dies_with_palisade() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// SIGTERM or SIGINT sent to `palisade run`'s pid ends the whole sandboxed tree, both when
+/// palisade execs bwrap and when it supervises strace (--trace-denials, which used to leave
+/// strace, bwrap and the command running and the trace log in TMPDIR), and the exit status
+/// says a signal ended it.
+#[test]
+fn termination_signals_to_palisade_run_end_the_sandboxed_tree() {
+    let mut n = 700_000 + std::process::id() % 50_000;
+    for traced in [false, true] {
+        for sig in [libc::SIGTERM, libc::SIGINT] {
+            n += 1;
+            let tmp = tempfile::tempdir().unwrap();
+            let mut cmd = palisade();
+            cmd.arg("run");
+            if traced {
+                cmd.arg("--trace-denials");
+            }
+            cmd.args(["--", "/bin/sh", "-c"])
+                .arg(format!("sleep {n} & echo up; wait"))
+                .env("TMPDIR", tmp.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null());
+            // A terminal's defaults: the test may have inherited SIGINT ignored (as a
+            // background job does), which the sandbox would inherit too.
+            // SAFETY: signal() is async-signal-safe; only dispositions are reset.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::signal(libc::SIGINT, libc::SIG_DFL);
+                    libc::signal(libc::SIGTERM, libc::SIG_DFL);
+                    Ok(())
+                });
+            }
+            let mut child = cmd.spawn().unwrap();
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert_eq!(line, "up\n");
+            let needle = format!("sleep {n}");
+            assert!(!processes_with(&needle).is_empty(), "sleep not running");
+            // SAFETY: kill() on the pid of the child this test spawned and has not reaped.
+            assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+            let status = child.wait().unwrap();
+            assert!(!status.success(), "traced={traced} sig={sig}: {status:?}");
+            // The kernel tears the namespace down when its init dies; wait for that event
+            // (bounded), never a timing assertion.
+            let mut left = Vec::new();
+            for _ in 0..250 {
+                left = processes_with(&needle);
+                if left.is_empty() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert!(
+                left.is_empty(),
+                "traced={traced} sig={sig}: left behind {left:?}"
+            );
+            let files: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+            assert!(
+                files.is_empty(),
+                "traced={traced}: left in TMPDIR: {files:?}"
+            );
+        }
+    }
+}
+
 /// Sends an MCP initialize request to a server started by `cmd` and returns the response.
 fn mcp_initialize(mut cmd: Command) -> Value {
     let mut child = cmd

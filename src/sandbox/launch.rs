@@ -871,11 +871,22 @@ fn sandboxed(
                 "--trace-denials needs strace (Debian/Ubuntu: apt install strace)".into(),
             )
         })?;
-        let mut wrapped: Vec<OsString> =
-            ["-f", "-qq", "-s", "512", "-e", "trace=%file,%network", "-o"]
-                .iter()
-                .map(OsString::from)
-                .collect();
+        // `-I 1`: strace blocks fatal signals by default when it writes to a file, so a
+        // SIGTERM to `palisade run --trace-denials` would leave it (and the sandbox) running.
+        let mut wrapped: Vec<OsString> = [
+            "-f",
+            "-qq",
+            "-I",
+            "1",
+            "-s",
+            "512",
+            "-e",
+            "trace=%file,%network",
+            "-o",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
         wrapped.push(log.clone().into());
         wrapped.push("--".into());
         wrapped.push(bwrap_path.as_os_str().to_os_string());
