@@ -137,6 +137,7 @@ fn bench_audit(c: &mut Criterion) {
         request_id: "req-1".into(),
         server_name: "filesystem".into(),
         tool_name: "read_file".into(),
+        kind: None,
         arguments: json!({"path": "/home/u/Downloads/report.pdf"}),
         policy_decision: PolicyDecisionRecord {
             status: Status::Allow,
