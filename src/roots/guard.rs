@@ -225,20 +225,20 @@ impl RootGuard {
                     root: root.path.clone(),
                 })
             }
-            Some(_) if need == Need::Write && self.denied_write(&canonical).is_some() => {
-                let denied = self
-                    .denied_write(&canonical)
-                    .unwrap_or(&canonical)
-                    .to_path_buf();
-                Err(GuardError::DenyWrite {
-                    denied,
+            Some(root) => {
+                if need == Need::Write {
+                    if let Some(denied) = self.denied_write(&canonical) {
+                        return Err(GuardError::DenyWrite {
+                            denied: denied.to_path_buf(),
+                            path: canonical,
+                        });
+                    }
+                }
+                Ok(Allowed {
                     path: canonical,
+                    root,
                 })
             }
-            Some(root) => Ok(Allowed {
-                path: canonical,
-                root,
-            }),
         }
     }
 
