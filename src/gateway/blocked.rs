@@ -68,12 +68,16 @@ pub fn classify(ctx: &BlockContext<'_>, text: &str) -> Option<Blocked> {
             return Some(Blocked::DeniedRead { path: p.clone() });
         }
     }
-    if lower.contains("erofs") || lower.contains("read-only file system") {
-        if let Some(p) = &path {
-            if ctx.deny_write.iter().any(|d| Path::new(p).starts_with(d)) {
-                return Some(Blocked::DeniedWrite { path: p.clone() });
-            }
+    if let Some(p) = &path {
+        // A denied path is a read-only mount point (EROFS, EBUSY on remove or rename,
+        // EEXIST on mkdir) or, when it did not exist, a read-only placeholder file (ENOTDIR
+        // below it).
+        let denied = ctx.deny_write.iter().any(|d| Path::new(p).starts_with(d));
+        if denied && is_deny_write_error(&lower) {
+            return Some(Blocked::DeniedWrite { path: p.clone() });
         }
+    }
+    if lower.contains("erofs") || lower.contains("read-only file system") {
         return Some(Blocked::Write { path });
     }
     if is_not_found(&lower) {
@@ -170,6 +174,21 @@ fn has_errno(lower: &str) -> bool {
     ["eacces", "eperm", "[errno ", "(os error "]
         .iter()
         .any(|p| lower.contains(p))
+}
+
+fn is_deny_write_error(lower: &str) -> bool {
+    [
+        "erofs",
+        "read-only file system",
+        "ebusy",
+        "device or resource busy",
+        "eexist",
+        "file exists",
+        "enotdir",
+        "not a directory",
+    ]
+    .iter()
+    .any(|p| lower.contains(p))
 }
 
 fn is_not_found(lower: &str) -> bool {
@@ -459,6 +478,27 @@ mod tests {
         let text = annotate(&c, PY_EROFS).unwrap();
         assert!(text.contains("denyWrite"), "{text}");
         assert!(!text.contains("allowWrite"), "{text}");
+        // Below a placeholder, and removing the mount point.
+        let deny = [PathBuf::from("/w/later")];
+        let c = BlockContext {
+            deny_write: &deny,
+            ..ctx(true)
+        };
+        for msg in [
+            "[Errno 20] Not a directory: '/w/later/sub/file'",
+            "EBUSY: resource busy or locked, unlink '/w/later'",
+            "[Errno 16] Device or resource busy: '/w/later'",
+        ] {
+            assert!(
+                matches!(classify(&c, msg), Some(Blocked::DeniedWrite { .. })),
+                "{msg}"
+            );
+        }
+        // The same errors elsewhere are not the sandbox's.
+        assert_eq!(
+            classify(&c, "[Errno 20] Not a directory: '/w/other/x'"),
+            None
+        );
     }
 
     #[test]
