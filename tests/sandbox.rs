@@ -443,6 +443,77 @@ fn a_read_only_grant_inside_a_read_write_grant_stays_read_only() {
     assert!(text(&out.stderr).contains("Read-only file system"));
 }
 
+/// denyWrite on the native backend: inside a read-write grant, a denied file cannot be
+/// overwritten, removed or renamed, and a denied path that does not exist cannot be created
+/// (not even through its missing parent); other writes still work. The same script run
+/// without the sandbox does all of it (the control).
+#[test]
+fn deny_write_paths_can_be_neither_written_nor_created() {
+    let script = |d: &Path| {
+        format!(
+            "echo pwned > {0}/secret; rm -f {0}/keep; mv {0}/keep2 {0}/moved; \
+             mkdir -p {0}/later/sub && echo pwned > {0}/later/sub/file; \
+             echo pwned > {0}/.env; echo fine > {0}/other; exit 0",
+            d.display()
+        )
+    };
+    let setup = || {
+        let dir = tempfile::tempdir().unwrap();
+        let d = std::fs::canonicalize(dir.path()).unwrap();
+        for f in ["secret", "keep", "keep2"] {
+            std::fs::write(d.join(f), "orig").unwrap();
+        }
+        (dir, d)
+    };
+
+    // Control: unsandboxed, every write lands.
+    let (_c, cd) = setup();
+    let st = Command::new("/bin/sh")
+        .args(["-c", &script(&cd)])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(
+        std::fs::read_to_string(cd.join("secret")).unwrap(),
+        "pwned\n"
+    );
+    assert!(!cd.join("keep").exists() && cd.join("moved").exists());
+    assert_eq!(
+        std::fs::read_to_string(cd.join("later/sub/file")).unwrap(),
+        "pwned\n"
+    );
+    assert!(cd.join(".env").is_file());
+
+    // Sandboxed with denyWrite on the existing files, a missing nested path and a missing
+    // file: none of them changes; the undenied write still lands.
+    let (_s, d) = setup();
+    let out = palisade()
+        .arg("run")
+        .arg("--rw")
+        .arg(&d)
+        .args(["--deny-write", "secret", "--deny-write", "keep"])
+        .args(["--deny-write", "keep2", "--deny-write", "later/sub/file"])
+        .args(["--deny-write", ".env"])
+        .current_dir(&d)
+        .args(["--", "/bin/sh", "-c", &script(&d)])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(std::fs::read_to_string(d.join("secret")).unwrap(), "orig");
+    assert_eq!(std::fs::read_to_string(d.join("keep")).unwrap(), "orig");
+    assert_eq!(std::fs::read_to_string(d.join("keep2")).unwrap(), "orig");
+    assert!(!d.join("moved").exists(), "{err}");
+    // The missing paths exist only as empty read-only placeholders.
+    for p in ["later", ".env"] {
+        let md = std::fs::symlink_metadata(d.join(p)).unwrap();
+        assert!(md.is_file() && md.len() == 0, "{p}: {md:?}\n{err}");
+    }
+    assert!(!d.join("later/sub/file").exists());
+    assert_eq!(std::fs::read_to_string(d.join("other")).unwrap(), "fine\n");
+    assert!(err.contains("Read-only file system"), "{err}");
+}
+
 fn marker_path(dir: &Path) -> PathBuf {
     dir.join("started")
 }
@@ -625,6 +696,72 @@ fn the_whole_tree_dies_with_palisade() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// SIGTERM or SIGINT sent to `palisade run`'s pid ends the whole sandboxed tree, both when
+/// palisade execs bwrap and when it supervises strace (--trace-denials, which used to leave
+/// strace, bwrap and the command running and the trace log in TMPDIR), and the exit status
+/// says a signal ended it.
+#[test]
+fn termination_signals_to_palisade_run_end_the_sandboxed_tree() {
+    let mut n = 700_000 + std::process::id() % 50_000;
+    for traced in [false, true] {
+        for sig in [libc::SIGTERM, libc::SIGINT] {
+            n += 1;
+            let tmp = tempfile::tempdir().unwrap();
+            let mut cmd = palisade();
+            cmd.arg("run");
+            if traced {
+                cmd.arg("--trace-denials");
+            }
+            cmd.args(["--", "/bin/sh", "-c"])
+                .arg(format!("sleep {n} & echo up; wait"))
+                .env("TMPDIR", tmp.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null());
+            // A terminal's defaults: the test may have inherited SIGINT ignored (as a
+            // background job does), which the sandbox would inherit too.
+            // SAFETY: signal() is async-signal-safe; only dispositions are reset.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::signal(libc::SIGINT, libc::SIG_DFL);
+                    libc::signal(libc::SIGTERM, libc::SIG_DFL);
+                    Ok(())
+                });
+            }
+            let mut child = cmd.spawn().unwrap();
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert_eq!(line, "up\n");
+            let needle = format!("sleep {n}");
+            assert!(!processes_with(&needle).is_empty(), "sleep not running");
+            // SAFETY: kill() on the pid of the child this test spawned and has not reaped.
+            assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+            let status = child.wait().unwrap();
+            assert!(!status.success(), "traced={traced} sig={sig}: {status:?}");
+            // The kernel tears the namespace down when its init dies; wait for that event
+            // (bounded), never a timing assertion.
+            let mut left = Vec::new();
+            for _ in 0..250 {
+                left = processes_with(&needle);
+                if left.is_empty() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert!(
+                left.is_empty(),
+                "traced={traced} sig={sig}: left behind {left:?}"
+            );
+            let files: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+            assert!(
+                files.is_empty(),
+                "traced={traced}: left in TMPDIR: {files:?}"
+            );
+        }
+    }
 }
 
 /// Sends an MCP initialize request to a server started by `cmd` and returns the response.

@@ -51,20 +51,52 @@ pub struct AuditRecord {
     /// The remembered scope that approved this call without asking anyone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by_scope: Option<crate::approval::RememberScope>,
-    /// What the record is about when it is not a tool call: a server's request relayed to
-    /// (or refused before) the agent. Absent for tool calls, IronCurtain's only kind.
+    /// What the record is about when it is not a tool call: an agent's request other than
+    /// `tools/call` (named by its MCP method), or a server's request relayed to (or refused
+    /// before) the agent. Absent for tool calls, so their records keep IronCurtain's shape.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<RecordKind>,
 }
 
 /// The kinds of record besides tool calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
 pub enum RecordKind {
     /// A server's `sampling/createMessage` (the agent's LLM asked on its behalf).
+    #[serde(rename = "sampling")]
     Sampling,
     /// A server's `elicitation/create` (the person behind the agent asked).
+    #[serde(rename = "elicitation")]
     Elicitation,
+    /// The agent's `prompts/get`.
+    #[serde(rename = "prompts/get")]
+    PromptsGet,
+    /// The agent's `resources/read`.
+    #[serde(rename = "resources/read")]
+    ResourcesRead,
+    /// The agent's `resources/subscribe`.
+    #[serde(rename = "resources/subscribe")]
+    ResourcesSubscribe,
+    /// The agent's `resources/unsubscribe`.
+    #[serde(rename = "resources/unsubscribe")]
+    ResourcesUnsubscribe,
+    /// The agent's `completion/complete`.
+    #[serde(rename = "completion/complete")]
+    Completion,
+}
+
+impl RecordKind {
+    /// The MCP method the record is about.
+    pub fn method(self) -> &'static str {
+        match self {
+            RecordKind::Sampling => "sampling/createMessage",
+            RecordKind::Elicitation => "elicitation/create",
+            RecordKind::PromptsGet => "prompts/get",
+            RecordKind::ResourcesRead => "resources/read",
+            RecordKind::ResourcesSubscribe => "resources/subscribe",
+            RecordKind::ResourcesUnsubscribe => "resources/unsubscribe",
+            RecordKind::Completion => "completion/complete",
+        }
+    }
 }
 
 /// A directory an approved escalation made a root of its server.

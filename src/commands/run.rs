@@ -56,6 +56,10 @@ pub struct RunArgs {
     /// Grant read-only access to DIR (repeatable).
     #[arg(long = "ro", value_name = "DIR")]
     pub ro: Vec<std::path::PathBuf>,
+    /// Never let the command write or create PATH, even inside a --rw grant (repeatable;
+    /// a missing PATH gets an empty read-only placeholder on the host, see docs/security.md).
+    #[arg(long = "deny-write", value_name = "PATH")]
+    pub deny_write: Vec<std::path::PathBuf>,
     /// Pass NAME (from this environment) or set NAME=VALUE in the sandbox (repeatable).
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,
@@ -269,11 +273,13 @@ fn traced(req: &LaunchRequest, prepared: launch::Prepared, log: &Path) -> anyhow
         },
     )
     .map_err(|e| ExitWith::new(EXIT_NOT_FOUND, e.to_string()))?;
-    let (mut cmd, _, held) = prepared.into_std();
-    let status = cmd
-        .status()
-        .map_err(|e| ExitWith::new(EXIT_CANNOT_EXEC, format!("cannot run strace: {e}")))?;
-    drop(held);
+    // Supervised rather than waited for: a signal to palisade must reach strace (which
+    // then detaches; bwrap, whose parent it is, dies with it and takes the sandbox along),
+    // and this process must live on to report and remove the trace log.
+    let rt = super::runtime()?;
+    let code = rt.block_on(supervise(prepared));
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    let code = code?;
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let found = crate::sandbox::trace::denials(&text, &program, |p| p.exists());
     eprintln!(
@@ -291,9 +297,7 @@ fn traced(req: &LaunchRequest, prepared: launch::Prepared, log: &Path) -> anyhow
         "palisade: grant what the server really needs with --ro/--rw or a profile's \"read\"/\"state\"; \
          connects list addresses only (DNS cannot leave the sandbox): give the domains in sandbox.network.allowedDomains"
     );
-    Ok(status
-        .code()
-        .map_or(ExitCode::from(1), |c| ExitCode::from(c as u8)))
+    Ok(ExitCode::from(code))
 }
 
 /// Turns the flags into a launch request; every problem is a one-line usage error.
@@ -377,6 +381,11 @@ fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
         env,
         cwd,
         grants,
+        deny_write: args
+            .deny_write
+            .iter()
+            .map(|p| crate::roots::canon::resolve_existing_prefix(&abs(p)))
+            .collect(),
         policy: args.sandbox_policy,
         profile: args.profile.clone(),
         profiles_dir: args.profiles_dir.as_deref().map(abs),

@@ -89,7 +89,9 @@ impl From<GuardError> for FsError {
     fn from(e: GuardError) -> Self {
         let code = match e {
             GuardError::BadPath(_) => ErrorCode::BadPath,
-            GuardError::Outside { .. } | GuardError::ReadOnly { .. } => ErrorCode::Forbidden,
+            GuardError::Outside { .. }
+            | GuardError::ReadOnly { .. }
+            | GuardError::DenyWrite { .. } => ErrorCode::Forbidden,
         };
         // The guard's messages already start with their code; keep only the reason.
         let text = e.to_string();

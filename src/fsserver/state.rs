@@ -168,7 +168,11 @@ impl RootState {
 
 fn options(home: Option<PathBuf>) -> GuardOptions {
     // Relative paths are refused: the server's cwd means nothing to the agent.
-    GuardOptions { cwd: None, home }
+    GuardOptions {
+        cwd: None,
+        home,
+        deny_write: Vec::new(),
+    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,16 @@ pub struct BlockContext<'a> {
     pub egress_allowed: bool,
     /// Paths the sandbox denies reading even below a grant.
     pub deny_read: &'a [PathBuf],
+    /// Paths the sandbox keeps read-only even below a read-write grant (denyWrite).
+    pub deny_write: &'a [PathBuf],
+    /// The server's roots: what its sandbox shows of the host besides the system base.
+    pub shown: &'a [PathBuf],
+    /// Directories the sandbox replaces with private ones (`/tmp`, HOME): that the host has
+    /// one of them says nothing about a file missing directly in it.
+    pub private: &'a [PathBuf],
+    /// Whether a path exists on the host (a "no such file" for a path that exists on the
+    /// host but outside `shown` is the sandbox hiding it). Injected so this stays pure.
+    pub host_has: fn(&Path) -> bool,
 }
 
 /// What the sandbox blocked, as far as the message tells.
@@ -33,6 +43,10 @@ pub enum Blocked {
     Access { path: Option<String> },
     /// A path in `denyRead`.
     DeniedRead { path: String },
+    /// A write to a path in `denyWrite`.
+    DeniedWrite { path: String },
+    /// A path that exists on the host but that the sandbox does not show (ENOENT inside).
+    Hidden { path: String },
     /// A network connection with no egress allowed.
     Network { target: Option<String> },
 }
@@ -47,14 +61,46 @@ pub fn classify(ctx: &BlockContext<'_>, text: &str) -> Option<Blocked> {
 
     if let Some(p) = &path {
         let pb = Path::new(p);
-        if ctx.deny_read.iter().any(|d| pb.starts_with(d)) && is_permission_error(&lower) {
+        // A masked directory is an empty tmpfs: what was below it is "not found".
+        if ctx.deny_read.iter().any(|d| pb.starts_with(d))
+            && (is_permission_error(&lower) || is_not_found(&lower))
+        {
             return Some(Blocked::DeniedRead { path: p.clone() });
+        }
+    }
+    if let Some(p) = &path {
+        // A denied path is a read-only mount point (EROFS, EBUSY on remove or rename,
+        // EEXIST on mkdir) or, when it did not exist, a read-only placeholder file (ENOTDIR
+        // below it).
+        let denied = ctx.deny_write.iter().any(|d| Path::new(p).starts_with(d));
+        if denied && is_deny_write_error(&lower) {
+            return Some(Blocked::DeniedWrite { path: p.clone() });
         }
     }
     if lower.contains("erofs") || lower.contains("read-only file system") {
         return Some(Blocked::Write { path });
     }
-    if is_permission_error(&lower) {
+    if is_not_found(&lower) {
+        // Only for a path outside the server's roots that the host has, or could create
+        // (its parent exists and is not `/` or a private dir: a write of a new file): then
+        // the sandbox is what hides it; otherwise it is an ordinary "no such file".
+        return path
+            .filter(|p| {
+                let pb = Path::new(p);
+                let creatable = pb.parent().is_some_and(|parent| {
+                    parent != Path::new("/")
+                        && !ctx.private.iter().any(|d| parent == d)
+                        && (ctx.host_has)(parent)
+                });
+                pb.is_absolute()
+                    && !ctx.shown.iter().any(|r| pb.starts_with(r))
+                    && ((ctx.host_has)(pb) || creatable)
+            })
+            .map(|path| Blocked::Hidden { path });
+    }
+    // A bare "permission denied" with neither an errno nor a path is a tool's own refusal
+    // ("Permission denied: this tool needs the admin role"), not the kernel's.
+    if is_permission_error(&lower) && (path.is_some() || has_errno(&lower)) {
         return Some(if is_write_syscall(&lower) {
             Blocked::Write { path }
         } else {
@@ -95,6 +141,15 @@ pub fn annotate(ctx: &BlockContext<'_>, text: &str) -> Option<String> {
             "{path} is in sandbox.filesystem.denyRead of server `{server}`; remove it from \
              denyRead to allow reading it"
         ),
+        Blocked::DeniedWrite { path } => format!(
+            "{path} is in sandbox.filesystem.denyWrite of server `{server}`, so its sandbox keeps \
+             it read-only; remove it from denyWrite to allow writing it"
+        ),
+        Blocked::Hidden { path } => format!(
+            "the sandbox of server `{server}` does not show {path} (it exists on the host, \
+             outside the server's grants); to allow it, add {path} (or a parent directory) to \
+             sandbox.filesystem.allowRead (read) or allowWrite (write) of server `{server}`"
+        ),
         Blocked::Network { target } => format!(
             "the sandbox of server `{server}` has no network egress{}; to allow it, list the \
              domain in sandbox.network.allowedDomains of server `{server}`",
@@ -105,6 +160,39 @@ pub fn annotate(ctx: &BlockContext<'_>, text: &str) -> Option<String> {
         ),
     };
     Some(format!("{MARKER} {explanation}. Original error: {text}"))
+}
+
+/// `BlockContext::host_has` for the gateway: one `lstat` on an error path (never followed:
+/// a link's own presence is what the sandbox hid).
+pub fn host_has(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
+/// An errno the kernel gave, as Node (`EACCES:`), Python (`[Errno 13]`) or Rust
+/// (`(os error 13)`) print it.
+fn has_errno(lower: &str) -> bool {
+    ["eacces", "eperm", "[errno ", "(os error "]
+        .iter()
+        .any(|p| lower.contains(p))
+}
+
+fn is_deny_write_error(lower: &str) -> bool {
+    [
+        "erofs",
+        "read-only file system",
+        "ebusy",
+        "device or resource busy",
+        "eexist",
+        "file exists",
+        "enotdir",
+        "not a directory",
+    ]
+    .iter()
+    .any(|p| lower.contains(p))
+}
+
+fn is_not_found(lower: &str) -> bool {
+    lower.contains("enoent") || lower.contains("no such file or directory")
 }
 
 fn is_permission_error(lower: &str) -> bool {
@@ -200,6 +288,10 @@ mod tests {
             sandboxed,
             egress_allowed: false,
             deny_read: &[],
+            deny_write: &[],
+            shown: &[],
+            private: &[],
+            host_has: |p| p == Path::new("/etc/shadow") || p.starts_with("/srv/outside"),
         }
     }
 
@@ -318,5 +410,106 @@ mod tests {
     fn already_marked_text_is_not_marked_twice() {
         let once = annotate(&ctx(true), NODE_EROFS).unwrap();
         assert_eq!(annotate(&ctx(true), &once), None);
+    }
+
+    #[test]
+    fn not_found_for_a_path_the_host_has_outside_the_roots_is_hidden_by_the_sandbox() {
+        let shown = [PathBuf::from("/srv/outside/granted")];
+        let c = BlockContext {
+            shown: &shown,
+            ..ctx(true)
+        };
+        for (msg, path) in [
+            (
+                "[Errno 2] No such file or directory: '/etc/shadow'",
+                "/etc/shadow",
+            ),
+            (
+                "ENOENT: no such file or directory, open '/srv/outside/x.txt'",
+                "/srv/outside/x.txt",
+            ),
+        ] {
+            assert_eq!(
+                classify(&c, msg),
+                Some(Blocked::Hidden { path: path.into() })
+            );
+            let text = annotate(&c, msg).unwrap();
+            assert!(text.contains("allowRead"), "{text}");
+        }
+        // A new file in a host directory the sandbox does not show: hidden too.
+        let new = "[Errno 2] No such file or directory: '/srv/outside/dir/new.txt'";
+        assert!(matches!(classify(&c, new), Some(Blocked::Hidden { .. })));
+        // In the private /tmp or HOME, a file the host lacks too is the server's own miss.
+        let private = [PathBuf::from("/tmp"), PathBuf::from("/home/u")];
+        let c = BlockContext {
+            private: &private,
+            host_has: |p| {
+                [Path::new("/tmp"), Path::new("/home/u")].contains(&p)
+                    || p.starts_with("/home/u/proj")
+            },
+            ..c
+        };
+        for msg in [
+            "[Errno 2] No such file or directory: '/tmp/cache.db'",
+            "ENOENT: no such file or directory, open '/home/u/.config'",
+        ] {
+            assert_eq!(classify(&c, msg), None, "{msg}");
+        }
+        // Deeper down, the host's directory is what the private one hides.
+        let deeper = "[Errno 2] No such file or directory: '/home/u/proj/new.txt'";
+        assert!(matches!(classify(&c, deeper), Some(Blocked::Hidden { .. })));
+        // Missing on the host too, or inside a root: an ordinary "no such file".
+        for msg in [
+            FS_ENOENT,
+            "[Errno 2] No such file or directory: '/srv/outside/granted/x'",
+            "[Errno 2] No such file or directory",
+        ] {
+            assert_eq!(classify(&c, msg), None, "{msg}");
+        }
+    }
+
+    #[test]
+    fn a_write_to_a_deny_write_path_names_deny_write_not_allow_write() {
+        let deny = [PathBuf::from("/home/u/out.csv")];
+        let c = BlockContext {
+            deny_write: &deny,
+            ..ctx(true)
+        };
+        let text = annotate(&c, PY_EROFS).unwrap();
+        assert!(text.contains("denyWrite"), "{text}");
+        assert!(!text.contains("allowWrite"), "{text}");
+        // Below a placeholder, and removing the mount point.
+        let deny = [PathBuf::from("/w/later")];
+        let c = BlockContext {
+            deny_write: &deny,
+            ..ctx(true)
+        };
+        for msg in [
+            "[Errno 20] Not a directory: '/w/later/sub/file'",
+            "EBUSY: resource busy or locked, unlink '/w/later'",
+            "[Errno 16] Device or resource busy: '/w/later'",
+        ] {
+            assert!(
+                matches!(classify(&c, msg), Some(Blocked::DeniedWrite { .. })),
+                "{msg}"
+            );
+        }
+        // The same errors elsewhere are not the sandbox's.
+        assert_eq!(
+            classify(&c, "[Errno 20] Not a directory: '/w/other/x'"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_tools_own_permission_refusal_is_not_the_sandbox() {
+        for msg in [
+            "Permission denied: this tool needs the admin role",
+            "ValueError: operation not permitted for guests",
+        ] {
+            assert_eq!(classify(&ctx(true), msg), None, "{msg}");
+        }
+        // The kernel's, with an errno but no path (Rust's io::Error), still counts.
+        assert!(classify(&ctx(true), "Permission denied (os error 13)").is_some());
     }
 }

@@ -203,6 +203,8 @@ impl Gateway {
                         crate::roots::guard::GuardOptions {
                             cwd: server.cwd.clone(),
                             home: home.clone(),
+                            // The proxy refuses these before the sandbox would (EROFS).
+                            deny_write: req.deny_write.clone(),
                         },
                     )));
                     requests.push((name.clone(), Ok(req)));

@@ -25,7 +25,9 @@ use super::blocked::{self, BlockContext};
 use super::downstream::{Connection, ForwardError, UpTarget};
 use super::registry::Route;
 use super::roots::RootSet;
-use super::stages::{Approval, ApprovalOutcome, CallInfo, CallOutcome, CallRecord, Decision};
+use super::stages::{
+    request_id_string, Approval, ApprovalOutcome, CallInfo, CallOutcome, CallRecord, Decision,
+};
 use super::state::{Shared, Slot, Status};
 use super::{remembered, widen};
 use crate::approval::RememberScope;
@@ -219,22 +221,21 @@ pub async fn call_tool(
 
     // Stage 7: audit, before anything goes upstream.
     let record = CallRecord {
-        timestamp: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        request_id: request_id_string(&ctx),
-        server_name: slot.name.clone(),
-        tool_name: tool.clone(),
-        arguments,
-        policy_decision: verdict.clone(),
         escalation_result: escalation,
-        result: outcome_of(&answer, refused),
         duration_ms: started.elapsed().as_millis() as u64,
-        sandboxed: enforcement.as_ref().is_some_and(Enforcement::is_sandboxed),
-        enforcement,
         approved_roots,
         network_refusals,
         remembered_scope,
         approved_by_scope,
-        kind: None,
+        ..CallRecord::new(
+            &slot.name,
+            &tool,
+            request_id_string(&ctx.id),
+            arguments,
+            verdict.clone(),
+            outcome_of(&answer, refused),
+        )
+        .enforced(enforcement)
     };
     if let Err(e) = shared.stages.audit.record(&record) {
         tracing::error!(server = %slot.name, tool = %tool, "audit write failed: {e}");
@@ -362,11 +363,24 @@ fn annotate(slot: &Slot, enforcement: Option<&Enforcement>, answer: Answer) -> A
         .as_ref()
         .map(|r| r.deny_read.as_slice())
         .unwrap_or(&[]);
+    let deny_write = slot
+        .req
+        .as_ref()
+        .map(|r| r.deny_write.as_slice())
+        .unwrap_or(&[]);
+    let set = slot.roots.current();
+    let private: Vec<std::path::PathBuf> = std::iter::once(std::path::PathBuf::from("/tmp"))
+        .chain(slot.roots.options().home.clone())
+        .collect();
     let ctx = BlockContext {
         server: &slot.name,
         sandboxed,
         egress_allowed: slot.egress_allowed(),
         deny_read,
+        deny_write,
+        shown: &set.paths,
+        private: &private,
+        host_has: blocked::host_has,
     };
     match answer {
         Answer::Error(mut e) => {
@@ -436,15 +450,6 @@ fn first_text(content: &[ContentBlock]) -> String {
     content
         .iter()
         .find_map(|c| c.as_text().map(|t| t.text.clone()))
-        .unwrap_or_default()
-}
-
-fn request_id_string(ctx: &RequestContext<RoleServer>) -> String {
-    serde_json::to_value(&ctx.id)
-        .map(|v| match v {
-            serde_json::Value::String(s) => s,
-            other => other.to_string(),
-        })
         .unwrap_or_default()
 }
 

@@ -195,7 +195,8 @@ pub enum CallOutcome {
     Denied { reason: String },
 }
 
-/// One audit record per tool call (IronCurtain's fields plus the enforcement record).
+/// One audit record per tool call, or per routed prompt, resource or completion request
+/// (`kind` then names the method): IronCurtain's fields plus the enforcement record.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CallRecord {
@@ -225,10 +226,60 @@ pub struct CallRecord {
     /// The remembered scope that approved this escalated call without asking anyone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approved_by_scope: Option<RememberScope>,
-    /// `None` for a tool call (and the other agent requests recorded like one); set for a
-    /// server's relayed sampling or elicitation request (`relay.rs`).
+    /// `None` for a tool call; otherwise what the record is about (see
+    /// `audit::AuditRecord::kind`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<crate::audit::RecordKind>,
+}
+
+impl CallRecord {
+    /// A record with what every kind has, stamped now; the rest starts empty (no
+    /// escalation, no enforcement, no roots or refusals), for the caller to fill in.
+    pub fn new(
+        server_name: &str,
+        tool_name: &str,
+        request_id: String,
+        arguments: Map<String, Value>,
+        policy_decision: PolicyVerdict,
+        result: CallOutcome,
+    ) -> CallRecord {
+        CallRecord {
+            timestamp: crate::audit::now_rfc3339(),
+            request_id,
+            server_name: server_name.to_string(),
+            tool_name: tool_name.to_string(),
+            arguments,
+            policy_decision,
+            escalation_result: None,
+            result,
+            duration_ms: 0,
+            sandboxed: false,
+            enforcement: None,
+            approved_roots: Vec::new(),
+            network_refusals: Vec::new(),
+            remembered_scope: None,
+            approved_by_scope: None,
+            kind: None,
+        }
+    }
+
+    /// Records what was enforced; `sandboxed` follows from it.
+    pub fn enforced(mut self, enforcement: Option<Enforcement>) -> CallRecord {
+        self.sandboxed = enforcement.as_ref().is_some_and(Enforcement::is_sandboxed);
+        self.enforcement = enforcement;
+        self
+    }
+}
+
+/// A JSON-RPC request id as the audit log writes it: a string id as it is, a number in
+/// decimal.
+pub fn request_id_string(id: &rmcp::model::RequestId) -> String {
+    serde_json::to_value(id)
+        .map(|v| match v {
+            Value::String(s) => s,
+            other => other.to_string(),
+        })
+        .unwrap_or_default()
 }
 
 /// Why an audit write failed; the call then fails closed with this message.

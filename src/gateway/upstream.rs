@@ -1,7 +1,10 @@
 //! The MCP server the agent talks to: an rmcp `ServerHandler` over the aggregated catalog.
 //! Tool calls go through the pipeline (`pipeline.rs`); prompts, resources, completions,
 //! subscriptions and log levels are routed by the catalog and forwarded with the same
-//! timeout, cancellation and progress mapping.
+//! timeout, cancellation and progress mapping. Every routed `prompts/get`,
+//! `resources/read`, `resources/(un)subscribe` and `completion/complete` writes one audit
+//! record (its `kind` names the method) before the answer goes upstream, and fails closed
+//! when the audit log cannot be written, as tool calls do.
 //!
 //! Never: answer from a cache of a downstream's results (lists come from the live catalog),
 //! or block: every handler works on an `Arc` snapshot and awaits only the downstream.
@@ -9,6 +12,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Instant;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientRequest, CompleteRequest, CompleteRequestParams,
@@ -25,6 +29,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use super::downstream::{ForwardError, UpTarget, PROTOCOL};
 use super::pipeline::{self, forwarded_meta};
 use super::state::Shared;
+use crate::audit::RecordKind;
 
 /// The agent-facing handler. Cheap to clone.
 #[derive(Clone)]
@@ -104,34 +109,66 @@ impl Upstream {
         arguments.insert("uri".into(), serde_json::Value::String(uri.to_string()));
         let snap = slot.snapshot();
         let record = super::stages::CallRecord {
-            timestamp: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            request_id: serde_json::to_value(&ctx.id)
-                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
-                .unwrap_or_default(),
-            server_name: slot.name.clone(),
-            tool_name: "resources/read".into(),
-            arguments,
-            policy_decision: super::stages::PolicyVerdict::deny(reason.clone()),
-            escalation_result: None,
-            result: super::stages::CallOutcome::Denied {
-                reason: reason.clone(),
-            },
-            duration_ms: 0,
-            sandboxed: snap
-                .enforcement
-                .as_ref()
-                .is_some_and(crate::sandbox::launch::Enforcement::is_sandboxed),
-            enforcement: snap.enforcement,
-            approved_roots: Vec::new(),
-            network_refusals: Vec::new(),
-            remembered_scope: None,
-            approved_by_scope: None,
-            kind: None,
+            kind: Some(RecordKind::ResourcesRead),
+            ..super::stages::CallRecord::new(
+                &slot.name,
+                RecordKind::ResourcesRead.method(),
+                super::stages::request_id_string(&ctx.id),
+                arguments,
+                super::stages::PolicyVerdict::deny(reason.clone()),
+                super::stages::CallOutcome::Denied {
+                    reason: reason.clone(),
+                },
+            )
+            .enforced(snap.enforcement)
         };
         if let Err(e) = self.shared.stages.audit.record(&record) {
             tracing::error!(server = %slot.name, "audit write failed: {e}");
+            return Err(audit_failed(&e));
         }
         Err(ErrorData::invalid_params(reason, None))
+    }
+
+    /// Forwards a routed non-tool request and writes its one audit record before the answer
+    /// goes upstream; an audit failure replaces the answer with an error (fail closed).
+    async fn forward_audited(
+        &self,
+        idx: usize,
+        request: ClientRequest,
+        audit: Audited,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<ServerResult, ErrorData> {
+        let started = Instant::now();
+        let answer = self.forward(idx, request, ctx).await;
+        let slot = &self.shared.slots[idx];
+        let snap = slot.snapshot();
+        let result = match &answer {
+            Ok(_) => super::stages::CallOutcome::Success,
+            Err(e) => super::stages::CallOutcome::Error {
+                error: e.message.to_string(),
+            },
+        };
+        let record = super::stages::CallRecord {
+            kind: Some(audit.kind),
+            duration_ms: started.elapsed().as_millis() as u64,
+            // Readers that know only tool calls still see which method it was.
+            ..super::stages::CallRecord::new(
+                &slot.name,
+                audit.kind.method(),
+                super::stages::request_id_string(&ctx.id),
+                audit.arguments,
+                super::stages::PolicyVerdict::allow(
+                    "not evaluated: the policy governs tool calls (file:// reads are checked against the roots)",
+                ),
+                result,
+            )
+            .enforced(snap.enforcement)
+        };
+        if let Err(e) = self.shared.stages.audit.record(&record) {
+            tracing::error!(server = %slot.name, method = audit.kind.method(), "audit write failed: {e}");
+            return Err(audit_failed(&e));
+        }
+        answer
     }
 
     fn resource_owner(&self, uri: &str) -> Result<usize, ErrorData> {
@@ -140,6 +177,29 @@ impl Upstream {
             .resource(uri)
             .map_err(|e| ErrorData::resource_not_found(e.to_string(), None))
     }
+}
+
+/// What the audit record of a non-tool request says about it.
+struct Audited {
+    kind: RecordKind,
+    arguments: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Audited {
+    fn new(kind: RecordKind, arguments: serde_json::Value) -> Audited {
+        let arguments = match arguments {
+            serde_json::Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        };
+        Audited { kind, arguments }
+    }
+}
+
+fn audit_failed(e: &super::stages::AuditError) -> ErrorData {
+    ErrorData::internal_error(
+        format!("the request was not completed because the audit log could not be written ({e}); palisade fails closed"),
+        None,
+    )
 }
 
 fn unexpected(what: &str, got: &ServerResult) -> ErrorData {
@@ -239,8 +299,15 @@ impl ServerHandler for Upstream {
             .clone();
         request.name = route.name;
         request.meta = None;
+        let audit = Audited::new(
+            RecordKind::PromptsGet,
+            serde_json::json!({"name": request.name, "arguments": request.arguments}),
+        );
         let req = ClientRequest::GetPromptRequest(GetPromptRequest::new(request));
-        match self.forward(route.server, req, &context).await? {
+        match self
+            .forward_audited(route.server, req, audit, &context)
+            .await?
+        {
             ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
             other => Err(unexpected("prompts/get", &other)),
         }
@@ -274,8 +341,12 @@ impl ServerHandler for Upstream {
         let idx = self.resource_owner(&request.uri)?;
         self.check_resource_uri(idx, &request.uri, &context)?;
         request.meta = None;
+        let audit = Audited::new(
+            RecordKind::ResourcesRead,
+            serde_json::json!({"uri": request.uri}),
+        );
         let req = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(request));
-        match self.forward(idx, req, &context).await? {
+        match self.forward_audited(idx, req, audit, &context).await? {
             ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
             other => Err(unexpected("resources/read", &other)),
         }
@@ -288,8 +359,14 @@ impl ServerHandler for Upstream {
     ) -> Result<(), ErrorData> {
         let idx = self.resource_owner(&request.uri)?;
         request.meta = None;
+        let audit = Audited::new(
+            RecordKind::ResourcesSubscribe,
+            serde_json::json!({"uri": request.uri}),
+        );
         let req = ClientRequest::SubscribeRequest(SubscribeRequest::new(request));
-        self.forward(idx, req, &context).await.map(|_| ())
+        self.forward_audited(idx, req, audit, &context)
+            .await
+            .map(|_| ())
     }
 
     async fn unsubscribe(
@@ -299,8 +376,14 @@ impl ServerHandler for Upstream {
     ) -> Result<(), ErrorData> {
         let idx = self.resource_owner(&request.uri)?;
         request.meta = None;
+        let audit = Audited::new(
+            RecordKind::ResourcesUnsubscribe,
+            serde_json::json!({"uri": request.uri}),
+        );
         let req = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(request));
-        self.forward(idx, req, &context).await.map(|_| ())
+        self.forward_audited(idx, req, audit, &context)
+            .await
+            .map(|_| ())
     }
 
     async fn complete(
@@ -328,8 +411,12 @@ impl ServerHandler for Upstream {
             }
         };
         request.meta = None;
+        let audit = Audited::new(
+            RecordKind::Completion,
+            serde_json::json!({"ref": request.r#ref, "argument": request.argument}),
+        );
         let req = ClientRequest::CompleteRequest(CompleteRequest::new(request));
-        match self.forward(idx, req, &context).await? {
+        match self.forward_audited(idx, req, audit, &context).await? {
             ServerResult::CompleteResult(r) => Ok(r),
             other => Err(unexpected("completion/complete", &other)),
         }

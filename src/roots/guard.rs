@@ -41,6 +41,10 @@ pub enum GuardError {
         "FORBIDDEN: {path} is inside the read-only root {root}; writing needs a read-write root"
     )]
     ReadOnly { path: PathBuf, root: PathBuf },
+    #[error(
+        "FORBIDDEN: {path} is under {denied}, which the server's sandbox.filesystem.denyWrite makes read-only; it cannot be written or created"
+    )]
+    DenyWrite { path: PathBuf, denied: PathBuf },
 }
 
 impl GuardError {
@@ -48,7 +52,9 @@ impl GuardError {
     pub fn code(&self) -> &'static str {
         match self {
             GuardError::BadPath(_) => "BAD_PATH",
-            GuardError::Outside { .. } | GuardError::ReadOnly { .. } => "FORBIDDEN",
+            GuardError::Outside { .. }
+            | GuardError::ReadOnly { .. }
+            | GuardError::DenyWrite { .. } => "FORBIDDEN",
         }
     }
 }
@@ -70,6 +76,8 @@ pub struct RootGuard {
     lengths: Vec<u64>,
     /// The refusal text naming the roots, built once.
     described: Arc<str>,
+    /// Canonical paths never writable, even inside a read-write root (denyWrite).
+    deny_write: Vec<PathBuf>,
     cwd: Option<PathBuf>,
     home: Option<PathBuf>,
 }
@@ -81,6 +89,9 @@ pub struct GuardOptions {
     pub cwd: Option<PathBuf>,
     /// Expansion of `~`; `None` refuses `~` paths.
     pub home: Option<PathBuf>,
+    /// Paths that are never writable, nor creatable, even inside a read-write root (the
+    /// server's `sandbox.filesystem.denyWrite`, which its sandbox enforces too).
+    pub deny_write: Vec<PathBuf>,
 }
 
 /// Turns a raw path or `file://` URI into an absolute, lexically normal path (no I/O).
@@ -142,10 +153,16 @@ impl RootGuard {
             lengths[n / 64] |= 1 << (n % 64);
         }
         let described = Arc::from(describe(&out));
+        let deny_write = options
+            .deny_write
+            .iter()
+            .map(|p| canonicalize_path(p))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(RootGuard {
             roots: out,
             lengths,
             described,
+            deny_write,
             cwd: options.cwd,
             home: options.home,
         })
@@ -157,6 +174,7 @@ impl RootGuard {
             roots: Vec::new(),
             lengths: Vec::new(),
             described: Arc::from(describe(&[])),
+            deny_write: Vec::new(),
             cwd: None,
             home: None,
         }
@@ -207,11 +225,31 @@ impl RootGuard {
                     root: root.path.clone(),
                 })
             }
-            Some(root) => Ok(Allowed {
-                path: canonical,
-                root,
-            }),
+            Some(root) => {
+                if need == Need::Write {
+                    if let Some(denied) = self.denied_write(&canonical) {
+                        return Err(GuardError::DenyWrite {
+                            denied: denied.to_path_buf(),
+                            path: canonical,
+                        });
+                    }
+                }
+                Ok(Allowed {
+                    path: canonical,
+                    root,
+                })
+            }
         }
+    }
+
+    /// The denyWrite entry that `path` is or lies below, if any. Only the path and what is
+    /// under it are refused: writing next to a denied path, or inside an ancestor of it,
+    /// stays allowed (the sandbox keeps the denied path itself read-only).
+    pub fn denied_write(&self, path: &Path) -> Option<&Path> {
+        self.deny_write
+            .iter()
+            .find(|d| path.starts_with(d))
+            .map(PathBuf::as_path)
     }
 
     /// The deepest root that is `path` or an ancestor of it (component-wise).
@@ -396,6 +434,7 @@ mod tests {
             GuardOptions {
                 cwd: None,
                 home: Some(t.path().to_path_buf()),
+                deny_write: Vec::new(),
             },
         )
         .unwrap();
@@ -443,5 +482,36 @@ mod tests {
         assert!(g
             .check_canonical(PathBuf::from("/nonexistent-palisade"), Need::Read)
             .is_err());
+    }
+
+    #[test]
+    fn deny_write_refuses_writes_at_and_below_it_but_not_reads_or_neighbours() {
+        let t = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(t.path()).unwrap();
+        std::fs::create_dir(w.join("out")).unwrap();
+        std::os::unix::fs::symlink(w.join("out"), w.join("alias")).unwrap();
+        let g = RootGuard::new(
+            vec![(w.clone(), Access::Rw)],
+            GuardOptions {
+                deny_write: vec![w.join("out"), w.join("missing/file")],
+                ..GuardOptions::default()
+            },
+        )
+        .unwrap();
+        for p in [
+            "out",
+            "out/new.txt",
+            "alias/x",
+            "missing/file",
+            "missing/file/x",
+        ] {
+            let e = g.check_path(&w.join(p), Need::Write).unwrap_err();
+            assert!(matches!(e, GuardError::DenyWrite { .. }), "{p}: {e}");
+            assert_eq!(e.code(), "FORBIDDEN");
+        }
+        for p in ["outer", "missing", "missing/other", "x"] {
+            assert!(g.check_path(&w.join(p), Need::Write).is_ok(), "{p}");
+        }
+        assert!(g.check_path(&w.join("out/new.txt"), Need::Read).is_ok());
     }
 }

@@ -22,8 +22,9 @@
 //!    `--ro-bind HOST_SOCKET /run/palisade/egress.sock`, after the directory operations so
 //!    no mount can cover it.
 //! 5. Write-protect re-binds (`--ro-bind P P`) of the dangerous files found inside read-write
-//!    grants, after every mount so that no grant can make them writable again, but before
-//!    the deny masks so that a deny still hides them.
+//!    grants and of the `denyWrite` paths (or their placeholders, see `deny_write`), after
+//!    every mount so that no grant can make them writable again, but before the deny masks
+//!    so that a deny still hides them.
 //! 6. Deny masks last, after every mount, so a deny always wins over a grant, however deep
 //!    the grant: a tmpfs over a denied directory, `/dev/null` over a denied file. A mask for
 //!    a path no mount shows is dropped (nothing to hide, and bwrap would have to create it).
@@ -67,8 +68,9 @@ pub struct Render {
     /// Deny masks, already classified (see `Mask`).
     pub masks: Vec<Mask>,
     /// Existing files and directories inside read-write grants that are re-bound read-only
-    /// (`.git/hooks`, `.git/config`, shell rc files: see `launch::WRITE_PROTECTED`), found by
-    /// `launch` on the host so that rendering stays pure.
+    /// (`.git/hooks`, `.git/config`, shell rc files: see `launch::WRITE_PROTECTED`; and the
+    /// `denyWrite` paths: see `deny_write`), found by `launch` on the host so that
+    /// rendering stays pure.
     pub write_protect: Vec<PathBuf>,
 }
 
@@ -180,7 +182,9 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
                 .is_some_and(|m| m.access == Access::Rw)
         })
         .collect();
-    protect.sort_by_key(|p| depth(p));
+    // By depth (a denied directory before protected files inside it), then by path so
+    // that a path listed twice (dangerous file and denyWrite) is emitted once.
+    protect.sort_by(|x, y| depth(x).cmp(&depth(y)).then(x.cmp(y)));
     protect.dedup();
     for p in protect {
         a.push("--ro-bind".into());
@@ -543,5 +547,72 @@ mod tests {
             .position(|w| w[0] == "--tmpfs" && w[1] == "/w/.git/hooks")
             .unwrap();
         assert!(mask > rebind("/w/.git/hooks").unwrap());
+    }
+
+    #[test]
+    fn golden_deny_write_rebinds_read_only_after_every_grant() {
+        let mut s = spec();
+        s.links.clear();
+        s.mounts = vec![
+            m("/usr", Access::Ro, MountOrigin::SystemBase),
+            m("/work/proj", Access::Rw, MountOrigin::Root),
+            m("/work/proj/out/cache", Access::Rw, MountOrigin::Root),
+        ];
+        s.args.clear();
+        // What `launch` hands over for denyWrite [/work/proj/out, /work/proj/.env] (the
+        // latter a placeholder it created) plus a dangerous file that is also denied.
+        let r = Render {
+            seccomp_fd: None,
+            masks: vec![],
+            write_protect: vec![
+                "/work/proj/.env".into(),
+                "/work/proj/out".into(),
+                "/work/proj/.bashrc".into(),
+                "/work/proj/.env".into(),
+            ],
+        };
+        let got = strings(&render(&s, &r));
+        let want = [
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--tmpfs",
+            "/tmp",
+            "--bind",
+            "/work/proj",
+            "/work/proj",
+            "--tmpfs",
+            "/home/u",
+            "--bind",
+            "/work/proj/out/cache",
+            "/work/proj/out/cache",
+            "--ro-bind",
+            "/work/proj/.bashrc",
+            "/work/proj/.bashrc",
+            "--ro-bind",
+            "/work/proj/.env",
+            "/work/proj/.env",
+            "--ro-bind",
+            "/work/proj/out",
+            "/work/proj/out",
+            "--remount-ro",
+            "/",
+            "--chdir",
+            "/work/proj",
+            "--",
+            "/usr/bin/node",
+        ];
+        assert_eq!(got, want);
     }
 }

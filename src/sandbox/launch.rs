@@ -45,8 +45,8 @@ pub struct LaunchRequest {
     pub grants: Vec<Grant>,
     /// Paths never readable even under a grant.
     pub deny_read: Vec<PathBuf>,
-    /// Paths never writable even under a read-write grant (rendered for srt; the native
-    /// sandbox gets read-only grants from the roots instead).
+    /// Paths never writable, nor creatable, even under a read-write grant: srt renders them
+    /// as `denyWrite`; the native sandbox re-binds them read-only (`sandbox::deny_write`).
     pub deny_write: Vec<PathBuf>,
     pub network: NetworkConfig,
     /// `false` when the user opted this server out (`"sandbox": false`).
@@ -893,6 +893,10 @@ fn sandboxed(
             Vec::new()
         },
     };
+    // denyWrite holds whatever `protectDangerousFiles` says: the user named these paths.
+    let denied = super::deny_write::protect(&spec.mounts, &req.deny_write)
+        .map_err(|e| LaunchError::Invalid(format!("server `{}`: {e}", req.name)))?;
+    render.write_protect.extend(denied);
     if spec.seccomp {
         let prog = seccomp::program().map_err(|e| LaunchError::Refused {
             name: req.name.clone(),
@@ -912,11 +916,22 @@ fn sandboxed(
                 "--trace-denials needs strace (Debian/Ubuntu: apt install strace)".into(),
             )
         })?;
-        let mut wrapped: Vec<OsString> =
-            ["-f", "-qq", "-s", "512", "-e", "trace=%file,%network", "-o"]
-                .iter()
-                .map(OsString::from)
-                .collect();
+        // `-I 1`: strace blocks fatal signals by default when it writes to a file, so a
+        // SIGTERM to `palisade run --trace-denials` would leave it (and the sandbox) running.
+        let mut wrapped: Vec<OsString> = [
+            "-f",
+            "-qq",
+            "-I",
+            "1",
+            "-s",
+            "512",
+            "-e",
+            "trace=%file,%network",
+            "-o",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
         wrapped.push(log.clone().into());
         wrapped.push("--".into());
         wrapped.push(bwrap_path.as_os_str().to_os_string());

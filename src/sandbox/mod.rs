@@ -3,7 +3,7 @@
 //! start; reads the filesystem), `bwrap` (a spec rendered as a bubblewrap argv; pure),
 //! `seccomp` (the syscall filter; pure), `capabilities` (what this machine can enforce;
 //! probes), `cgroup` (per-server memory and task limits), `resolve` (enforce/warn decision
-//! per server; pure), `launch` (the only part that builds processes), `sys` (its raw system
+//! per server; pure), `deny_write` (denyWrite paths and their placeholders), `launch` (the only part that builds processes), `sys` (its raw system
 //! calls) and `trace` (reads an strace log of a run for `--trace-denials`; pure).
 
 pub mod base;
@@ -11,6 +11,7 @@ pub mod bwrap;
 pub mod capabilities;
 pub mod cgroup;
 pub mod closure;
+pub mod deny_write;
 pub mod launch;
 pub mod resolve;
 pub mod seccomp;

@@ -39,7 +39,9 @@ use rmcp::{ErrorData, RoleClient};
 use serde_json::{json, Map, Value};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::stages::{AuditSink, CallOutcome, CallRecord, Decision, PolicyVerdict};
+use super::stages::{
+    request_id_string, AuditSink, CallOutcome, CallRecord, Decision, PolicyVerdict,
+};
 use super::upstream_link::{UpstreamError, UpstreamLink};
 use crate::sandbox::launch::Enforcement;
 
@@ -307,27 +309,17 @@ impl Relayer {
         duration_ms: u64,
     ) -> CallRecord {
         CallRecord {
-            timestamp: crate::audit::now_rfc3339(),
-            request_id: serde_json::to_value(&ctx.id)
-                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
-                .unwrap_or_default(),
-            server_name: self.server().to_string(),
-            tool_name: kind.method().to_string(),
-            arguments,
-            policy_decision,
-            escalation_result: None,
-            result,
             duration_ms,
-            sandboxed: self
-                .enforcement
-                .as_ref()
-                .is_some_and(Enforcement::is_sandboxed),
-            enforcement: self.enforcement.clone(),
-            approved_roots: Vec::new(),
-            network_refusals: Vec::new(),
-            remembered_scope: None,
-            approved_by_scope: None,
             kind: Some(kind.record_kind()),
+            ..CallRecord::new(
+                self.server(),
+                kind.method(),
+                request_id_string(&ctx.id),
+                arguments,
+                policy_decision,
+                result,
+            )
+            .enforced(self.enforcement.clone())
         }
     }
 }

@@ -1,0 +1,409 @@
+//! End to end through `palisade serve` (enforce, real bwrap, the Python `mcp` SDK client in
+//! tests/clients/calls.py): `denyWrite` refused by the proxy and by the native sandbox, and
+//! `[SANDBOX BLOCKED]` on errors of sandboxed servers that write or read places their call
+//! arguments never name (tests/servers/blocked_probe.py), never on ordinary tool errors nor on
+//! unsandboxed servers. Every attack has an unprotected control that must succeed.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+const MARKER: &str = "[SANDBOX BLOCKED]";
+
+fn deps() -> PathBuf {
+    std::env::var_os("PALISADE_TEST_DEPS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps"))
+}
+
+fn python() -> String {
+    deps().join("venv/bin/python").display().to_string()
+}
+
+fn manifest(rel: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+/// The client's view of a run: tool names, one `{tool, error, text}` per call, the audit
+/// records and palisade's stderr.
+struct Run {
+    calls: Vec<Value>,
+    audit: Vec<Value>,
+    stderr: String,
+}
+
+impl Run {
+    fn call(&self, tool: &str) -> &Value {
+        self.calls
+            .iter()
+            .find(|c| c["tool"] == tool)
+            .unwrap_or_else(|| panic!("no call {tool}: {:?}\n{}", self.calls, self.stderr))
+    }
+
+    fn text(&self, tool: &str) -> String {
+        self.call(tool)["text"].as_str().unwrap_or_default().into()
+    }
+
+    fn failed(&self, tool: &str) -> bool {
+        self.call(tool)["error"] == true
+    }
+}
+
+/// Writes the config (enforce, allow-all policy, audit log in `dir`) and runs `calls`.
+fn serve(dir: &Path, servers: Value, calls: Value) -> Run {
+    let audit = dir.join("audit.jsonl");
+    let settings = json!({
+        "sandboxDir": dir.join("sandbox").display().to_string(),
+        "sandboxPolicy": "enforce",
+        "auditLog": audit.display().to_string(),
+        "policy": manifest("tests/fixtures/allow-all-policy.json"),
+    });
+    std::fs::create_dir_all(dir.join("sandbox")).unwrap();
+    let cfg = dir.join("config.json");
+    std::fs::write(
+        &cfg,
+        serde_json::to_vec_pretty(&json!({"mcpServers": servers, "palisade": settings})).unwrap(),
+    )
+    .unwrap();
+    let errlog = dir.join("stderr.log");
+    let mut cmd = std::process::Command::new(python());
+    cmd.arg(manifest("tests/clients/calls.py"))
+        .arg(calls.to_string())
+        .arg("--")
+        .args([env!("CARGO_BIN_EXE_palisade"), "serve", "--config"])
+        .arg(&cfg)
+        .env("CALLS_ERRLOG", &errlog)
+        .env("RUST_LOG", "info,rmcp=warn")
+        .env("NO_COLOR", "1");
+    // calls.py bounds every step (initialize 90 s, each call 60 s): no outer timer needed.
+    let out = cmd.output().unwrap();
+    let stderr = std::fs::read_to_string(&errlog).unwrap_or_default();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client failed: {}\n{stdout}\n{}\npalisade:\n{stderr}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let audit = std::fs::read_to_string(&audit)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    Run {
+        calls: v["calls"].as_array().unwrap().clone(),
+        audit,
+        stderr,
+    }
+}
+
+fn probe(target: &Path, sandbox: Value) -> Value {
+    json!({
+        "command": python(),
+        "args": [manifest("tests/servers/blocked_probe.py")],
+        "env": {"BLOCKED_TARGET": target.display().to_string()},
+        "sandbox": sandbox,
+    })
+}
+
+fn canon_tempdir() -> (tempfile::TempDir, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let p = std::fs::canonicalize(t.path()).unwrap();
+    (t, p)
+}
+
+/// denyWrite: a write-type tool call naming a denied path is refused by the proxy with a
+/// message naming denyWrite (before the sandbox would answer EROFS); a server that writes a
+/// denied path on its own is stopped by its sandbox and the agent is told it was denyWrite;
+/// the same server without denyWrite writes the file (the control).
+#[test]
+fn deny_write_is_refused_by_the_proxy_and_enforced_by_the_native_sandbox() {
+    let (_t, d) = canon_tempdir();
+    let (w, free) = (d.join("w"), d.join("free"));
+    for p in [w.join("locked"), free.join("locked")] {
+        std::fs::create_dir_all(p).unwrap();
+    }
+    let deny = json!([w.join("locked"), w.join("later/file")]);
+    let servers = json!({
+        "fs": {
+            "command": "node",
+            "args": [deps().join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"), w],
+            "sandbox": {"filesystem": {"allowWrite": [w], "denyWrite": deny}},
+        },
+        "locked": probe(
+            &w.join("locked/pwned.txt"),
+            json!({"filesystem": {"allowWrite": [w], "denyWrite": deny}}),
+        ),
+        "unlocked": probe(
+            &free.join("locked/pwned.txt"),
+            json!({"filesystem": {"allowWrite": [free]}}),
+        ),
+    });
+    let calls = json!([
+        {"tool": "fs__write_file", "args": {"path": w.join("locked/x.txt"), "content": "x"}},
+        {"tool": "fs__create_directory", "args": {"path": w.join("later/file")}},
+        {"tool": "fs__write_file", "args": {"path": w.join("ok.txt"), "content": "fine"}},
+        {"tool": "locked__write_fixed", "args": {}},
+        {"tool": "unlocked__write_fixed", "args": {}},
+    ]);
+    let run = serve(&d, servers, calls);
+
+    // The proxy refuses, naming denyWrite; nothing reached the server.
+    for tool in ["fs__write_file", "fs__create_directory"] {
+        assert!(run.failed(tool), "{tool}: {:?}", run.call(tool));
+    }
+    let first = &run.calls[0];
+    let text = first["text"].as_str().unwrap();
+    assert!(text.contains("denyWrite"), "{text}\n{}", run.stderr);
+    assert!(!text.contains(MARKER), "{text}");
+    assert!(!w.join("locked/x.txt").exists());
+    let second = run.calls[1]["text"].as_str().unwrap();
+    assert!(second.contains("denyWrite"), "{second}");
+    assert!(!w.join("later/file").is_dir());
+    // An ordinary write in the same root goes through.
+    assert_eq!(run.calls[2]["error"], false, "{:?}", run.calls[2]);
+    assert_eq!(std::fs::read_to_string(w.join("ok.txt")).unwrap(), "fine");
+
+    // The sandbox stops the write the arguments never named, and says why.
+    let locked = run.text("locked__write_fixed");
+    assert!(run.failed("locked__write_fixed"));
+    assert!(locked.starts_with(MARKER), "{locked}\n{}", run.stderr);
+    assert!(locked.contains("denyWrite"), "{locked}");
+    assert!(!w.join("locked/pwned.txt").exists());
+    // Control: the same server without denyWrite writes it.
+    assert!(
+        !run.failed("unlocked__write_fixed"),
+        "{}",
+        run.text("unlocked__write_fixed")
+    );
+    assert!(free.join("locked/pwned.txt").is_file());
+
+    // The proxy's refusals are audited as denials.
+    let denied: Vec<&Value> = run
+        .audit
+        .iter()
+        .filter(|r| r["serverName"] == "fs" && r["result"]["status"] == "denied")
+        .collect();
+    assert_eq!(denied.len(), 2, "{:?}", run.audit);
+}
+
+/// `[SANDBOX BLOCKED]` end to end for errors the call's arguments do not explain: a write
+/// to a read-only grant (EROFS), a write to a host directory outside every grant and a read
+/// of /etc/shadow (both "no such file" inside the sandbox), as an isError result and as a
+/// thrown error. The same tools' ordinary errors are not marked, and neither is anything an
+/// unsandboxed server says, even a kernel "Permission denied". Unsandboxed, the attacks work.
+#[test]
+fn sandbox_blocked_marks_sandbox_refusals_only() {
+    let (_t, d) = canon_tempdir();
+    let (ro, outside, open_dir) = (d.join("ro"), d.join("outside"), d.join("open"));
+    for p in [&ro, &outside, &open_dir] {
+        std::fs::create_dir_all(p).unwrap();
+    }
+    let servers = json!({
+        "ro": probe(&ro.join("pwned.txt"), json!({"filesystem": {"allowRead": [ro]}})),
+        "hidden": probe(&outside.join("pwned.txt"), json!({})),
+        "open": probe(&open_dir.join("pwned.txt"), json!(false)),
+        "openfail": probe(Path::new("/sys/kernel/notes"), json!(false)),
+        "boxedfail": probe(Path::new("/sys/kernel/notes"), json!({})),
+    });
+    let mut calls = Vec::new();
+    for s in ["ro", "hidden", "open"] {
+        for t in [
+            "write_fixed",
+            "write_fixed_raise",
+            "read_shadow",
+            "admin_only",
+        ] {
+            calls.push(json!({"tool": format!("{s}__{t}"), "args": {}}));
+        }
+        calls.push(json!({"tool": format!("{s}__parse_count"), "args": {"text": "seven"}}));
+    }
+    calls.push(json!({"tool": "openfail__write_fixed", "args": {}}));
+    calls.push(json!({"tool": "boxedfail__write_fixed", "args": {}}));
+    let run = serve(&d, servers, Value::Array(calls));
+
+    // Sandboxed: every refusal is marked, whichever way the server reports it.
+    for s in ["ro", "hidden"] {
+        for t in ["write_fixed", "write_fixed_raise", "read_shadow"] {
+            let tool = format!("{s}__{t}");
+            let text = run.text(&tool);
+            assert!(run.failed(&tool), "{tool}: {text}");
+            // A thrown error reaches calls.py as `code=... message="[SANDBOX BLOCKED] ..."`.
+            let marked = text.starts_with(MARKER) || text.contains(&format!("\"{MARKER}"));
+            assert!(marked, "{tool}: {text}\n{}", run.stderr);
+        }
+    }
+    assert!(run.text("ro__write_fixed").contains("allowWrite"));
+    assert!(run
+        .text("hidden__write_fixed")
+        .contains(&outside.join("pwned.txt").display().to_string()));
+    assert!(run.text("hidden__read_shadow").contains("/etc/shadow"));
+    assert!(!ro.join("pwned.txt").exists() && !outside.join("pwned.txt").exists());
+
+    // Ordinary tool errors, sandboxed or not: no marker.
+    for s in ["ro", "hidden", "open"] {
+        for t in ["parse_count", "admin_only"] {
+            let tool = format!("{s}__{t}");
+            let text = run.text(&tool);
+            assert!(run.failed(&tool), "{tool}: {text}");
+            assert!(!text.contains(MARKER), "{tool}: {text}");
+        }
+    }
+    // (The SDK reports an unexpected exception without its text.)
+    assert!(run.text("open__parse_count").contains("parse_count"));
+
+    // Unsandboxed: the attacks succeed (the control) and a kernel refusal is not blamed on
+    // a sandbox; the same refusal inside a sandbox is.
+    for t in [
+        "open__write_fixed",
+        "open__write_fixed_raise",
+        "open__read_shadow",
+    ] {
+        assert!(!run.failed(t), "{t}: {}", run.text(t));
+    }
+    assert!(open_dir.join("pwned.txt").is_file());
+    let openfail = run.text("openfail__write_fixed");
+    assert!(run.failed("openfail__write_fixed"), "{openfail}");
+    assert!(openfail.contains("Permission denied"), "{openfail}");
+    assert!(!openfail.contains(MARKER), "{openfail}");
+    let boxedfail = run.text("boxedfail__write_fixed");
+    assert!(boxedfail.starts_with(MARKER), "{boxedfail}");
+
+    // The audit record carries what the agent saw.
+    let rec = run
+        .audit
+        .iter()
+        .find(|r| r["serverName"] == "hidden" && r["toolName"] == "write_fixed")
+        .unwrap();
+    assert_eq!(rec["sandboxed"], true);
+    assert!(rec["result"]["error"].as_str().unwrap().starts_with(MARKER));
+}
+
+/// Runs tests/clients/prompts_resources.py against `palisade serve` with server-everything
+/// and the given audit log; returns its report and palisade's stderr.
+fn prompts_and_resources(dir: &Path, audit_log: &Path) -> (Value, String) {
+    let everything =
+        deps().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let cfg = dir.join("config.json");
+    std::fs::create_dir_all(dir.join("sandbox")).unwrap();
+    let config = json!({
+        "mcpServers": {"everything": {"command": "node", "args": [everything, "stdio"]}},
+        "palisade": {
+            "sandboxDir": dir.join("sandbox"),
+            "sandboxPolicy": "enforce",
+            "auditLog": audit_log,
+            "policy": manifest("tests/fixtures/allow-all-policy.json"),
+        },
+    });
+    std::fs::write(&cfg, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+    let errlog = dir.join("stderr.log");
+    let out = std::process::Command::new(python())
+        .arg(manifest("tests/clients/prompts_resources.py"))
+        .arg("--")
+        .args([env!("CARGO_BIN_EXE_palisade"), "serve", "--config"])
+        .arg(&cfg)
+        .env("CALLS_ERRLOG", &errlog)
+        .env("RUST_LOG", "info,rmcp=warn")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = std::fs::read_to_string(&errlog).unwrap_or_default();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client failed: {}\n{stdout}\n{}\npalisade:\n{stderr}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (serde_json::from_str(stdout.trim()).unwrap(), stderr)
+}
+
+/// Prompts, resources, subscriptions and completions each write exactly one audit record,
+/// marked with its method in `kind`; the tool call's record keeps its shape (no `kind`);
+/// the log still verifies with `palisade audit verify`.
+#[test]
+fn prompts_resources_and_completions_are_audited_once_each() {
+    let (_t, d) = canon_tempdir();
+    let log = d.join("audit.jsonl");
+    let (r, stderr) = prompts_and_resources(&d, &log);
+    for step in [
+        "read",
+        "prompt",
+        "subscribe",
+        "unsubscribe",
+        "complete",
+        "echo",
+    ] {
+        assert_eq!(r[step]["ok"], true, "{step}: {r}\n{stderr}");
+    }
+    assert_eq!(r["complete"]["values"], json!(["Sales"]));
+    let records: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let uri = r["uri"].as_str().unwrap();
+    for (kind, key, value) in [
+        ("resources/read", "uri", json!(uri)),
+        ("prompts/get", "name", json!("simple-prompt")),
+        ("resources/subscribe", "uri", json!(uri)),
+        ("resources/unsubscribe", "uri", json!(uri)),
+    ] {
+        let mine: Vec<&Value> = records.iter().filter(|x| x["kind"] == kind).collect();
+        assert_eq!(mine.len(), 1, "{kind}: {records:?}");
+        assert_eq!(mine[0]["arguments"][key], value, "{kind}: {:?}", mine[0]);
+        assert_eq!(mine[0]["serverName"], "everything");
+        assert_eq!(mine[0]["result"]["status"], "success");
+        assert_eq!(mine[0]["sandboxed"], true);
+    }
+    let complete: Vec<&Value> = records
+        .iter()
+        .filter(|x| x["kind"] == "completion/complete")
+        .collect();
+    assert_eq!(complete.len(), 1, "{records:?}");
+    assert_eq!(complete[0]["arguments"]["argument"]["value"], "Sa");
+    let tools: Vec<&Value> = records.iter().filter(|x| x["toolName"] == "echo").collect();
+    assert_eq!(tools.len(), 1, "{records:?}");
+    assert!(tools[0].get("kind").is_none(), "{:?}", tools[0]);
+    assert_eq!(records.len(), 6, "{records:?}");
+
+    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["audit", "verify"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+}
+
+/// With an audit log that accepts the open but fails every write (/dev/full), every one of
+/// those requests fails closed with a message saying so, like a tool call; nothing a server
+/// answered reaches the agent unaudited.
+#[test]
+fn prompts_resources_and_completions_fail_closed_when_the_audit_log_fails() {
+    let (_t, d) = canon_tempdir();
+    let (r, stderr) = prompts_and_resources(&d, Path::new("/dev/full"));
+    for step in [
+        "read",
+        "prompt",
+        "subscribe",
+        "unsubscribe",
+        "complete",
+        "echo",
+    ] {
+        assert_eq!(r[step]["ok"], false, "{step}: {r}\n{stderr}");
+        let text = r[step]["text"].as_str().unwrap();
+        assert!(
+            text.contains("audit log could not be written"),
+            "{step}: {text}"
+        );
+    }
+}
