@@ -102,6 +102,9 @@ pub struct Slot {
     /// takes the write permit, so it waits for in-flight calls and calls that follow it wait
     /// for the relaunched server (tokio's lock is fair: no reader overtakes a waiting writer).
     pub gate: tokio::sync::RwLock<()>,
+    /// The server's output-rate limit (stdout + stderr, bytes/s; `sandbox.limits.
+    /// outputBytesPerSecond`, else the default in `fault.rs`).
+    pub output_rate: u64,
     relaunch_tx: mpsc::UnboundedSender<Relaunch>,
     relaunch_rx: Mutex<Option<mpsc::UnboundedReceiver<Relaunch>>>,
     state: RwLock<SlotState>,
@@ -138,6 +141,7 @@ impl Slot {
             req,
             roots: Arc::new(roots),
             gate: tokio::sync::RwLock::new(()),
+            output_rate: super::fault::DEFAULT_OUTPUT_BYTES_PER_SECOND,
             relaunch_tx,
             relaunch_rx: Mutex::new(Some(relaunch_rx)),
             state: RwLock::new(SlotState {
@@ -210,6 +214,9 @@ pub struct Shared {
     /// What this machine can enforce, probed once when the gateway starts: a probe runs a
     /// trial sandbox, which every server start and relaunch would otherwise repeat.
     pub caps: Arc<crate::sandbox::capabilities::Capabilities>,
+    /// Every `tools/call` in progress: shutdown waits (bounded) for them, so that a call cut
+    /// short by the client's disconnect still writes its audit record.
+    pub calls: tokio_util::task::TaskTracker,
 }
 
 /// Which upstream list notifications a catalog change calls for.
@@ -238,6 +245,7 @@ impl Shared {
             upstream_roots: Default::default(),
             egress: None,
             caps: Arc::new(caps),
+            calls: tokio_util::task::TaskTracker::new(),
         }
     }
 

@@ -208,6 +208,8 @@ impl ServerHandler for Upstream {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // Counted while it runs: shutdown waits for it so that its audit record is written.
+        let _in_flight = self.shared.calls.token();
         pipeline::call_tool(&self.shared, request, context)
             .await
             .map(CallToolResponse::Complete)
