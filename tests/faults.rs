@@ -648,22 +648,26 @@ fn malformed_lines_and_unknown_methods_from_the_client_do_not_stop_the_session()
     gw.audit_complete();
 }
 
+/// A client message over the 16 MiB line limit is not read into memory: serve answers the
+/// request (its id is read from the line's first bytes) with an error, and goes on.
 #[test]
-fn a_huge_client_message_is_dropped_and_the_session_goes_on() {
+fn a_huge_client_message_gets_an_error_and_the_session_goes_on() {
     let mut gw = Gw::start(Value::Null, json!({}));
     let mut huge = br#"{"jsonrpc":"2.0","id":"huge","method":"tools/call","params":{"name":"faulty__echo","arguments":{"text":""#.to_vec();
     huge.extend(std::iter::repeat_n(b'h', 40 * 1024 * 1024));
     huge.extend(br#""}}}"#);
     gw.send_line(&huge);
     drop(huge);
-    gw.still_healthy("40 MB client message");
-    let (_, hwm) = gw.rss_kb();
-    assert!(hwm < RSS_BOUND_KB, "{hwm}");
-    assert_eq!(gw.finish(), Some(0));
+    let r = gw.response("huge");
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    let text = r["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        !gw.responses.contains_key("huge"),
-        "documented: an over-long message is dropped unanswered"
+        text.contains("over the 16777216-byte limit of one message"),
+        "{text}"
     );
+    gw.still_healthy("40 MB client message");
+    assert_eq!(gw.finish(), Some(0));
+    // It never reached the pipeline: no audit record (`audit_complete` counts exactly).
     gw.audit_complete();
 }
 

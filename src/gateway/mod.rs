@@ -29,6 +29,7 @@ pub mod state;
 pub mod stdio;
 pub mod tap;
 pub mod upstream;
+pub mod upstream_frame;
 pub mod upstream_link;
 pub mod upstream_roots;
 pub mod widen;
@@ -309,7 +310,11 @@ impl Gateway {
 
     /// Serves MCP on stdin/stdout until stdin reaches EOF or SIGINT/SIGTERM arrives.
     pub async fn serve_stdio(self) -> Result<(), GatewayError> {
-        self.serve(stdio::upstream_stdio(), termination()).await
+        let (reader, writer) = stdio::upstream_stdio();
+        // The agent's messages are capped like rmcp caps them, but an over-long request is
+        // answered with an error instead of being dropped unanswered.
+        let reader = upstream_frame::LineCap::new(reader, tap::MAX_LINE);
+        self.serve((reader, writer), termination()).await
     }
 
     /// Stops every server (close stdin, wait, SIGTERM, wait, SIGKILL) and waits until each
