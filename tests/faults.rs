@@ -627,6 +627,31 @@ fn a_memory_limit_kill_tells_the_in_flight_call_why() {
     gw.audit_complete();
 }
 
+/// The existing `sandbox.limits.cpuSeconds`: the kernel's SIGXCPU ends the server, and the
+/// call it was running is told it was the CPU limit. Control: the same spin succeeds
+/// without the limit.
+#[test]
+fn a_cpu_limit_kill_tells_the_in_flight_call_why() {
+    let mut control = Gw::start(Value::Null, json!({}));
+    let (ok, text) = control.call("faulty__spin", json!({"after": 3}));
+    assert!(ok && text.starts_with("spun "), "control: {text}");
+    assert_eq!(control.finish(), Some(0));
+    control.audit_complete();
+    drop(control);
+
+    let mut gw = Gw::start(json!({"cpuSeconds": 2}), json!({}));
+    let (ok, text) = gw.call("faulty__spin", json!({"after": 30}));
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("server `faulty` exited or closed its connection before answering")
+            && text.contains("CPU time limit reached (2 s, sandbox.limits.cpuSeconds)"),
+        "the call names the limit: {text}"
+    );
+    gw.still_healthy("cpu limit");
+    assert_eq!(gw.finish(), Some(0));
+    gw.audit_complete();
+}
+
 // ---------------------------------------------------------------------------------------
 // Upstream faults
 // ---------------------------------------------------------------------------------------

@@ -590,8 +590,12 @@ fn exit_reason(status: std::process::ExitStatus, slot: &Slot) -> String {
     use std::os::unix::process::ExitStatusExt;
     let base = format!("the server exited ({status})");
     let cpu = slot.req.as_ref().and_then(|r| r.limits.cpu_seconds);
-    match (status.signal(), cpu) {
-        (Some(sig), Some(secs)) if sig == nix::sys::signal::Signal::SIGXCPU as i32 => {
+    // Killed by SIGXCPU: as a signal when palisade runs the server directly, as exit code
+    // 128 + 24 when bwrap's init reports the death of the process it ran.
+    let xcpu = nix::sys::signal::Signal::SIGXCPU as i32;
+    let by_xcpu = status.signal() == Some(xcpu) || status.code() == Some(128 + xcpu);
+    match cpu {
+        Some(secs) if by_xcpu => {
             format!("{base}: CPU time limit reached ({secs} s, sandbox.limits.cpuSeconds)")
         }
         _ => base,

@@ -19,6 +19,7 @@ The handshake and `tools/list` are correct; each tool then triggers one fault on
 - hang: never answers.
 - rate_flood: writes valid notifications as fast as it can, forever (an output-rate fault).
 - hog {mb}: allocates and touches mb MiB, then answers (a memory-limit fault).
+- spin {after}: burns CPU for `after` seconds, then answers (a CPU-time-limit fault).
 - pid: this process's pid (inside its PID namespace when sandboxed).
 
 Requests are handled on their own threads (a hung call does not block the others); every
@@ -66,7 +67,7 @@ def ask(method: str, params) -> dict:
 
 
 TOOLS = ["echo", "garbage", "notify_flood", "stderr_flood", "invalid_json", "huge_line",
-         "unknown_ids", "sampling", "roots_flood", "crash", "hang", "rate_flood", "hog", "pid"]
+         "unknown_ids", "sampling", "roots_flood", "crash", "hang", "rate_flood", "hog", "spin", "pid"]
 
 
 # Every argument any tool takes, declared so that the gateway's policy knows each one.
@@ -169,6 +170,12 @@ def run_tool(req_id, name: str, args: dict) -> None:
         mb = int(args.get("mb", 100))
         blocks = [b"\x01" * (1024 * 1024) for _ in range(mb)]
         answer(req_id, f"allocated {len(blocks)} MiB")
+    elif name == "spin":
+        end = time.process_time() + float(args.get("after", 3))
+        n = 0
+        while time.process_time() < end:
+            n += 1
+        answer(req_id, f"spun {n}")
     elif name == "crash":
         time.sleep(float(args.get("after", 0.2)))
         os._exit(3)
