@@ -51,6 +51,9 @@ struct Gw {
     child: Child,
     stdin: Option<ChildStdin>,
     rx: Receiver<Value>,
+    /// While set, the reader thread stops reading serve's stdout (an agent that does not
+    /// read: serve's writes block once the pipe is full).
+    paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Responses not yet claimed, by id.
     responses: HashMap<String, Value>,
     /// Every notification and request the gateway sent to the client.
@@ -127,11 +130,17 @@ impl Gw {
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = channel();
+        let paused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let pause = paused.clone();
         std::thread::spawn(move || {
             // Every line the gateway writes must be JSON: a non-JSON line is reported as a
             // string (and fails the test when it is looked at).
-            for line in BufReader::new(stdout).split(b'\n') {
-                let Ok(line) = line else { break };
+            let mut lines = BufReader::with_capacity(4096, stdout).split(b'\n');
+            loop {
+                while pause.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let Some(Ok(line)) = lines.next() else { break };
                 let v = serde_json::from_slice(&line)
                     .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&line).into()));
                 if tx.send(v).is_err() {
@@ -143,6 +152,7 @@ impl Gw {
             child,
             stdin,
             rx,
+            paused,
             responses: HashMap::new(),
             from_gateway: Vec::new(),
             next: 0,
@@ -654,6 +664,38 @@ fn a_cpu_limit_kill_tells_the_in_flight_call_why() {
 
 // ---------------------------------------------------------------------------------------
 // Upstream faults
+
+/// A server floods log notifications while the agent does not read: serve cannot relay them
+/// (its stdout is full), and must not queue them without bound. Regression: before the relay
+/// budget (`UpstreamLink::for_relay`) serve's RSS reached 775 MB here.
+#[test]
+fn a_notification_flood_to_an_agent_that_does_not_read_stays_bounded() {
+    let mut gw = Gw::start(Value::Null, json!({}));
+    gw.paused.store(true, std::sync::atomic::Ordering::SeqCst);
+    let id = gw.send_call("faulty__notify_flood", json!({"count": 400000}));
+    let mut peak = 0;
+    for _ in 0..80 {
+        std::thread::sleep(Duration::from_millis(100));
+        peak = peak.max(gw.rss_kb().1);
+    }
+    gw.paused.store(false, std::sync::atomic::Ordering::SeqCst);
+    println!("agent not reading: serve VmHWM {peak} kB");
+    assert!(
+        peak < RSS_BOUND_KB,
+        "serve's peak RSS {peak} kB while the agent stalled"
+    );
+    let (ok, text) = outcome(&gw.response(&id));
+    assert_eq!((ok, text.as_str()), (true, "notified 400000"));
+    gw.still_healthy("flood to a stalled agent");
+    assert!(
+        gw.stderr_text()
+            .contains("notification(s) from servers dropped"),
+        "the drops are logged"
+    );
+    assert_eq!(gw.finish(), Some(0));
+    gw.audit_complete();
+}
+
 // ---------------------------------------------------------------------------------------
 
 #[test]

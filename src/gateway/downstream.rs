@@ -90,7 +90,9 @@ impl ClientHandler for DownstreamHandler {
             Some(l) => format!("{}/{l}", self.server),
             None => self.server.clone(),
         });
-        if let Some(peer) = self.upstream.get() {
+        // Bounded: dropped when the agent is not keeping up (see `UpstreamLink::for_relay`).
+        let size = serde_json::to_vec(&params.data).map_or(0, |v| v.len());
+        if let Some((peer, _permit)) = self.upstream.for_relay(size) {
             let _ = peer.notify_logging_message(params).await;
         }
     }
@@ -100,7 +102,7 @@ impl ClientHandler for DownstreamHandler {
         params: ResourceUpdatedNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        if let Some(peer) = self.upstream.get() {
+        if let Some((peer, _permit)) = self.upstream.for_relay(params.uri.len()) {
             let _ = peer.notify_resource_updated(params).await;
         }
     }
