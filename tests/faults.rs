@@ -606,6 +606,47 @@ fn output_over_the_rate_limit_kills_and_restarts_the_server_and_says_why() {
     gw.audit_complete();
 }
 
+/// A server floods `roots/list` requests and stops reading its stdin: the answers cannot be
+/// written and must not pile up in the gateway (regression: 1 GB before `stdin_watch.rs`).
+/// Its requests are held while its stdin is full; still stalled after the stall limit (the
+/// call timeout, 5 s here), it is a protocol fault: killed, restarted, the call told why.
+#[test]
+fn a_roots_list_flood_from_a_server_that_does_not_read_stays_bounded() {
+    let mut gw = Gw::start(Value::Null, json!({"callTimeout": 5}));
+    let id = gw.send_call(
+        "faulty__roots_flood_deaf",
+        json!({"count": 300000, "after": 30}),
+    );
+    let mut peak = 0;
+    let answer = loop {
+        if let Ok(v) = gw.rx.recv_timeout(Duration::from_millis(100)) {
+            gw.take(v);
+        }
+        peak = peak.max(gw.rss_kb().1);
+        if let Some(v) = gw.responses.remove(&id) {
+            break v;
+        }
+    };
+    let (ok, text) = outcome(&answer);
+    println!("deaf roots flood: serve VmHWM {peak} kB; call: {text}");
+    assert!(peak < RSS_BOUND_KB, "serve's peak RSS {peak} kB");
+    // The call timeout and the stall limit are the same 5 s: either ends the call first.
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("kept sending requests without reading its stdin for 5s")
+            || text.contains("did not answer within 5s"),
+        "{text}"
+    );
+    gw.still_healthy("roots/list flood, server not reading");
+    assert!(
+        gw.stderr_text()
+            .contains("kept sending requests without reading its stdin for 5s (protocol fault)"),
+        "the stall was a fault: the server was killed and restarted"
+    );
+    assert_eq!(gw.finish(), Some(0));
+    gw.audit_complete();
+}
+
 /// The existing `sandbox.limits.memoryMb`: a server killed by it is restarted like a crash,
 /// and the call it was running is told which limit killed it. Control: the same allocation
 /// succeeds without the limit.

@@ -9,7 +9,7 @@
 //! Never: block (std locks around plain numbers only), or forget a fault once set (the first
 //! one wins and stays).
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -19,6 +19,9 @@ pub const DEFAULT_OUTPUT_BYTES_PER_SECOND: u64 = 32 * 1024 * 1024;
 /// The burst a server may write above the rate, in seconds of its rate (with the default
 /// rate: 256 MiB, sixteen of the largest messages a server can send).
 pub const BURST_SECONDS: u64 = 8;
+/// How long a server may send requests while leaving its stdin full (the supervisor uses the
+/// call timeout).
+pub const DEFAULT_STALL_LIMIT: Duration = Duration::from_secs(60);
 
 /// A token bucket over bytes: `rate` bytes per second, `burst` bytes at most saved up.
 /// Pure apart from the clock it is given.
@@ -79,6 +82,10 @@ pub struct ProcessFaults {
     /// Why the process ended, once the supervisor knows (fault, exit status, limits hit).
     ended: OnceLock<String>,
     ended_set: Notify,
+    /// Whether the server is reading its stdin (see `stdin_watch.rs`).
+    pub stdin: Arc<super::stdin_watch::StdinState>,
+    /// How long the server may leave its stdin full while it sends requests.
+    pub stall_limit: Duration,
 }
 
 impl ProcessFaults {
@@ -90,7 +97,15 @@ impl ProcessFaults {
             fault_set: Notify::new(),
             ended: OnceLock::new(),
             ended_set: Notify::new(),
+            stdin: Arc::default(),
+            stall_limit: DEFAULT_STALL_LIMIT,
         }
+    }
+
+    /// Sets how long the server may leave its stdin full while it sends requests.
+    pub fn with_stall_limit(mut self, limit: Duration) -> ProcessFaults {
+        self.stall_limit = limit;
+        self
     }
 
     /// Counts `bytes` the server wrote (stdout or stderr). Over the budget it is a fault:

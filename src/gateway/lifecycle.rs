@@ -258,7 +258,10 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
     let spawned = match spawn::spawn_with_faults(
         req,
         &shared.caps,
-        Arc::new(ProcessFaults::new(&slot.name, slot.output_rate)),
+        Arc::new(
+            ProcessFaults::new(&slot.name, slot.output_rate)
+                .with_stall_limit(shared.limits.call_timeout),
+        ),
     ) {
         Ok(s) => s,
         Err(SpawnError::Launch(LaunchError::Refused { name, reasons })) => {
@@ -305,7 +308,7 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         faults.clone(),
     );
     let init = tokio::select! {
-        r = tokio::time::timeout(timeout, serve_client(handler, (stdout, spawned.stdin))) => r,
+        r = tokio::time::timeout(timeout, serve_client(handler, (stdout, super::stdin_watch::Watched::new(spawned.stdin, faults.stdin.clone())))) => r,
         _ = shared.shutdown.cancelled() => {
             reap_now(&mut child, &slot.name).await;
             return Err(StartError::Shutdown);

@@ -26,6 +26,7 @@ pub mod roots;
 pub mod spawn;
 pub mod stages;
 pub mod state;
+pub mod stdin_watch;
 pub mod stdio;
 pub mod tap;
 pub mod upstream;

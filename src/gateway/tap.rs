@@ -68,6 +68,18 @@ where
                     break;
                 }
             }
+            // A request from the server is held while its stdin is full: rmcp would queue
+            // the answer for a writer that cannot write (see stdin_watch.rs).
+            if faults.stdin.is_stalled()
+                && is_request(&line)
+                && !faults.stdin.wait_flowing(faults.stall_limit).await
+            {
+                faults.protocol_fault(format!(
+                    "it kept sending requests without reading its stdin for {}s (protocol fault)",
+                    faults.stall_limit.as_secs()
+                ));
+                break;
+            }
             if let Some(params) = progress_params(&line) {
                 if let Some(target) = progress.route(&params) {
                     forward_progress(&target, params).await;
@@ -110,6 +122,13 @@ async fn read_line_capped<R: AsyncRead + Unpin>(
         return Ok(Line::TooLong(seen));
     }
     Ok(Line::Complete)
+}
+
+/// True for a line that may be a request (it has a `"method"` and an `"id"`): a substring
+/// test, never a parse; a response that merely mentions both is held too, which only delays it.
+fn is_request(line: &[u8]) -> bool {
+    memchr::memmem::find(line, b"\"method\"").is_some()
+        && memchr::memmem::find(line, b"\"id\"").is_some()
 }
 
 /// The params of a `notifications/progress` line; `None` for every other message. A cheap

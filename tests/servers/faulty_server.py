@@ -15,6 +15,8 @@ The handshake and `tools/list` are correct; each tool then triggers one fault on
   and answers with what it got: "error: CODE MESSAGE" or "result: ...".
 - roots_flood {count}: count `roots/list` requests without waiting, then waits (up to 30 s)
   for every answer and reports how many came back.
+- roots_flood_deaf {count, after}: count `roots/list` requests while not reading its stdin
+  for `after` seconds (the answers back up in the gateway), then reads again.
 - crash {after}: exits with status 3 `after` seconds into the call, without answering.
 - hang: never answers.
 - rate_flood: writes valid notifications as fast as it can, forever (an output-rate fault).
@@ -36,6 +38,7 @@ OUT = sys.stdout.buffer
 LOCK = threading.Lock()
 PENDING = {}  # id of a request we sent -> [Event, response]
 NEXT_ID = [0]
+DEAF = threading.Event()  # set: the main loop stops reading stdin
 
 
 def write_raw(data: bytes) -> None:
@@ -67,7 +70,7 @@ def ask(method: str, params) -> dict:
 
 
 TOOLS = ["echo", "garbage", "notify_flood", "stderr_flood", "invalid_json", "huge_line",
-         "unknown_ids", "sampling", "roots_flood", "crash", "hang", "rate_flood", "hog", "spin", "pid"]
+         "unknown_ids", "sampling", "roots_flood", "crash", "hang", "rate_flood", "hog", "spin", "roots_flood_deaf", "pid"]
 
 
 # Every argument any tool takes, declared so that the gateway's policy knows each one.
@@ -176,6 +179,17 @@ def run_tool(req_id, name: str, args: dict) -> None:
         while time.process_time() < end:
             n += 1
         answer(req_id, f"spun {n}")
+    elif name == "roots_flood_deaf":
+        count = int(args.get("count", 100000))
+        DEAF.set()
+        for _ in range(count):
+            with LOCK:
+                NEXT_ID[0] += 1
+                rid = f"deaf-{NEXT_ID[0]}"
+            send({"jsonrpc": "2.0", "id": rid, "method": "roots/list"})
+        answer(req_id, f"asked {count}")
+        time.sleep(float(args.get("after", 5)))
+        DEAF.clear()
     elif name == "crash":
         time.sleep(float(args.get("after", 0.2)))
         os._exit(3)
@@ -228,6 +242,8 @@ def main() -> None:
     sys.stderr.write("faulty server starting\n")
     sys.stderr.flush()
     for raw in sys.stdin.buffer:
+        while DEAF.is_set():
+            time.sleep(0.05)
         try:
             msg = json.loads(raw)
         except ValueError:
