@@ -169,7 +169,12 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                         if started.elapsed() >= STABLE_AFTER {
                             failures = 0;
                         }
-                        format!("{why} ({exit})")
+                        // An exit already names its status; a closed connection does not.
+                        if why.contains(&exit) {
+                            why
+                        } else {
+                            format!("{why} ({exit})")
+                        }
                     }
                     End::Fault(why) => {
                         running.faults.set_ended(why.clone());

@@ -56,7 +56,7 @@ impl UpstreamLink {
             Ok(permit) => Some((peer, permit)),
             Err(_) => {
                 let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                if n == 1 || n % 10_000 == 0 {
+                if n == 1 || n.is_multiple_of(10_000) {
                     tracing::warn!(
                         "the client is not reading fast enough: {n} notification(s) from servers dropped so far"
                     );
