@@ -197,6 +197,11 @@ pub struct Limits {
     pub open_files: Option<u64>,
     #[serde(default)]
     pub cpu_seconds: Option<u64>,
+    /// Bytes per second the server may write on stdout and stderr together, with bursts of
+    /// eight seconds' worth; over it the gateway kills and restarts the server. Enforced by
+    /// the gateway's pipe readers, so it applies under every backend.
+    #[serde(default)]
+    pub output_bytes_per_second: Option<u64>,
 }
 
 /// What to do when a server cannot be contained.

@@ -122,7 +122,9 @@ impl ClientHandler for DownstreamHandler {
             Some(l) => format!("{}/{l}", self.server),
             None => self.server.clone(),
         });
-        if let Some(peer) = self.upstream.get() {
+        // Bounded: dropped when the agent is not keeping up (see `UpstreamLink::for_relay`).
+        let size = serde_json::to_vec(&params.data).map_or(0, |v| v.len());
+        if let Some((peer, _permit)) = self.upstream.for_relay(size) {
             let _ = peer.notify_logging_message(params).await;
         }
     }
@@ -132,7 +134,7 @@ impl ClientHandler for DownstreamHandler {
         params: ResourceUpdatedNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        if let Some(peer) = self.upstream.get() {
+        if let Some((peer, _permit)) = self.upstream.for_relay(params.uri.len()) {
             let _ = peer.notify_resource_updated(params).await;
         }
     }
@@ -163,6 +165,9 @@ pub enum ForwardError {
     Timeout { server: String, timeout: Duration },
     #[error("server `{server}` exited or closed its connection before answering")]
     Closed { server: String },
+    /// As `Closed`, with why the process ended (a fault, its exit status, a limit it hit).
+    #[error("server `{server}` exited or closed its connection before answering: {reason}")]
+    Stopped { server: String, reason: String },
     #[error("the call was cancelled by the client")]
     Cancelled,
     /// The server answered with a JSON-RPC error.
@@ -178,7 +183,12 @@ pub struct Connection {
     pub server: String,
     pub peer: Peer<RoleClient>,
     pub progress: Arc<ProgressMap<UpTarget>>,
+    /// The process's faults and end: a call the process left unanswered says why.
+    pub faults: Arc<super::fault::ProcessFaults>,
 }
+
+/// How long a call cut short by its server's end waits for the supervisor to say why.
+const END_REASON_WAIT: Duration = Duration::from_secs(2);
 
 impl Connection {
     /// Sends one request with `timeout`; cancels it downstream when `cancel` fires; routes its
@@ -204,17 +214,21 @@ impl Connection {
         meta: Option<RequestMetaObject>,
     ) -> Result<ServerResult, ForwardError> {
         if self.peer.is_transport_closed() {
-            return Err(self.closed());
+            return Err(self.stopped(self.server.clone()).await);
         }
         let mut options = PeerRequestOptions::with_timeout(timeout);
         if let Some(meta) = meta {
             options = options.with_meta(meta);
         }
-        let handle = self
-            .peer
-            .send_request_with_option(request, options)
-            .await
-            .map_err(|e| self.map_err(e, timeout))?;
+        let handle = match self.peer.send_request_with_option(request, options).await {
+            Ok(handle) => handle,
+            Err(e) => {
+                return Err(match self.map_err(e, timeout) {
+                    ForwardError::Closed { server } => self.stopped(server).await,
+                    other => other,
+                })
+            }
+        };
         let token = handle.progress_token.clone();
         let id = handle.id.clone();
         if let Some(target) = progress_to {
@@ -242,7 +256,18 @@ impl Connection {
                 .map_err(|e| self.map_err(e, timeout)),
         };
         self.progress.unregister(&token);
-        outcome
+        match outcome {
+            Err(ForwardError::Closed { server }) => Err(self.stopped(server).await),
+            other => other,
+        }
+    }
+
+    /// `Closed`, with the reason the process ended when the supervisor learns it in time.
+    async fn stopped(&self, server: String) -> ForwardError {
+        match self.faults.ended(END_REASON_WAIT).await {
+            Some(reason) => ForwardError::Stopped { server, reason },
+            None => ForwardError::Closed { server },
+        }
     }
 
     fn closed(&self) -> ForwardError {

@@ -21,6 +21,7 @@ use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 
 use super::downstream::{Connection, DownstreamHandler, ForwardError, ListKind};
+use super::fault::ProcessFaults;
 use super::progress::ProgressMap;
 use super::registry::ServerLists;
 use super::spawn::{self, PreparedGuard, SpawnError};
@@ -61,12 +62,16 @@ struct Running {
     list_rx: mpsc::UnboundedReceiver<ListKind>,
     /// The root-set version this process was launched with (its mounts).
     roots_version: u64,
+    /// Its output budget and protocol faults (charged by the pipe readers).
+    faults: Arc<ProcessFaults>,
     _guard: PreparedGuard,
 }
 
 /// Why a running server stopped.
 enum End {
     Exited(String),
+    /// A protocol or output-rate fault (see `fault.rs`): killed at once, then restarted.
+    Fault(String),
     Shutdown,
     /// Its roots grew: relaunch with the wider mounts, then answer the request.
     Relaunch(Relaunch),
@@ -132,8 +137,6 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                     slot.update(|s| s.live = None);
                     shared.refresh_catalog().await;
                 }
-                // Read before `running` moves: why a limit killed it, for the agent.
-                let guard_hits = running._guard.limits_hit();
                 match end {
                     End::Shutdown => {
                         stop(running, &shared.limits, &slot.name).await;
@@ -151,15 +154,32 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                         continue;
                     }
                     End::Exited(why) => {
+                        // Why a limit killed it, for the agent: the calls it left unanswered
+                        // are told at once (they wait briefly for this), later calls by the
+                        // slot's status.
+                        let guard_hits = running._guard.limits_hit();
+                        let why = if guard_hits.is_empty() {
+                            why
+                        } else {
+                            format!("{why}: {}", guard_hits.join("; "))
+                        };
+                        let faults = running.faults.clone();
+                        faults.set_ended(why.clone());
                         let exit = stop(running, &shared.limits, &slot.name).await;
                         if started.elapsed() >= STABLE_AFTER {
                             failures = 0;
                         }
-                        if guard_hits.is_empty() {
-                            format!("{why} ({exit})")
+                        // An exit already names its status; a closed connection does not.
+                        if why.contains(&exit) {
+                            why
                         } else {
-                            format!("{why} ({exit}): {}", guard_hits.join("; "))
+                            format!("{why} ({exit})")
                         }
+                    }
+                    End::Fault(why) => {
+                        running.faults.set_ended(why.clone());
+                        kill(running, &shared.limits, &slot.name).await;
+                        format!("{why} (killed)")
                     }
                 }
             }
@@ -240,7 +260,14 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
     };
     let req = &req;
     slot.roots.reset_fetched();
-    let spawned = match spawn::spawn(req, &shared.caps) {
+    let spawned = match spawn::spawn_with_faults(
+        req,
+        &shared.caps,
+        Arc::new(
+            ProcessFaults::new(&slot.name, slot.output_rate)
+                .with_stall_limit(shared.limits.call_timeout),
+        ),
+    ) {
         Ok(s) => s,
         Err(SpawnError::Launch(LaunchError::Refused { name, reasons })) => {
             let e = LaunchError::Refused { name, reasons };
@@ -267,6 +294,7 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
     slot.update(|s| s.enforcement = Some(enforcement));
 
     let mut child = spawned.child;
+    let faults = spawned.faults;
     let (list_tx, list_rx) = mpsc::unbounded_channel();
     let progress = Arc::new(ProgressMap::default());
     let handler = DownstreamHandler {
@@ -285,9 +313,14 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
     };
     let timeout = shared.limits.startup_timeout;
     // Progress is taken off the stream in order (see tap.rs); everything else goes to rmcp.
-    let stdout = super::tap::start(slot.name.clone(), spawned.stdout, progress.clone());
+    let stdout = super::tap::start(
+        slot.name.clone(),
+        spawned.stdout,
+        progress.clone(),
+        faults.clone(),
+    );
     let init = tokio::select! {
-        r = tokio::time::timeout(timeout, serve_client(handler, (stdout, spawned.stdin))) => r,
+        r = tokio::time::timeout(timeout, serve_client(handler, (stdout, super::stdin_watch::Watched::new(spawned.stdin, faults.stdin.clone())))) => r,
         _ = shared.shutdown.cancelled() => {
             reap_now(&mut child, &slot.name).await;
             return Err(StartError::Shutdown);
@@ -313,6 +346,7 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         server: slot.name.clone(),
         peer: service.peer().clone(),
         progress,
+        faults: faults.clone(),
     };
     let mut running = Running {
         child,
@@ -320,6 +354,7 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         conn,
         list_rx,
         roots_version: roots.version,
+        faults,
         _guard: spawned.prepared_guard,
     };
     let lists = match fetch_lists(&running, timeout).await {
@@ -493,10 +528,11 @@ async fn watch(
             }
             status = running.child.wait() => {
                 return End::Exited(match status {
-                    Ok(s) => format!("the server exited ({s})"),
+                    Ok(s) => exit_reason(s, slot),
                     Err(e) => format!("waiting for the server failed: {e}"),
                 });
             }
+            why = running.faults.tripped() => return End::Fault(why),
             _ = shared.shutdown.cancelled() => return End::Shutdown,
             Some(kind) = running.list_rx.recv() => {
                 match list_all(&running.conn, kind, shared.limits.call_timeout).await {
@@ -524,6 +560,9 @@ async fn watch(
                 }
             }
             _ = tick.tick() => {
+                if let Some(why) = running.faults.fault() {
+                    return End::Fault(why.to_string());
+                }
                 if running.conn.peer.is_transport_closed() {
                     return End::Exited("the server closed its MCP connection".into());
                 }
@@ -559,6 +598,33 @@ async fn stop(running: Running, limits: &super::state::Limits, name: &str) -> St
     tracing::warn!(server = %name, "did not exit after SIGTERM; killing");
     reap_now(&mut child, name).await;
     "killed".into()
+}
+
+/// How a server's exit reads to the agent; a signal that a configured limit sends is named.
+fn exit_reason(status: std::process::ExitStatus, slot: &Slot) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let base = format!("the server exited ({status})");
+    let cpu = slot.req.as_ref().and_then(|r| r.limits.cpu_seconds);
+    // Killed by SIGXCPU: as a signal when palisade runs the server directly, as exit code
+    // 128 + 24 when bwrap's init reports the death of the process it ran.
+    let xcpu = nix::sys::signal::Signal::SIGXCPU as i32;
+    let by_xcpu = status.signal() == Some(xcpu) || status.code() == Some(128 + xcpu);
+    match cpu {
+        Some(secs) if by_xcpu => {
+            format!("{base}: CPU time limit reached ({secs} s, sandbox.limits.cpuSeconds)")
+        }
+        _ => base,
+    }
+}
+
+/// Stops a faulting server at once: it is not trusted to exit when asked (it may be
+/// flooding its pipes). Closes its connection, SIGKILLs it and reaps it.
+async fn kill(running: Running, limits: &super::state::Limits, name: &str) {
+    let Running {
+        mut child, service, ..
+    } = running;
+    reap_now(&mut child, name).await;
+    let _ = tokio::time::timeout(limits.shutdown_grace, service.cancel()).await;
 }
 
 /// SIGKILL and reap (a child that never got as far as a connection).

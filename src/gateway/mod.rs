@@ -16,6 +16,7 @@ pub mod approval;
 pub mod blocked;
 pub mod downstream;
 pub mod engine;
+pub mod fault;
 pub mod lifecycle;
 pub mod network;
 pub mod pipeline;
@@ -27,9 +28,11 @@ pub mod roots;
 pub mod spawn;
 pub mod stages;
 pub mod state;
+pub mod stdin_watch;
 pub mod stdio;
 pub mod tap;
 pub mod upstream;
+pub mod upstream_frame;
 pub mod upstream_link;
 pub mod upstream_roots;
 pub mod widen;
@@ -237,10 +240,14 @@ impl Gateway {
             .zip(relays)
             .map(|(((name, req), cell), relay)| (name, req, cell, relay))
             .map(|(name, req, cell, relay)| match (req, cell) {
-                (Ok(req), Some(cell)) => Arc::new(
-                    state::Slot::with_roots(name, Some(req), cell, Status::Starting)
-                        .with_relay(relay),
-                ),
+                (Ok(req), Some(cell)) => {
+                    let mut slot = state::Slot::with_roots(name, Some(req), cell, Status::Starting)
+                        .with_relay(relay);
+                    if let Some(rate) = output_rate(&opts.config, &slot.name) {
+                        slot.output_rate = rate;
+                    }
+                    Arc::new(slot)
+                }
                 (Err(reason), _) => {
                     tracing::error!(server = %name, "not started: {reason}");
                     Arc::new(state::Slot::new(name, None, Status::Refused { reason }))
@@ -325,12 +332,30 @@ impl Gateway {
 
     /// Serves MCP on stdin/stdout until stdin reaches EOF or SIGINT/SIGTERM arrives.
     pub async fn serve_stdio(self) -> Result<(), GatewayError> {
-        self.serve(stdio::upstream_stdio(), termination()).await
+        let (reader, writer) = stdio::upstream_stdio();
+        // The agent's messages are capped like rmcp caps them, but an over-long request is
+        // answered with an error instead of being dropped unanswered.
+        let reader = upstream_frame::LineCap::new(reader, tap::MAX_LINE);
+        self.serve((reader, writer), termination()).await
     }
 
     /// Stops every server (close stdin, wait, SIGTERM, wait, SIGKILL) and waits until each
     /// child is reaped.
     pub async fn shutdown(mut self) {
+        // Calls in flight were cancelled with the session (rmcp cancels its handlers when
+        // the client goes); give them a moment to write their audit records before their
+        // servers stop.
+        self.shared.calls.close();
+        if tokio::time::timeout(CALLS_DRAIN, self.shared.calls.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "{} call(s) still in flight after {}s at shutdown; they end unanswered and unaudited",
+                self.shared.calls.len(),
+                CALLS_DRAIN.as_secs()
+            );
+        }
         self.shared.shutdown.cancel();
         for handle in self.supervisors.drain(..) {
             let _ = handle.await;
@@ -345,6 +370,18 @@ impl Drop for Gateway {
     fn drop(&mut self) {
         // Supervisors see the token and stop their children; `kill_on_drop` is the backstop.
         self.shared.shutdown.cancel();
+    }
+}
+
+/// How long shutdown waits for calls in flight to finish (they have been cancelled).
+const CALLS_DRAIN: Duration = Duration::from_secs(5);
+
+/// A server's configured output-rate limit (`sandbox.limits.outputBytesPerSecond`).
+fn output_rate(config: &GatewayConfig, name: &str) -> Option<u64> {
+    let (_, server) = config.servers.iter().find(|(n, _)| n == name)?;
+    match &server.sandbox {
+        crate::config::SandboxSetting::Enabled(sb) => sb.limits.as_ref()?.output_bytes_per_second,
+        crate::config::SandboxSetting::Disabled => None,
     }
 }
 

@@ -8,8 +8,11 @@
 
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 
 use tokio::io::AsyncBufReadExt;
+
+use super::fault::ProcessFaults;
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use crate::config::{NetworkConfig, SandboxSetting, ServerConfig, Settings};
@@ -20,6 +23,8 @@ use crate::sandbox::ResourceLimits;
 
 /// Bytes of a child's stderr copied into the log before the rest is discarded (per start).
 pub const STDERR_CAP: usize = 256 * 1024;
+/// Bytes of one stderr line shown in the log (the rest of the line is counted, not kept).
+const STDERR_LINE: usize = 4096;
 
 /// Why a grant path in the config cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +139,8 @@ pub struct Spawned {
     pub stdout: ChildStdout,
     pub stdin: ChildStdin,
     pub enforcement: Enforcement,
+    /// What the stderr reader charges (and the tap should charge too).
+    pub faults: Arc<ProcessFaults>,
     /// Kept alive as long as the child: it may own resources the sandbox uses.
     pub prepared_guard: PreparedGuard,
 }
@@ -165,10 +172,25 @@ pub enum SpawnError {
 }
 
 /// Prepares and spawns the server against the machine's capabilities (probed once by the
-/// caller); stderr goes to the log on its own task.
+/// caller); stderr goes to the log on its own task (with the default output-rate budget,
+/// which nobody watches: for one-off runs such as `annotate`).
 pub fn spawn(
     req: &LaunchRequest,
     caps: &crate::sandbox::capabilities::Capabilities,
+) -> Result<Spawned, SpawnError> {
+    let faults = Arc::new(ProcessFaults::new(
+        &req.name,
+        super::fault::DEFAULT_OUTPUT_BYTES_PER_SECOND,
+    ));
+    spawn_with_faults(req, caps, faults)
+}
+
+/// As [`spawn`]; the stderr reader charges `faults` (the supervisor's, which kills the server
+/// when it writes over its output-rate limit).
+pub fn spawn_with_faults(
+    req: &LaunchRequest,
+    caps: &crate::sandbox::capabilities::Capabilities,
+    faults: Arc<ProcessFaults>,
 ) -> Result<Spawned, SpawnError> {
     let mut prepared = launch::prepare_with(req, caps)?;
     let enforcement = prepared.enforcement.clone();
@@ -186,44 +208,83 @@ pub fn spawn(
     let stdout = child.stdout.take().ok_or(SpawnError::Pipe("stdout"))?;
     let stdin = child.stdin.take().ok_or(SpawnError::Pipe("stdin"))?;
     if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(log_stderr(req.name.clone(), stderr));
+        tokio::spawn(log_stderr(req.name.clone(), stderr, faults.clone()));
     }
     Ok(Spawned {
         child,
         stdout,
         stdin,
         enforcement,
+        faults,
         prepared_guard: PreparedGuard(prepared),
     })
 }
 
-/// Copies the child's stderr into the log, line by line, up to `STDERR_CAP` bytes; then
-/// keeps draining (so the child never blocks on a full pipe) without logging.
-async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
+/// Copies the child's stderr into the log, line by line (each shown up to `STDERR_LINE`
+/// bytes), up to `STDERR_CAP` bytes; then keeps draining (so the child never blocks on a
+/// full pipe) without logging. Reads in chunks and never holds more than one chunk and one
+/// shown line, however long a line is. Every byte is charged to the output-rate budget;
+/// over it, reading stops (the supervisor kills the server).
+async fn log_stderr(
+    server: String,
+    stderr: tokio::process::ChildStderr,
+    faults: Arc<ProcessFaults>,
+) {
+    let mut reader = tokio::io::BufReader::with_capacity(64 * 1024, stderr);
+    let mut shown: Vec<u8> = Vec::new();
+    let mut line_len = 0usize;
     let mut logged = 0usize;
     let mut said_cap = false;
-    loop {
-        match lines.next_line().await {
-            Ok(Some(line)) => {
-                if logged < STDERR_CAP {
-                    logged += line.len() + 1;
-                    let shown: String = line.chars().take(4096).collect();
-                    tracing::info!(server = %server, "stderr: {shown}");
-                } else if !said_cap {
-                    said_cap = true;
-                    tracing::warn!(server = %server, "stderr: more than {STDERR_CAP} bytes; the rest is discarded");
-                }
+    let mut emit = |shown: &mut Vec<u8>, line_len: usize, logged: &mut usize| {
+        if *logged < STDERR_CAP {
+            *logged += line_len + 1;
+            let text = String::from_utf8_lossy(shown);
+            if line_len > shown.len() {
+                tracing::info!(server = %server, "stderr: {text} [... {line_len} bytes in all]");
+            } else {
+                tracing::info!(server = %server, "stderr: {text}");
             }
-            Ok(None) => break,
+        } else if !said_cap {
+            said_cap = true;
+            tracing::warn!(server = %server, "stderr: more than {STDERR_CAP} bytes; the rest is discarded");
+        }
+        shown.clear();
+    };
+    loop {
+        let chunk = match reader.fill_buf().await {
+            Ok([]) => break,
+            Ok(c) => c,
             Err(e) => {
-                // Not UTF-8 or a read error: stop logging, keep the pipe drained.
-                tracing::debug!(server = %server, "stderr unreadable ({e}); draining");
-                let mut rest = lines.into_inner();
-                let _ = tokio::io::copy(&mut rest, &mut tokio::io::sink()).await;
+                tracing::debug!(server = %server, "stderr unreadable ({e}); stopped");
                 break;
             }
+        };
+        let len = chunk.len();
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            let (part, ends) = match memchr::memchr(b'\n', rest) {
+                Some(i) => (&rest[..i], Some(i + 1)),
+                None => (rest, None),
+            };
+            let room = STDERR_LINE.saturating_sub(shown.len());
+            shown.extend_from_slice(&part[..part.len().min(room)]);
+            line_len += part.len();
+            match ends {
+                Some(next) => {
+                    emit(&mut shown, line_len, &mut logged);
+                    line_len = 0;
+                    rest = &rest[next..];
+                }
+                None => rest = &[],
+            }
         }
+        reader.consume(len);
+        if !faults.charge(len) {
+            return;
+        }
+    }
+    if line_len > 0 {
+        emit(&mut shown, line_len, &mut logged);
     }
 }
 

@@ -105,6 +105,9 @@ pub struct Slot {
     /// What of the server's sampling and elicitation requests reaches the agent, and its
     /// in-flight and rate budget (kept across restarts). Nothing by default.
     pub relay: Arc<super::relay::RelayGate>,
+    /// The server's output-rate limit (stdout + stderr, bytes/s; `sandbox.limits.
+    /// outputBytesPerSecond`, else the default in `fault.rs`).
+    pub output_rate: u64,
     relaunch_tx: mpsc::UnboundedSender<Relaunch>,
     relaunch_rx: Mutex<Option<mpsc::UnboundedReceiver<Relaunch>>>,
     state: RwLock<SlotState>,
@@ -142,6 +145,7 @@ impl Slot {
             req,
             roots: Arc::new(roots),
             gate: tokio::sync::RwLock::new(()),
+            output_rate: super::fault::DEFAULT_OUTPUT_BYTES_PER_SECOND,
             relaunch_tx,
             relaunch_rx: Mutex::new(Some(relaunch_rx)),
             state: RwLock::new(SlotState {
@@ -231,6 +235,9 @@ pub struct Shared {
     pub caps: Arc<crate::sandbox::capabilities::Capabilities>,
     /// Approvals remembered in this session ("approve and remember"); never persisted.
     pub remembered: super::remembered::Remembered,
+    /// Every `tools/call` in progress: shutdown waits (bounded) for them, so that a call cut
+    /// short by the client's disconnect still writes its audit record.
+    pub calls: tokio_util::task::TaskTracker,
 }
 
 /// Which upstream list notifications a catalog change calls for.
@@ -260,6 +267,7 @@ impl Shared {
             egress: None,
             caps: Arc::new(caps),
             remembered: Default::default(),
+            calls: tokio_util::task::TaskTracker::new(),
         }
     }
 

@@ -4,8 +4,13 @@
 //! `notifications/progress` could be handled after the response that follows it and reach the
 //! agent after the result (or not at all). The tap reads the server's messages in order and
 //! forwards progress upstream (awaiting the write) before it passes on the next line, so the
-//! agent always sees a call's progress before its result. It also drops lines longer than
-//! rmcp's 16 MiB limit (rmcp would drop them anyway) without ever buffering more than that.
+//! agent always sees a call's progress before its result.
+//!
+//! It is also where a server's stdout is policed: every byte is charged to the process's
+//! output-rate budget (`fault.rs`), and a line longer than rmcp's 16 MiB limit is a protocol
+//! fault of the server (recorded in its `ProcessFaults`; the supervisor kills and restarts
+//! it, and calls in flight are told why) rather than a message silently dropped whose request
+//! would only time out. The tap never buffers more than the cap, however long the line.
 //!
 //! Never: reorder, alter or delay any other line; parse anything but progress notifications.
 
@@ -15,13 +20,22 @@ use rmcp::model::ProgressNotificationParam;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, DuplexStream};
 
 use super::downstream::{forward_progress, UpTarget};
+use super::fault::ProcessFaults;
 use super::progress::ProgressMap;
 
 /// rmcp's own limit for one JSON-RPC line.
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
+/// The line buffer kept between messages.
+const KEEP_CAPACITY: usize = 64 * 1024;
 
-/// Starts the tap; returns the stream rmcp reads the server's messages from.
-pub fn start<R>(server: String, input: R, progress: Arc<ProgressMap<UpTarget>>) -> DuplexStream
+/// Starts the tap; returns the stream rmcp reads the server's messages from. The stream
+/// ends (rmcp sees the server gone) at the server's EOF or at its first fault.
+pub fn start<R>(
+    server: String,
+    input: R,
+    progress: Arc<ProgressMap<UpTarget>>,
+    faults: Arc<ProcessFaults>,
+) -> DuplexStream
 where
     R: AsyncRead + Unpin + Send + 'static,
 {
@@ -34,14 +48,37 @@ where
             match read_line_capped(&mut reader, &mut line).await {
                 Ok(Line::Eof) => break,
                 Ok(Line::TooLong(n)) => {
-                    tracing::warn!(server = %server, "dropped a message of {n}+ bytes (over the {MAX_LINE}-byte limit); its request will time out");
-                    continue;
+                    faults.protocol_fault(format!(
+                        "it sent a message longer than {n} bytes, over the {MAX_LINE}-byte limit \
+                         of one JSON-RPC line (protocol fault)"
+                    ));
+                    break;
                 }
-                Ok(Line::Complete) => {}
+                Ok(Line::Complete) => {
+                    if !faults.charge(line.len()) {
+                        break;
+                    }
+                    // A large message leaves a large buffer: give it back.
+                    if line.capacity() > KEEP_CAPACITY {
+                        line.shrink_to(KEEP_CAPACITY);
+                    }
+                }
                 Err(e) => {
                     tracing::debug!(server = %server, "reading the server's stdout failed: {e}");
                     break;
                 }
+            }
+            // A request from the server is held while its stdin is full: rmcp would queue
+            // the answer for a writer that cannot write (see stdin_watch.rs).
+            if faults.stdin.is_stalled()
+                && is_request(&line)
+                && !faults.stdin.wait_flowing(faults.stall_limit).await
+            {
+                faults.protocol_fault(format!(
+                    "it kept sending requests without reading its stdin for {}s (protocol fault)",
+                    faults.stall_limit.as_secs()
+                ));
+                break;
             }
             if let Some(params) = progress_params(&line) {
                 if let Some(target) = progress.route(&params) {
@@ -64,7 +101,9 @@ enum Line {
     TooLong(usize),
 }
 
-/// Reads one line (with its `\n`) into `buf`; a line over `MAX_LINE` is skipped whole.
+/// Reads one line (with its `\n`) into `buf`. A line over `MAX_LINE` is not read further:
+/// `TooLong` as soon as the cap is passed (the server is at fault and will be stopped), so
+/// neither the buffer nor the time spent grows with the line.
 async fn read_line_capped<R: AsyncRead + Unpin>(
     reader: &mut BufReader<R>,
     buf: &mut Vec<u8>,
@@ -77,29 +116,19 @@ async fn read_line_capped<R: AsyncRead + Unpin>(
         return Ok(Line::Eof);
     }
     if buf.len() > MAX_LINE && buf.last() != Some(&b'\n') {
-        let mut skipped = buf.len();
-        loop {
-            let chunk = reader.fill_buf().await?;
-            if chunk.is_empty() {
-                break;
-            }
-            match chunk.iter().position(|b| *b == b'\n') {
-                Some(i) => {
-                    reader.consume(i + 1);
-                    skipped += i + 1;
-                    break;
-                }
-                None => {
-                    let len = chunk.len();
-                    reader.consume(len);
-                    skipped += len;
-                }
-            }
-        }
+        let seen = buf.len();
         buf.clear();
-        return Ok(Line::TooLong(skipped));
+        buf.shrink_to(KEEP_CAPACITY);
+        return Ok(Line::TooLong(seen));
     }
     Ok(Line::Complete)
+}
+
+/// True for a line that may be a request (it has a `"method"` and an `"id"`): a substring
+/// test, never a parse; a response that merely mentions both is held too, which only delays it.
+fn is_request(line: &[u8]) -> bool {
+    memchr::memmem::find(line, b"\"method\"").is_some()
+        && memchr::memmem::find(line, b"\"id\"").is_some()
 }
 
 /// The params of a `notifications/progress` line; `None` for every other message. A cheap
@@ -137,19 +166,48 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn lines_pass_in_order_and_over_long_ones_are_dropped_whole() {
+    async fn lines_pass_in_order_until_an_over_long_one_which_is_a_fault() {
         let (mut server_out, tap_in) = tokio::io::duplex(1 << 20);
         let map = Arc::new(ProgressMap::default());
-        let mut rmcp_in = start("t".into(), tap_in, map);
+        let faults = Arc::new(ProcessFaults::new("t", u64::MAX / 16));
+        let mut rmcp_in = start("t".into(), tap_in, map, faults.clone());
         let writer = tokio::spawn(async move {
             server_out.write_all(b"{\"a\":1}\n").await.unwrap();
             let long = vec![b'x'; MAX_LINE + 10];
-            server_out.write_all(&long).await.unwrap();
-            server_out.write_all(b"\n{\"b\":2}\n").await.unwrap();
+            // The tap stops reading at the cap: the rest of the write may fail.
+            let _ = server_out.write_all(&long).await;
+            let _ = server_out.write_all(b"\n{\"b\":2}\n").await;
         });
         let mut got = String::new();
         rmcp_in.read_to_string(&mut got).await.unwrap();
-        writer.await.unwrap();
-        assert_eq!(got, "{\"a\":1}\n{\"b\":2}\n");
+        assert_eq!(
+            got, "{\"a\":1}\n",
+            "nothing after the over-long line reaches rmcp"
+        );
+        let fault = faults.fault().unwrap();
+        assert!(fault.contains("protocol fault"), "{fault}");
+        writer.abort();
+    }
+
+    #[tokio::test]
+    async fn output_over_the_rate_limit_is_a_fault() {
+        let (mut server_out, tap_in) = tokio::io::duplex(1 << 20);
+        let map = Arc::new(ProgressMap::default());
+        // 1 byte/s: the burst is one line cap, so 17 MiB of small lines trips it.
+        let faults = Arc::new(ProcessFaults::new("t", 1));
+        let mut rmcp_in = start("t".into(), tap_in, map, faults.clone());
+        let writer = tokio::spawn(async move {
+            let line = [b"{\"n\":\"".as_slice(), &[b'y'; 1000], b"\"}\n"].concat();
+            for _ in 0..(17 * 1024) {
+                if server_out.write_all(&line).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let mut sink = Vec::new();
+        rmcp_in.read_to_end(&mut sink).await.unwrap();
+        assert!(sink.len() <= MAX_LINE + 1, "{}", sink.len());
+        assert!(faults.fault().unwrap().contains("output-rate limit"));
+        writer.abort();
     }
 }

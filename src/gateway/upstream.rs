@@ -266,11 +266,39 @@ impl ServerHandler for Upstream {
         ))
     }
 
+    /// `palisade/oversized` stands in for a request the client sent over the message size
+    /// limit (see `upstream_frame.rs`): its id gets the error. Other unknown methods get
+    /// "method not found", as rmcp answers them.
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        if request.method == super::upstream_frame::OVERSIZED_METHOD {
+            let params = request.params.unwrap_or_default();
+            return Err(ErrorData::invalid_request(
+                format!(
+                    "the request was {} bytes or more, over the {}-byte limit of one message; \
+                     it was dropped unread",
+                    params["bytes"], params["limit"]
+                ),
+                None,
+            ));
+        }
+        Err(ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            request.method,
+            None,
+        ))
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // Counted while it runs: shutdown waits for it so that its audit record is written.
+        let _in_flight = self.shared.calls.token();
         pipeline::call_tool(&self.shared, request, context)
             .await
             .map(CallToolResponse::Complete)

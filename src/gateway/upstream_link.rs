@@ -7,17 +7,41 @@
 //! Set once the agent's `initialize` arrives; read on every notification. A std `RwLock`
 //! around a cheap clone: never held across an await. Never: send the agent a request
 //! without a timeout (rmcp has none by default).
+//!
+//! Relayed notifications that nobody waits for (logging, resource updates) take a share of a
+//! fixed relay budget while they are being written: when the agent does not read and a server
+//! keeps sending, they are dropped (and counted in the log) instead of queueing without bound.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rmcp::model::{CancelledNotificationParam, ClientCapabilities, ClientResult, ServerRequest};
 use rmcp::service::{Peer, PeerRequestOptions};
 use rmcp::{ErrorData, RoleServer, ServiceError};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-#[derive(Clone, Default)]
-pub struct UpstreamLink(Arc<RwLock<Option<Peer<RoleServer>>>>);
+/// Bytes of relayed notifications in flight to the agent at most (in units of `UNIT`).
+const RELAY_BUDGET_UNITS: u32 = 1024;
+const UNIT: usize = 16 * 1024;
+
+#[derive(Clone)]
+pub struct UpstreamLink {
+    peer: Arc<RwLock<Option<Peer<RoleServer>>>>,
+    relays: Arc<Semaphore>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Default for UpstreamLink {
+    fn default() -> Self {
+        UpstreamLink {
+            peer: Arc::default(),
+            relays: Arc::new(Semaphore::new(RELAY_BUDGET_UNITS as usize)),
+            dropped: Arc::default(),
+        }
+    }
+}
 
 /// Why a request to the agent produced no answer.
 #[derive(Debug, thiserror::Error)]
@@ -39,12 +63,12 @@ pub enum UpstreamError {
 
 impl UpstreamLink {
     pub fn set(&self, peer: Peer<RoleServer>) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(peer);
+        *self.peer.write().unwrap_or_else(|e| e.into_inner()) = Some(peer);
     }
 
     /// The agent's peer, when one is connected and its transport is open.
     pub fn get(&self) -> Option<Peer<RoleServer>> {
-        let guard = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let guard = self.peer.read().unwrap_or_else(|e| e.into_inner());
         guard.as_ref().filter(|p| !p.is_transport_closed()).cloned()
     }
 
@@ -84,6 +108,26 @@ impl UpstreamLink {
                     ))
                     .await;
                 Err(UpstreamError::Cancelled)
+            }
+        }
+    }
+
+    /// The agent's peer and a share of the relay budget for a notification of about
+    /// `bytes`, held until it is written; `None` (the notification is dropped, counted and
+    /// logged) when the budget is spent, i.e. the agent is not keeping up.
+    pub fn for_relay(&self, bytes: usize) -> Option<(Peer<RoleServer>, OwnedSemaphorePermit)> {
+        let peer = self.get()?;
+        let units = (bytes / UNIT + 1).min(RELAY_BUDGET_UNITS as usize) as u32;
+        match self.relays.clone().try_acquire_many_owned(units) {
+            Ok(permit) => Some((peer, permit)),
+            Err(_) => {
+                let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if n == 1 || n.is_multiple_of(10_000) {
+                    tracing::warn!(
+                        "the client is not reading fast enough: {n} notification(s) from servers dropped so far"
+                    );
+                }
+                None
             }
         }
     }

@@ -138,9 +138,17 @@ fn apply_limits(l: &ResourceLimits) -> std::io::Result<()> {
         }
         // Only ever lower a limit: never raise the hard limit palisade itself runs under.
         let v = v as libc::rlim_t;
+        // CPU: the hard limit one second above the soft one, so that the kernel's SIGXCPU at
+        // the soft limit (not a bare SIGKILL at both) ends the server: its exit then says
+        // which limit it was, and the gateway can tell the agent.
+        let hard = if res == libc::RLIMIT_CPU {
+            v.saturating_add(1)
+        } else {
+            v
+        };
         let new = libc::rlimit {
             rlim_cur: v.min(cur.rlim_max),
-            rlim_max: v.min(cur.rlim_max),
+            rlim_max: hard.min(cur.rlim_max),
         };
         // SAFETY: setrlimit reads the struct we own.
         if unsafe { libc::setrlimit(res, &new) } < 0 {

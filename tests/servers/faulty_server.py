@@ -1,0 +1,260 @@
+"""A deliberately faulty MCP server for tests/faults.rs: raw JSON-RPC over stdio (no SDK),
+so every byte it writes is under the test's control.
+
+The handshake and `tools/list` are correct; each tool then triggers one fault on demand:
+- echo {text}: a normal answer (the control: the server itself works).
+- garbage {mb}: mb MiB of non-JSON lines on stdout, then a normal answer.
+- notify_flood {count}: count valid but unsolicited notifications (`notifications/message`
+  and progress for a token nobody sent), then a normal answer.
+- stderr_flood {mb, newlines}: mb MiB on stderr (one unbroken line when newlines is false),
+  then a normal answer.
+- invalid_json {count}: count lines of broken JSON, then a normal answer.
+- huge_line {mb}: the answer to this call as ONE line of mb MiB (e.g. 100).
+- unknown_ids {count}: count responses to ids the gateway never sent, then a normal answer.
+- sampling: sends `sampling/createMessage` to its client, waits up to 30 s for the reply
+  and answers with what it got: "error: CODE MESSAGE" or "result: ...".
+- roots_flood {count}: count `roots/list` requests without waiting, then waits (up to 30 s)
+  for every answer and reports how many came back.
+- roots_flood_deaf {count, after}: count `roots/list` requests while not reading its stdin
+  for `after` seconds (the answers back up in the gateway), then reads again.
+- crash {after}: exits with status 3 `after` seconds into the call, without answering.
+- hang: never answers.
+- rate_flood: writes valid notifications as fast as it can, forever (an output-rate fault).
+- hog {mb}: allocates and touches mb MiB, then answers (a memory-limit fault).
+- spin {after}: burns CPU for `after` seconds, then answers (a CPU-time-limit fault).
+- pid: this process's pid (inside its PID namespace when sandboxed).
+
+Requests are handled on their own threads (a hung call does not block the others); every
+write takes one lock so lines never interleave.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+
+OUT = sys.stdout.buffer
+LOCK = threading.Lock()
+PENDING = {}  # id of a request we sent -> [Event, response]
+NEXT_ID = [0]
+DEAF = threading.Event()  # set: the main loop stops reading stdin
+
+
+def write_raw(data: bytes) -> None:
+    with LOCK:
+        OUT.write(data)
+        OUT.flush()
+
+
+def send(msg) -> None:
+    write_raw(json.dumps(msg).encode() + b"\n")
+
+
+def answer(req_id, text: str) -> None:
+    send({"jsonrpc": "2.0", "id": req_id,
+          "result": {"content": [{"type": "text", "text": text}], "isError": False}})
+
+
+def ask(method: str, params) -> dict:
+    """Sends a request to the client and waits (up to 30 s) for its response."""
+    with LOCK:
+        NEXT_ID[0] += 1
+        rid = f"faulty-{NEXT_ID[0]}"
+    slot = [threading.Event(), None]
+    PENDING[rid] = slot
+    send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+    slot[0].wait(30)
+    PENDING.pop(rid, None)
+    return slot[1]
+
+
+TOOLS = ["echo", "garbage", "notify_flood", "stderr_flood", "invalid_json", "huge_line",
+         "unknown_ids", "sampling", "roots_flood", "crash", "hang", "rate_flood", "hog", "spin", "roots_flood_deaf", "pid"]
+
+
+# Every argument any tool takes, declared so that the gateway's policy knows each one.
+PROPS = {"text": {"type": "string"}, "mb": {"type": "integer"}, "count": {"type": "integer"},
+         "newlines": {"type": "boolean"}, "after": {"type": "number"}}
+
+
+def tool_list():
+    return [{"name": n, "description": f"fault: {n}",
+             "inputSchema": {"type": "object", "properties": PROPS}} for n in TOOLS]
+
+
+def run_tool(req_id, name: str, args: dict) -> None:
+    if name == "echo":
+        answer(req_id, "echo: " + str(args.get("text", "")))
+    elif name == "pid":
+        answer(req_id, str(os.getpid()))
+    elif name == "garbage":
+        line = b"this is not json " * 60 + b"\n"
+        total = int(args.get("mb", 1)) * 1024 * 1024
+        sent = 0
+        while sent < total:
+            write_raw(line * 64)
+            sent += len(line) * 64
+        answer(req_id, f"garbage: {sent} bytes")
+    elif name == "notify_flood":
+        count = int(args.get("count", 1000))
+        for i in range(count):
+            if i % 2:
+                send({"jsonrpc": "2.0", "method": "notifications/message",
+                      "params": {"level": "info", "data": f"unsolicited {i}"}})
+            else:
+                send({"jsonrpc": "2.0", "method": "notifications/progress",
+                      "params": {"progressToken": f"nobody-{i}", "progress": i}})
+        answer(req_id, f"notified {count}")
+    elif name == "stderr_flood":
+        total = int(args.get("mb", 1)) * 1024 * 1024
+        chunk = (b"e" * 1023 + b"\n") if args.get("newlines", True) else b"e" * 1024
+        err = sys.stderr.buffer
+        for _ in range(total // 1024):
+            err.write(chunk)
+        err.flush()
+        answer(req_id, f"stderr: {total} bytes")
+    elif name == "invalid_json":
+        count = int(args.get("count", 100))
+        bad = [b'{"jsonrpc": "2.0", "id": ', b"{{{{", b'{"jsonrpc":"2.0","method":',
+               b"\xff\xfe not utf-8", b'["an", "array"]', b'{"no": "jsonrpc fields"}']
+        for i in range(count):
+            write_raw(bad[i % len(bad)] + b"\n")
+        answer(req_id, f"invalid lines: {count}")
+    elif name == "huge_line":
+        mb = int(args.get("mb", 100))
+        head = json.dumps({"jsonrpc": "2.0", "id": req_id, "result": {
+            "content": [{"type": "text", "text": "@"}]}}).encode()
+        prefix, suffix = head.split(b"@")
+        block = b"x" * (1024 * 1024)
+        with LOCK:
+            OUT.write(prefix)
+            for _ in range(mb):
+                OUT.write(block)
+            OUT.write(suffix + b"\n")
+            OUT.flush()
+    elif name == "unknown_ids":
+        count = int(args.get("count", 100))
+        for i in range(count):
+            send({"jsonrpc": "2.0", "id": 1_000_000 + i,
+                  "result": {"content": [{"type": "text", "text": "for nobody"}]}})
+            send({"jsonrpc": "2.0", "id": f"ghost-{i}",
+                  "error": {"code": -32603, "message": "for nobody"}})
+        answer(req_id, f"unknown ids: {2 * count}")
+    elif name == "sampling":
+        resp = ask("sampling/createMessage", {
+            "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+            "maxTokens": 10})
+        if resp is None:
+            answer(req_id, "no reply")
+        elif "error" in resp:
+            answer(req_id, f"error: {resp['error'].get('code')} {resp['error'].get('message')}")
+        else:
+            answer(req_id, "result: " + json.dumps(resp.get("result")))
+    elif name == "roots_flood":
+        count = int(args.get("count", 1000))
+        slots = []
+        for _ in range(count):
+            with LOCK:
+                NEXT_ID[0] += 1
+                rid = f"faulty-{NEXT_ID[0]}"
+            slot = [threading.Event(), None]
+            PENDING[rid] = slot
+            slots.append((rid, slot))
+            send({"jsonrpc": "2.0", "id": rid, "method": "roots/list"})
+        deadline = time.time() + 30
+        got = 0
+        for rid, slot in slots:
+            if slot[0].wait(max(0.0, deadline - time.time())) and slot[1] and "result" in slot[1]:
+                got += 1
+            PENDING.pop(rid, None)
+        answer(req_id, f"roots answers: {got}/{count}")
+    elif name == "hog":
+        mb = int(args.get("mb", 100))
+        blocks = [b"\x01" * (1024 * 1024) for _ in range(mb)]
+        answer(req_id, f"allocated {len(blocks)} MiB")
+    elif name == "spin":
+        end = time.process_time() + float(args.get("after", 3))
+        n = 0
+        while time.process_time() < end:
+            n += 1
+        answer(req_id, f"spun {n}")
+    elif name == "roots_flood_deaf":
+        count = int(args.get("count", 100000))
+        DEAF.set()
+        for _ in range(count):
+            with LOCK:
+                NEXT_ID[0] += 1
+                rid = f"deaf-{NEXT_ID[0]}"
+            send({"jsonrpc": "2.0", "id": rid, "method": "roots/list"})
+        answer(req_id, f"asked {count}")
+        time.sleep(float(args.get("after", 5)))
+        DEAF.clear()
+    elif name == "crash":
+        time.sleep(float(args.get("after", 0.2)))
+        os._exit(3)
+    elif name == "hang":
+        time.sleep(3600)
+    elif name == "rate_flood":
+        note = json.dumps({"jsonrpc": "2.0", "method": "notifications/message",
+                           "params": {"level": "debug", "data": "z" * 4000}}).encode() + b"\n"
+        while True:
+            write_raw(note * 16)
+    else:
+        send({"jsonrpc": "2.0", "id": req_id,
+              "error": {"code": -32602, "message": f"unknown tool {name}"}})
+
+
+def handle(msg) -> None:
+    method = msg.get("method")
+    req_id = msg.get("id")
+    if method is None:
+        # A response to one of our requests.
+        slot = PENDING.get(req_id)
+        if slot is not None:
+            slot[1] = msg
+            slot[0].set()
+        return
+    if req_id is None:
+        return  # notifications: initialized, cancelled, roots changed
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": req_id, "result": {
+            "protocolVersion": msg["params"].get("protocolVersion", "2025-11-25"),
+            "capabilities": {"tools": {}, "logging": {}},
+            "serverInfo": {"name": "faulty", "version": "0.0.1"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": req_id, "result": {"tools": tool_list()}})
+    elif method == "ping":
+        send({"jsonrpc": "2.0", "id": req_id, "result": {}})
+    elif method == "tools/call":
+        p = msg.get("params") or {}
+        if p.get("name") == "echo":
+            run_tool(req_id, "echo", p.get("arguments") or {})
+        else:
+            threading.Thread(target=run_tool, args=(req_id, p.get("name"), p.get("arguments") or {}),
+                             daemon=True).start()
+    else:
+        send({"jsonrpc": "2.0", "id": req_id,
+              "error": {"code": -32601, "message": f"method not found: {method}"}})
+
+
+def main() -> None:
+    sys.stderr.write("faulty server starting\n")
+    sys.stderr.flush()
+    for raw in sys.stdin.buffer:
+        while DEAF.is_set():
+            time.sleep(0.05)
+        try:
+            msg = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(msg, dict):
+            handle(msg)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass
+    os._exit(0)
