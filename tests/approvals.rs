@@ -10,8 +10,6 @@
 //! Every test checks the audit log: `escalationResult` and who decided (`escalationDecidedBy`).
 //! No timing is asserted anywhere: ordering is observed, bounds only guard against hangs.
 
-#[allow(dead_code)]
-#[path = "gateway/support.rs"]
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
@@ -20,7 +18,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{palisade, python};
+use support::{
+    driver, merge_settings, palisade, read_jsonl, report, serve_log_env, write_json, write_policy,
+};
 
 /// The escalate rule's reason: what the agent reads after `ESCALATION REQUIRED: `.
 const REASON: &str = "writing in the work directory needs a person's approval";
@@ -47,17 +47,19 @@ impl Fixture {
             std::fs::create_dir_all(d).unwrap();
         }
         let policy = root.join("compiled-policy.json");
-        let rules = json!({"rules": [
-            {"name": "allow-reads-in-work", "description": "reads in WORK", "principle": "test",
-             "if": {"roles": ["read-path"], "paths": {"roles": ["read-path"], "within": work}},
-             "then": "allow", "reason": "reading the work directory is fine"},
-            {"name": "escalate-writes-in-work", "description": "writes in WORK", "principle": "test",
-             // fs-server's `write` is destructive: its path carries write and delete roles.
-             "if": {"roles": ["write-path", "delete-path"],
-                    "paths": {"roles": ["write-path", "delete-path"], "within": work}},
-             "then": "escalate", "reason": REASON}
-        ]});
-        std::fs::write(&policy, serde_json::to_vec_pretty(&rules).unwrap()).unwrap();
+        write_policy(
+            &policy,
+            json!([
+                {"name": "allow-reads-in-work", "description": "reads in WORK", "principle": "test",
+                 "if": {"roles": ["read-path"], "paths": {"roles": ["read-path"], "within": work}},
+                 "then": "allow", "reason": "reading the work directory is fine"},
+                {"name": "escalate-writes-in-work", "description": "writes in WORK", "principle": "test",
+                 // fs-server's `write` is destructive: its path carries write and delete roles.
+                 "if": {"roles": ["write-path", "delete-path"],
+                        "paths": {"roles": ["write-path", "delete-path"], "within": work}},
+                 "then": "escalate", "reason": REASON}
+            ]),
+        );
         let audit = root.join("audit.jsonl");
         let config = root.join("config.json");
         let cfg = json!({
@@ -68,7 +70,7 @@ impl Fixture {
                          // purpose pass --escalation-timeout 5.
                          "escalationTimeout": 60}
         });
-        std::fs::write(&config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+        write_json(&config, &cfg);
         Fixture {
             _dir: dir,
             root,
@@ -81,11 +83,7 @@ impl Fixture {
 
     /// Merges `settings` into the config file's `palisade` block.
     fn configure(&self, settings: Value) {
-        let mut cfg: Value = serde_json::from_slice(&std::fs::read(&self.config).unwrap()).unwrap();
-        for (k, v) in settings.as_object().unwrap() {
-            cfg["palisade"][k] = v.clone();
-        }
-        std::fs::write(&self.config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+        merge_settings(&self.config, settings);
     }
 
     fn errlog(&self) -> PathBuf {
@@ -99,10 +97,8 @@ impl Fixture {
     /// Runs the driver scenario against `palisade serve --config CFG SERVE_ARGS...`; returns
     /// its report (the part the scenario produced) after checking the tools were offered.
     fn drive(&self, scenario: &str, serve_args: &[&str], env: &[(&str, &str)]) -> Value {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/approvals_drive.py");
-        let mut c = Command::new(python());
-        c.arg(script)
-            .arg(scenario)
+        let mut c = driver("tests/clients/approvals_drive.py");
+        c.arg(scenario)
             .arg("--")
             .arg(palisade())
             .args(["serve", "--config"])
@@ -111,43 +107,9 @@ impl Fixture {
             .env("WORK", &self.work)
             .env("ESC_DIR", &self.esc)
             .env("PALISADE_BIN", palisade())
-            .env("SECRET", SECRET)
-            .env("DRIVE_ERRLOG", self.errlog())
-            .env("RUST_LOG", "info,rmcp=warn")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let child = c.spawn().expect("spawn the python driver");
-        let pid = child.id();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        let out = match rx.recv_timeout(RUN_LIMIT) {
-            Ok(out) => out.expect("driver output"),
-            Err(_) => {
-                // Kill exactly the driver we started, by its id.
-                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-                panic!(
-                    "driver {scenario} hung\npalisade stderr:\n{}",
-                    self.stderr_text()
-                );
-            }
-        };
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "driver {scenario} failed: {}\n{}\npalisade stderr:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr),
-            self.stderr_text()
-        );
-        let v: Value = serde_json::from_str(stdout.trim())
-            .unwrap_or_else(|e| panic!("driver {scenario} printed no JSON ({e}): {stdout}"));
+            .env("SECRET", SECRET);
+        serve_log_env(&mut c, &self.errlog()).envs(env.iter().copied());
+        let v = report(&mut c, scenario, &self.errlog(), Some(RUN_LIMIT));
         let tools = v["tools"].to_string();
         assert!(
             tools.contains("fs__write") && tools.contains("fs__read"),
@@ -166,11 +128,7 @@ impl Fixture {
     }
 
     fn records(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.audit)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        read_jsonl(&self.audit)
     }
 
     fn path(&self, name: &str) -> String {
