@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::{
-    driver, merge_settings, palisade, read_jsonl, report, serve_log_env, write_json, write_policy,
+    merge_settings, palisade, read_jsonl, report, serve_driver, write_json, write_policy,
 };
 
 /// The escalate rule's reason: what the agent reads after `ESCALATION REQUIRED: `.
@@ -97,18 +97,18 @@ impl Fixture {
     /// Runs the driver scenario against `palisade serve --config CFG SERVE_ARGS...`; returns
     /// its report (the part the scenario produced) after checking the tools were offered.
     fn drive(&self, scenario: &str, serve_args: &[&str], env: &[(&str, &str)]) -> Value {
-        let mut c = driver("tests/clients/approvals_drive.py");
-        c.arg(scenario)
-            .arg("--")
-            .arg(palisade())
-            .args(["serve", "--config"])
-            .arg(&self.config)
-            .args(serve_args)
+        let mut c = serve_driver(
+            "tests/clients/approvals_drive.py",
+            scenario,
+            &self.config,
+            &self.errlog(),
+        );
+        c.args(serve_args)
             .env("WORK", &self.work)
             .env("ESC_DIR", &self.esc)
             .env("PALISADE_BIN", palisade())
-            .env("SECRET", SECRET);
-        serve_log_env(&mut c, &self.errlog()).envs(env.iter().copied());
+            .env("SECRET", SECRET)
+            .envs(env.iter().copied());
         let v = report(&mut c, scenario, &self.errlog(), Some(RUN_LIMIT));
         let tools = v["tools"].to_string();
         assert!(
@@ -117,6 +117,14 @@ impl Fixture {
             self.stderr_text()
         );
         v["report"].clone()
+    }
+
+    /// `drive` with the file-IPC approver on ESC (`--escalation dir:ESC`), then `serve_args`.
+    fn drive_dir(&self, scenario: &str, serve_args: &[&str]) -> Value {
+        let esc = format!("dir:{}", self.esc.display());
+        let mut args = vec!["--escalation", &esc];
+        args.extend_from_slice(serve_args);
+        self.drive(scenario, &args, &[])
     }
 
     /// The audit records of `fs`'s `write` calls, in log order.
@@ -272,9 +280,8 @@ impl DirWatch {
 #[test]
 fn file_ipc_approved_denied_malformed_with_private_atomic_request_files() {
     let f = Fixture::new();
-    let esc = format!("dir:{}", f.esc.display());
     let watch = DirWatch::start(&f.esc);
-    let r = f.drive("dir_ipc", &["--escalation", &esc], &[]);
+    let r = f.drive_dir("dir_ipc", &[]);
     let events = watch.finish();
 
     for label in ["approved", "denied", "malformed_decision", "not_json"] {
@@ -385,12 +392,7 @@ fn file_ipc_approved_denied_malformed_with_private_atomic_request_files() {
 #[test]
 fn file_ipc_timeout_and_a_response_for_an_unknown_id() {
     let f = Fixture::new();
-    let esc = format!("dir:{}", f.esc.display());
-    let r = f.drive(
-        "timeout",
-        &["--escalation", &esc, "--escalation-timeout", "5"],
-        &[],
-    );
+    let r = f.drive_dir("timeout", &["--escalation-timeout", "5"]);
     let real = r["real_id"].as_str().unwrap();
     let unknown = r["unknown_id"].as_str().unwrap();
     let mut both = vec![
@@ -429,8 +431,7 @@ fn file_ipc_timeout_and_a_response_for_an_unknown_id() {
 #[test]
 fn palisade_approve_answers_from_a_second_terminal() {
     let f = Fixture::new();
-    let esc = format!("dir:{}", f.esc.display());
-    let r = f.drive("approve_cmd", &["--escalation", &esc], &[]);
+    let r = f.drive_dir("approve_cmd", &[]);
     let stdout = |k: &str| {
         assert_eq!(r[k]["code"], 0, "{k}: {r}");
         r[k]["stdout"].as_str().unwrap().to_string()
@@ -474,12 +475,7 @@ fn palisade_approve_answers_from_a_second_terminal() {
 #[test]
 fn a_cancelled_call_withdraws_its_question() {
     let f = Fixture::new();
-    let esc = format!("dir:{}", f.esc.display());
-    let r = f.drive(
-        "cancel",
-        &["--escalation", &esc, "--escalation-timeout", "300"],
-        &[],
-    );
+    let r = f.drive_dir("cancel", &["--escalation-timeout", "300"]);
     assert_eq!(r["pending_before_cancel"], true, "{r}");
     assert_eq!(r["request_withdrawn"], true, "{r}");
     assert_eq!(r["listing_after"], json!([]), "{r}");

@@ -438,10 +438,18 @@ fn bwrap_usable() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// True (after saying so) when this machine cannot run the sandbox, so the test skips.
+fn skipped_without_bwrap() -> bool {
+    if bwrap_usable() {
+        return false;
+    }
+    eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+    true
+}
+
 #[test]
 fn real_servers_work_inside_their_profiles() {
-    if !bwrap_usable() {
-        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+    if skipped_without_bwrap() {
         return;
     }
     // COMPAT_ONLY=git,time runs a subset (while developing a profile).
@@ -745,8 +753,7 @@ fn trace_denials_reports_a_host_file_the_sandbox_hides() {
 /// lists the tools of `palisade serve` and calls one (mcp-server-time in its sandbox).
 #[test]
 fn inspector_cli_lists_and_calls_tools_through_palisade() {
-    if !bwrap_usable() {
-        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+    if skipped_without_bwrap() {
         return;
     }
     let inspector = deps().join("node_modules/.bin/mcp-inspector");
@@ -811,8 +818,7 @@ fn inspector_cli_lists_and_calls_tools_through_palisade() {
 /// host's processes, without it only its own (the control).
 #[test]
 fn a_profile_from_a_directory_relaxes_the_pid_namespace_and_unknown_names_are_refused() {
-    if !bwrap_usable() {
-        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+    if skipped_without_bwrap() {
         return;
     }
     let ws = Ws::new();
@@ -859,8 +865,7 @@ fn a_profile_from_a_directory_relaxes_the_pid_namespace_and_unknown_names_are_re
 /// control: the command itself adds nothing).
 #[test]
 fn run_delivers_its_grants_per_the_profiles_roots_as() {
-    if !bwrap_usable() {
-        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+    if skipped_without_bwrap() {
         return;
     }
     let ws = Ws::new();

@@ -15,8 +15,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 use support::{
-    driver, node_server, palisade, read_jsonl, report, run_ok, serve_log_env, write_json,
-    write_policy, Workspace,
+    node_server, palisade, read_jsonl, report, run_ok, serve_driver, write_json, write_policy,
+    Workspace,
 };
 
 struct Fixture {
@@ -85,19 +85,18 @@ fn drive(f: &Fixture, scenario: &str) -> Value {
 }
 
 fn drive_with(f: &Fixture, scenario: &str, escalation: &str) -> Value {
-    let mut c = driver("tests/clients/remember_drive.py");
-    c.arg(scenario)
-        .arg("--")
-        .arg(palisade())
-        .args(["serve", "--config"])
-        .arg(&f.config)
-        .arg("--escalation")
+    let mut c = serve_driver(
+        "tests/clients/remember_drive.py",
+        scenario,
+        &f.config,
+        &f.ws.errlog(),
+    );
+    c.arg("--escalation")
         .arg(escalation)
         .env("DRIVE_D", &f.d)
         .env("DRIVE_E", &f.e)
         .env("ESC_DIR", &f.esc)
         .env("PALISADE_BIN", palisade());
-    serve_log_env(&mut c, &f.ws.errlog());
     report(&mut c, scenario, &f.ws.errlog(), None)
 }
 

@@ -13,8 +13,8 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 use support::{
-    audit_records, driver, names, node_server, palisade, python, repo, report, run_ok,
-    serve_log_env, write_json, write_policy, Workspace,
+    audit_records, names, node_server, palisade, python, repo, report, run_ok, serve_driver,
+    write_json, write_policy, Workspace,
 };
 
 struct Fixture {
@@ -88,19 +88,19 @@ fn fixture(extra_servers: Value) -> Fixture {
 
 /// Runs the driver scenario against `palisade serve --escalation dir:ESC`.
 fn drive(f: &Fixture, scenario: &str, env: &[(&str, &str)]) -> Value {
-    let mut c = driver("tests/clients/roots_drive.py");
-    c.arg(scenario)
-        .arg("--")
-        .arg(palisade())
-        .args(["serve", "--config"])
-        .arg(&f.config)
-        .arg("--escalation")
+    let mut c = serve_driver(
+        "tests/clients/roots_drive.py",
+        scenario,
+        &f.config,
+        &f.ws.errlog(),
+    );
+    c.arg("--escalation")
         .arg(format!("dir:{}", f.esc.display()))
         .env("DRIVE_A", &f.a)
         .env("DRIVE_B", &f.b)
         .env("DRIVE_C", &f.c)
-        .env("ESC_DIR", &f.esc);
-    serve_log_env(&mut c, &f.ws.errlog())
+        .env("ESC_DIR", &f.esc)
+        // ROOTS_RUST_LOG: more of palisade's log when debugging a failure.
         .env(
             "RUST_LOG",
             std::env::var("ROOTS_RUST_LOG").unwrap_or_else(|_| "info,rmcp=warn".into()),

@@ -15,7 +15,7 @@ import sys
 import time
 
 import anyio
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
@@ -74,6 +74,16 @@ async def call_each(s, calls, timeout=60):
         except Exception as e:
             out.append({"tool": c["tool"], "error": True, "text": str(getattr(e, "error", e))})
     return out
+
+
+def sampled(text, model):
+    """A sampling callback's answer: one assistant text message from `model`."""
+    return types.CreateMessageResult(
+        role="assistant",
+        content=types.TextContent(type="text", text=text),
+        model=model,
+        stop_reason="endTurn",
+    )
 
 
 # --- the file-IPC approver (`--escalation dir:ESC`) seen from the person's side ---------------

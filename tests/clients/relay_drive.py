@@ -17,7 +17,7 @@ import sys
 import anyio
 from mcp import types
 
-from common import call_each, command_after_dashes, session, tool_names
+from common import call_each, command_after_dashes, sampled, session, tool_names
 
 seen = {"sampling": [], "elicitation": [], "cancelled": []}
 
@@ -33,12 +33,7 @@ async def on_sampling(context, params):
     seen["sampling"].append({"text": "\n".join(texts), "includeContext": params.include_context,
                              "meta": (params.meta or {}) if isinstance(params.meta, dict) else
                              (params.meta.model_dump() if params.meta else {})})
-    return types.CreateMessageResult(
-        role="assistant",
-        content=types.TextContent(type="text", text="canned-by-relay-client"),
-        model="relay-test-model",
-        stop_reason="endTurn",
-    )
+    return sampled("canned-by-relay-client", "relay-test-model")
 
 
 async def on_elicitation(context, params):

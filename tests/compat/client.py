@@ -54,12 +54,7 @@ RELAYED = {"sampling": [], "elicitation": []}
 
 async def sampling_callback(context, params):
     RELAYED["sampling"].append(" ".join(getattr(m.content, "text", "") for m in params.messages))
-    return types.CreateMessageResult(
-        role="assistant",
-        content=types.TextContent(type="text", text="sampled-by-compat-client"),
-        model="compat-model",
-        stop_reason="endTurn",
-    )
+    return common.sampled("sampled-by-compat-client", "compat-model")
 
 
 async def elicitation_callback(context, params):

@@ -122,6 +122,19 @@ pub fn driver(script: &str) -> Command {
     c
 }
 
+/// `python SCRIPT SCENARIO -- palisade serve --config CONFIG`: a scenario driver in front of
+/// the gateway (further `serve` arguments may follow). Its environment is `serve_log_env`'s.
+pub fn serve_driver(script: &str, scenario: &str, config: &Path, errlog: &Path) -> Command {
+    let mut c = driver(script);
+    c.arg(scenario)
+        .arg("--")
+        .arg(palisade())
+        .args(["serve", "--config"])
+        .arg(config);
+    serve_log_env(&mut c, errlog);
+    c
+}
+
 /// The environment of a driver that starts `palisade serve`: palisade's stderr to `errlog`
 /// (the drivers read DRIVE_ERRLOG), info logs without rmcp's chatter, no colour codes.
 pub fn serve_log_env<'a>(cmd: &'a mut Command, errlog: &Path) -> &'a mut Command {
