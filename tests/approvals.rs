@@ -10,8 +10,6 @@
 //! Every test checks the audit log: `escalationResult` and who decided (`escalationDecidedBy`).
 //! No timing is asserted anywhere: ordering is observed, bounds only guard against hangs.
 
-#[allow(dead_code)]
-#[path = "gateway/support.rs"]
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
@@ -20,7 +18,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{palisade, python};
+use support::{
+    merge_settings, palisade, read_jsonl, report, serve_driver, write_json, write_policy,
+};
 
 /// The escalate rule's reason: what the agent reads after `ESCALATION REQUIRED: `.
 const REASON: &str = "writing in the work directory needs a person's approval";
@@ -47,17 +47,19 @@ impl Fixture {
             std::fs::create_dir_all(d).unwrap();
         }
         let policy = root.join("compiled-policy.json");
-        let rules = json!({"rules": [
-            {"name": "allow-reads-in-work", "description": "reads in WORK", "principle": "test",
-             "if": {"roles": ["read-path"], "paths": {"roles": ["read-path"], "within": work}},
-             "then": "allow", "reason": "reading the work directory is fine"},
-            {"name": "escalate-writes-in-work", "description": "writes in WORK", "principle": "test",
-             // fs-server's `write` is destructive: its path carries write and delete roles.
-             "if": {"roles": ["write-path", "delete-path"],
-                    "paths": {"roles": ["write-path", "delete-path"], "within": work}},
-             "then": "escalate", "reason": REASON}
-        ]});
-        std::fs::write(&policy, serde_json::to_vec_pretty(&rules).unwrap()).unwrap();
+        write_policy(
+            &policy,
+            json!([
+                {"name": "allow-reads-in-work", "description": "reads in WORK", "principle": "test",
+                 "if": {"roles": ["read-path"], "paths": {"roles": ["read-path"], "within": work}},
+                 "then": "allow", "reason": "reading the work directory is fine"},
+                {"name": "escalate-writes-in-work", "description": "writes in WORK", "principle": "test",
+                 // fs-server's `write` is destructive: its path carries write and delete roles.
+                 "if": {"roles": ["write-path", "delete-path"],
+                        "paths": {"roles": ["write-path", "delete-path"], "within": work}},
+                 "then": "escalate", "reason": REASON}
+            ]),
+        );
         let audit = root.join("audit.jsonl");
         let config = root.join("config.json");
         let cfg = json!({
@@ -68,7 +70,7 @@ impl Fixture {
                          // purpose pass --escalation-timeout 5.
                          "escalationTimeout": 60}
         });
-        std::fs::write(&config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+        write_json(&config, &cfg);
         Fixture {
             _dir: dir,
             root,
@@ -81,11 +83,7 @@ impl Fixture {
 
     /// Merges `settings` into the config file's `palisade` block.
     fn configure(&self, settings: Value) {
-        let mut cfg: Value = serde_json::from_slice(&std::fs::read(&self.config).unwrap()).unwrap();
-        for (k, v) in settings.as_object().unwrap() {
-            cfg["palisade"][k] = v.clone();
-        }
-        std::fs::write(&self.config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+        merge_settings(&self.config, settings);
     }
 
     fn errlog(&self) -> PathBuf {
@@ -99,55 +97,19 @@ impl Fixture {
     /// Runs the driver scenario against `palisade serve --config CFG SERVE_ARGS...`; returns
     /// its report (the part the scenario produced) after checking the tools were offered.
     fn drive(&self, scenario: &str, serve_args: &[&str], env: &[(&str, &str)]) -> Value {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/approvals_drive.py");
-        let mut c = Command::new(python());
-        c.arg(script)
-            .arg(scenario)
-            .arg("--")
-            .arg(palisade())
-            .args(["serve", "--config"])
-            .arg(&self.config)
-            .args(serve_args)
+        let mut c = serve_driver(
+            "tests/clients/approvals_drive.py",
+            scenario,
+            &self.config,
+            &self.errlog(),
+        );
+        c.args(serve_args)
             .env("WORK", &self.work)
             .env("ESC_DIR", &self.esc)
             .env("PALISADE_BIN", palisade())
             .env("SECRET", SECRET)
-            .env("DRIVE_ERRLOG", self.errlog())
-            .env("RUST_LOG", "info,rmcp=warn")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let child = c.spawn().expect("spawn the python driver");
-        let pid = child.id();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        let out = match rx.recv_timeout(RUN_LIMIT) {
-            Ok(out) => out.expect("driver output"),
-            Err(_) => {
-                // Kill exactly the driver we started, by its id.
-                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-                panic!(
-                    "driver {scenario} hung\npalisade stderr:\n{}",
-                    self.stderr_text()
-                );
-            }
-        };
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "driver {scenario} failed: {}\n{}\npalisade stderr:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr),
-            self.stderr_text()
-        );
-        let v: Value = serde_json::from_str(stdout.trim())
-            .unwrap_or_else(|e| panic!("driver {scenario} printed no JSON ({e}): {stdout}"));
+            .envs(env.iter().copied());
+        let v = report(&mut c, scenario, &self.errlog(), Some(RUN_LIMIT));
         let tools = v["tools"].to_string();
         assert!(
             tools.contains("fs__write") && tools.contains("fs__read"),
@@ -155,6 +117,14 @@ impl Fixture {
             self.stderr_text()
         );
         v["report"].clone()
+    }
+
+    /// `drive` with the file-IPC approver on ESC (`--escalation dir:ESC`), then `serve_args`.
+    fn drive_dir(&self, scenario: &str, serve_args: &[&str]) -> Value {
+        let esc = format!("dir:{}", self.esc.display());
+        let mut args = vec!["--escalation", &esc];
+        args.extend_from_slice(serve_args);
+        self.drive(scenario, &args, &[])
     }
 
     /// The audit records of `fs`'s `write` calls, in log order.
@@ -166,11 +136,7 @@ impl Fixture {
     }
 
     fn records(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.audit)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        read_jsonl(&self.audit)
     }
 
     fn path(&self, name: &str) -> String {
@@ -314,9 +280,8 @@ impl DirWatch {
 #[test]
 fn file_ipc_approved_denied_malformed_with_private_atomic_request_files() {
     let f = Fixture::new();
-    let esc = format!("dir:{}", f.esc.display());
     let watch = DirWatch::start(&f.esc);
-    let r = f.drive("dir_ipc", &["--escalation", &esc], &[]);
+    let r = f.drive_dir("dir_ipc", &[]);
     let events = watch.finish();
 
     for label in ["approved", "denied", "malformed_decision", "not_json"] {
@@ -427,12 +392,7 @@ fn file_ipc_approved_denied_malformed_with_private_atomic_request_files() {
 #[test]
 fn file_ipc_timeout_and_a_response_for_an_unknown_id() {
     let f = Fixture::new();
-    let esc = format!("dir:{}", f.esc.display());
-    let r = f.drive(
-        "timeout",
-        &["--escalation", &esc, "--escalation-timeout", "5"],
-        &[],
-    );
+    let r = f.drive_dir("timeout", &["--escalation-timeout", "5"]);
     let real = r["real_id"].as_str().unwrap();
     let unknown = r["unknown_id"].as_str().unwrap();
     let mut both = vec![
@@ -471,8 +431,7 @@ fn file_ipc_timeout_and_a_response_for_an_unknown_id() {
 #[test]
 fn palisade_approve_answers_from_a_second_terminal() {
     let f = Fixture::new();
-    let esc = format!("dir:{}", f.esc.display());
-    let r = f.drive("approve_cmd", &["--escalation", &esc], &[]);
+    let r = f.drive_dir("approve_cmd", &[]);
     let stdout = |k: &str| {
         assert_eq!(r[k]["code"], 0, "{k}: {r}");
         r[k]["stdout"].as_str().unwrap().to_string()
@@ -516,12 +475,7 @@ fn palisade_approve_answers_from_a_second_terminal() {
 #[test]
 fn a_cancelled_call_withdraws_its_question() {
     let f = Fixture::new();
-    let esc = format!("dir:{}", f.esc.display());
-    let r = f.drive(
-        "cancel",
-        &["--escalation", &esc, "--escalation-timeout", "300"],
-        &[],
-    );
+    let r = f.drive_dir("cancel", &["--escalation-timeout", "300"]);
     assert_eq!(r["pending_before_cancel"], true, "{r}");
     assert_eq!(r["request_withdrawn"], true, "{r}");
     assert_eq!(r["listing_after"], json!([]), "{r}");

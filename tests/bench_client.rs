@@ -1,42 +1,41 @@
 //! `palisade bench-client` drives a real server and reports well-formed figures (the values
 //! themselves are for scripts/bench.sh; no timing is asserted here).
 
+mod support;
+
 use std::process::Command;
+
+use support::{palisade, run_ok};
 
 #[test]
 fn bench_client_measures_fs_server_calls() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().canonicalize().unwrap();
     std::fs::write(dir.join("x"), "x").unwrap();
-    let exe = env!("CARGO_BIN_EXE_palisade");
+    let exe = palisade();
     let args = format!("{{\"path\":\"{}\"}}", dir.join("x").display());
-    let out = Command::new(exe)
-        .args([
-            "bench-client",
-            "--calls",
-            "40",
-            "--concurrency",
-            "4",
-            "--warmup",
-            "5",
-        ])
-        .args([
-            "--tool",
-            "stat",
-            "--args",
-            &args,
-            "--",
-            exe,
-            "fs-server",
-            "--root",
-        ])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        Command::new(exe)
+            .args([
+                "bench-client",
+                "--calls",
+                "40",
+                "--concurrency",
+                "4",
+                "--warmup",
+                "5",
+            ])
+            .args([
+                "--tool",
+                "stat",
+                "--args",
+                &args,
+                "--",
+                exe,
+                "fs-server",
+                "--root",
+            ])
+            .arg(&dir),
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["ok"], 40);

@@ -11,39 +11,16 @@
 //!
 //! Needs bubblewrap and the test dependencies ($PALISADE_TEST_DEPS, scripts/test.sh).
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
-
-fn deps() -> PathBuf {
-    let dir = std::env::var_os("PALISADE_TEST_DEPS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps"));
-    assert!(
-        dir.join("venv/bin/python").exists(),
-        "test dependencies missing at {} (run scripts/install-test-deps.sh or set PALISADE_TEST_DEPS)",
-        dir.display()
-    );
-    dir
-}
-
-fn palisade() -> &'static str {
-    env!("CARGO_BIN_EXE_palisade")
-}
-
-fn node_server(pkg: &str) -> String {
-    deps()
-        .join("node_modules/@modelcontextprotocol")
-        .join(pkg)
-        .join("dist/index.js")
-        .display()
-        .to_string()
-}
-
-fn venv_bin(name: &str) -> String {
-    deps().join("venv/bin").join(name).display().to_string()
-}
+use support::{
+    allow_all_policy, deps, driver, merge_settings, node_server, palisade, report, run_ok,
+    venv_bin, write_json, write_policy,
+};
 
 const SECRET_TEXT: &str = "compat-secret-7d1f";
 const ENV_SECRET: &str = "compat-env-secret-91ab";
@@ -82,26 +59,29 @@ impl Ws {
                 "backend": "bwrap",
                 "sandboxDir": self.p("sandbox"),
                 "stateDir": self.p("state"),
-                "policy": Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("tests/fixtures/allow-all-policy.json")
-                    .display()
-                    .to_string(),
+                "policy": allow_all_policy(),
             }
         });
         let path = self.dir.path().join("config.json");
-        std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+        write_json(&path, &cfg);
         path.display().to_string()
     }
 
     /// `config`, with `extra` merged into the `palisade` block (a policy, an approver).
     fn config_with(&self, name: &str, server: Value, extra: Value) -> String {
         let path = self.config(name, server);
-        let mut cfg: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-        for (k, v) in extra.as_object().unwrap() {
-            cfg["palisade"][k] = v.clone();
-        }
-        std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+        merge_settings(Path::new(&path), extra);
         path
+    }
+
+    /// A profiles directory holding `NAME.json` with each `(NAME, JSON)`.
+    fn profiles(&self, profiles: &[(&str, &str)]) -> PathBuf {
+        let dir = self.dir.path().join("profiles");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, body) in profiles {
+            std::fs::write(dir.join(format!("{name}.json")), body).unwrap();
+        }
+        dir
     }
 
     fn params(&self, prefix: &str) -> Value {
@@ -117,25 +97,14 @@ impl Ws {
 
 /// Runs client.py SCENARIO against `palisade serve --config CONFIG`; returns its checks.
 fn drive(ws: &Ws, scenario: &str, params: &Value, config: &str) -> Vec<Value> {
-    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/compat/client.py");
-    let out = Command::new(deps().join("venv/bin/python"))
-        .arg(&client)
-        .arg(scenario)
+    let log = ws.dir.path().join("serve-stderr.log");
+    let mut c = driver("tests/compat/client.py");
+    c.arg(scenario)
         .arg(params.to_string())
         .args(["--", palisade(), "serve", "--config", config])
         .env("PALISADE_COMPAT_SECRET", ENV_SECRET)
-        .env("COMPAT_ERRLOG", ws.dir.path().join("serve-stderr.log"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run the compat client");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "client.py {scenario}: no JSON report ({e}); stdout: {stdout}; stderr: {}; serve log: {}",
-            String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(ws.dir.path().join("serve-stderr.log")).unwrap_or_default()
-        )
-    });
+        .env("COMPAT_ERRLOG", &log);
+    let report = report(&mut c, &format!("client.py {scenario}"), &log, None);
     report["checks"].as_array().cloned().unwrap_or_default()
 }
 
@@ -270,9 +239,9 @@ fn filesystem_widen() -> Vec<Row> {
     std::fs::create_dir_all(ws.dir.path().join("esc")).unwrap();
     std::fs::write(ws.dir.path().join("other/other.txt"), "other text\n").unwrap();
     let policy = ws.dir.path().join("policy.json");
-    std::fs::write(
+    write_policy(
         &policy,
-        serde_json::to_vec_pretty(&json!({"rules": [
+        json!([
             {"name": "allow-read-granted", "description": "reads in granted", "principle": "test",
              "if": {"roles": ["read-path"], "paths": {"roles": ["read-path"], "within": ws.p("granted")}},
              "then": "allow", "reason": "reading in granted is allowed"},
@@ -281,10 +250,8 @@ fn filesystem_widen() -> Vec<Row> {
              "then": "escalate", "reason": "reading elsewhere needs a person"},
             {"name": "allow-the-rest", "description": "everything else", "principle": "test",
              "if": {}, "then": "allow", "reason": "the widening is what this check is about"}
-        ]}))
-        .unwrap(),
-    )
-    .unwrap();
+        ]),
+    );
     let cfg = ws.config_with(
         "fs",
         json!({"command": "node", "args": [node_server("server-filesystem")],
@@ -471,10 +438,18 @@ fn bwrap_usable() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// True (after saying so) when this machine cannot run the sandbox, so the test skips.
+fn skipped_without_bwrap() -> bool {
+    if bwrap_usable() {
+        return false;
+    }
+    eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+    true
+}
+
 #[test]
 fn real_servers_work_inside_their_profiles() {
-    if !bwrap_usable() {
-        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+    if skipped_without_bwrap() {
         return;
     }
     // COMPAT_ONLY=git,time runs a subset (while developing a profile).
@@ -778,8 +753,7 @@ fn trace_denials_reports_a_host_file_the_sandbox_hides() {
 /// lists the tools of `palisade serve` and calls one (mcp-server-time in its sandbox).
 #[test]
 fn inspector_cli_lists_and_calls_tools_through_palisade() {
-    if !bwrap_usable() {
-        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+    if skipped_without_bwrap() {
         return;
     }
     let inspector = deps().join("node_modules/.bin/mcp-inspector");
@@ -844,30 +818,21 @@ fn inspector_cli_lists_and_calls_tools_through_palisade() {
 /// host's processes, without it only its own (the control).
 #[test]
 fn a_profile_from_a_directory_relaxes_the_pid_namespace_and_unknown_names_are_refused() {
-    if !bwrap_usable() {
-        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+    if skipped_without_bwrap() {
         return;
     }
     let ws = Ws::new();
-    let dir = ws.dir.path().join("profiles");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("shared-pids.json"),
+    let dir = ws.profiles(&[(
+        "shared-pids",
         r#"{"description": "test", "relax": {"sharePid": "test of the relaxation"}}"#,
-    )
-    .unwrap();
+    )]);
     let count = |extra: &[&str]| -> usize {
-        let out = Command::new(palisade())
-            .arg("run")
-            .args(extra)
-            .args(["--", "/bin/sh", "-c", "ls /proc | grep -c '^[0-9]'"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = run_ok(Command::new(palisade()).arg("run").args(extra).args([
+            "--",
+            "/bin/sh",
+            "-c",
+            "ls /proc | grep -c '^[0-9]'",
+        ]));
         String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
     };
     let dir_s = dir.display().to_string();
@@ -900,42 +865,34 @@ fn a_profile_from_a_directory_relaxes_the_pid_namespace_and_unknown_names_are_re
 /// control: the command itself adds nothing).
 #[test]
 fn run_delivers_its_grants_per_the_profiles_roots_as() {
-    if !bwrap_usable() {
-        eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+    if skipped_without_bwrap() {
         return;
     }
     let ws = Ws::new();
-    let dir = ws.dir.path().join("profiles");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("dirs-as-args.json"),
-        r#"{"description": "test", "rootsAs": {"flag": "--dir"}}"#,
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("dirs-in-env.json"),
-        r#"{"description": "test", "rootsAs": {"env": "DIRS", "separator": ","}}"#,
-    )
-    .unwrap();
+    let dir = ws.profiles(&[
+        (
+            "dirs-as-args",
+            r#"{"description": "test", "rootsAs": {"flag": "--dir"}}"#,
+        ),
+        (
+            "dirs-in-env",
+            r#"{"description": "test", "rootsAs": {"env": "DIRS", "separator": ","}}"#,
+        ),
+    ]);
     let (granted, other) = (ws.p("granted"), ws.p("secret"));
     let run = |profile: &str| -> String {
-        let out = Command::new(palisade())
-            .args(["run", "--profiles-dir"])
-            .arg(&dir)
-            .args(["--profile", profile, "--rw", &granted, "--ro", &other])
-            .args([
-                "--",
-                "/bin/sh",
-                "-c",
-                r#"echo "args:$*"; echo "env:${DIRS:-unset}""#,
-                "sh",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = run_ok(
+            Command::new(palisade())
+                .args(["run", "--profiles-dir"])
+                .arg(&dir)
+                .args(["--profile", profile, "--rw", &granted, "--ro", &other])
+                .args([
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    r#"echo "args:$*"; echo "env:${DIRS:-unset}""#,
+                    "sh",
+                ]),
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };

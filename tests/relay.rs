@@ -9,44 +9,18 @@
 //!
 //! Needs bubblewrap and the test dependencies ($PALISADE_TEST_DEPS, scripts/test.sh).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+mod support;
+
+use std::path::PathBuf;
 
 use serde_json::{json, Value};
-
-fn deps() -> PathBuf {
-    let dir = std::env::var_os("PALISADE_TEST_DEPS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps"));
-    assert!(
-        dir.join("venv/bin/python").exists()
-            && dir
-                .join("node_modules/@modelcontextprotocol/server-everything")
-                .exists(),
-        "test dependencies missing at {} (run scripts/install-test-deps.sh or set PALISADE_TEST_DEPS)",
-        dir.display()
-    );
-    dir
-}
-
-fn python() -> String {
-    deps().join("venv/bin/python").display().to_string()
-}
-
-fn repo(rel: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(rel)
-        .display()
-        .to_string()
-}
+use support::{
+    allow_all_policy, driver, node_server, palisade, python, read_jsonl, repo, report, write_json,
+};
 
 /// server-everything (stdio), with `relay` when given.
 fn everything(relay: Option<Value>) -> Value {
-    let index = deps()
-        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
-        .display()
-        .to_string();
-    let mut v = json!({"command": "node", "args": [index, "stdio"]});
+    let mut v = json!({"command": "node", "args": [node_server("server-everything"), "stdio"]});
     if let Some(r) = relay {
         v["relay"] = r;
     }
@@ -115,33 +89,22 @@ impl Run {
                 "sandboxDir": self.path("sandbox"),
                 "stateDir": self.path("state"),
                 "auditLog": self.path("audit.jsonl"),
-                "policy": repo("tests/fixtures/allow-all-policy.json"),
+                "policy": allow_all_policy(),
             }
         });
         let config = self.path("config.json");
-        std::fs::write(&config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
-        let mut cmd = Command::new(python());
-        cmd.arg(repo("tests/clients/relay_drive.py"))
-            .arg(calls.to_string())
+        write_json(&config, &cfg);
+        let log = self.path("serve-stderr.log");
+        let mut cmd = driver("tests/clients/relay_drive.py");
+        cmd.arg(calls.to_string())
             .arg("--")
-            .arg(env!("CARGO_BIN_EXE_palisade"))
+            .arg(palisade())
             .args(["serve", "--config"])
             .arg(&config)
-            .env("RELAY_ERRLOG", self.path("serve-stderr.log"))
+            .env("RELAY_ERRLOG", &log)
             .env("RUST_LOG", "info,rmcp=error")
-            .stdin(Stdio::null());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().expect("run relay_drive.py");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let v: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-            panic!(
-                "relay_drive.py: no JSON report ({e}); stdout: {stdout}; stderr: {}; serve log: {}",
-                String::from_utf8_lossy(&out.stderr),
-                std::fs::read_to_string(self.path("serve-stderr.log")).unwrap_or_default()
-            )
-        });
+            .envs(env.iter().copied());
+        let v = report(&mut cmd, "relay_drive.py", &log, None);
         let strings = |key: &str| -> Vec<String> {
             v[key]
                 .as_array()
@@ -162,9 +125,8 @@ impl Run {
     /// The audit records of the relayed (or refused) requests, as `(kind, server, status,
     /// error)`.
     fn relay_records(&self) -> Vec<(String, String, String, String)> {
-        let text = std::fs::read_to_string(self.path("audit.jsonl")).unwrap_or_default();
-        text.lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        read_jsonl(&self.path("audit.jsonl"))
+            .into_iter()
             .filter(|r| r.get("kind").is_some())
             .map(|r| {
                 let s = |v: &Value| v.as_str().unwrap_or_default().to_string();

@@ -8,15 +8,16 @@
 //! through without a request; a sibling directory, another tool, a symlink or `..` out of D,
 //! and a policy deny inside D are not covered; a new `serve` run remembers nothing.
 
-#[allow(dead_code)]
-#[path = "gateway/support.rs"]
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
-use support::{node_server, palisade, python, Workspace};
+use support::{
+    node_server, palisade, read_jsonl, report, run_ok, serve_driver, write_json, write_policy,
+    Workspace,
+};
 
 struct Fixture {
     ws: Workspace,
@@ -29,7 +30,7 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let ws = Workspace::new();
-    let root = std::fs::canonicalize(ws.path()).unwrap();
+    let root = ws.canonical();
     let (d, e) = (root.join("D"), root.join("E"));
     let sandbox = root.join("sandbox");
     let esc = root.join("esc");
@@ -39,9 +40,9 @@ fn fixture() -> Fixture {
     // A symlink planted in D that leads to its sibling E.
     std::os::unix::fs::symlink(&e, d.join("link")).unwrap();
     let policy = root.join("compiled-policy.json");
-    std::fs::write(
+    write_policy(
         &policy,
-        serde_json::to_vec_pretty(&json!({"rules": [
+        json!([
             {"name": "deny-locked", "description": "D/locked is off limits", "principle": "test",
              "if": {"roles": ["write-path"], "paths": {"roles": ["write-path"], "within": d.join("locked")}},
              "then": "deny", "reason": "D/locked is never written"},
@@ -50,15 +51,13 @@ fn fixture() -> Fixture {
              "then": "escalate", "reason": "writing needs a person's approval"},
             {"name": "allow-the-rest", "description": "everything else", "principle": "test",
              "if": {}, "then": "allow", "reason": "reads are not what this test is about"}
-        ]}))
-        .unwrap(),
-    )
-    .unwrap();
+        ]),
+    );
     let audit = root.join("audit.jsonl");
     let config = root.join("config.json");
-    std::fs::write(
+    write_json(
         &config,
-        serde_json::to_vec_pretty(&json!({
+        &json!({
             "mcpServers": {
                 "fs": {"command": "node", "args": [node_server("server-filesystem"), "{roots}"], "sandbox": {}}
             },
@@ -68,10 +67,8 @@ fn fixture() -> Fixture {
                 // Bounds a driver that misses an escalation; never a timing assertion.
                 "escalationTimeout": 30,
             }
-        }))
-        .unwrap(),
-    )
-    .unwrap();
+        }),
+    );
     Fixture {
         ws,
         d,
@@ -88,44 +85,24 @@ fn drive(f: &Fixture, scenario: &str) -> Value {
 }
 
 fn drive_with(f: &Fixture, scenario: &str, escalation: &str) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/remember_drive.py");
-    let out = Command::new(python())
-        .arg(script)
-        .arg(scenario)
-        .arg("--")
-        .arg(palisade())
-        .args(["serve", "--config"])
-        .arg(&f.config)
-        .arg("--escalation")
+    let mut c = serve_driver(
+        "tests/clients/remember_drive.py",
+        scenario,
+        &f.config,
+        &f.ws.errlog(),
+    );
+    c.arg("--escalation")
         .arg(escalation)
         .env("DRIVE_D", &f.d)
         .env("DRIVE_E", &f.e)
         .env("ESC_DIR", &f.esc)
-        .env("PALISADE_BIN", palisade())
-        .env("DRIVE_ERRLOG", f.ws.errlog())
-        .env("RUST_LOG", "info,rmcp=warn")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run the driver");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "driver failed: {}\n{}\npalisade stderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        f.ws.stderr_text()
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("no JSON ({e}): {stdout}"))
+        .env("PALISADE_BIN", palisade());
+    report(&mut c, scenario, &f.ws.errlog(), None)
 }
 
 fn audit_records(f: &Fixture) -> Vec<Value> {
-    std::fs::read_to_string(&f.audit)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    assert!(f.audit.exists(), "no audit log at {}", f.audit.display());
+    read_jsonl(&f.audit)
 }
 
 /// The audit record of the call whose `path` argument is `path`, for `tool`.
@@ -264,15 +241,10 @@ fn an_approval_remembered_for_a_directory_covers_that_tool_there_and_nothing_els
     let rec = record(&recs, "write_file", &path(d.join("locked/x.txt")));
     assert_eq!(rec["policyDecision"]["status"], "deny", "{rec}");
     assert!(rec.get("escalationResult").is_none(), "{rec}");
-    let verify = Command::new(palisade())
-        .args(["audit", "verify"])
-        .arg(&f.audit)
-        .output()
-        .unwrap();
-    assert!(
-        verify.status.success(),
-        "{}",
-        String::from_utf8_lossy(&verify.stdout)
+    run_ok(
+        Command::new(palisade())
+            .args(["audit", "verify"])
+            .arg(&f.audit),
     );
 
     // Remembered approvals widen the same way as asked ones: D was added once, by the first

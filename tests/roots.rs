@@ -6,15 +6,16 @@
 //!
 //! The policy (written per test) allows reads in A and escalates reads elsewhere.
 
-#[allow(dead_code)]
-#[path = "gateway/support.rs"]
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::{json, Value};
-use support::{audit_records, node_server, palisade, python, Workspace};
+use support::{
+    audit_records, names, node_server, palisade, python, repo, report, run_ok, serve_driver,
+    write_json, write_policy, Workspace,
+};
 
 struct Fixture {
     ws: Workspace,
@@ -26,13 +27,9 @@ struct Fixture {
     config: PathBuf,
 }
 
-fn canon(p: &Path) -> PathBuf {
-    std::fs::canonicalize(p).unwrap()
-}
-
 fn fixture(extra_servers: Value) -> Fixture {
     let ws = Workspace::new();
-    let root = canon(ws.path());
+    let root = ws.canonical();
     let (a, b, c) = (root.join("A"), root.join("B"), root.join("C"));
     let sandbox = root.join("sandbox");
     let esc = root.join("esc");
@@ -44,9 +41,9 @@ fn fixture(extra_servers: Value) -> Fixture {
     std::fs::write(c.join("c.txt"), "charlie").unwrap();
     std::os::unix::fs::symlink(&c, a.join("link")).unwrap();
     let policy = root.join("compiled-policy.json");
-    std::fs::write(
+    write_policy(
         &policy,
-        serde_json::to_vec_pretty(&json!({"rules": [
+        json!([
             {"name": "allow-fs-writes-anywhere", "description": "lets the roots check decide", "principle": "test",
              "if": {"server": ["fs"], "tool": ["write_file"]},
              "then": "allow", "reason": "a careless policy: only the roots check stands in the way"},
@@ -58,30 +55,26 @@ fn fixture(extra_servers: Value) -> Fixture {
              "then": "escalate", "reason": "reading outside A needs a person's approval"},
             {"name": "allow-the-rest", "description": "everything else", "principle": "test",
              "if": {}, "then": "allow", "reason": "the roots check is what this test is about"}
-        ]}))
-        .unwrap(),
-    )
-    .unwrap();
+        ]),
+    );
     let mut servers = json!({
         "fs": {"command": "node", "args": [node_server("server-filesystem"), "{roots}"], "sandbox": {}},
         "probe": {"command": python().display().to_string(),
-                  "args": [Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/servers/roots_probe.py")],
+                  "args": [repo("tests/servers/roots_probe.py")],
                   "sandbox": {}}
     });
     for (k, v) in extra_servers.as_object().unwrap() {
         servers[k] = v.clone();
     }
     let config = root.join("config.json");
-    std::fs::write(
+    write_json(
         &config,
-        serde_json::to_vec_pretty(&json!({"mcpServers": servers, "palisade": {
+        &json!({"mcpServers": servers, "palisade": {
             "sandboxDir": sandbox, "sandboxPolicy": "enforce", "policy": policy,
             // Bounds a driver that misses an escalation; never a timing assertion.
             "escalationTimeout": 30,
-        }}))
-        .unwrap(),
-    )
-    .unwrap();
+        }}),
+    );
     Fixture {
         ws,
         a,
@@ -95,55 +88,34 @@ fn fixture(extra_servers: Value) -> Fixture {
 
 /// Runs the driver scenario against `palisade serve --escalation dir:ESC`.
 fn drive(f: &Fixture, scenario: &str, env: &[(&str, &str)]) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/roots_drive.py");
-    let mut c = Command::new(python());
-    c.arg(script)
-        .arg(scenario)
-        .arg("--")
-        .arg(palisade())
-        .args(["serve", "--config"])
-        .arg(&f.config)
-        .arg("--escalation")
+    let mut c = serve_driver(
+        "tests/clients/roots_drive.py",
+        scenario,
+        &f.config,
+        &f.ws.errlog(),
+    );
+    c.arg("--escalation")
         .arg(format!("dir:{}", f.esc.display()))
         .env("DRIVE_A", &f.a)
         .env("DRIVE_B", &f.b)
         .env("DRIVE_C", &f.c)
         .env("ESC_DIR", &f.esc)
-        .env("DRIVE_ERRLOG", f.ws.errlog())
+        // ROOTS_RUST_LOG: more of palisade's log when debugging a failure.
         .env(
             "RUST_LOG",
             std::env::var("ROOTS_RUST_LOG").unwrap_or_else(|_| "info,rmcp=warn".into()),
         )
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let out = c.output().expect("run the driver");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "driver failed: {}\n{}\npalisade stderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        f.ws.stderr_text()
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("no JSON ({e}): {stdout}"))
+        .envs(env.iter().copied());
+    report(&mut c, scenario, &f.ws.errlog(), None)
 }
 
 /// `palisade policy roots --config CONFIG --server NAME`: the root paths.
 fn policy_roots(f: &Fixture, server: &str) -> Vec<String> {
-    let out = Command::new(palisade())
-        .args(["policy", "roots", "--config"])
-        .arg(&f.config)
-        .args(["--server", server])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        Command::new(palisade())
+            .args(["policy", "roots", "--config"])
+            .arg(&f.config)
+            .args(["--server", server]),
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     v["roots"]
@@ -154,14 +126,6 @@ fn policy_roots(f: &Fixture, server: &str) -> Vec<String> {
         .collect()
 }
 
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_str().unwrap().to_string())
-        .collect()
-}
-
 fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
     v
@@ -169,8 +133,8 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 
 /// Mount points inside the workspace (everything else is the system base and runtime).
 fn ws_mounts(mounts: &Value, f: &Fixture) -> Vec<String> {
-    let root = canon(f.ws.path()).display().to_string();
-    let mut m: Vec<String> = strings(mounts)
+    let root = f.ws.canonical().display().to_string();
+    let mut m: Vec<String> = names(mounts)
         .into_iter()
         .filter(|p| p.starts_with(&root))
         .collect();
@@ -198,9 +162,9 @@ fn roots_are_mounted_announced_and_widened_only_on_approval() {
 
     // At start, the three views agree for every server: policy roots, what the server says
     // it may access (server-filesystem) or was announced (probe), and the sandbox's mounts.
-    assert_eq!(strings(&r["start"]["fs_dirs"]), want, "{r}");
+    assert_eq!(names(&r["start"]["fs_dirs"]), want, "{r}");
     assert_eq!(
-        strings(&r["start"]["probe_announced"]),
+        names(&r["start"]["probe_announced"]),
         want.iter().map(|p| uri(p)).collect::<Vec<_>>(),
         "{r}"
     );
@@ -244,7 +208,7 @@ fn roots_are_mounted_announced_and_widened_only_on_approval() {
     assert_eq!(r["b_approved"]["result"]["text"], "bravo", "{r}");
     let mut wider = want.clone();
     wider.push(s(&f.b));
-    assert_eq!(strings(&r["fs_dirs_after"]), wider, "{r}");
+    assert_eq!(names(&r["fs_dirs_after"]), wider, "{r}");
 
     // The next read in B is decided by the policy again (escalated again) and, approved,
     // needs no second relaunch: one relaunch for fs, one for probe, in the whole session.
@@ -261,7 +225,7 @@ fn roots_are_mounted_announced_and_widened_only_on_approval() {
     let pa = &r["probe_after"];
     assert_eq!(ws_mounts(&pa["mounts"], &f), sorted(wider.clone()), "{r}");
     assert_eq!(
-        strings(&pa["announced"]),
+        names(&pa["announced"]),
         wider.iter().map(|p| uri(p)).collect::<Vec<_>>(),
         "{r}"
     );
@@ -292,7 +256,7 @@ fn roots_are_mounted_announced_and_widened_only_on_approval() {
             "the refusal names the real target: {t}"
         );
     }
-    assert_eq!(strings(&r["c_files"]), ["c.txt"], "nothing reached C: {r}");
+    assert_eq!(names(&r["c_files"]), ["c.txt"], "nothing reached C: {r}");
     // The same tool writes where the roots allow it (the refusals above are the roots').
     assert_eq!(r["write_sandbox"]["is_error"], false, "{r}");
     assert!(f.sandbox.join("ok.txt").exists());
@@ -382,5 +346,5 @@ fn the_agents_roots_narrow_calls_and_never_widen_a_server() {
         "after list_changed the policy decides again: {r}"
     );
     let s = |p: &Path| p.display().to_string();
-    assert_eq!(strings(&r["fs_dirs"]), [s(&f.sandbox), s(&f.a)], "{r}");
+    assert_eq!(names(&r["fs_dirs"]), [s(&f.sandbox), s(&f.a)], "{r}");
 }

@@ -14,7 +14,6 @@ env: WORK (the directory the policy escalates writes in), ESC_DIR (dir: approver
 Scenarios: plain, dir_ipc, timeout, approve_cmd, cancel, tty, tty_cancel, elicit, exec_chain, ordering.
 """
 
-import glob
 import json
 import os
 import select
@@ -23,25 +22,14 @@ import time
 import uuid
 
 import anyio
-from mcp import ClientSession, StdioServerParameters, types
-from mcp.client.stdio import stdio_client
-from mcp.shared.exceptions import MCPError
+from mcp import types
+
+import common
+from common import call, command_after_dashes, request_files
 
 # Bound for "eventually" steps (a missed request, a hung call); never a timing assertion.
 DEADLINE = 60.0
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def text_of(result) -> str:
-    return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
-
-
-async def call(s, name, args):
-    try:
-        r = await s.call_tool(name, args)
-        return {"ok": True, "is_error": bool(r.is_error), "text": text_of(r)}
-    except MCPError as e:
-        return {"ok": False, "code": e.code, "text": e.message}
 
 
 def work(name):
@@ -62,12 +50,7 @@ def listing():
 
 def pending_requests():
     """Request files that have no response yet: {id: path}."""
-    out = {}
-    for path in glob.glob(os.path.join(esc_dir(), "request-*.json")):
-        rid = os.path.basename(path)[len("request-") : -len(".json")]
-        if not os.path.exists(os.path.join(esc_dir(), f"response-{rid}.json")):
-            out[rid] = path
-    return out
+    return {rid: path for rid, path in request_files(esc_dir()) if not common.answered(esc_dir(), rid)}
 
 
 async def wait_requests(n, seen=()):
@@ -94,10 +77,7 @@ async def wait_requests(n, seen=()):
 
 def respond(rid, body: bytes):
     """Writes response-<rid>.json the way IronCurtain's tools do: temporary file, rename."""
-    tmp = os.path.join(esc_dir(), f".answer-{rid}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(body)
-    os.rename(tmp, os.path.join(esc_dir(), f"response-{rid}.json"))
+    common.respond(esc_dir(), rid, body)
 
 
 APPROVED = b'{"decision": "approved"}'
@@ -404,24 +384,18 @@ async def main_async(scenario, cmd):
         cmd = launcher + [os.ttyname(slave), os.environ["STDOUT_COPY"], "--"] + cmd
     # stdio_client starts the command in a new session (start_new_session): without the
     # launcher above, palisade has no controlling terminal at all.
-    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
-    errlog = open(os.environ.get("DRIVE_ERRLOG", os.devnull), "a")
     callback = None
     if answers is not None:
         ctx["answers"] = [a for a in answers.split(",") if a]
         callback = elicitation_callback(ctx)
-    async with stdio_client(params, errlog=errlog) as (read, write):
-        async with ClientSession(read, write, elicitation_callback=callback) as s:
-            await s.initialize()
-            tools = [t.name for t in (await s.list_tools()).tools]
-            report = await globals()[scenario](s, ctx)
-            return {"tools": tools, "report": report}
+    async with common.session(cmd, elicitation_callback=callback) as s:
+        tools = [t.name for t in (await s.list_tools()).tools]
+        report = await globals()[scenario](s, ctx)
+        return {"tools": tools, "report": report}
 
 
 def main():
-    scenario = sys.argv[1]
-    cmd = sys.argv[sys.argv.index("--") + 1 :]
-    print(json.dumps(anyio.run(main_async, scenario, cmd)))
+    print(json.dumps(anyio.run(main_async, sys.argv[1], command_after_dashes())))
 
 
 if __name__ == "__main__":

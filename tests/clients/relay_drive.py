@@ -14,9 +14,10 @@ import json
 import os
 import sys
 
-from mcp import ClientSession, StdioServerParameters, stdio_client, types
-
 import anyio
+from mcp import types
+
+from common import call_each, command_after_dashes, sampled, session, tool_names
 
 seen = {"sampling": [], "elicitation": [], "cancelled": []}
 
@@ -32,12 +33,7 @@ async def on_sampling(context, params):
     seen["sampling"].append({"text": "\n".join(texts), "includeContext": params.include_context,
                              "meta": (params.meta or {}) if isinstance(params.meta, dict) else
                              (params.meta.model_dump() if params.meta else {})})
-    return types.CreateMessageResult(
-        role="assistant",
-        content=types.TextContent(type="text", text="canned-by-relay-client"),
-        model="relay-test-model",
-        stop_reason="endTurn",
-    )
+    return sampled("canned-by-relay-client", "relay-test-model")
 
 
 async def on_elicitation(context, params):
@@ -47,28 +43,16 @@ async def on_elicitation(context, params):
 
 async def main():
     calls = json.loads(sys.argv[1])
-    cmd = sys.argv[sys.argv.index("--") + 1:]
-    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
     kw = {}
     if os.environ.get("RELAY_NO_CALLBACKS") != "1":
         kw = {"sampling_callback": on_sampling, "elicitation_callback": on_elicitation}
-    out = []
-    with open(os.environ.get("RELAY_ERRLOG", os.devnull), "w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write, **kw) as session:
-                await asyncio.wait_for(session.initialize(), 90)
-                names = [t.name for t in (await asyncio.wait_for(session.list_tools(), 30)).tools]
-                for c in calls:
-                    try:
-                        r = await asyncio.wait_for(session.call_tool(c["tool"], c.get("args", {})), 60)
-                        text = "\n".join(getattr(b, "text", "") for b in r.content)
-                        out.append({"tool": c["tool"], "error": bool(r.is_error), "text": text})
-                    except Exception as e:
-                        out.append({"tool": c["tool"], "error": True, "text": str(getattr(e, "error", e))})
-                if os.environ.get("RELAY_WAIT_CANCEL") == "1":
-                    with anyio.move_on_after(30):
-                        while not seen["cancelled"]:
-                            await anyio.sleep(0.05)
+    async with session(command_after_dashes(), "RELAY_ERRLOG", "w", init_timeout=90, **kw) as s:
+        names = await tool_names(s)
+        out = await call_each(s, calls)
+        if os.environ.get("RELAY_WAIT_CANCEL") == "1":
+            with anyio.move_on_after(30):
+                while not seen["cancelled"]:
+                    await anyio.sleep(0.05)
     print(json.dumps({"tools": names, "calls": out, **seen}, default=str))
 
 

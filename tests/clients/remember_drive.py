@@ -9,31 +9,16 @@ usage: remember_drive.py SCENARIO -- COMMAND ARGS...
 env: DRIVE_D, DRIVE_E (directories), ESC_DIR, PALISADE_BIN (for `palisade approve`)
 """
 
-import glob
-import json
 import os
 import subprocess
-import sys
 import time
 
 import anyio
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.shared.exceptions import MCPError
+
+import common
+from common import call
 
 DEADLINE = 60.0  # bound for one call; never a timing assertion
-
-
-def text_of(result) -> str:
-    return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
-
-
-async def call(s, name, args):
-    try:
-        r = await s.call_tool(name, args)
-        return {"ok": True, "is_error": bool(r.is_error), "text": text_of(r)}
-    except MCPError as e:
-        return {"ok": False, "code": e.code, "text": e.message}
 
 
 def answer(esc, rid, decision):
@@ -46,11 +31,7 @@ def answer(esc, rid, decision):
         )
         return out.stdout
     body = {"decision": "approved", "remember": True} if decision == "remember" else {"decision": decision}
-    resp = os.path.join(esc, f"response-{rid}.json")
-    tmp = os.path.join(esc, f".drive-{rid}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(body, f)
-    os.rename(tmp, resp)
+    common.respond(esc, rid, body)
     return None
 
 
@@ -69,14 +50,11 @@ async def watched_call(s, name, args, decisions=()):
         tg.start_soon(do_call)
         deadline = time.monotonic() + DEADLINE
         while "result" not in out and time.monotonic() < deadline:
-            for path in sorted(glob.glob(os.path.join(esc, "request-*.json"))):
-                rid = os.path.basename(path)[len("request-"):-len(".json")]
+            for rid, path in common.request_files(esc):
                 if rid in seen:
                     continue
-                try:
-                    with open(path) as f:
-                        request = json.load(f)
-                except (OSError, ValueError):
+                request = common.read_request(path)
+                if request is None:
                     continue  # being renamed into place or already removed
                 seen.add(rid)
                 decision = plan.pop(0) if plan else "denied"
@@ -157,22 +135,8 @@ async def elicit_session(s):
     return r
 
 
-async def main_async(scenario, cmd):
-    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
-    errlog = open(os.environ.get("DRIVE_ERRLOG", os.devnull), "a")
-    async with stdio_client(params, errlog=errlog) as (read, write):
-        callback = on_elicit if scenario == "elicit_session" else None
-        async with ClientSession(read, write, elicitation_callback=callback) as s:
-            await s.initialize()
-            return await globals()[scenario](s)
-
-
-def main():
-    scenario = sys.argv[1]
-    cmd = sys.argv[sys.argv.index("--") + 1:]
-    report = anyio.run(main_async, scenario, cmd)
-    print(json.dumps(report))
-
-
 if __name__ == "__main__":
-    main()
+    common.run_scenario(
+        globals(),
+        lambda scenario: {"elicitation_callback": on_elicit if scenario == "elicit_session" else None},
+    )

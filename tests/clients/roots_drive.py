@@ -8,55 +8,20 @@ env: DRIVE_A, DRIVE_B, DRIVE_C (directories), ESC_DIR, DRIVE_BENCH_DIRS (bench: 
 """
 
 import glob
-import json
 import os
-import sys
 import time
 
 import anyio
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.shared.exceptions import MCPError
+
+import common
+from common import call, text_of
 
 DEADLINE = 60.0  # bound for "eventually" steps; never a timing assertion
 
 
-def text_of(result) -> str:
-    return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
-
-
-async def call(s, name, args):
-    try:
-        r = await s.call_tool(name, args)
-        return {"ok": True, "is_error": bool(r.is_error), "text": text_of(r)}
-    except MCPError as e:
-        return {"ok": False, "code": e.code, "text": e.message}
-
-
 async def answer_next(decision):
     """Waits for the next escalation request and answers it; returns (id, request, t_answer)."""
-    esc = os.environ["ESC_DIR"]
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        reqs = sorted(glob.glob(os.path.join(esc, "request-*.json")))
-        for path in reqs:
-            rid = os.path.basename(path)[len("request-") : -len(".json")]
-            resp = os.path.join(esc, f"response-{rid}.json")
-            if os.path.exists(resp):
-                continue
-            try:
-                with open(path) as f:
-                    request = json.load(f)
-            except (OSError, ValueError):
-                continue  # being written
-            tmp = resp + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump({"decision": decision}, f)
-            t = time.monotonic()
-            os.rename(tmp, resp)
-            return rid, request, t
-        await anyio.sleep(0.005)
-    raise RuntimeError("no escalation request appeared")
+    return await common.answer_next(os.environ["ESC_DIR"], decision, DEADLINE, 0.005)
 
 
 async def escalated_call(s, name, args, decision):
@@ -205,24 +170,12 @@ async def bench(s):
     return out
 
 
-async def main_async(scenario, cmd):
-    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
-    errlog = open(os.environ.get("DRIVE_ERRLOG", os.devnull), "a")
-    async with stdio_client(params, errlog=errlog) as (read, write):
-        callback = agent_list_roots if scenario == "agent_roots" else None
-        if scenario == "agent_roots":
-            AGENT_ROOTS.append(os.environ["DRIVE_A"])
-        async with ClientSession(read, write, list_roots_callback=callback) as s:
-            await s.initialize()
-            return await globals()[scenario](s)
-
-
-def main():
-    scenario = sys.argv[1]
-    cmd = sys.argv[sys.argv.index("--") + 1 :]
-    report = anyio.run(main_async, scenario, cmd)
-    print(json.dumps(report))
+def session_kw(scenario):
+    if scenario == "agent_roots":
+        AGENT_ROOTS.append(os.environ["DRIVE_A"])
+        return {"list_roots_callback": agent_list_roots}
+    return {"list_roots_callback": None}
 
 
 if __name__ == "__main__":
-    main()
+    common.run_scenario(globals(), session_kw)

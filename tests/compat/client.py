@@ -11,7 +11,6 @@ The tool names are the gateway's (`SERVER__tool`); PARAMS_JSON carries the serve
 the granted directories and the paths that must stay out of reach.
 """
 
-import glob
 import json
 import os
 import subprocess
@@ -19,15 +18,14 @@ import sys
 import time
 
 import anyio
-from mcp import ClientSession, StdioServerParameters, types
-from mcp.client.stdio import stdio_client
+from mcp import types
 from mcp.shared.exceptions import MCPError
 
+# The shared driver helpers live next to the other clients, in tests/clients/common.py.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients"))
+import common  # noqa: E402
+
 DEADLINE = 30.0  # bound for "eventually" steps; never a timing assertion
-
-
-def text_of(result) -> str:
-    return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
 
 
 class Report:
@@ -56,12 +54,7 @@ RELAYED = {"sampling": [], "elicitation": []}
 
 async def sampling_callback(context, params):
     RELAYED["sampling"].append(" ".join(getattr(m.content, "text", "") for m in params.messages))
-    return types.CreateMessageResult(
-        role="assistant",
-        content=types.TextContent(type="text", text="sampled-by-compat-client"),
-        model="compat-model",
-        stop_reason="endTurn",
-    )
+    return common.sampled("sampled-by-compat-client", "compat-model")
 
 
 async def elicitation_callback(context, params):
@@ -71,21 +64,16 @@ async def elicitation_callback(context, params):
 
 async def session(cmd, body, **kw):
     rec = Recorder()
-    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
-    errlog = open(os.environ.get("COMPAT_ERRLOG", os.devnull), "a")
-    async with stdio_client(params, errlog=errlog) as (read, write):
-        async with ClientSession(read, write, message_handler=rec, **kw) as s:
-            await s.initialize()
-            return await body(s, rec)
+    async with common.session(cmd, "COMPAT_ERRLOG", message_handler=rec, **kw) as s:
+        return await body(s, rec)
 
 
 async def call(s, name, args, **kw):
     """{"ok": no JSON-RPC error, "is_error": result.isError, "text": ...}"""
-    try:
-        r = await s.call_tool(name, args, **kw)
-        return {"ok": True, "is_error": bool(r.is_error), "text": text_of(r)}
-    except MCPError as e:
-        return {"ok": False, "is_error": True, "text": e.message}
+    r = await common.call(s, name, args, **kw)
+    if not r["ok"]:
+        return {"ok": False, "is_error": True, "text": r["text"]}
+    return r
 
 
 def succeeded(r):
@@ -173,24 +161,8 @@ async def filesystem(s, rec, p, rep):
 
 async def answer_next_escalation(esc_dir, decision):
     """Waits for the next file-IPC escalation request in esc_dir and answers it."""
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        for path in sorted(glob.glob(os.path.join(esc_dir, "request-*.json"))):
-            rid = os.path.basename(path)[len("request-"):-len(".json")]
-            resp = os.path.join(esc_dir, f"response-{rid}.json")
-            if os.path.exists(resp):
-                continue
-            try:
-                with open(path) as f:
-                    json.load(f)
-            except (OSError, ValueError):
-                continue  # still being written
-            with open(resp + ".tmp", "w") as f:
-                json.dump({"decision": decision}, f)
-            os.rename(resp + ".tmp", resp)
-            return rid
-        await anyio.sleep(0.02)
-    raise RuntimeError("no escalation request appeared")
+    rid, _, _ = await common.answer_next(esc_dir, decision, DEADLINE, 0.02)
+    return rid
 
 
 async def filesystem_widen(s, rec, p, rep):
@@ -466,7 +438,7 @@ SCENARIOS = {
 
 def main():
     scenario, params = sys.argv[1], json.loads(sys.argv[2])
-    cmd = sys.argv[sys.argv.index("--") + 1:]
+    cmd = common.command_after_dashes()
     rep = Report()
 
     async def body(s, rec):
