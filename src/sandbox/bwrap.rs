@@ -26,7 +26,8 @@
 //!    the deny masks so that a deny still hides them.
 //! 6. Deny masks last, after every mount, so a deny always wins over a grant, however deep
 //!    the grant: a tmpfs over a denied directory, `/dev/null` over a denied file. A mask for
-//!    a path no mount shows is dropped (nothing to hide, and bwrap would have to create it).
+//!    a path that no mount shows, at or below it, is dropped (nothing to hide, and bwrap
+//!    would have to create it).
 //! 7. `--remount-ro /`: the sandbox's own root tmpfs becomes read-only, so the only writable
 //!    places are the rw grants, HOME and `/tmp`.
 //! 8. `--seccomp FD` (when a filter is given), `--chdir CWD`, `--`, the program, its args.
@@ -188,11 +189,13 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
         a.push(p.clone().into());
     }
 
-    // 6. deny masks, after every mount
+    // 6. deny masks, after every mount. A mask is needed where a mount shows the path, or
+    // shows something below it (a grant inside a denied directory: the deny still wins;
+    // the bwrap_argv fuzz target found grants below an unmounted deny left visible).
     let mut masks: Vec<&Mask> = extra
         .masks
         .iter()
-        .filter(|m| covered(&mounts, m.path()))
+        .filter(|m| covered(&mounts, m.path()) || mounts.iter().any(|x| x.path.starts_with(m.path())))
         .collect();
     masks.sort_by_key(|m| depth(m.path()));
     for m in masks {
@@ -503,6 +506,25 @@ mod tests {
         let f = args.iter().position(|x| x == "/w/.env").unwrap();
         assert_eq!(&args[f - 2..f], ["--ro-bind", "/dev/null"]);
         assert!(!args.iter().any(|x| x == "/not/mounted"), "{args:?}");
+    }
+
+    #[test]
+    fn a_deny_above_every_mount_still_hides_the_grants_below_it() {
+        // Found by the bwrap_argv fuzz target: /w/secret is denied, no mount shows /w/secret
+        // itself, but a grant inside it does; the mask must still come, after the grant.
+        let mut s = spec();
+        s.mounts = vec![m("/w/secret/inner", Access::Rw, MountOrigin::Root)];
+        let r = Render {
+            masks: vec![Mask::Dir("/w/secret".into())],
+            ..Render::default()
+        };
+        let args = strings(&render(&s, &r));
+        let inner = args.iter().position(|x| x == "/w/secret/inner").unwrap();
+        let mask = args
+            .windows(2)
+            .position(|w| w[0] == "--tmpfs" && w[1] == "/w/secret")
+            .unwrap_or_else(|| panic!("no mask over /w/secret: {args:?}"));
+        assert!(inner < mask, "{args:?}");
     }
 
     #[test]
