@@ -165,7 +165,7 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
 
     let egress = WiringOptions::from_spec(&spec.network).map(|o| wiring::wiring(&o));
     if let Some(w) = &egress {
-        a.extend(w.bwrap_args.iter().map(OsString::from));
+        a.extend(w.bwrap_args.iter().cloned());
     }
 
     // 5. write-protect re-binds of dangerous files inside read-write grants. Only paths a
@@ -195,7 +195,9 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
     let mut masks: Vec<&Mask> = extra
         .masks
         .iter()
-        .filter(|m| covered(&mounts, m.path()) || mounts.iter().any(|x| x.path.starts_with(m.path())))
+        .filter(|m| {
+            covered(&mounts, m.path()) || mounts.iter().any(|x| x.path.starts_with(m.path()))
+        })
         .collect();
     masks.sort_by_key(|m| depth(m.path()));
     for m in masks {
@@ -228,7 +230,7 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
     a.push(spec.cwd.clone().into());
     a.push("--".into());
     if let Some(w) = &egress {
-        a.extend(w.wrapper_prefix.iter().map(OsString::from));
+        a.extend(w.wrapper_prefix.iter().cloned());
     }
     a.push(spec.program.clone().into());
     a.extend(spec.args.iter().map(OsString::from));
@@ -343,7 +345,8 @@ mod tests {
         let got = strings(&render(&s, &Render::default()));
         let script = crate::egress::wiring::wiring(&WiringOptions::new("/s", "/usr/bin/socat"))
             .wrapper_prefix[2]
-            .clone();
+            .to_string_lossy()
+            .into_owned();
         let want = [
             "--unshare-all",
             "--unshare-user",
@@ -506,6 +509,27 @@ mod tests {
         let f = args.iter().position(|x| x == "/w/.env").unwrap();
         assert_eq!(&args[f - 2..f], ["--ro-bind", "/dev/null"]);
         assert!(!args.iter().any(|x| x == "/not/mounted"), "{args:?}");
+    }
+
+    #[test]
+    fn a_non_utf8_socket_path_is_bound_byte_for_byte() {
+        // Found by the bwrap_argv fuzz target: the egress wiring turned paths into text
+        // lossily, so bwrap would have bound another host path than the spec's.
+        use std::os::unix::ffi::OsStringExt;
+        let socket = PathBuf::from(OsString::from_vec(b"/run/p/\xff\xfe.sock".to_vec()));
+        let socat = PathBuf::from(OsString::from_vec(b"/opt/\xff/socat".to_vec()));
+        let mut s = spec();
+        s.network = NetworkSpec::Proxied {
+            socket: socket.clone(),
+            http_port: 3128,
+            socks_port: 1080,
+            socat: socat.clone(),
+        };
+        let args = render(&s, &Render::default());
+        assert!(args.windows(3).any(|w| w[0] == "--ro-bind"
+            && w[1] == socket.as_os_str()
+            && w[2] == "/run/palisade/egress.sock"));
+        assert!(args.iter().any(|a| a == socat.as_os_str()));
     }
 
     #[test]
