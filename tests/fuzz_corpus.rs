@@ -9,7 +9,9 @@ mod checks;
 use std::path::Path;
 
 fn replay(kind: &str) -> usize {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz").join(kind);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz")
+        .join(kind);
     let mut count = 0;
     for (target, check) in checks::TARGETS {
         let dir = root.join(target);

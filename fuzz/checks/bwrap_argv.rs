@@ -20,11 +20,11 @@
 //!    what was there; `--remount-ro` makes the topmost mount at that path read-only), for
 //!    every path the spec names and a child of each:
 //!    a. every host path visible in the sandbox is shown by a mount of the spec (or is
-//!       `/dev/null` of a file mask, or the egress socket at its fixed place) and is not
-//!       under a deny path;
+//!    `/dev/null` of a file mask, or the egress socket at its fixed place) and is not
+//!    under a deny path;
 //!    b. every host path writable in the sandbox is one the spec grants read-write: its
-//!       deepest mount (the last given for a path) is read-write, it is not under a deny
-//!       path, and not under a write-protected path inside a read-write grant.
+//!    deepest mount (the last given for a path) is read-write, it is not under a deny path,
+//!    and not under a write-protected path inside a read-write grant.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -144,9 +144,17 @@ fn mask_path(m: &Mask) -> &Path {
 /// Values each option takes, as bubblewrap parses them.
 fn arity(flag: &[u8]) -> Option<usize> {
     Some(match flag {
-        b"--unshare-all" | b"--unshare-user" | b"--unshare-user-try" | b"--unshare-ipc"
-        | b"--unshare-net" | b"--unshare-uts" | b"--unshare-cgroup-try" | b"--share-net"
-        | b"--disable-userns" | b"--die-with-parent" | b"--new-session" => 0,
+        b"--unshare-all"
+        | b"--unshare-user"
+        | b"--unshare-user-try"
+        | b"--unshare-ipc"
+        | b"--unshare-net"
+        | b"--unshare-uts"
+        | b"--unshare-cgroup-try"
+        | b"--share-net"
+        | b"--disable-userns"
+        | b"--die-with-parent"
+        | b"--new-session" => 0,
         b"--cap-drop" | b"--proc" | b"--dev" | b"--tmpfs" | b"--remount-ro" | b"--seccomp"
         | b"--chdir" => 1,
         b"--symlink" | b"--ro-bind" | b"--bind" => 2,
@@ -185,8 +193,13 @@ pub fn check(spec: &SandboxSpec, extra: &Render, argv: &[OsString]) {
         if flag == b"--" {
             break;
         }
-        let n = arity(flag).unwrap_or_else(|| panic!("unknown option {:?} at {i}: {argv:?}", argv[i]));
-        assert!(i + n < argv.len(), "option {:?} without its values", argv[i]);
+        let n =
+            arity(flag).unwrap_or_else(|| panic!("unknown option {:?} at {i}: {argv:?}", argv[i]));
+        assert!(
+            i + n < argv.len(),
+            "option {:?} without its values",
+            argv[i]
+        );
         let v = |k: usize| PathBuf::from(argv[i + k].clone());
         match flag {
             b"--bind" | b"--ro-bind" => {
@@ -255,7 +268,11 @@ pub fn check(spec: &SandboxSpec, extra: &Render, argv: &[OsString]) {
         spec.network == NetworkSpec::Host,
         "--share-net does not follow the spec's network: {argv:?}"
     );
-    assert_eq!(last_table_op, b"--remount-ro=/".to_vec(), "the root is left writable");
+    assert_eq!(
+        last_table_op,
+        b"--remount-ro=/".to_vec(),
+        "the root is left writable"
+    );
 
     // 1 (tail). the command
     let mut want: Vec<&OsStr> = Vec::new();
@@ -287,15 +304,21 @@ pub fn check(spec: &SandboxSpec, extra: &Render, argv: &[OsString]) {
     };
     let denied = |h: &Path| spec.deny.iter().any(|d| h.starts_with(d));
     let protected = |h: &Path| {
-        extra.write_protect.iter().any(|p| {
-            h.starts_with(p) && deepest(p).is_some_and(|m| m.access == Access::Rw)
-        })
+        extra
+            .write_protect
+            .iter()
+            .any(|p| h.starts_with(p) && deepest(p).is_some_and(|m| m.access == Access::Rw))
     };
     let mut probes: Vec<PathBuf> = vec!["/".into()];
     probes.extend(spec.mounts.iter().map(|m| m.path.clone()));
     probes.extend(spec.deny.iter().cloned());
     probes.extend(extra.write_protect.iter().cloned());
-    probes.extend([spec.home.clone(), spec.cwd.clone(), SANDBOX_SOCKET.into(), "/tmp".into()]);
+    probes.extend([
+        spec.home.clone(),
+        spec.cwd.clone(),
+        SANDBOX_SOCKET.into(),
+        "/tmp".into(),
+    ]);
     let children: Vec<PathBuf> = probes.iter().map(|p| p.join("zz")).collect();
     probes.extend(children);
     for p in &probes {
@@ -324,7 +347,10 @@ pub fn check(spec: &SandboxSpec, extra: &Render, argv: &[OsString]) {
                 deepest(&host).is_some_and(|m| m.access == Access::Rw),
                 "{p:?}: host {host:?} is writable, the spec grants it read-only: {argv:?}"
             );
-            assert!(!protected(&host), "{p:?}: write-protected {host:?} is writable: {argv:?}");
+            assert!(
+                !protected(&host),
+                "{p:?}: write-protected {host:?} is writable: {argv:?}"
+            );
         }
     }
 }

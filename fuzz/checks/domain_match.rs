@@ -65,10 +65,7 @@ pub fn run(data: &[u8]) {
                 if let (Pattern::Subdomains(s), Host::Name(n), true) =
                     (&e.pattern, &h, e.matches_host(&h))
                 {
-                    assert!(
-                        n.ends_with(&format!(".{s}")) && n != s,
-                        "*.{s} matched {n}"
-                    );
+                    assert!(n.ends_with(&format!(".{s}")) && n != s, "*.{s} matched {n}");
                 }
             }
         }
@@ -151,8 +148,18 @@ fn url_value(value: &str, role: Role) {
         }
     }
     let host = domain.split_once('/').map_or(domain.as_str(), |(h, _)| h);
+    // Only a host made of host-name characters can be one (`\\` or NUL would be read by
+    // the URL parser as a path separator or dropped, inventing a host git never sees).
+    if !host
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._:[]".contains(&b))
+    {
+        return;
+    }
     let as_address = matches!(
-        url::Url::parse(&format!("http://{host}/")).ok().and_then(|u| u.host().map(|h| h.to_owned())),
+        url::Url::parse(&format!("http://{host}/"))
+            .ok()
+            .and_then(|u| u.host().map(|h| h.to_owned())),
         Some(url::Host::Ipv4(_) | url::Host::Ipv6(_))
     );
     let egress_says_address = matches!(

@@ -34,9 +34,15 @@ fn text_as_uri(s: &str) {
     let decoded = uri::uri_to_path(s);
     if let Ok(p) = &decoded {
         let bytes = p.as_os_str().as_bytes();
-        assert!(uri::is_file_uri(s), "{s:?} accepted without the file scheme");
+        assert!(
+            uri::is_file_uri(s),
+            "{s:?} accepted without the file scheme"
+        );
         assert!(!s.contains(['?', '#']), "{s:?}: query or fragment accepted");
-        assert!(p.is_absolute() && bytes[0] == b'/', "{s:?} -> relative {p:?}");
+        assert!(
+            p.is_absolute() && bytes[0] == b'/',
+            "{s:?} -> relative {p:?}"
+        );
         assert!(!bytes.contains(&0), "{s:?} -> NUL in {p:?}");
         assert!(bytes.len() <= MAX_PATH_LEN, "{s:?} -> over-long path");
         let rest = &s[5..];
@@ -59,7 +65,11 @@ fn text_as_uri(s: &str) {
         );
         // Decoded once: encoding the result and decoding it again is the identity.
         let again = uri::path_to_uri(p).expect("a decoded path has a URI");
-        assert_eq!(&uri::uri_to_path(&again).as_ref(), &Ok(p), "{s:?} via {again:?}");
+        assert_eq!(
+            &uri::uri_to_path(&again).as_ref(),
+            &Ok(p),
+            "{s:?} via {again:?}"
+        );
     }
 
     let base = Base {
@@ -81,10 +91,7 @@ fn text_as_uri(s: &str) {
         // removes the offending segment); the guard works on bytes. Refusing is the safe
         // side of a disagreement, so that is the only one allowed.
         (Err(e), Ok(b)) => assert!(
-            *e == PathError::Encoding
-                && decoded
-                    .as_ref()
-                    .is_ok_and(|raw| raw.to_str().is_none()),
+            *e == PathError::Encoding && decoded.as_ref().is_ok_and(|raw| raw.to_str().is_none()),
             "{s:?}: guard accepts {b:?}, policy refuses ({e})"
         ),
         (Err(_), Err(_)) => {}
@@ -127,10 +134,7 @@ fn bytes_as_path(data: &[u8]) {
             );
         }
         Err(_) => assert!(
-            data.is_empty()
-                || data[0] != b'/'
-                || data.contains(&0)
-                || data.len() > MAX_PATH_LEN,
+            data.is_empty() || data[0] != b'/' || data.contains(&0) || data.len() > MAX_PATH_LEN,
             "{path:?}: a valid absolute path has no URI"
         ),
     }

@@ -23,10 +23,18 @@ pub fn run(data: &[u8]) {
     };
     let buffer = chunk * 2 + 1;
     let frames = fuzzing::frame_lines(stream, chunk, buffer, max);
-    assert_eq!(frames, oracle(stream, max), "framing differs (max {max}, chunk {chunk})");
+    assert_eq!(
+        frames,
+        oracle(stream, max),
+        "framing differs (max {max}, chunk {chunk})"
+    );
     for f in &frames {
         let Frame::Line(line) = f else { continue };
-        assert!(line.len() <= max + 1, "a {}-byte line passed a {max} limit", line.len());
+        assert!(
+            line.len() <= max + 1,
+            "a {}-byte line passed a {max} limit",
+            line.len()
+        );
         decode(line);
     }
     // Lines without the limit, as the gateway runs it.
@@ -42,7 +50,10 @@ fn decode(line: &[u8]) {
         // Taken out of the stream only when rmcp itself would read it as a progress
         // notification: otherwise the tap would forward what rmcp drops.
         let msg = serde_json::from_slice::<ServerJsonRpcMessage>(line).unwrap_or_else(|e| {
-            panic!("progress rmcp refuses ({e}): {}", String::from_utf8_lossy(line))
+            panic!(
+                "progress rmcp refuses ({e}): {}",
+                String::from_utf8_lossy(line)
+            )
         });
         assert!(
             matches!(msg, ServerJsonRpcMessage::Notification(_)),

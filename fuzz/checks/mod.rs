@@ -13,8 +13,11 @@ pub mod jsonrpc_framing;
 pub mod policy_load;
 pub mod root_guard;
 
+/// One target's check.
+pub type Check = fn(&[u8]);
+
 /// Every target, by name, for the replay test.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Check)] = &[
     ("bwrap_argv", bwrap_argv::run),
     ("domain_match", domain_match::run),
     ("file_uri", file_uri::run),

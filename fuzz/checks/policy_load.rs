@@ -17,9 +17,7 @@ use std::path::PathBuf;
 
 use palisade::policy::annotate::derive_annotation;
 use palisade::policy::load::ArgRoles;
-use palisade::policy::{
-    CallContext, Policy, PolicyOptions, PolicyPaths, Role, Status, ToolInfo,
-};
+use palisade::policy::{CallContext, Policy, PolicyOptions, PolicyPaths, Role, Status, ToolInfo};
 use serde_json::{Map, Value};
 
 pub fn run(data: &[u8]) {
@@ -76,8 +74,8 @@ pub fn run(data: &[u8]) {
 }
 
 fn fails_closed(policy: &Policy, raw: &[u8], protected: &std::path::Path, home: &std::path::Path) {
-    let scope = palisade::policy::Scope::new(None, &[protected.to_path_buf()], Some(home))
-        .expect("scope");
+    let scope =
+        palisade::policy::Scope::new(None, &[protected.to_path_buf()], Some(home)).expect("scope");
     let empty = Map::new();
     let call = |server: &str, tool: &str, args: &Map<String, Value>| {
         policy.evaluate(&CallContext {
@@ -95,7 +93,8 @@ fn fails_closed(policy: &Policy, raw: &[u8], protected: &std::path::Path, home: 
 
     // Tool names: every short string of the input (cheap, and finds what the file named).
     let mut names = Vec::new();
-    if let Ok(v) = serde_json::from_slice::<Value>(raw.split(|b| *b == 0xff).nth(1).unwrap_or(raw)) {
+    if let Ok(v) = serde_json::from_slice::<Value>(raw.split(|b| *b == 0xff).nth(1).unwrap_or(raw))
+    {
         strings(&v, &mut names);
     }
     names.sort();
@@ -161,13 +160,19 @@ fn guessed_roles(schema: &Value, selector: u8) {
     let props = schema.get("properties").and_then(Value::as_object);
     let want: Vec<&String> = props.map(|p| p.keys().collect()).unwrap_or_default();
     let got: Vec<&String> = ann.args.iter().map(|(n, _)| n).collect();
-    assert_eq!(got, want, "roles for other names than the schema's properties");
+    assert_eq!(
+        got, want,
+        "roles for other names than the schema's properties"
+    );
     for (name, roles) in &ann.args {
         if name == "path" {
             let ArgRoles::Static(r) = roles else {
                 panic!("derived roles are static")
             };
-            assert!(r.contains(&Role::ReadPath), "`path` without a path role: {r:?}");
+            assert!(
+                r.contains(&Role::ReadPath),
+                "`path` without a path role: {r:?}"
+            );
         }
     }
 }
