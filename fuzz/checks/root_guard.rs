@@ -179,14 +179,20 @@ fn check_one(guard: &RootGuard, raw: &str, literal: Option<&Path>) {
     }
 }
 
-/// The path the kernel reaches for `path`, component by component: symlinks are followed
-/// (a `..` after a symlink climbs from where the link led), `.` is skipped, and components
-/// below the deepest existing directory are appended as written. `None` when the kernel
-/// would fail (a `..` below a missing directory, a symlink loop).
+/// The path the kernel reaches for `path`, prefix by prefix with realpath(3): symlinks are
+/// followed (a `..` after a symlink climbs from where the link led; a dangling link leads to
+/// where creating through it would create), `.` is skipped, and components below the
+/// deepest existing directory are appended as written. `None` when the kernel would fail
+/// (a `..` below a missing directory, a symlink loop).
 pub fn kernel_resolve(path: &Path) -> Option<PathBuf> {
+    resolve_from(path, 0)
+}
+
+fn resolve_from(path: &Path, depth: usize) -> Option<PathBuf> {
+    let parts: Vec<Component<'_>> = path.components().collect();
     let mut cur = PathBuf::from("/");
     let mut missing = false;
-    for c in path.components() {
+    for (i, c) in parts.iter().enumerate() {
         match c {
             Component::RootDir | Component::Prefix(_) | Component::CurDir => {}
             Component::ParentDir => {
@@ -197,18 +203,23 @@ pub fn kernel_resolve(path: &Path) -> Option<PathBuf> {
             }
             Component::Normal(n) => {
                 cur.push(n);
-                if !missing {
-                    match std::fs::canonicalize(&cur) {
-                        Ok(real) => cur = real,
-                        Err(_) => {
-                            // A dangling link or a loop is not "missing": the kernel would
-                            // follow or fail on it; leave those cases out.
-                            if std::fs::symlink_metadata(&cur).is_ok() {
-                                return None;
+                if missing {
+                    continue;
+                }
+                match std::fs::canonicalize(&cur) {
+                    Ok(real) => cur = real,
+                    Err(_) => match std::fs::read_link(&cur) {
+                        // A dangling link: continue from its target.
+                        Ok(target) if depth < 16 => {
+                            let mut next = cur.parent().unwrap_or(Path::new("/")).join(target);
+                            for rest in &parts[i + 1..] {
+                                next.push(rest.as_os_str());
                             }
-                            missing = true;
+                            return resolve_from(&next, depth + 1);
                         }
-                    }
+                        Ok(_) => return None,
+                        Err(_) => missing = true,
+                    },
                 }
             }
         }
