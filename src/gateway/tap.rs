@@ -112,8 +112,8 @@ pub(crate) fn progress_params(line: &[u8]) -> Option<ProgressNotificationParam> 
     const NEEDLE: &[u8] = b"notifications/progress";
     memchr::memmem::find(line, NEEDLE)?;
     // `jsonrpc` is checked as rmcp checks it: a line rmcp would refuse (another version, or
-    // not UTF-8 where serde would skip an unknown field unread) must not be forwarded as
-    // progress either (found by the jsonrpc_framing fuzz target).
+    // bytes that are not UTF-8 anywhere in it) must not be forwarded as progress either
+    // (both found by the jsonrpc_framing fuzz target).
     #[derive(serde::Deserialize)]
     struct Note {
         jsonrpc: String,
@@ -121,7 +121,10 @@ pub(crate) fn progress_params(line: &[u8]) -> Option<ProgressNotificationParam> 
         params: ProgressNotificationParam,
         id: Option<serde_json::Value>,
     }
-    let note: Note = serde_json::from_slice(line).ok()?;
+    // UTF-8 first: serde skips the strings of unknown fields without validating them, and
+    // rmcp (which keeps them) refuses such a line.
+    let text = std::str::from_utf8(line).ok()?;
+    let note: Note = serde_json::from_str(text).ok()?;
     (note.jsonrpc == "2.0" && note.method == "notifications/progress" && note.id.is_none())
         .then_some(note.params)
 }
@@ -149,6 +152,10 @@ mod tests {
         .is_none());
         assert!(progress_params(
             br#"{"method":"notifications/progress","params":{"progressToken":3,"progress":1}}"#
+        )
+        .is_none());
+        assert!(progress_params(
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":3,\"progress\":1,\"x\":\"\xff\"}}"
         )
         .is_none());
     }
