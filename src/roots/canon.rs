@@ -162,8 +162,13 @@ pub fn resolve_physical(path: &Path) -> PathBuf {
     let mut links = 0;
     while let Some(part) = pending.pop() {
         if part == ".." {
-            // `cur` never holds a symlink, so its parent is the real parent.
+            // `cur` never holds a symlink, so its parent is the real parent; climbing back
+            // out of a missing part resumes the walk where the disk is (what a server that
+            // creates the missing directories would reach).
             cur.pop();
+            if missing {
+                missing = std::fs::symlink_metadata(&cur).is_err();
+            }
             continue;
         }
         cur.push(&part);
@@ -196,31 +201,11 @@ pub fn resolve_physical(path: &Path) -> PathBuf {
     cur
 }
 
-/// Resolves symlinks in the longest existing prefix of an absolute, normal path.
+/// Resolves symlinks in an absolute, normal path. Kept for callers of the old name: it is
+/// `resolve_physical`, which also follows a dangling symlink (the prefix-only version
+/// judged a dangling link pointing outside a root as inside it).
 pub fn resolve_existing_prefix(path: &Path) -> PathBuf {
-    let mut existing = path.to_path_buf();
-    let mut rest: Vec<std::ffi::OsString> = Vec::new();
-    loop {
-        if let Ok(real) = std::fs::canonicalize(&existing) {
-            let mut out = real;
-            // The remainder has no `..` (normalised), so appending is safe; a missing
-            // component cannot be a symlink.
-            for part in rest.iter().rev() {
-                out.push(part);
-            }
-            return out;
-        }
-        match (
-            existing.file_name().map(|n| n.to_os_string()),
-            existing.parent(),
-        ) {
-            (Some(name), Some(parent)) => {
-                rest.push(name);
-                existing = parent.to_path_buf();
-            }
-            _ => return path.to_path_buf(),
-        }
-    }
+    resolve_physical(path)
 }
 
 /// True when `path` equals `root` or lies below it (component-wise, so `/a/bc` is not in `/a/b`).
