@@ -47,3 +47,10 @@ if ! cmp -s tests/deps/requirements.txt "$venv/requirements.txt"; then
   cp tests/deps/requirements.txt "$venv/requirements.txt"
 fi
 
+
+# --- cargo-fuzz (scripts/fuzz.sh), pinned, built from crates.io into target/test-deps
+cargo_fuzz_version=0.13.2
+if ! "$deps/cargo-bin/bin/cargo-fuzz" --version 2>/dev/null | grep -q " $cargo_fuzz_version\$"; then
+  log "installing cargo-fuzz $cargo_fuzz_version"
+  cargo install cargo-fuzz --version "$cargo_fuzz_version" --locked --root "$deps/cargo-bin" --quiet
+fi

@@ -20,3 +20,7 @@ cargo test --all-targets --no-fail-fast "$@"
 # results (under target/bench), and asserts no timing.
 log "bench smoke (scripts/bench.sh --quick)"
 scripts/bench.sh --quick >/dev/null
+
+# Each cargo-fuzz target for a short time (FUZZ_SECONDS, default 20); fails on a crash.
+log "fuzz (scripts/fuzz.sh)"
+scripts/fuzz.sh

@@ -15,6 +15,8 @@ pub mod config;
 pub mod demo;
 pub mod egress;
 pub mod fsserver;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gateway;
 pub mod logging;
 pub mod policy;

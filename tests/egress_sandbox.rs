@@ -64,7 +64,11 @@ fn sandbox_argv(bwrap: &Path, w: &EgressWiring, inner: &[String]) -> Vec<String>
     for (k, v) in &w.env {
         argv.extend(["--setenv".to_string(), k.clone(), v.clone()]);
     }
-    argv.extend(w.bwrap_args.iter().cloned());
+    argv.extend(
+        w.bwrap_args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
     argv.push("--".into());
     argv.extend(inner.iter().cloned());
     argv

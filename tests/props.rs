@@ -1,8 +1,12 @@
-//! Property tests (proptest; cargo-fuzz needs nightly, which this project does not use) for
-//! the parsers and builders an attacker's input reaches: the bwrap argv builder, domain
-//! matching (policy and egress), and policy/annotation/list loading. Path canonicalisation
+//! Property tests (proptest, on the stable toolchain; the cargo-fuzz targets in fuzz/ run the
+//! same checks longer, see scripts/fuzz.sh) for the parsers and builders an attacker's input
+//! reaches: the bwrap argv builder, domain matching (policy and egress), policy/annotation/list
+//! loading, and the gateway's JSON-RPC line framing. Path canonicalisation
 //! and file URIs have their own properties in src/roots/canon.rs and src/roots/uri.rs.
 //! Case counts and run times are recorded in docs/security.md.
+
+#[path = "../fuzz/checks/mod.rs"]
+mod checks;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -227,5 +231,49 @@ proptest! {
             let msg = e.to_string();
             prop_assert!(msg.contains(&file.display().to_string()), "{}", msg);
         }
+    }
+}
+
+/// A stream of JSON-RPC-ish lines: messages, progress notifications, garbage, long lines.
+fn jsonrpc_stream() -> impl Strategy<Value = Vec<u8>> {
+    let line = prop_oneof![
+        Just(br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#.to_vec()),
+        Just(br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":2}}"#.to_vec()),
+        Just(br#"{"jsonrpc":"2.0","id":7,"method":"notifications/progress","params":{"progressToken":1,"progress":2}}"#.to_vec()),
+        Just(br#"{"jsonrpc":"2.0","id":2,"result":{"text":"notifications/progress"}}"#.to_vec()),
+        prop::collection::vec(any::<u8>(), 0..300),
+        "[ -~]{0,80}".prop_map(String::into_bytes),
+    ];
+    prop::collection::vec((line, any::<bool>()), 0..8).prop_map(|lines| {
+        let mut out = Vec::new();
+        for (l, newline) in lines {
+            out.extend(l);
+            if newline {
+                out.push(b'\n');
+            }
+        }
+        out
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// The tap's line framing (gateway::tap) under any limit and any split of the reads:
+    /// the frames are exactly the stream's lines, over-long ones dropped whole, and only
+    /// real progress notifications are taken out (fuzz/checks/jsonrpc_framing.rs).
+    #[test]
+    fn jsonrpc_framing_keeps_lines_whole(limit in any::<u8>(), chunk in any::<u8>(), stream in jsonrpc_stream()) {
+        let mut data = vec![limit, chunk];
+        data.extend(stream);
+        checks::jsonrpc_framing::run(&data);
+    }
+
+    /// The bwrap argv replayed through a model of bubblewrap's mount table never shows or
+    /// makes writable a host path the spec does not grant (fuzz/checks/bwrap_argv.rs; the
+    /// test above checks the argv's shape for specs built field by field).
+    #[test]
+    fn bwrap_argv_model_never_widens(data in prop::collection::vec(any::<u8>(), 0..200)) {
+        checks::bwrap_argv::run(&data);
     }
 }

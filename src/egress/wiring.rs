@@ -11,6 +11,7 @@
 //! the server. It must never do I/O or decide policy.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use crate::sandbox::NetworkSpec;
@@ -70,12 +71,14 @@ impl WiringOptions {
 /// What the launcher adds for one proxied server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressWiring {
-    /// Appended to the bwrap argv before `--`: the socket bind.
-    pub bwrap_args: Vec<String>,
+    /// Appended to the bwrap argv before `--`: the socket bind. Paths are kept as bytes
+    /// (`OsString`): a lossy conversion would bind another path than the spec's (found by
+    /// the bwrap_argv fuzz target with a non-UTF-8 socket path).
+    pub bwrap_args: Vec<OsString>,
     /// Set in the sandboxed command's environment.
     pub env: BTreeMap<String, String>,
     /// Everything before the server's own argv (see [`EgressWiring::wrap`]).
-    pub wrapper_prefix: Vec<String>,
+    pub wrapper_prefix: Vec<OsString>,
 }
 
 /// The in-sandbox wrapper. Values arrive as positional parameters (never spliced into the
@@ -137,27 +140,33 @@ pub fn wiring(opts: &WiringOptions) -> EgressWiring {
         // the mount point's inode.
         bwrap_args: vec![
             "--ro-bind".into(),
-            opts.host_socket.to_string_lossy().into_owned(),
-            opts.sandbox_socket.to_string_lossy().into_owned(),
+            opts.host_socket.clone().into(),
+            opts.sandbox_socket.clone().into(),
         ],
         env,
         wrapper_prefix: vec![
-            opts.shell.to_string_lossy().into_owned(),
+            opts.shell.clone().into(),
             "-c".into(),
             WRAPPER_SCRIPT.into(),
             WRAPPER_NAME.into(),
-            opts.socat.to_string_lossy().into_owned(),
-            opts.sandbox_socket.to_string_lossy().into_owned(),
-            opts.http_port.to_string(),
-            opts.socks_port.to_string(),
+            opts.socat.clone().into(),
+            opts.sandbox_socket.clone().into(),
+            opts.http_port.to_string().into(),
+            opts.socks_port.to_string().into(),
         ],
     }
 }
 
 impl EgressWiring {
-    /// The full in-sandbox argv: the wrapper, then the server's program and arguments.
+    /// The full in-sandbox argv as text: the wrapper, then the server's program and
+    /// arguments (for srt and tests, whose command lines are text; bwrap takes
+    /// `wrapper_prefix` as it is).
     pub fn wrap(&self, program: &str, args: &[String]) -> Vec<String> {
-        let mut argv = self.wrapper_prefix.clone();
+        let mut argv: Vec<String> = self
+            .wrapper_prefix
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
         argv.push(program.to_string());
         argv.extend(args.iter().cloned());
         argv

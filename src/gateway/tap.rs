@@ -45,7 +45,7 @@ where
         let mut line = Vec::with_capacity(4096);
         loop {
             line.clear();
-            match read_line_capped(&mut reader, &mut line).await {
+            match read_line_capped(&mut reader, &mut line, MAX_LINE).await {
                 Ok(Line::Eof) => break,
                 Ok(Line::TooLong(n)) => {
                     faults.protocol_fault(format!(
@@ -95,27 +95,29 @@ where
     for_rmcp
 }
 
-enum Line {
+pub(crate) enum Line {
     Complete,
     Eof,
     TooLong(usize),
 }
 
-/// Reads one line (with its `\n`) into `buf`. A line over `MAX_LINE` is not read further:
-/// `TooLong` as soon as the cap is passed (the server is at fault and will be stopped), so
-/// neither the buffer nor the time spent grows with the line.
-async fn read_line_capped<R: AsyncRead + Unpin>(
+/// Reads one line (with its `\n`) into `buf`. A line over `max` bytes (`MAX_LINE` in the tap,
+/// smaller in the fuzz target so the limit is reached) is not read further: `TooLong` as soon
+/// as the cap is passed (the server is at fault and will be stopped), so neither the buffer
+/// nor the time spent grows with the line.
+pub(crate) async fn read_line_capped<R: AsyncRead + Unpin>(
     reader: &mut BufReader<R>,
     buf: &mut Vec<u8>,
+    max: usize,
 ) -> std::io::Result<Line> {
     let n = (&mut *reader)
-        .take(MAX_LINE as u64 + 1)
+        .take(max as u64 + 1)
         .read_until(b'\n', buf)
         .await?;
     if n == 0 {
         return Ok(Line::Eof);
     }
-    if buf.len() > MAX_LINE && buf.last() != Some(&b'\n') {
+    if buf.len() > max && buf.last() != Some(&b'\n') {
         let seen = buf.len();
         buf.clear();
         buf.shrink_to(KEEP_CAPACITY);
@@ -135,17 +137,25 @@ fn is_request(line: &[u8]) -> bool {
 /// substring test first, so other lines are never parsed here. `memmem` rather than a
 /// `windows()` scan: every result line passes through here, and the naive scan cost about
 /// 5 ns per byte (half a millisecond on a 100 KB `read` result).
-fn progress_params(line: &[u8]) -> Option<ProgressNotificationParam> {
+pub(crate) fn progress_params(line: &[u8]) -> Option<ProgressNotificationParam> {
     const NEEDLE: &[u8] = b"notifications/progress";
     memchr::memmem::find(line, NEEDLE)?;
+    // `jsonrpc` is checked as rmcp checks it: a line rmcp would refuse (another version, or
+    // bytes that are not UTF-8 anywhere in it) must not be forwarded as progress either
+    // (both found by the jsonrpc_framing fuzz target).
     #[derive(serde::Deserialize)]
     struct Note {
+        jsonrpc: String,
         method: String,
         params: ProgressNotificationParam,
         id: Option<serde_json::Value>,
     }
-    let note: Note = serde_json::from_slice(line).ok()?;
-    (note.method == "notifications/progress" && note.id.is_none()).then_some(note.params)
+    // UTF-8 first: serde skips the strings of unknown fields without validating them, and
+    // rmcp (which keeps them) refuses such a line.
+    let text = std::str::from_utf8(line).ok()?;
+    let note: Note = serde_json::from_str(text).ok()?;
+    (note.jsonrpc == "2.0" && note.method == "notifications/progress" && note.id.is_none())
+        .then_some(note.params)
 }
 
 #[cfg(test)]
@@ -161,6 +171,20 @@ mod tests {
         assert!(progress_params(result_mentioning_it).is_none());
         assert!(progress_params(
             br#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#
+        )
+        .is_none());
+        // What rmcp would refuse is not progress either (found by the jsonrpc_framing fuzz
+        // target: an invalid `jsonrpc` value, or bytes that are not UTF-8, in it).
+        assert!(progress_params(
+            b"{\"jsonrpc\":\"E.\xa20\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":3,\"progress\":1}}"
+        )
+        .is_none());
+        assert!(progress_params(
+            br#"{"method":"notifications/progress","params":{"progressToken":3,"progress":1}}"#
+        )
+        .is_none());
+        assert!(progress_params(
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":3,\"progress\":1,\"x\":\"\xff\"}}"
         )
         .is_none());
     }

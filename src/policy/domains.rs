@@ -6,17 +6,27 @@
 
 use super::model::Role;
 
-/// True for IPv4 dotted quads and anything with a `:` (IPv6, bracketed or not). `*` never
-/// matches these: an allowlist of "any domain" must not open raw addresses such as the
-/// cloud metadata endpoint.
+/// True for IPv4 addresses in every form the C resolver accepts (dotted quads, but also
+/// `127.1`, `0x7f.1`, `2130706433`, `017700000001`: all labels numeric, decimal, octal or
+/// `0x` hex) and anything with a `:` (IPv6, bracketed or not). `*` never matches these: an
+/// allowlist of "any domain" must not open raw addresses such as the cloud metadata
+/// endpoint. (The short forms reach this unnormalised in git remotes such as
+/// `ssh://2130706433/x`, whose scheme the URL parser leaves opaque; found by the
+/// domain_match fuzz target.)
 pub fn is_ip_literal(host: &str) -> bool {
-    host.contains(':') || {
-        let parts: Vec<&str> = host.split('.').collect();
-        parts.len() == 4
-            && parts
-                .iter()
-                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-    }
+    let name = host.strip_suffix('.').unwrap_or(host);
+    host.contains(':')
+        || (!name.is_empty()
+            && name.split('.').all(|label| {
+                let digits = label
+                    .strip_prefix("0x")
+                    .or_else(|| label.strip_prefix("0X"))
+                    .map_or((label, false), |h| (h, true));
+                match digits {
+                    (h, true) => h.bytes().all(|b| b.is_ascii_hexdigit()),
+                    (d, false) => !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()),
+                }
+            }))
 }
 
 /// Does `domain` (a host, or `host/owner/repo` for git remotes) match one pattern?
@@ -115,6 +125,19 @@ mod tests {
             &domain_for("http://0x7f.1/", Role::FetchUrl),
             "*"
         ));
+        // Short and integer IPv4 forms are addresses too where no URL parser normalised them
+        // (git remotes over ssh, scp-like syntax): the resolver would connect to 127.0.0.1.
+        for remote in [
+            "ssh://2130706433/owner/repo",
+            "git@0x7f.1:owner/repo.git",
+            "127.1:owner/repo",
+            "git://017700000001/x",
+        ] {
+            let d = domain_for(remote, Role::GitRemoteUrl);
+            assert!(!matches_pattern(&d, "*"), "{remote} -> {d}");
+        }
+        assert!(matches_pattern("1password.com", "*"));
+        assert!(matches_pattern("0xdeadbeef.example", "*"));
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! Used by the gateway (path arguments, resource URIs) and by the built-in fs-server (every
 //! access). Pure except for symlink resolution through `canon`. It must never answer from a
 //! path it has not canonicalised: the candidate (plain path, `~`, relative, or `file://` URI)
-//! is normalised, its symlinks resolved through the deepest existing ancestor, and only that
-//! result is compared with the roots, which were canonicalised the same way when the guard
+//! is checked, decoded and resolved as the kernel would walk it (`canon::resolve_physical`:
+//! symlinks, dangling ones too, followed before any `..`), and only that result is compared
+//! with the roots, which were canonicalised the same way when the guard
 //! was built. Callers must then operate on the returned canonical path, not the raw input.
 
 use std::fmt::Write as _;
@@ -104,9 +105,15 @@ pub fn normalize_input(raw: &str, base: &Base<'_>) -> Result<PathBuf, PathError>
     }
 }
 
-/// `normalize_input`, then symlinks resolved through the deepest existing ancestor.
+/// Checks and decodes `raw` like `normalize_input`, then resolves it as the kernel would
+/// (`canon::resolve_physical`: symlinks followed before any `..` is applied).
 pub fn canonicalize_input(raw: &str, base: &Base<'_>) -> Result<PathBuf, PathError> {
-    Ok(canon::resolve_existing_prefix(&normalize_input(raw, base)?))
+    let expanded = if uri::is_file_uri(raw) {
+        uri::uri_to_path(raw)?
+    } else {
+        canon::expand(raw, base)?
+    };
+    Ok(canon::resolve_physical(&expanded))
 }
 
 /// Canonicalises an already-decoded absolute path given as bytes (non-UTF-8 allowed).
@@ -116,9 +123,7 @@ pub fn canonicalize_path(path: &Path) -> Result<PathBuf, PathError> {
     if !path.is_absolute() {
         return Err(PathError::Relative);
     }
-    Ok(canon::resolve_existing_prefix(&canon::lexical_normalize(
-        path,
-    )))
+    Ok(canon::resolve_physical(path))
 }
 
 impl Default for RootGuard {
@@ -376,6 +381,38 @@ mod tests {
                 cand.display()
             );
         }
+    }
+
+    #[test]
+    fn dotdot_after_a_symlink_and_dangling_links_are_judged_where_the_kernel_goes() {
+        // Found by the root_guard fuzz target. r/link -> out/dir: `r/link/../key` is
+        // out/key to the kernel, though it reads as r/key lexically.
+        let t = tempfile::tempdir().unwrap();
+        let t = t.path().canonicalize().unwrap();
+        let root = t.join("r");
+        let out = t.join("out");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(out.join("dir")).unwrap();
+        std::fs::write(out.join("key"), "k").unwrap();
+        symlink(out.join("dir"), root.join("link")).unwrap();
+        symlink(out.join("created"), root.join("dangling")).unwrap();
+        let g = guard(&[(&root, Access::Rw)]);
+        let via_dotdot = root.join("link/../key");
+        // Unprotected, both really reach outside the root: the attacks are real.
+        assert_eq!(std::fs::read_to_string(&via_dotdot).unwrap(), "k");
+        for cand in [via_dotdot, root.join("dangling")] {
+            let e = g.check(cand.to_str().unwrap(), Need::Write).unwrap_err();
+            assert!(
+                matches!(e, GuardError::Outside { .. }),
+                "{}: {e}",
+                cand.display()
+            );
+        }
+        std::fs::write(root.join("dangling"), "x").unwrap();
+        assert!(out.join("created").exists());
+        // A `..` that stays inside is still fine.
+        let ok = g.check(root.join("a/../b").to_str().unwrap(), Need::Write);
+        assert_eq!(ok.unwrap().path, root.join("b"));
     }
 
     #[test]

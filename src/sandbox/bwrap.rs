@@ -27,7 +27,8 @@
 //!    so that a deny still hides them.
 //! 6. Deny masks last, after every mount, so a deny always wins over a grant, however deep
 //!    the grant: a tmpfs over a denied directory, `/dev/null` over a denied file. A mask for
-//!    a path no mount shows is dropped (nothing to hide, and bwrap would have to create it).
+//!    a path that no mount shows, at or below it, is dropped (nothing to hide, and bwrap
+//!    would have to create it).
 //! 7. `--remount-ro /`: the sandbox's own root tmpfs becomes read-only, so the only writable
 //!    places are the rw grants, HOME and `/tmp`.
 //! 8. `--seccomp FD` (when a filter is given), `--chdir CWD`, `--`, the program, its args.
@@ -166,7 +167,7 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
 
     let egress = WiringOptions::from_spec(&spec.network).map(|o| wiring::wiring(&o));
     if let Some(w) = &egress {
-        a.extend(w.bwrap_args.iter().map(OsString::from));
+        a.extend(w.bwrap_args.iter().cloned());
     }
 
     // 5. write-protect re-binds of dangerous files inside read-write grants. Only paths a
@@ -192,11 +193,15 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
         a.push(p.clone().into());
     }
 
-    // 6. deny masks, after every mount
+    // 6. deny masks, after every mount. A mask is needed where a mount shows the path, or
+    // shows something below it (a grant inside a denied directory: the deny still wins;
+    // the bwrap_argv fuzz target found grants below an unmounted deny left visible).
     let mut masks: Vec<&Mask> = extra
         .masks
         .iter()
-        .filter(|m| covered(&mounts, m.path()))
+        .filter(|m| {
+            covered(&mounts, m.path()) || mounts.iter().any(|x| x.path.starts_with(m.path()))
+        })
         .collect();
     masks.sort_by_key(|m| depth(m.path()));
     for m in masks {
@@ -229,7 +234,7 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
     a.push(spec.cwd.clone().into());
     a.push("--".into());
     if let Some(w) = &egress {
-        a.extend(w.wrapper_prefix.iter().map(OsString::from));
+        a.extend(w.wrapper_prefix.iter().cloned());
     }
     a.push(spec.program.clone().into());
     a.extend(spec.args.iter().map(OsString::from));
@@ -344,7 +349,8 @@ mod tests {
         let got = strings(&render(&s, &Render::default()));
         let script = crate::egress::wiring::wiring(&WiringOptions::new("/s", "/usr/bin/socat"))
             .wrapper_prefix[2]
-            .clone();
+            .to_string_lossy()
+            .into_owned();
         let want = [
             "--unshare-all",
             "--unshare-user",
@@ -507,6 +513,46 @@ mod tests {
         let f = args.iter().position(|x| x == "/w/.env").unwrap();
         assert_eq!(&args[f - 2..f], ["--ro-bind", "/dev/null"]);
         assert!(!args.iter().any(|x| x == "/not/mounted"), "{args:?}");
+    }
+
+    #[test]
+    fn a_non_utf8_socket_path_is_bound_byte_for_byte() {
+        // Found by the bwrap_argv fuzz target: the egress wiring turned paths into text
+        // lossily, so bwrap would have bound another host path than the spec's.
+        use std::os::unix::ffi::OsStringExt;
+        let socket = PathBuf::from(OsString::from_vec(b"/run/p/\xff\xfe.sock".to_vec()));
+        let socat = PathBuf::from(OsString::from_vec(b"/opt/\xff/socat".to_vec()));
+        let mut s = spec();
+        s.network = NetworkSpec::Proxied {
+            socket: socket.clone(),
+            http_port: 3128,
+            socks_port: 1080,
+            socat: socat.clone(),
+        };
+        let args = render(&s, &Render::default());
+        assert!(args.windows(3).any(|w| w[0] == "--ro-bind"
+            && w[1] == socket.as_os_str()
+            && w[2] == "/run/palisade/egress.sock"));
+        assert!(args.iter().any(|a| a == socat.as_os_str()));
+    }
+
+    #[test]
+    fn a_deny_above_every_mount_still_hides_the_grants_below_it() {
+        // Found by the bwrap_argv fuzz target: /w/secret is denied, no mount shows /w/secret
+        // itself, but a grant inside it does; the mask must still come, after the grant.
+        let mut s = spec();
+        s.mounts = vec![m("/w/secret/inner", Access::Rw, MountOrigin::Root)];
+        let r = Render {
+            masks: vec![Mask::Dir("/w/secret".into())],
+            ..Render::default()
+        };
+        let args = strings(&render(&s, &r));
+        let inner = args.iter().position(|x| x == "/w/secret/inner").unwrap();
+        let mask = args
+            .windows(2)
+            .position(|w| w[0] == "--tmpfs" && w[1] == "/w/secret")
+            .unwrap_or_else(|| panic!("no mask over /w/secret: {args:?}"));
+        assert!(inner < mask, "{args:?}");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use super::spec::{Access, Mount};
 /// Why a denied path cannot be protected (the launch is refused: fail closed).
 #[derive(Debug, thiserror::Error)]
 pub enum DenyWriteError {
-    #[error("denyWrite path {0} is a symlink that points nowhere; remove it, or list the path it should point to")]
+    #[error("denyWrite path {0} is a symlink that cannot be resolved (a loop); remove it, or list the path it should point to")]
     DanglingSymlink(PathBuf),
     #[error("denyWrite path {path}: {parent} is not a plain directory (a symlink on the way?); list the real path")]
     NotReal { path: PathBuf, parent: PathBuf },
@@ -65,7 +65,7 @@ pub enum Plan {
     Existing(PathBuf),
     /// Create a placeholder here (the first missing component) and re-bind it.
     Create(PathBuf),
-    /// A symlink on the way that `canonicalize` could not resolve (it points nowhere).
+    /// A symlink on the way that could not be walked (a loop): refused, never guessed.
     Dangling(PathBuf),
 }
 
@@ -104,8 +104,8 @@ pub fn protect(mounts: &[Mount], deny: &[PathBuf]) -> Result<Vec<PathBuf>, DenyW
         if !writable_in(mounts, &path) {
             continue;
         }
-        // `resolve_existing_prefix` went through every symlink that resolves, so a symlink
-        // met here points nowhere.
+        // `resolve_existing_prefix` walks the path as the kernel does (dangling links
+        // followed to where they point), so a symlink met here could not be walked (a loop).
         match plan(&path, found_on_host) {
             Plan::Existing(p) => out.push(p),
             Plan::Create(at) => out.push(placeholder(&path, &at)?),
@@ -242,13 +242,16 @@ mod tests {
     }
 
     #[test]
-    fn dangling_symlinks_are_refused() {
+    fn a_dangling_symlink_is_protected_where_it_points() {
+        // Creating through the link would create its target, so the target is what gets the
+        // placeholder (paths resolve as the kernel walks them, dangling links followed).
         let dir = tempfile::tempdir().unwrap();
         let w = std::fs::canonicalize(dir.path()).unwrap();
         std::os::unix::fs::symlink(w.join("nowhere"), w.join("link")).unwrap();
         let ms = [m(&w, Access::Rw)];
-        let err = protect(&ms, &[w.join("link")]).unwrap_err();
-        assert!(matches!(err, DenyWriteError::DanglingSymlink(_)), "{err}");
-        assert!(!w.join("nowhere").exists());
+        let got = protect(&ms, &[w.join("link")]).unwrap();
+        assert_eq!(got, vec![w.join("nowhere")]);
+        let md = std::fs::symlink_metadata(w.join("nowhere")).unwrap();
+        assert!(md.is_file() && md.len() == 0);
     }
 }

@@ -1,0 +1,81 @@
+//! Entry points for the fuzz targets (`fuzz/`) and their corpus replay test
+//! (`tests/fuzz_corpus.rs`): crate-private pieces of the gateway, exposed only so that the
+//! fuzzers drive the very code the gateway runs. Hidden from the docs; not an API.
+//!
+//! Must never hold logic of its own beyond adapting inputs: a check that ran against a copy
+//! would prove nothing about the real code.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, BufReader, ReadBuf};
+
+use crate::gateway::tap::{self, Line};
+
+pub use crate::gateway::tap::MAX_LINE;
+pub use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+
+/// What the tap's line reader made of one line of a server's stdout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// A line passed on to rmcp (with its `\n`, unless it was the last bytes of the stream).
+    Line(Vec<u8>),
+    /// A line over the limit, dropped whole; how many bytes were skipped.
+    TooLong(usize),
+}
+
+/// A reader that hands out `data` at most `chunk` bytes per read, so the fuzzer also
+/// chooses where the pipe splits the stream.
+struct Chunked<'a> {
+    data: &'a [u8],
+    chunk: usize,
+}
+
+impl AsyncRead for Chunked<'_> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let n = self.chunk.min(self.data.len()).min(buf.remaining());
+        let (head, rest) = self.data.split_at(n);
+        buf.put_slice(head);
+        self.data = rest;
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Runs the tap's line reader (`gateway::tap::read_line_capped`) over `data`, delivered
+/// `chunk` bytes per read through a buffer of `buffer` bytes, with a line limit of `max`.
+pub fn frame_lines(data: &[u8], chunk: usize, buffer: usize, max: usize) -> Vec<Frame> {
+    let reader = Chunked {
+        data,
+        chunk: chunk.max(1),
+    };
+    let mut reader = BufReader::with_capacity(buffer.max(1), reader);
+    let mut out = Vec::new();
+    // The reader never returns Pending, so a single poll of each read completes it.
+    futures::executor::block_on(async {
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match tap::read_line_capped(&mut reader, &mut line, max).await {
+                Ok(Line::Eof) | Err(_) => break,
+                // As in the tap: an over-long line is the server's protocol fault, and
+                // nothing after it is read.
+                Ok(Line::TooLong(n)) => {
+                    out.push(Frame::TooLong(n));
+                    break;
+                }
+                Ok(Line::Complete) => out.push(Frame::Line(line.clone())),
+            }
+        }
+    });
+    out
+}
+
+/// The tap's progress-notification filter (`gateway::tap::progress_params`): true when the
+/// line is taken out of the stream as a progress notification.
+pub fn is_progress(line: &[u8]) -> bool {
+    tap::progress_params(line).is_some()
+}
