@@ -47,6 +47,17 @@ if ! cmp -s tests/deps/requirements.txt "$venv/requirements.txt"; then
   cp tests/deps/requirements.txt "$venv/requirements.txt"
 fi
 
+# mcp-server-fetch extracts pages with readabilipy, whose Readability.js helper runs
+# `npm install` in its own package directory on first use. Inside the sandbox that directory
+# is read-only and the registry is not an allowed domain, so it would fall back to Python
+# extraction after a refused connection; install it here, from its own lock file, as a
+# user would once when installing the server.
+readability=$("$venv/bin/python" -c 'import os, readabilipy; print(os.path.join(os.path.dirname(readabilipy.__file__), "javascript"))')
+if [ -f "$readability/package-lock.json" ] && [ ! -d "$readability/node_modules" ]; then
+  log "installing readabilipy's JavaScript helper (mcp-server-fetch)"
+  (cd "$readability" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
 
 # --- cargo-fuzz (scripts/fuzz.sh), pinned, built from crates.io into target/test-deps
 cargo_fuzz_version=0.13.2
