@@ -49,15 +49,18 @@ fi
 
 # mcp-server-fetch extracts pages with readabilipy, whose Readability.js helper runs
 # `npm install` in its own package directory on first use. Inside the sandbox that directory
-# is read-only and the registry is not an allowed domain, so it would fall back to Python
-# extraction after a refused connection; install it here, from its own lock file, as a
-# user would once when installing the server.
+# is read-only and the registry is not an allowed domain, so the first fetch would fail with
+# a refused connection; install it here, as a user would once when installing the server.
+# readabilipy ships only a package.json with open ranges: pin it with our lock file
+# (tests/deps/readabilipy/), falling back to a plain install if a newer readabilipy changed
+# its dependencies.
 readability=$("$venv/bin/python" -c 'import os, readabilipy; print(os.path.join(os.path.dirname(readabilipy.__file__), "javascript"))')
-if [ -f "$readability/package-lock.json" ] && [ ! -d "$readability/node_modules" ]; then
+if [ -f "$readability/package.json" ] && [ ! -d "$readability/node_modules" ]; then
   log "installing readabilipy's JavaScript helper (mcp-server-fetch)"
-  (cd "$readability" && npm ci --no-audit --no-fund --loglevel=error)
+  cp tests/deps/readabilipy/package-lock.json "$readability/"
+  (cd "$readability" && { npm ci --no-audit --no-fund --loglevel=error ||
+    npm install --no-audit --no-fund --loglevel=error; })
 fi
-
 
 # --- cargo-fuzz (scripts/fuzz.sh), pinned, built from crates.io into target/test-deps
 cargo_fuzz_version=0.13.2
