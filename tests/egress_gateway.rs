@@ -154,13 +154,31 @@ fn call(tool: &str, args: Value) -> Value {
     json!({"tool": tool, "args": args})
 }
 
-fn egress_dirs() -> Vec<PathBuf> {
-    std::fs::read_dir(std::env::temp_dir())
+/// A private temporary directory for one palisade process (its `TMPDIR`), so the cleanup
+/// check sees only that process's socket directories: sibling tests in this binary run
+/// their own gateways at the same time, and a scan of the shared /tmp would count their
+/// live directories as left behind.
+fn private_tmp(dir: &Path) -> PathBuf {
+    let tmp = dir.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    tmp
+}
+
+/// The process used `tmp` for its egress sockets (its log names the socket there), and
+/// nothing of them is left in it. The first half keeps the second from passing vacuously.
+fn assert_socket_dir_used_and_removed(tmp: &Path, log: &str) {
+    let prefix = format!("{}/palisade-egress-", tmp.display());
+    assert!(
+        log.contains("egress proxy listening") && log.contains(&prefix),
+        "the proxy's sockets were not created under {prefix}*: {log}"
+    );
+    let left: Vec<PathBuf> = std::fs::read_dir(tmp)
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .filter(|p| palisade::gateway::network::is_socket_dir(p))
-        .collect()
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,7 +190,7 @@ async fn servers_reach_exactly_their_allowlist_and_refusals_reach_the_agent_and_
     let port = origin.port();
     let redirect = redirect_origin(&format!("http://denied.test:{port}/page")).await;
     let dir = tempfile::tempdir().unwrap();
-    let before = egress_dirs();
+    let tmp = private_tmp(dir.path());
     let allowed = format!("http://allowed.test:{port}");
     let denied = format!("http://denied.test:{port}");
     let other = format!("http://other.test:{port}");
@@ -233,7 +251,16 @@ async fn servers_reach_exactly_their_allowlist_and_refusals_reach_the_agent_and_
             json!({"url": format!("http://allowed.test:{redirect}/jump"), "raw": true})
         ),
     ]);
-    let r = serve(dir.path(), &python, servers, json!({}), calls, &[]).await;
+    let tmp_env = tmp.display().to_string();
+    let r = serve(
+        dir.path(),
+        &python,
+        servers,
+        json!({}),
+        calls,
+        &[("TMPDIR", &tmp_env)],
+    )
+    .await;
     let c = |i: usize| {
         (
             r.calls[i]["error"].as_bool().unwrap(),
@@ -351,11 +378,7 @@ async fn servers_reach_exactly_their_allowlist_and_refusals_reach_the_agent_and_
     // The refusals are in palisade's log with server and host.
     assert!(r.stderr.contains("egress refused"), "{}", r.stderr);
     // Nothing left behind: the socket directory is gone.
-    let after: Vec<PathBuf> = egress_dirs()
-        .into_iter()
-        .filter(|d| !before.contains(d))
-        .collect();
-    assert!(after.is_empty(), "left behind: {after:?}");
+    assert_socket_dir_used_and_removed(&tmp, &r.stderr);
 }
 
 /// Without socat the allowlist cannot be enforced: enforce refuses the server (it never
@@ -471,10 +494,12 @@ async fn run_with_allow_domain_keeps_a_proxy_alive_and_propagates_the_exit_code(
     let dir = tempfile::tempdir().unwrap();
     let hosts = dir.path().join("hosts");
     std::fs::write(&hosts, "127.0.0.1 allowed.test denied.test\n").unwrap();
-    let before = egress_dirs();
+    let tmp = private_tmp(dir.path());
     let run = |url: String| {
         let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_palisade"));
-        c.arg("run")
+        c.env("TMPDIR", &tmp)
+            .env("RUST_LOG", "info")
+            .arg("run")
             .arg("--allow-domain")
             .arg(format!("allowed.test:{port}"))
             .arg("--egress-hosts-file")
@@ -486,33 +511,33 @@ async fn run_with_allow_domain_keeps_a_proxy_alive_and_propagates_the_exit_code(
             .kill_on_drop(true);
         c
     };
-    let out = run(format!("http://allowed.test:{port}/run"))
+    let first = run(format!("http://allowed.test:{port}/run"))
         .output()
         .await
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&first.stdout);
     assert!(
-        out.status.success(),
+        first.status.success(),
         "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&first.stderr)
     );
     assert_eq!(
         stdout,
         format!("origin saw [GET /run HTTP/1.1] host [allowed.test:{port}]")
     );
 
-    let out = run(format!("http://denied.test:{port}/run"))
+    let out_denied = run(format!("http://denied.test:{port}/run"))
         .output()
         .await
         .unwrap();
     // curl -f: 22 for an HTTP error (the proxy's 403), propagated by `run`.
     assert_eq!(
-        out.status.code(),
+        out_denied.status.code(),
         Some(22),
         "{}",
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out_denied.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("egress refused"));
+    assert!(String::from_utf8_lossy(&out_denied.stderr).contains("egress refused"));
 
     // Control: without --allow-domain the same command has no network at all (exit 6: the
     // name cannot be resolved), so the success above is the proxy's doing.
@@ -531,11 +556,8 @@ async fn run_with_allow_domain_keeps_a_proxy_alive_and_propagates_the_exit_code(
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let after: Vec<PathBuf> = egress_dirs()
-        .into_iter()
-        .filter(|d| !before.contains(d))
-        .collect();
-    assert!(after.is_empty(), "left behind: {after:?}");
+    assert_socket_dir_used_and_removed(&tmp, &String::from_utf8_lossy(&first.stderr));
+    assert_socket_dir_used_and_removed(&tmp, &String::from_utf8_lossy(&out_denied.stderr));
 }
 
 /// `backend: srt` through `palisade serve`: the server runs under the real srt (found through
