@@ -16,6 +16,7 @@ command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v socat >/dev/null || missing+=(socat)
 command -v rg >/dev/null || missing+=(ripgrep)
 command -v git >/dev/null || missing+=(git)
+command -v curl >/dev/null || missing+=(curl)  # the egress tests' HTTP client
 command -v strace >/dev/null || missing+=(strace)  # palisade run --trace-denials
 command -v python3 >/dev/null || missing+=(python3 python3-venv)
 command -v node >/dev/null || missing+=(nodejs npm)

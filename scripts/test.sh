@@ -8,6 +8,9 @@ log() { printf '\n== %s\n' "$*" >&2; }
 
 scripts/install-test-deps.sh
 export PALISADE_TEST_DEPS="$PWD/target/test-deps"
+# Everything a test needs is installed now: a test that finds a prerequisite missing fails
+# instead of skipping (tests/support/skip.rs), so CI cannot pass on skipped tests.
+export PALISADE_TEST_STRICT=1
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

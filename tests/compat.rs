@@ -443,7 +443,7 @@ fn skipped_without_bwrap() -> bool {
     if bwrap_usable() {
         return false;
     }
-    eprintln!("skipped: bubblewrap cannot create namespaces on this machine");
+    support::skip("bubblewrap cannot create namespaces on this machine");
     true
 }
 
@@ -666,7 +666,7 @@ fn has_strace() -> bool {
 #[test]
 fn trace_denials_names_what_a_server_without_a_profile_was_refused() {
     if !bwrap_usable() || !has_strace() {
-        eprintln!("skipped: needs bubblewrap namespaces and strace");
+        support::skip("needs bubblewrap namespaces and strace");
         return;
     }
     let ws = Ws::new();
@@ -726,7 +726,7 @@ fn trace_denials_names_what_a_server_without_a_profile_was_refused() {
 #[test]
 fn trace_denials_reports_a_host_file_the_sandbox_hides() {
     if !bwrap_usable() || !has_strace() {
-        eprintln!("skipped: needs bubblewrap namespaces and strace");
+        support::skip("needs bubblewrap namespaces and strace");
         return;
     }
     let ws = Ws::new();

@@ -9,6 +9,8 @@
 //! the host network (warn mode, no socat) succeeds, so the refusals are the sandbox's.
 
 mod egress_support;
+#[path = "support/skip.rs"]
+mod skip;
 
 use std::path::{Path, PathBuf};
 
@@ -26,12 +28,12 @@ fn prerequisites() -> Option<PathBuf> {
     let python = deps().join("venv/bin/python");
     for tool in ["bwrap", "socat"] {
         if which::which(tool).is_err() {
-            eprintln!("SKIPPED: {tool} is not installed");
+            skip::skip(&format!("{tool} is not installed"));
             return None;
         }
     }
     if !python.exists() {
-        eprintln!("SKIPPED: no test venv at {}", python.display());
+        skip::skip(&format!("no test venv at {}", python.display()));
         return None;
     }
     Some(python)
@@ -446,7 +448,7 @@ async fn without_socat_enforce_refuses_and_warn_shares_the_host_network_loudly()
 #[test]
 fn check_reports_the_network_gap() {
     if which::which("bwrap").is_err() {
-        eprintln!("SKIPPED: bwrap is not installed");
+        skip::skip("bwrap is not installed");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -486,7 +488,7 @@ async fn run_with_allow_domain_keeps_a_proxy_alive_and_propagates_the_exit_code(
         return;
     }
     let Ok(curl) = which::which("curl") else {
-        eprintln!("SKIPPED: curl is not installed");
+        skip::skip("curl is not installed");
         return;
     };
     let origin = http_origin().await;
@@ -572,10 +574,10 @@ async fn srt_backend_runs_the_server_under_srt_with_the_lists() {
     };
     let srt = deps().join("node_modules/.bin/srt");
     if !srt.exists() || which::which("rg").is_err() {
-        eprintln!(
-            "SKIPPED: srt ({}) or ripgrep is not installed",
+        skip::skip(&format!(
+            "srt ({}) or ripgrep is not installed",
             srt.display()
-        );
+        ));
         return;
     }
     let origin = http_origin().await;

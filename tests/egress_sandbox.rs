@@ -8,6 +8,8 @@
 //! that one function with the launcher's rendering of a `NetworkSpec::Proxied` spec.
 
 mod egress_support;
+#[path = "support/skip.rs"]
+mod skip;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -23,7 +25,9 @@ fn tools() -> Option<(PathBuf, PathBuf, PathBuf)> {
     match (find("bwrap"), find("socat"), find("curl")) {
         (Some(b), Some(s), Some(c)) => Some((b, s, c)),
         missing => {
-            eprintln!("SKIPPED: needs bwrap, socat and curl on PATH, found {missing:?}");
+            skip::skip(&format!(
+                "needs bwrap, socat and curl on PATH, found {missing:?}"
+            ));
             None
         }
     }
@@ -239,10 +243,10 @@ async fn real_mcp_server_fetch_in_a_sandbox_fetches_allowed_urls_only() {
     let venv = test_deps().join("venv");
     let python = venv.join("bin/python");
     if !python.exists() {
-        eprintln!(
-            "SKIPPED: no test venv at {} (run scripts/install-test-deps.sh)",
+        skip::skip(&format!(
+            "no test venv at {} (run scripts/install-test-deps.sh)",
             venv.display()
-        );
+        ));
         return;
     }
     // The venv's interpreter lives elsewhere (pyenv): bind its installation read-only too.

@@ -7,6 +7,9 @@
 //! attacks the host itself refuses (no vsock, io_uring disabled, ...) are reported as skipped,
 //! never passed silently.
 
+#[path = "support/skip.rs"]
+mod skip;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
@@ -253,7 +256,9 @@ fn attack(sc: &Scene, mut cmd: Command) -> BTreeMap<String, (bool, String)> {
 #[test]
 fn every_attack_fails_in_the_sandbox_and_succeeds_without_it() {
     if !Path::new(PY).exists() {
-        eprintln!("skipped: {PY} (the hostile program's interpreter) is not installed");
+        skip::skip(&format!(
+            "{PY} (the hostile program's interpreter) is not installed"
+        ));
         return;
     }
     let sc = scene();
@@ -802,10 +807,10 @@ fn real_servers_start_from_their_runtime_closure() {
     let time = deps.join("venv/bin/mcp-server-time");
     let fs = deps.join("node_modules/.bin/mcp-server-filesystem");
     if !time.exists() || !fs.exists() {
-        eprintln!(
-            "skipped: test dependencies not found under {} (run scripts/test.sh)",
+        skip::skip(&format!(
+            "test dependencies not found under {} (run scripts/test.sh)",
             deps.display()
-        );
+        ));
         return;
     }
     // A Python venv server: venv + its pyenv base installation come from the closure.

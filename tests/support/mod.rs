@@ -10,6 +10,10 @@
 // Each test crate uses a different part of this module.
 #![allow(dead_code)]
 
+pub mod skip;
+#[allow(unused_imports)]
+pub use skip::skip;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
