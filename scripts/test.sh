@@ -17,7 +17,23 @@ cargo fmt --all -- --check
 log "cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
 log "cargo test"
+# The attack suites write their tables here; remove old ones so only this run's are shown.
+tables=(target/tmp/attack-table.md target/tmp/serve-attack-table.md)
+rm -f "${tables[@]}"
 cargo test --all-targets --no-fail-fast "$@"
+
+# libtest shows a passing test's output to no one: print the attack tables and their counts
+# (each attack's unprotected control must succeed, and palisade must block it).
+for t in "${tables[@]}"; do
+  if [ ! -f "$t" ]; then
+    [ $# -eq 0 ] && { echo "attack table $t was not written" >&2; exit 1; }
+    continue
+  fi
+  log "attack table ($t)"
+  cat "$t"
+  awk -F'|' 'FNR>2 && /^\|/ {n++; if ($3 ~ /^ *succeeds/) c++; if ($4 ~ /^ *blocked/) b++}
+    END {printf "%d attacks: the control succeeded in %d/%d, palisade blocked %d/%d\n", n, c, n, b, n}' "$t"
+done
 
 # The benchmark harness must keep working; --quick checks it runs end to end and writes its
 # results (under target/bench), and asserts no timing.
