@@ -19,7 +19,8 @@ cargo clippy --all-targets --quiet -- -D warnings
 log "cargo test"
 # The attack suites write their tables here; remove old ones so only this run's are shown.
 tables=(target/tmp/attack-table.md target/tmp/serve-attack-table.md)
-rm -f "${tables[@]}"
+compat_report=target/tmp/compat-report.txt
+rm -f "${tables[@]}" "$compat_report"
 cargo test --all-targets --no-fail-fast "$@"
 
 # libtest shows a passing test's output to no one: print the attack tables and their counts
@@ -34,6 +35,10 @@ for t in "${tables[@]}"; do
   awk -F'|' 'FNR>2 && /^\|/ {n++; if ($3 ~ /^ *succeeds/) c++; if ($4 ~ /^ *blocked/) b++}
     END {printf "%d attacks: the control succeeded in %d/%d, palisade blocked %d/%d\n", n, c, n, b, n}' "$t"
 done
+if [ -f "$compat_report" ]; then
+  log "compatibility suite: real servers through palisade serve, per check"
+  cat "$compat_report"
+fi
 
 # The benchmark harness must keep working; --quick checks it runs end to end and writes its
 # results (under target/bench), and asserts no timing.

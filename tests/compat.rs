@@ -476,13 +476,19 @@ fn real_servers_work_inside_their_profiles() {
         (false, Some(_)) => "GAP",
         (false, None) => "FAIL",
     };
-    println!(
-        "\n{:<20} {:<26} {:<50} {:<6} detail",
+    // The report goes to stdout (seen with --nocapture) and to target/tmp/compat-report.txt,
+    // which scripts/test.sh prints: libtest shows a passing test's output to no one.
+    use std::fmt::Write as _;
+    let mut report = String::new();
+    let _ = writeln!(
+        report,
+        "{:<20} {:<26} {:<50} {:<6} detail",
         "server", "profile", "check", "result"
     );
     for r in &all {
         let detail: String = r.detail.chars().take(90).collect();
-        println!(
+        let _ = writeln!(
+            report,
             "{:<20} {:<26} {:<50} {:<6} {detail}",
             r.server,
             r.profile,
@@ -490,13 +496,14 @@ fn real_servers_work_inside_their_profiles() {
             status(r)
         );
     }
-    println!();
+    let _ = writeln!(report);
     let mut servers: Vec<&str> = all.iter().map(|r| r.server).collect();
     servers.dedup();
     for server in servers {
         let mine: Vec<&Row> = all.iter().filter(|r| r.server == server).collect();
         let count = |s: &str| mine.iter().filter(|r| status(r) == s).count();
-        println!(
+        let _ = writeln!(
+            report,
             "{server:<20} {} passed, {} failed, {} known gaps{}",
             count("PASS") + count("STALE"),
             count("FAIL"),
@@ -509,8 +516,13 @@ fn real_servers_work_inside_their_profiles() {
         );
     }
     for (server, check, why) in KNOWN_GAPS {
-        println!("known gap: {server} / {check}: {why}");
+        let _ = writeln!(report, "known gap: {server} / {check}: {why}");
     }
+    println!("\n{report}");
+    let _ = std::fs::write(
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("compat-report.txt"),
+        &report,
+    );
     let failed: Vec<String> = all
         .iter()
         .filter(|r| matches!(status(r), "FAIL" | "STALE"))
