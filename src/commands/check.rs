@@ -31,6 +31,8 @@ pub const EXIT_REFUSED: u8 = 3;
 #[derive(Debug, Serialize)]
 struct Report {
     machine: Capabilities,
+    /// How memory and task limits are enforced for servers on this machine.
+    resource_limits: crate::sandbox::cgroup::Support,
     /// What a default server (enforce, bwrap, loopback only) would get.
     default_server: Resolution,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -73,6 +75,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         .any(|s| matches!(s.resolution, Resolution::Refused { .. }));
     let report = Report {
         machine: caps,
+        resource_limits: crate::sandbox::cgroup::probe(),
         default_server,
         servers,
     };
@@ -183,6 +186,7 @@ fn text(r: &Report, with_config: bool) -> String {
     };
     let _ = writeln!(s, "  socat:                 {}", path(&m.socat));
     let _ = writeln!(s, "  srt:                   {}", path(&m.srt));
+    limits_lines(&mut s, &r.resource_limits);
     let _ = writeln!(s);
     let _ = writeln!(s, "A default server (enforce, loopback-only network):");
     describe(&mut s, &r.default_server);
@@ -209,6 +213,42 @@ fn text(r: &Report, with_config: bool) -> String {
         }
     }
     s
+}
+
+/// Which mechanism enforces `sandbox.limits.memoryMb` and `processes`, and the fix when it
+/// is the weaker one.
+fn limits_lines(s: &mut String, support: &crate::sandbox::cgroup::Support) {
+    use crate::sandbox::cgroup::Support;
+    match support {
+        Support::Usable { hierarchy } => {
+            let _ = writeln!(
+                s,
+                "  resource limits:       a cgroup per server ({hierarchy}): memoryMb and \
+                 processes bound each server's whole process tree"
+            );
+        }
+        Support::Unusable { reason } => {
+            let _ = writeln!(
+                s,
+                "  resource limits:       RLIMITS ONLY: no cgroup for servers ({reason})"
+            );
+            let tasks = if nix::unistd::getuid().is_root() {
+                "processes is NOT enforced: the kernel exempts uid 0 from RLIMIT_NPROC"
+            } else {
+                "processes bounds the tasks a server adds to yours (RLIMIT_NPROC)"
+            };
+            let _ = writeln!(
+                s,
+                "      memoryMb bounds each process, not the tree (RLIMIT_DATA); {tasks}"
+            );
+            let _ = writeln!(
+                s,
+                "      fix: run palisade in a cgroup of its own with the memory and pids \
+                 controllers delegated, e.g. `systemd-run --user --scope -p Delegate=yes \
+                 palisade serve ...` (or as root)"
+            );
+        }
+    }
 }
 
 fn describe(s: &mut String, r: &Resolution) {

@@ -393,10 +393,9 @@ fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
         allow_broad: args.allow_broad,
         network,
         // `run` execs bwrap in its own place, so nothing would remain to remove a per-server
-        // cgroup afterwards: rlimits only (see sandbox::cgroup).
+        // cgroup afterwards: the rlimit fallbacks only (see sandbox::spec).
         limits: crate::sandbox::ResourceLimits {
-            memory: None,
-            pids: None,
+            cgroup: false,
             ..Default::default()
         },
         ..LaunchRequest::default()

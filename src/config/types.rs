@@ -202,6 +202,10 @@ pub struct Limits {
     /// the gateway's pipe readers, so it applies under every backend.
     #[serde(default)]
     pub output_bytes_per_second: Option<u64>,
+    /// `false`: never put the server in a cgroup (palisade leaves the cgroup tree alone);
+    /// memory and tasks are then limited by the rlimit fallbacks only.
+    #[serde(default)]
+    pub cgroup: Option<bool>,
 }
 
 /// What to do when a server cannot be contained.

@@ -563,6 +563,11 @@ async fn watch(
                 if let Some(why) = running.faults.fault() {
                     return End::Fault(why.to_string());
                 }
+                // A fork bomb held at pids.max keeps the server alive but useless: treat
+                // the limit like a memory kill, restart it and say why.
+                if let Some(why) = running._guard.task_limit_hit() {
+                    return End::Fault(why);
+                }
                 if running.conn.peer.is_transport_closed() {
                     return End::Exited("the server closed its MCP connection".into());
                 }

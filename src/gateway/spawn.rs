@@ -154,6 +154,11 @@ impl PreparedGuard {
     pub fn limits_hit(&self) -> Vec<String> {
         self.0.limits_hit()
     }
+
+    /// Set once a fork was refused at the cgroup's task limit.
+    pub fn task_limit_hit(&self) -> Option<String> {
+        self.0.task_limit_hit()
+    }
 }
 
 /// Why a server could not be spawned.

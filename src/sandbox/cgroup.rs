@@ -1,13 +1,20 @@
 //! A cgroup per sandboxed server, where the machine lets palisade create one: `pids.max` and
 //! a memory limit apply to the whole process tree, however it forks, and whatever uid it runs
-//! as (RLIMIT_NPROC counts every process of the uid on the host, so it cannot be a
-//! per-server limit). Supports cgroup v2 (memory.max, memory.swap.max, pids.max) and the v1
-//! `memory` and `pids` hierarchies of hybrid hosts.
+//! as. Supports cgroup v2 (memory.max, memory.swap.max, pids.max) and the v1 `memory` and
+//! `pids` hierarchies of hybrid hosts.
+//!
+//! On cgroup v2 a cgroup that holds processes cannot hand controllers to children ("no
+//! internal processes"), and on a systemd host palisade's own cgroup holds palisade. When
+//! that cgroup holds only palisade and its children (a service, or `systemd-run --scope`),
+//! palisade first moves them into a leaf `palisade-<pid>-gateway` and then enables the
+//! controllers; a cgroup shared with other processes (a terminal's scope) is left alone and
+//! the launcher falls back to rlimits (see `ResourceLimits`). `plan_v2` decides, purely.
 //!
 //! Sits in `launch`: created before the spawn, joined by the child between fork and exec
 //! (it writes `0` to `cgroup.procs`, see `sys::join_cgroups`), removed when dropped. Never:
-//! fail a launch because no cgroup can be made (rlimits still apply; the caller logs it), or
-//! remove a cgroup that still holds processes (rmdir refuses, the error is ignored).
+//! fail a launch because no cgroup can be made (rlimits still apply; the caller logs it),
+//! move a process that is not palisade's, or remove a cgroup that still holds processes
+//! (rmdir refuses, the error is ignored).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -73,6 +80,256 @@ fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
     std::fs::write(dir.join(file), value)
 }
 
+/// What palisade must do in its own cgroup v2 before a server's cgroup can get the memory
+/// and pids controllers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum V2Plan {
+    /// The controllers are already enabled for children.
+    Ready,
+    /// Enable them (the cgroup holds no processes, or is the root, which is exempt).
+    Enable,
+    /// Move these processes (palisade and its children, nobody else) into the leaf, then
+    /// enable them.
+    MoveThenEnable(Vec<i32>),
+    /// Cannot: why, in words for `check` and the log.
+    Unusable(String),
+}
+
+fn has_both(list: &str) -> bool {
+    let has = |c: &str| list.split_whitespace().any(|w| w == c);
+    has("memory") && has("pids")
+}
+
+/// Decides what `create` does on cgroup v2. `controllers` and `subtree_control` are the
+/// cgroup's files, `procs` its `cgroup.procs`, `ours` the processes that are palisade or its
+/// descendants. Pure.
+pub(crate) fn plan_v2(
+    is_root: bool,
+    controllers: &str,
+    subtree_control: &str,
+    procs: &[i32],
+    ours: &[i32],
+) -> V2Plan {
+    if has_both(subtree_control) {
+        return V2Plan::Ready;
+    }
+    if !has_both(controllers) {
+        return V2Plan::Unusable(
+            "the memory and pids controllers are not available in palisade's cgroup (not \
+             delegated to it)"
+                .into(),
+        );
+    }
+    if is_root || procs.is_empty() {
+        return V2Plan::Enable;
+    }
+    let strangers: Vec<i32> = procs
+        .iter()
+        .copied()
+        .filter(|p| !ours.contains(p))
+        .collect();
+    if strangers.is_empty() {
+        V2Plan::MoveThenEnable(procs.to_vec())
+    } else {
+        V2Plan::Unusable(format!(
+            "palisade's cgroup also holds {} other process(es) (e.g. pid {}), and cgroup v2 \
+             gives no controllers to children of a cgroup with processes in it",
+            strangers.len(),
+            strangers[0]
+        ))
+    }
+}
+
+/// The leaf palisade moves itself into, named after its pid. Pure.
+fn gateway_leaf(pid: u32) -> String {
+    format!("palisade-{pid}-gateway")
+}
+
+/// Where server cgroups go: palisade's own cgroup, or its parent once palisade has moved
+/// itself into its leaf (`/proc/self/cgroup` then names the leaf). Pure.
+fn v2_base(self_path: &str, pid: u32) -> String {
+    let leaf = gateway_leaf(pid);
+    match self_path.rsplit_once('/') {
+        Some((parent, last)) if last == leaf => {
+            if parent.is_empty() {
+                "/".into()
+            } else {
+                parent.into()
+            }
+        }
+        _ => self_path.into(),
+    }
+}
+
+/// Processes in `procs` that are `me` or descend from it (by their parent pids).
+fn ours(procs: &[i32], me: i32) -> Vec<i32> {
+    let parent = |pid: i32| -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name may hold spaces and parentheses: the fields follow the last ')'.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        rest.split_whitespace().nth(1)?.parse().ok()
+    };
+    procs
+        .iter()
+        .copied()
+        .filter(|&p| {
+            let mut cur = p;
+            for _ in 0..64 {
+                if cur == me {
+                    return true;
+                }
+                match parent(cur) {
+                    Some(pp) if pp > 1 => cur = pp,
+                    _ => return false,
+                }
+            }
+            false
+        })
+        .collect()
+}
+
+/// Prepares palisade's cgroup v2 at `base` for server cgroups; `Err` says why it cannot.
+fn prepare_v2(base: &Path, is_root: bool) -> std::io::Result<()> {
+    let read = |f: &str| std::fs::read_to_string(base.join(f)).unwrap_or_default();
+    let procs: Vec<i32> = read("cgroup.procs")
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let me = std::process::id();
+    let plan = plan_v2(
+        is_root,
+        &read("cgroup.controllers"),
+        &read("cgroup.subtree_control"),
+        &procs,
+        &ours(&procs, me as i32),
+    );
+    match plan {
+        V2Plan::Ready => Ok(()),
+        V2Plan::Enable => write(base, "cgroup.subtree_control", "+memory +pids"),
+        V2Plan::MoveThenEnable(pids) => {
+            let leaf = base.join(gateway_leaf(me));
+            match std::fs::create_dir(&leaf) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            for pid in pids {
+                // A child that exited meanwhile is gone from the cgroup anyway.
+                match write(&leaf, "cgroup.procs", &pid.to_string()) {
+                    Err(e) if e.raw_os_error() != Some(libc::ESRCH) => return Err(e),
+                    _ => {}
+                }
+            }
+            tracing::info!(
+                "moved palisade into {} so that servers get their own cgroups",
+                leaf.display()
+            );
+            remove_stale_leaves(base, me);
+            write(base, "cgroup.subtree_control", "+memory +pids")
+        }
+        V2Plan::Unusable(why) => Err(std::io::Error::other(why)),
+    }
+}
+
+/// Earlier palisades' leaves (a restarted service) are empty once they exit: rmdir refuses
+/// any that still hold a process.
+fn remove_stale_leaves(base: &Path, me: u32) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("palisade-") && name.ends_with("-gateway") && name != gateway_leaf(me) {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+}
+
+/// Whether servers get a cgroup on this machine, found by making (and removing) one.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Support {
+    /// `hierarchy` names the controllers used.
+    Usable {
+        hierarchy: String,
+    },
+    Unusable {
+        reason: String,
+    },
+}
+
+/// Whether a server launched now would get a cgroup: made (and removed) for real, except
+/// where that would first move palisade into its leaf (a v2 cgroup holding only this
+/// process): `check` reports that without doing it.
+pub fn probe() -> Support {
+    let root = Path::new("/sys/fs/cgroup");
+    if root.join("cgroup.controllers").exists() {
+        let me = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        if let (Some(p), _, _) = parse_self(&me) {
+            let base_rel = v2_base(&p, std::process::id());
+            let base = root.join(base_rel.trim_start_matches('/'));
+            let read = |f: &str| std::fs::read_to_string(base.join(f)).unwrap_or_default();
+            let procs: Vec<i32> = read("cgroup.procs")
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            let plan = plan_v2(
+                base_rel == "/",
+                &read("cgroup.controllers"),
+                &read("cgroup.subtree_control"),
+                &procs,
+                &ours(&procs, std::process::id() as i32),
+            );
+            match plan {
+                V2Plan::Unusable(reason) => return Support::Unusable { reason },
+                V2Plan::MoveThenEnable(_) => {
+                    return Support::Usable {
+                        hierarchy: format!(
+                            "cgroup v2 memory+pids under {} (palisade first moves itself into \
+                             a leaf there)",
+                            base.display()
+                        ),
+                    }
+                }
+                V2Plan::Ready | V2Plan::Enable => {}
+            }
+        }
+    }
+    let limits = CgroupLimits {
+        memory_bytes: Some(1 << 30),
+        pids: Some(64),
+    };
+    match Cgroup::create("check-probe", limits) {
+        Ok(Some(cg)) => {
+            let kinds: Vec<&str> = cg
+                .dirs
+                .iter()
+                .map(|(k, _)| match k {
+                    Kind::V2 => "cgroup v2 memory+pids",
+                    Kind::V1Memory => "cgroup v1 memory",
+                    Kind::V1Pids => "cgroup v1 pids",
+                })
+                .collect();
+            if cg.limits_memory() && cg.limits_pids() {
+                Support::Usable {
+                    hierarchy: kinds.join(", "),
+                }
+            } else {
+                Support::Unusable {
+                    reason: format!("only {} is writable", kinds.join(", ")),
+                }
+            }
+        }
+        Ok(None) => Support::Unusable {
+            reason: "no writable memory or pids controller under /sys/fs/cgroup".into(),
+        },
+        Err(e) => Support::Unusable {
+            reason: e.to_string(),
+        },
+    }
+}
+
 impl Cgroup {
     /// Creates the cgroup of `server` with `limits`, or `Ok(None)` when nothing is limited or
     /// the machine offers no writable memory/pids controller.
@@ -93,11 +350,11 @@ impl Cgroup {
         };
         let rel = |p: &str| p.trim_start_matches('/').to_string();
         if root.join("cgroup.controllers").exists() {
-            // Pure v2: the child needs the controllers enabled in our own cgroup's subtree.
             if let Some(p) = v2 {
-                let parent = root.join(rel(&p));
-                let _ = write(&parent, "cgroup.subtree_control", "+memory +pids");
-                let dir = parent.join(&name);
+                let base_rel = v2_base(&p, std::process::id());
+                let base = root.join(rel(&base_rel));
+                prepare_v2(&base, base_rel == "/")?;
+                let dir = base.join(&name);
                 std::fs::create_dir(&dir)?;
                 cg.dirs.push((Kind::V2, dir));
             }
@@ -189,6 +446,15 @@ impl Cgroup {
             .collect()
     }
 
+    /// The task limit's text for the agent once the tree has had a fork refused at
+    /// `pids.max`, else `None`. The supervisor polls this: unlike a memory kill, a refused
+    /// fork ends nothing by itself, and a server that has hit its limit is restarted.
+    pub fn task_limit_hit(&self) -> Option<String> {
+        self.limits_hit()
+            .into_iter()
+            .find(|l| l.starts_with("process limit reached"))
+    }
+
     /// Which limit the process tree ran into, if any, for the restart reason the agent sees.
     pub fn limits_hit(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -272,6 +538,49 @@ mod tests {
             parse_self("0::/user.slice/s\n"),
             (Some("/user.slice/s".into()), None, None)
         );
+    }
+
+    #[test]
+    fn v2_plan_moves_only_palisades_own_processes() {
+        let both = "cpu memory pids";
+        assert_eq!(
+            plan_v2(false, both, "memory pids", &[5], &[5]),
+            V2Plan::Ready
+        );
+        assert_eq!(plan_v2(false, both, "", &[], &[]), V2Plan::Enable);
+        // The root cgroup is exempt from the no-internal-processes rule.
+        assert_eq!(plan_v2(true, both, "", &[1, 5], &[5]), V2Plan::Enable);
+        assert_eq!(
+            plan_v2(false, both, "cpu", &[5, 6], &[5, 6]),
+            V2Plan::MoveThenEnable(vec![5, 6])
+        );
+        // A terminal's scope: the shell is not palisade's to move.
+        let V2Plan::Unusable(why) = plan_v2(false, both, "", &[4, 5], &[5]) else {
+            panic!("a shared cgroup must not be taken over");
+        };
+        assert!(why.contains("1 other process(es) (e.g. pid 4)"), "{why}");
+        let V2Plan::Unusable(why) = plan_v2(false, "cpu memory", "", &[5], &[5]) else {
+            panic!("no pids controller");
+        };
+        assert!(why.contains("not delegated"), "{why}");
+    }
+
+    #[test]
+    fn server_cgroups_go_beside_the_gateway_leaf() {
+        assert_eq!(
+            v2_base("/system.slice/p.service", 42),
+            "/system.slice/p.service"
+        );
+        assert_eq!(
+            v2_base("/system.slice/p.service/palisade-42-gateway", 42),
+            "/system.slice/p.service"
+        );
+        // Another palisade's leaf is not ours.
+        assert_eq!(
+            v2_base("/s/palisade-7-gateway", 42),
+            "/s/palisade-7-gateway"
+        );
+        assert_eq!(v2_base("/palisade-42-gateway", 42), "/");
     }
 
     #[test]

@@ -188,6 +188,12 @@ impl Prepared {
             .unwrap_or_default()
     }
 
+    /// The task limit's text once the tree had a fork refused at it (see
+    /// `Cgroup::task_limit_hit`).
+    pub fn task_limit_hit(&self) -> Option<String> {
+        self.cgroup.as_ref().and_then(|c| c.task_limit_hit())
+    }
+
     /// Gives up the command for `exec` (`palisade run`); the descriptors it needs stay open
     /// in this process until the exec replaces it.
     pub fn into_std(self) -> (std::process::Command, Enforcement, Vec<OwnedFd>) {
@@ -942,12 +948,12 @@ fn sandboxed(
     let mut cmd = std::process::Command::new(&program);
     cmd.args(&args).env_clear().envs(&spec.env);
     let cgroup = make_cgroup(&req.name, &spec.limits);
-    let mut rlimits = spec.limits;
+    let mut rlimits = fallback_rlimits(&spec.limits);
     if let Some(cg) = &cgroup {
-        // The cgroup limits the tree; RLIMIT_AS would also count the address space Node and
-        // JITs reserve but never touch, and RLIMIT_NPROC counts every process of the uid.
+        // The cgroup limits the tree; the per-process fallbacks would only add limits the
+        // user did not ask for.
         if cg.limits_memory() {
-            rlimits.address_space = None;
+            rlimits.data = None;
         }
         if cg.limits_pids() {
             rlimits.processes = None;
@@ -967,20 +973,39 @@ fn sandboxed(
     })
 }
 
-/// The server's cgroup, or none when the machine offers no writable controller (the
-/// rlimits still apply; logged, not fatal).
+/// The rlimits to set when no cgroup enforces memory and tasks: the task budget made
+/// per-server (see `sys::nproc_fallback`).
+fn fallback_rlimits(l: &ResourceLimits) -> ResourceLimits {
+    ResourceLimits {
+        processes: l.processes.map(sys::nproc_fallback),
+        ..*l
+    }
+}
+
+/// The server's cgroup, or none when the machine offers no writable controller or the config
+/// says `cgroup: false` (the rlimit fallbacks then apply; logged, not fatal).
 fn make_cgroup(name: &str, l: &ResourceLimits) -> Option<super::cgroup::Cgroup> {
     let limits = super::cgroup::CgroupLimits {
         memory_bytes: l.memory,
         pids: l.pids,
     };
-    match super::cgroup::Cgroup::create(name, limits) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(server = %name, "no cgroup for memory and task limits ({e}); rlimits only");
-            None
+    let made = if !l.cgroup {
+        // `sandbox.limits.cgroup: false`, or `palisade run` (nothing would remove it).
+        tracing::debug!(server = %name, "no cgroup asked for: rlimits only");
+        None
+    } else {
+        match super::cgroup::Cgroup::create(name, limits) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(server = %name, "no cgroup for memory and task limits ({e}); rlimits only (see `palisade check`)");
+                None
+            }
         }
+    };
+    if made.is_none() && l.pids.is_some() && nix::unistd::getuid().is_root() {
+        tracing::warn!(server = %name, "its task limit is not enforced: no cgroup, and the kernel exempts uid 0 from RLIMIT_NPROC");
     }
+    made
 }
 
 /// A command run without a sandbox (warn mode or opted out): still a clean environment and
@@ -1003,7 +1028,7 @@ fn direct(
     if let Some(c) = &req.cwd {
         cmd.current_dir(c);
     }
-    sys::install_child_setup(&mut cmd, None, req.limits);
+    sys::install_child_setup(&mut cmd, None, fallback_rlimits(&req.limits));
     let mut argv = vec![program.as_os_str().to_os_string()];
     argv.extend(req.args.iter().map(OsString::from));
     Prepared {

@@ -74,59 +74,74 @@ pub enum NetworkSpec {
 }
 
 /// Resource limits applied to the sandboxed process tree.
+///
+/// Memory and tasks are limited per server tree by a cgroup where palisade can make one
+/// (`memory`, `pids`). Where it cannot, the rlimit fallbacks apply instead (`data`,
+/// `processes`), so that the defaults still stop a memory hog and a fork bomb: `launch`
+/// drops each fallback that a cgroup enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ResourceLimits {
-    /// Address-space limit (RLIMIT_AS), bytes.
-    pub address_space: Option<u64>,
-    /// Processes for the sandbox's user (RLIMIT_NPROC).
+    /// Writable private memory per process (RLIMIT_DATA), bytes: the fallback for `memory`.
+    /// Not RLIMIT_AS: that counts address space reserved and never touched, and Node's
+    /// undici reserves over 16 GiB for WebAssembly (measured: `fetch` fails under
+    /// RLIMIT_AS = 16 GiB, works under RLIMIT_DATA = 256 MiB).
+    pub data: Option<u64>,
+    /// Tasks (RLIMIT_NPROC): the fallback for `pids`. The kernel counts them per user
+    /// namespace, so in the sandbox's own namespace this is the sandbox's count (see
+    /// `sys::nproc_fallback` for the host-wide count that also applies to other users).
     pub processes: Option<u64>,
     /// Open files (RLIMIT_NOFILE).
     pub open_files: Option<u64>,
     /// CPU seconds (RLIMIT_CPU).
     pub cpu_seconds: Option<u64>,
-    /// Memory of the whole process tree (cgroup `memory.max`), bytes, where a cgroup can be
-    /// made; otherwise only an explicit `address_space` applies.
+    /// Memory of the whole process tree (cgroup `memory.max`), bytes.
     pub memory: Option<u64>,
-    /// Tasks of the whole process tree (cgroup `pids.max`), where a cgroup can be made.
+    /// Tasks of the whole process tree (cgroup `pids.max`).
     pub pids: Option<u64>,
+    /// Whether to try a cgroup at all (`sandbox.limits.cgroup: false` keeps palisade out of
+    /// the cgroup tree, leaving the rlimit fallbacks).
+    pub cgroup: bool,
 }
 
+/// 4 GiB: far above what real servers use (Node servers peak near 75 MB resident).
+const DEFAULT_MEMORY: u64 = 4096 * 1024 * 1024;
+/// 1024 tasks (threads count: Node runs about 11): a fork bomb stops there.
+const DEFAULT_TASKS: u64 = 1024;
+
 impl Default for ResourceLimits {
-    /// Defaults that stop a fork bomb or a runaway allocation without hurting real servers
-    /// (Node reserves a lot of address space, hence the generous AS limit).
+    /// Defaults that stop a fork bomb or a runaway allocation without hurting real servers,
+    /// with a cgroup or without.
     fn default() -> Self {
         ResourceLimits {
-            address_space: None,
-            processes: None,
+            data: Some(DEFAULT_MEMORY),
+            processes: Some(DEFAULT_TASKS),
             open_files: Some(4096),
             cpu_seconds: None,
-            // Through a cgroup only: a fork bomb stops at 1024 tasks (threads count: Node
-            // runs about 11) and a memory hog at 4 GiB, far above what real servers use.
-            memory: Some(4096 * 1024 * 1024),
-            pids: Some(1024),
+            memory: Some(DEFAULT_MEMORY),
+            pids: Some(DEFAULT_TASKS),
+            cgroup: true,
         }
     }
 }
 
 impl ResourceLimits {
     /// The config's `sandbox.limits`, each field falling back to the default. `memoryMb`
-    /// and `processes` set both the cgroup limit and the rlimit fallback (RLIMIT_AS,
-    /// RLIMIT_NPROC), which `launch` drops when the cgroup enforces the same thing.
+    /// and `processes` set both the cgroup limit and its rlimit fallback.
     pub fn from_config(limits: &crate::config::Limits) -> Self {
         let d = ResourceLimits::default();
+        let memory = limits
+            .memory_mb
+            .map(|mb| mb.saturating_mul(1024 * 1024))
+            .or(d.memory);
+        let tasks = limits.processes.or(d.pids);
         ResourceLimits {
-            memory: limits
-                .memory_mb
-                .map(|mb| mb.saturating_mul(1024 * 1024))
-                .or(d.memory),
-            pids: limits.processes.or(d.pids),
-            address_space: limits
-                .memory_mb
-                .map(|mb| mb.saturating_mul(1024 * 1024))
-                .or(d.address_space),
-            processes: limits.processes.or(d.processes),
+            memory,
+            data: memory,
+            pids: tasks,
+            processes: tasks,
             open_files: limits.open_files.or(d.open_files),
             cpu_seconds: limits.cpu_seconds.or(d.cpu_seconds),
+            cgroup: limits.cgroup.unwrap_or(d.cgroup),
         }
     }
 }

@@ -121,7 +121,7 @@ fn cloexec_from(first: u32) -> std::io::Result<()> {
 
 fn apply_limits(l: &ResourceLimits) -> std::io::Result<()> {
     let pairs = [
-        (libc::RLIMIT_AS, l.address_space),
+        (libc::RLIMIT_DATA, l.data),
         (libc::RLIMIT_NPROC, l.processes),
         (libc::RLIMIT_NOFILE, l.open_files),
         (libc::RLIMIT_CPU, l.cpu_seconds),
@@ -158,7 +158,81 @@ fn apply_limits(l: &ResourceLimits) -> std::io::Result<()> {
     Ok(())
 }
 
+/// RLIMIT_NPROC that leaves `limit` tasks to a server tree. The kernel compares the rlimit
+/// with the real uid's tasks in the process's own user namespace and, for a namespace made
+/// by anyone but root, with the uid's tasks on the whole host as well (root is exempt in
+/// the initial namespace). So as root, in the sandbox's own namespace, `limit` is exactly
+/// the sandbox's budget; for other users (and servers run without a sandbox) it is raised
+/// by the tasks the user already runs, or a desktop's thousands of threads would leave a
+/// server unable to start one.
+pub fn nproc_fallback(limit: u64) -> u64 {
+    let uid = nix::unistd::getuid();
+    if uid.is_root() {
+        return limit;
+    }
+    limit.saturating_add(tasks_of(uid.as_raw()))
+}
+
+/// Tasks (threads) the real uid `uid` runs, from `/proc/*/status`.
+fn tasks_of(uid: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut total = 0;
+    for e in dir.flatten() {
+        let name = e.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        total += status_tasks_of(&status, uid);
+    }
+    total
+}
+
+/// The `Threads:` of a `/proc/PID/status` whose real uid is `uid`, else 0. Pure.
+fn status_tasks_of(status: &str, uid: u32) -> u64 {
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    if field("Uid:") == Some(u64::from(uid)) {
+        field("Threads:").unwrap_or(1)
+    } else {
+        0
+    }
+}
+
 /// The raw number of an owned descriptor (for rendering `--seccomp FD`).
 pub fn raw(fd: &OwnedFd) -> RawFd {
     fd.as_raw_fd()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_the_threads_of_the_real_uid_only() {
+        let mine = "Name:\tnode\nUid:\t1000\t1000\t1000\t1000\nThreads:\t11\n";
+        let theirs = "Name:\tsh\nUid:\t0\t1000\t0\t0\nThreads:\t1\n";
+        assert_eq!(status_tasks_of(mine, 1000), 11);
+        // The real uid decides, as it does for RLIMIT_NPROC.
+        assert_eq!(status_tasks_of(theirs, 1000), 0);
+        assert_eq!(status_tasks_of("garbage", 1000), 0);
+    }
+
+    #[test]
+    fn root_gets_the_limit_as_is() {
+        if nix::unistd::getuid().is_root() {
+            assert_eq!(nproc_fallback(64), 64);
+        } else {
+            assert!(nproc_fallback(64) > 64, "this test process itself counts");
+        }
+    }
 }
