@@ -8,6 +8,10 @@
 //! palisade running as an unprivileged user (`setpriv` to nobody when the test runs as
 //! root), as it runs on the hosts that lack a cgroup: a desktop session.
 //!
+//! Also: `openFiles` (RLIMIT_NOFILE) bounds a server's descriptors, and the write protection
+//! of `.git/hooks`, `.git/config` and rc files in a writable root is on by default and can be
+//! turned off with `protectDangerousFiles: false`.
+//!
 //! Each attack runs first against the same server launched directly (the control must reach
 //! its target, so the test cannot pass vacuously), then through `palisade serve` under
 //! enforce with the native bubblewrap backend, driven by palisade's rmcp client.
@@ -113,10 +117,16 @@ async fn gateway(ws: &Workspace, limits: Value) -> McpClient {
 
 /// As `gateway`, as an unprivileged user when `unprivileged_user`.
 async fn gateway_as(ws: &Workspace, limits: Value, unprivileged_user: bool) -> McpClient {
-    let mut sandbox = json!({"backend": "bwrap"});
+    let mut sandbox = json!({});
     if !limits.is_null() {
         sandbox["limits"] = limits;
     }
+    gateway_with(ws, sandbox, unprivileged_user).await
+}
+
+/// `palisade serve` (enforce, native bwrap) with the probe server and its `sandbox` block.
+async fn gateway_with(ws: &Workspace, mut sandbox: Value, unprivileged_user: bool) -> McpClient {
+    sandbox["backend"] = json!("bwrap");
     let config = ws.config(
         json!({"probe": {
             "command": system_python().unwrap(),
@@ -355,4 +365,85 @@ fn palisade_run_stops_a_fork_bomb_with_the_default_rlimit() {
         n < DEFAULT_TASKS && words.next() == Some("EAGAIN"),
         "palisade run must stop the bomb below {DEFAULT_TASKS}: {text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_files_bounds_the_descriptors_of_a_server() {
+    if !ready() {
+        return;
+    }
+    let ws = Workspace::new();
+    let control = direct(&ws).await;
+    let r = call(&control, "open_files", json!({"count": 2000}))
+        .await
+        .expect("control");
+    assert_eq!(r["opened"], 2000, "the control must open 2000 files: {r}");
+    control.shutdown().await;
+
+    let gw = gateway(&ws, json!({"openFiles": 64})).await;
+    let r = call(&gw, "probe__open_files", json!({"count": 2000}))
+        .await
+        .expect("answer");
+    let opened = r["opened"].as_u64().unwrap();
+    assert!(
+        opened < 64 && r["error"] == "EMFILE",
+        "RLIMIT_NOFILE must stop the server below 64 descriptors: {r}"
+    );
+    // The default (4096) leaves a real server room.
+    let ws2 = Workspace::new();
+    let gw2 = gateway(&ws2, Value::Null).await;
+    let r = call(&gw2, "probe__open_files", json!({"count": 2000}))
+        .await
+        .expect("answer");
+    assert_eq!(r["opened"], 2000, "{r}");
+    gw.shutdown().await;
+    gw2.shutdown().await;
+}
+
+/// Writes to `.git/hooks`, `.git/config` and `.bashrc` in a writable root: refused by
+/// default, and allowed when `protectDangerousFiles` is turned off (checked on the host).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protect_dangerous_files_is_on_by_default_and_can_be_turned_off() {
+    if !ready() {
+        return;
+    }
+    let targets = [".git/hooks/pre-commit", ".git/config", ".bashrc"];
+    for protect in [None, Some(false)] {
+        let ws = Workspace::new();
+        let work = ws.canonical().join("work");
+        std::fs::create_dir_all(work.join(".git/hooks")).unwrap();
+        std::fs::write(work.join(".git/config"), "[core]\n").unwrap();
+        std::fs::write(work.join(".bashrc"), "# rc\n").unwrap();
+        let mut fs = json!({"allowWrite": [work.display().to_string()]});
+        if let Some(p) = protect {
+            fs["protectDangerousFiles"] = json!(p);
+        }
+        let gw = gateway_with(&ws, json!({"filesystem": fs}), false).await;
+        // The control inside the same sandbox: an ordinary file in the root is writable.
+        let plain = work.join("notes.txt");
+        let r = call(&gw, "probe__write_file", json!({"path": plain}))
+            .await
+            .expect("answer");
+        assert_eq!(r["written"], true, "the root is writable: {r}");
+        for t in targets {
+            let path = work.join(t);
+            let r = call(&gw, "probe__write_file", json!({"path": path}))
+                .await
+                .expect("answer");
+            let on_host = std::fs::read_to_string(&path)
+                .unwrap_or_default()
+                .contains("written by limits_probe.py");
+            match protect {
+                None => assert!(
+                    r["written"] == false && !on_host,
+                    "{t} must be protected by default: {r}"
+                ),
+                Some(_) => assert!(
+                    r["written"] == true && on_host,
+                    "{t} must be writable with protectDangerousFiles: false: {r}"
+                ),
+            }
+        }
+        gw.shutdown().await;
+    }
 }

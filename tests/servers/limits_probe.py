@@ -1,4 +1,5 @@
-"""An MCP server whose tools run into resource limits on demand, for tests/limits.rs.
+"""An MCP server whose tools run into resource limits (and write protection) on demand, for
+tests/limits.rs.
 
 Raw JSON-RPC over stdio with the standard library only, so that any python3 runs it (the
 task-limit tests run palisade as an unprivileged user, who may not reach the test venv).
@@ -61,6 +62,33 @@ def hog(mb):
     return {"held": len(HELD) * 16, "error": None}
 
 
+OPENED = []
+
+
+def open_files(count):
+    """Opens /dev/null until `count` descriptors or until the kernel refuses; closes them."""
+    error = None
+    try:
+        while len(OPENED) < count:
+            OPENED.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError as e:
+        error = errno.errorcode.get(e.errno, str(e.errno))
+    n = len(OPENED)
+    while OPENED:
+        os.close(OPENED.pop())
+    return {"opened": n, "error": error}
+
+
+def write_file(path):
+    """Writes a line to `path` (created or appended)."""
+    try:
+        with open(path, "a") as f:
+            f.write("written by limits_probe.py\n")
+    except OSError as e:
+        return {"written": False, "error": errno.errorcode.get(e.errno, str(e.errno))}
+    return {"written": True, "error": None}
+
+
 BOOT = os.urandom(8).hex()
 
 
@@ -75,6 +103,8 @@ TOOLS = {
     "reserve": (reserve, {"mb": "integer"}),
     "hog": (hog, {"mb": "integer"}),
     "alive": (alive, {}),
+    "open_files": (open_files, {"count": "integer"}),
+    "write_file": (write_file, {"path": "string"}),
 }
 
 
@@ -96,7 +126,7 @@ def handle(req):
     elif method == "tools/list":
         result = {"tools": [
             {"name": name, "description": fn.__doc__,
-             "annotations": {"readOnlyHint": True},
+             "annotations": {"readOnlyHint": name != "write_file"},
              "inputSchema": {"type": "object",
                              "properties": {k: {"type": t} for k, t in params.items()},
                              "required": list(params)}}
