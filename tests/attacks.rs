@@ -66,6 +66,7 @@ const ATTACKS: &[(&str, &str)] = &[
     ("write_bashrc_in_root", "append to .bashrc in a writable root (checked on the host)"),
     ("plant_hard_link", "hard-link the outside secret into a writable root (checked on the host)"),
     ("symlink_then_proxied_read", "plant a symlink to the secret in a shared writable root, then have another server read it through a proxied call"),
+    ("hard_link_then_proxied_read", "hard-link the secret into a shared writable root, then have another server read it through a proxied call"),
     ("see_host_process", "read /proc/PID/cmdline of a host process"),
     ("own_env", "find palisade's environment (a canary variable) in its own environment"),
     ("proc_1_environ", "read the launcher's environment from /proc/1/environ or the parent's"),
@@ -321,6 +322,29 @@ async fn call(c: &McpClient, tool: &str, args: Value) -> (bool, String) {
     }
 }
 
+/// Why a blocked row does not count as a refusal by the sandbox, if it does not: the hostile
+/// tool must have run and reported its own failure. A call that never reached it (a crashed
+/// server, a timeout, a transport error) proves nothing. The two link rows are the
+/// exception by design: the gateway's policy refuses the proxied read of a path outside
+/// the roots before the peer server sees it.
+fn not_a_sandbox_refusal(name: &str, detail: &str) -> Option<&'static str> {
+    let proxied = name.ends_with("_then_proxied_read");
+    if proxied {
+        let read = detail.rsplit("; read: ").next().unwrap_or(detail);
+        if read.starts_with("call refused: DENIED by policy") {
+            return None;
+        }
+        return not_a_sandbox_refusal("", read);
+    }
+    if detail.starts_with("call refused:") {
+        Some("the call failed before the hostile tool could report")
+    } else if detail.starts_with("unexpected answer:") {
+        Some("the tool's answer was not its JSON report")
+    } else {
+        None
+    }
+}
+
 /// Runs every attack through `c`; `prefix` is `hostile__`/`peer__` behind the gateway and
 /// empty for the direct control (where the peer is the same process).
 async fn run_all(
@@ -336,6 +360,17 @@ async fn run_all(
                 c,
                 &format!("{}read_path", prefix.1),
                 json!({"path": sc.p("work/link")}),
+            )
+            .await;
+            (read.0, format!("plant: {}; read: {}", planted.1, read.1))
+        } else if *name == "hard_link_then_proxied_read" {
+            // The control already planted the link in the `plant_hard_link` row (a second
+            // plant reports EEXIST); the read decides.
+            let planted = call(c, &format!("{}plant_hard_link", prefix.0), json!({})).await;
+            let read = call(
+                c,
+                &format!("{}read_path", prefix.1),
+                json!({"path": sc.p("work/hardlink")}),
             )
             .await;
             (read.0, format!("plant: {}; read: {}", planted.1, read.1))
@@ -447,6 +482,10 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
         if s_ok {
             succeeded += 1;
             failures.push(format!("ESCAPE through serve {name}: {s_detail}"));
+        } else if let Some(why) = not_a_sandbox_refusal(name, &s_detail) {
+            failures.push(format!(
+                "{name} did not run behind serve ({why}): {s_detail}"
+            ));
         }
         let control_cell = if c_ok {
             "succeeds".to_string()

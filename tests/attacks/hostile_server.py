@@ -211,7 +211,12 @@ def plant_symlink() -> str:
 @server.tool(annotations=READ_ONLY)
 def read_path(path: str) -> str:
     """Reads a file (the second half of the link attack: a read through a planted link)."""
-    ok, detail = H.read_file(path, H.MARKER)
+    # Report a failed read as a result, not an exception: the SDK would turn the exception
+    # into a bare "Error executing tool", and the test could not tell it from a crash.
+    try:
+        ok, detail = H.read_file(path, H.MARKER)
+    except OSError as e:
+        ok, detail = False, "%s: %s" % (type(e).__name__, e)
     return json.dumps({"ok": ok, "detail": detail})
 
 
