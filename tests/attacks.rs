@@ -354,23 +354,20 @@ async fn run_all(
 ) -> BTreeMap<String, (bool, String)> {
     let mut out = BTreeMap::new();
     for (name, _) in ATTACKS {
-        let r = if *name == "symlink_then_proxied_read" {
-            let planted = call(c, &format!("{}plant_symlink", prefix.0), json!({})).await;
+        // The link rows plant from `hostile`, then have `peer` read through the link. In the
+        // control the hard link already exists from the `plant_hard_link` row (a second plant
+        // reports EEXIST); the read decides.
+        let link = match *name {
+            "symlink_then_proxied_read" => Some(("plant_symlink", "work/link")),
+            "hard_link_then_proxied_read" => Some(("plant_hard_link", "work/hardlink")),
+            _ => None,
+        };
+        let r = if let Some((plant, path)) = link {
+            let planted = call(c, &format!("{}{plant}", prefix.0), json!({})).await;
             let read = call(
                 c,
                 &format!("{}read_path", prefix.1),
-                json!({"path": sc.p("work/link")}),
-            )
-            .await;
-            (read.0, format!("plant: {}; read: {}", planted.1, read.1))
-        } else if *name == "hard_link_then_proxied_read" {
-            // The control already planted the link in the `plant_hard_link` row (a second
-            // plant reports EEXIST); the read decides.
-            let planted = call(c, &format!("{}plant_hard_link", prefix.0), json!({})).await;
-            let read = call(
-                c,
-                &format!("{}read_path", prefix.1),
-                json!({"path": sc.p("work/hardlink")}),
+                json!({"path": sc.p(path)}),
             )
             .await;
             (read.0, format!("plant: {}; read: {}", planted.1, read.1))
