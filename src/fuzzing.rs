@@ -8,11 +8,13 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, BufReader, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, BufReader, ReadBuf};
 
 use crate::gateway::tap::{self, Line};
+use crate::gateway::upstream_frame::LineCap;
 
 pub use crate::gateway::tap::MAX_LINE;
+pub use crate::gateway::upstream_frame::OVERSIZED_METHOD;
 pub use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 
 /// What the tap's line reader made of one line of a server's stdout.
@@ -78,4 +80,56 @@ pub fn frame_lines(data: &[u8], chunk: usize, buffer: usize, max: usize) -> Vec<
 /// line is taken out of the stream as a progress notification.
 pub fn is_progress(line: &[u8]) -> bool {
     tap::progress_params(line).is_some()
+}
+
+/// A reader that hands out `data` in pieces of the given sizes, in turn (cycling), so the
+/// fuzzer chooses every point where the client's pipe splits the stream.
+struct Pieces<'a> {
+    data: &'a [u8],
+    sizes: &'a [usize],
+    next: usize,
+}
+
+impl AsyncRead for Pieces<'_> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let size = self.sizes.get(self.next).copied().unwrap_or(usize::MAX);
+        self.next = (self.next + 1) % self.sizes.len().max(1);
+        let n = size.max(1).min(self.data.len()).min(buf.remaining());
+        let (head, rest) = self.data.split_at(n);
+        buf.put_slice(head);
+        self.data = rest;
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Runs the upstream length cap (`gateway::upstream_frame::LineCap`, between serve's stdin
+/// and rmcp) over `data` with a limit of `max` bytes per line: the client's pipe hands out
+/// `reads[0]`, `reads[1]`, ... bytes per read (cycling), and rmcp asks for `outs[0]`,
+/// `outs[1]`, ... bytes per read (cycling, each clamped to 1 byte..1 MiB). Returns every
+/// byte rmcp reads, up to the first read that returns nothing (EOF to rmcp).
+pub fn cap_lines(data: &[u8], reads: &[usize], outs: &[usize], max: usize) -> Vec<u8> {
+    let pipe = Pieces {
+        data,
+        sizes: reads,
+        next: 0,
+    };
+    let mut cap = LineCap::new(pipe, max);
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    // The pipe never returns Pending, so a single poll of each read completes it.
+    futures::executor::block_on(async {
+        for i in 0.. {
+            let want = outs.get(i % outs.len().max(1)).copied().unwrap_or(1 << 16);
+            buf.resize(want.clamp(1, 1 << 20), 0);
+            match cap.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    });
+    out
 }

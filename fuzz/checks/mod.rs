@@ -12,6 +12,7 @@ pub mod file_uri;
 pub mod jsonrpc_framing;
 pub mod policy_load;
 pub mod root_guard;
+pub mod upstream_frame;
 
 /// One target's check.
 pub type Check = fn(&[u8]);
@@ -24,6 +25,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("jsonrpc_framing", jsonrpc_framing::run),
     ("policy_load", policy_load::run),
     ("root_guard", root_guard::run),
+    ("upstream_frame", upstream_frame::run),
 ];
 
 /// A cursor over the fuzzer's bytes: each take consumes input, and an exhausted input reads

@@ -149,8 +149,9 @@ impl<R: AsyncRead + Unpin> AsyncRead for LineCap<R> {
 
 /// The id of a request whose JSON text starts with `head`: the values of the top-level keys
 /// `"id"` (a number or a string) and `"method"` (which must be present: a response's id is
-/// not a request's). A minimal scanner: strings with escapes are not understood, and then no
-/// id is returned.
+/// not a request's). A minimal scanner: the scan ends at the first value it cannot read (a
+/// compound value, a string with escapes, a number or string cut by the head's end, text
+/// that is not UTF-8); the keys read before it stand.
 fn request_id(head: &[u8]) -> Option<serde_json::Value> {
     let text = std::str::from_utf8(head)
         .or_else(|e| std::str::from_utf8(&head[..e.valid_up_to()]))
@@ -174,7 +175,10 @@ fn request_id(head: &[u8]) -> Option<serde_json::Value> {
         if b.get(i) != Some(&b'"') {
             break;
         }
-        let key_end = i + 1 + text[i + 1..].find('"')?;
+        let Some(key_len) = text[i + 1..].find('"') else {
+            break; // cut by the head's end
+        };
+        let key_end = i + 1 + key_len;
         let key = &text[i + 1..key_end];
         if key.contains('\\') {
             break;
@@ -187,15 +191,18 @@ fn request_id(head: &[u8]) -> Option<serde_json::Value> {
         i += 1;
         skip_ws(&mut i);
         // Only simple values are read; the first compound value ends the scan.
-        let value_end = match b.get(i)? {
-            b'"' => {
-                let end = i + 1 + text[i + 1..].find('"')?;
+        let value_end = match b.get(i) {
+            Some(b'"') => {
+                let Some(len) = text[i + 1..].find('"') else {
+                    break; // cut by the head's end
+                };
+                let end = i + 1 + len;
                 if text[i + 1..end].contains('\\') {
                     break;
                 }
                 end + 1
             }
-            b'-' | b'0'..=b'9' => {
+            Some(b'-' | b'0'..=b'9') => {
                 let mut j = i;
                 while j < b.len() && matches!(b[j], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
                 {
@@ -208,7 +215,9 @@ fn request_id(head: &[u8]) -> Option<serde_json::Value> {
             }
             _ => break,
         };
-        let value: serde_json::Value = serde_json::from_str(&text[i..value_end]).ok()?;
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(&text[i..value_end]) else {
+            break;
+        };
         match key {
             "id" if value.is_string() || value.is_number() => id = Some(value),
             "method" => method = true,
@@ -243,6 +252,20 @@ mod tests {
         );
         assert_eq!(request_id(b"not json"), None);
         assert_eq!(request_id(br#"{"id":"a\"b","method":"x"}"#), None);
+        // What follows the id and method cannot take them back: a string cut by the head's
+        // end, text that is not UTF-8, a value that is no JSON (found by the upstream_frame
+        // fuzz target: the scan used to give up on the whole line).
+        let got = request_id(br#"{"jsonrpc":"2.0","id":5,"method":"x","params":"abc"#);
+        assert_eq!(got, Some(serde_json::json!(5)));
+        let got = request_id(b"{\"id\":5,\"method\":\"x\",\"p\":\"\xff\"}");
+        assert_eq!(got, Some(serde_json::json!(5)));
+        let got = request_id(br#"{"id":"q","method":"x","pa"#);
+        assert_eq!(got, Some(serde_json::json!("q")));
+        let got = request_id(br#"{"id":5,"method":"x","p":1-2,"#);
+        assert_eq!(got, Some(serde_json::json!(5)));
+        // The id itself cut or unreadable: none.
+        assert_eq!(request_id(br#"{"method":"x","id":"abc"#), None);
+        assert_eq!(request_id(br#"{"method":"x","id":1-2,"#), None);
     }
 
     async fn through(input: Vec<u8>, max: usize) -> Vec<u8> {
