@@ -63,6 +63,7 @@ const ATTACKS: &[(&str, &str)] = &[
     ("write_host_tmp", "create a file in the host's /tmp (checked on the host)"),
     ("write_git_hook", "create .git/hooks/pre-commit in a writable root (checked on the host)"),
     ("write_git_config", "append to .git/config in a writable root (checked on the host)"),
+    ("write_nested_git_hook", "create a git hook of a repository nested in a writable root, work/app/.git/hooks (checked on the host)"),
     ("write_bashrc_in_root", "append to .bashrc in a writable root (checked on the host)"),
     ("plant_hard_link", "hard-link the outside secret into a writable root (checked on the host)"),
     ("symlink_then_proxied_read", "plant a symlink to the secret in a shared writable root, then have another server read it through a proxied call"),
@@ -148,6 +149,7 @@ impl Scene {
             "outside/pwned",
             "ro/pwned",
             "work/.git/hooks/pre-commit",
+            "work/app/.git/hooks/pre-commit",
             "work/hardlink",
             "work/link",
         ] {
@@ -173,6 +175,7 @@ fn scene() -> Scene {
         "ro",
         "work/mnt",
         "work/.git/hooks",
+        "work/app/.git/hooks",
         "peer",
         "palisade",
         "sandbox",
@@ -226,6 +229,7 @@ fn scene() -> Scene {
         "host_tmp": host_tmp,
         "git_hook": d.join("work/.git/hooks/pre-commit"),
         "git_config": d.join("work/.git/config"),
+        "nested_git_hook": d.join("work/app/.git/hooks/pre-commit"),
         "root_bashrc": d.join("work/.bashrc"),
         "hard_link": d.join("work/hardlink"),
         "sym_link": d.join("work/link"),
@@ -392,6 +396,10 @@ async fn run_all(
             sc.p("work/.git/hooks/pre-commit").exists(),
         ),
         ("write_git_config", contains(sc.p("work/.git/config"))),
+        (
+            "write_nested_git_hook",
+            sc.p("work/app/.git/hooks/pre-commit").exists(),
+        ),
         ("write_bashrc_in_root", contains(sc.p("work/.bashrc"))),
         ("plant_hard_link", sc.p("work/hardlink").exists()),
     ];

@@ -147,7 +147,7 @@ pub struct FilesystemConfig {
     #[serde(default)]
     pub deny_write: Vec<String>,
     /// Keep `.git/hooks`, `.git/config`, shell rc files and the like read-only inside
-    /// writable grants (default `true`; see `sandbox::launch::WRITE_PROTECTED`).
+    /// writable grants, three levels deep (default `true`; see `sandbox::write_protect`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protect_dangerous_files: Option<bool>,
 }

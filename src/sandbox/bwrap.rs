@@ -69,9 +69,8 @@ pub struct Render {
     /// Deny masks, already classified (see `Mask`).
     pub masks: Vec<Mask>,
     /// Existing files and directories inside read-write grants that are re-bound read-only
-    /// (`.git/hooks`, `.git/config`, shell rc files: see `launch::WRITE_PROTECTED`; and the
-    /// `denyWrite` paths: see `deny_write`), found by `launch` on the host so that
-    /// rendering stays pure.
+    /// (`.git/hooks`, `.git/config`, shell rc files: see `write_protect`; and the `denyWrite`
+    /// paths: see `deny_write`), found by `launch` on the host so that rendering stays pure.
     pub write_protect: Vec<PathBuf>,
 }
 

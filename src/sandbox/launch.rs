@@ -822,52 +822,26 @@ fn network_spec(
     }
 }
 
-/// Paths, relative to each read-write grant, that stay read-only inside it: what a
-/// compromised server would change to run code the next time the user works there (git
-/// hooks and config, shell and tool start-up files), as srt refuses by default.
-pub const WRITE_PROTECTED: &[&str] = &[
-    ".git/hooks",
-    ".git/config",
-    ".gitconfig",
-    ".gitmodules",
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".bash_logout",
-    ".profile",
-    ".zshrc",
-    ".zshenv",
-    ".zprofile",
-    ".zlogin",
-    ".envrc",
-    ".ripgreprc",
-    ".mcp.json",
-    ".vscode",
-    ".idea",
-    ".claude/commands",
-    ".claude/agents",
-    ".claude/settings.json",
-];
+pub use super::write_protect::WRITE_PROTECTED;
 
-/// The `WRITE_PROTECTED` paths that exist as real files or directories (never symlinks: a
-/// link planted earlier could otherwise turn the read-only re-bind into a window onto its
-/// target) inside the read-write mounts of `spec`. Paths that do not exist stay creatable:
-/// bwrap would have to create a mount point on the host to protect them (see
-/// docs/security.md, gaps).
-fn write_protected(spec: &SandboxSpec) -> Vec<PathBuf> {
+/// The `WRITE_PROTECTED` paths that exist as real files or directories inside the
+/// read-write mounts of `spec`, down to `write_protect::SEARCH_DEPTH` levels below each.
+/// Paths that do not exist stay creatable: bwrap would have to create a mount point on the
+/// host to protect them (see docs/security.md, gaps).
+fn write_protected(name: &str, spec: &SandboxSpec) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for m in spec.mounts.iter().filter(|m| m.access == Access::Rw) {
-        for rel in WRITE_PROTECTED {
-            let p = m.path.join(rel);
-            let real = p
-                .parent()
-                .and_then(|parent| std::fs::canonicalize(parent).ok())
-                .is_some_and(|parent| parent == p.parent().unwrap_or(&parent));
-            match std::fs::symlink_metadata(&p) {
-                Ok(md) if real && !md.file_type().is_symlink() => out.push(p),
-                _ => {}
-            }
+        let found = super::write_protect::find(&m.path);
+        if found.truncated {
+            tracing::warn!(
+                server = %name,
+                grant = %m.path.display(),
+                "write protection searched only the first {} directories of this grant; \
+                 git hooks and rc files deeper in it are not protected",
+                super::write_protect::DIR_BUDGET
+            );
         }
+        out.extend(found.paths);
     }
     out
 }
@@ -894,7 +868,7 @@ fn sandboxed(
             })
             .collect(),
         write_protect: if req.write_protect {
-            write_protected(spec)
+            write_protected(&req.name, spec)
         } else {
             Vec::new()
         },

@@ -19,5 +19,6 @@ pub mod spec;
 pub mod srt;
 mod sys;
 pub mod trace;
+pub mod write_protect;
 
 pub use spec::*;

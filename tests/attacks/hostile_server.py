@@ -144,6 +144,7 @@ ATTACKS = {
     "write_host_tmp": lambda: H.write_file(CFG["host_tmp"]),
     "write_git_hook": lambda: H.write_file(CFG["git_hook"]),
     "write_git_config": lambda: append(CFG["git_config"]),
+    "write_nested_git_hook": lambda: H.write_file(CFG["nested_git_hook"]),
     "write_bashrc_in_root": lambda: append(CFG["root_bashrc"]),
     "plant_hard_link": hard_link,
     "see_host_process": H.host_process,
