@@ -319,6 +319,67 @@ async fn a_memory_hog_without_a_cgroup_stops_at_memory_mb() {
     gw.shutdown().await;
 }
 
+/// As root without a cgroup nothing in the kernel holds the task limit (uid 0 is exempt from
+/// RLIMIT_NPROC): `serve` counts the server's tasks on every liveness tick and kills and
+/// restarts it past the limit, telling the agent why. Against a build without that watchdog
+/// the bomb reaches its target and the server is never restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn as_root_without_a_cgroup_the_task_watchdog_restarts_a_fork_bomb() {
+    if !ready() {
+        return;
+    }
+    if !nix::unistd::getuid().is_root() {
+        support::skip::host_skip(
+            "as_root_without_a_cgroup_the_task_watchdog_restarts_a_fork_bomb",
+            "the watchdog is for root, whom RLIMIT_NPROC does not bind; this run is not root",
+        );
+        return;
+    }
+    const LIMIT: u64 = 64;
+    const TARGET: u64 = 300;
+    let ws = Workspace::new();
+    let control = direct(&ws).await;
+    let r = call(
+        &control,
+        "fork_and_hold",
+        json!({"limit": TARGET, "seconds": 0}),
+    )
+    .await
+    .expect("control");
+    assert_eq!(r["forked"], TARGET, "the control must reach {TARGET}: {r}");
+    control.shutdown().await;
+
+    let gw = gateway(&ws, json!({"cgroup": false, "processes": LIMIT})).await;
+    let before = call(&gw, "probe__alive", json!({})).await.expect("alive");
+    // The children are held for 3 s: the watchdog samples every 0.5 s.
+    let bomb = call(
+        &gw,
+        "probe__fork_and_hold",
+        json!({"limit": TARGET, "seconds": 3}),
+    )
+    .await;
+    let (after, mut told) = until_restarted(&gw, &before).await;
+    if let Err(e) = &bomb {
+        told.insert(0, e.clone());
+    }
+    let stderr = ws.stderr_text();
+    assert!(
+        after.is_some(),
+        "the server must be restarted past its task limit: bomb {bomb:?}, told {told:?}\n{stderr}"
+    );
+    let reason = format!("process limit reached ({LIMIT} processes, sandbox.limits.processes)");
+    assert!(
+        told.iter().any(|t| t.contains(&reason)) || stderr.contains(&reason),
+        "the agent or the log must name the limit: bomb {bomb:?}, told {told:?}\n{stderr}"
+    );
+    assert!(
+        bomb.is_err(),
+        "the bomb's call must fail with the kill: {bomb:?}"
+    );
+    gw.shutdown().await;
+    println!("watchdog: bomb {bomb:?}; agent told {told:?}");
+}
+
 /// `palisade run` has no supervisor to remove a cgroup, so it always relies on the rlimit
 /// fallbacks: a fork bomb under it (run by an unprivileged user) stops at the default task
 /// limit too.

@@ -233,7 +233,9 @@ fn limits_lines(s: &mut String, support: &crate::sandbox::cgroup::Support) {
                 "  resource limits:       RLIMITS ONLY: no cgroup for servers ({reason})"
             );
             let tasks = if nix::unistd::getuid().is_root() {
-                "processes is NOT enforced: the kernel exempts uid 0 from RLIMIT_NPROC"
+                "the kernel exempts uid 0 from RLIMIT_NPROC, so processes is held only by \
+                 `serve`'s watchdog (tasks counted every 0.5 s, the server killed past the \
+                 limit; `run` has none)"
             } else {
                 "processes bounds the tasks a server adds to yours (RLIMIT_NPROC)"
             };

@@ -568,6 +568,11 @@ async fn watch(
                 if let Some(why) = running._guard.task_limit_hit() {
                     return End::Fault(why);
                 }
+                // As root without a pids cgroup nothing else holds the task limit.
+                let over = running.child.id().and_then(|pid| running._guard.tasks_over_limit(pid));
+                if let Some(why) = over {
+                    return End::Fault(why);
+                }
                 if running.conn.peer.is_transport_closed() {
                     return End::Exited("the server closed its MCP connection".into());
                 }

@@ -159,6 +159,12 @@ impl PreparedGuard {
     pub fn task_limit_hit(&self) -> Option<String> {
         self.0.task_limit_hit()
     }
+
+    /// Set once the tree rooted at `pid` holds more tasks than its limit, where no cgroup
+    /// or rlimit holds it (root without a pids cgroup).
+    pub fn tasks_over_limit(&self, pid: u32) -> Option<String> {
+        self.0.tasks_over_limit(pid)
+    }
 }
 
 /// Why a server could not be spawned.

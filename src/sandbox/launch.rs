@@ -177,6 +177,10 @@ pub struct Prepared {
     /// The server's cgroup (memory and task limits), removed when this is dropped: keep it
     /// until the child is reaped.
     cgroup: Option<super::cgroup::Cgroup>,
+    /// The task limit the supervisor must enforce itself by counting (see
+    /// `task_count`): set where neither a cgroup nor RLIMIT_NPROC holds it (root, no pids
+    /// cgroup).
+    task_watch: Option<u64>,
 }
 
 impl Prepared {
@@ -192,6 +196,21 @@ impl Prepared {
     /// `Cgroup::task_limit_hit`).
     pub fn task_limit_hit(&self) -> Option<String> {
         self.cgroup.as_ref().and_then(|c| c.task_limit_hit())
+    }
+
+    /// Where no cgroup nor rlimit bounds the tasks (see `task_watch`): the task limit's
+    /// text once the tree rooted at `pid` (the spawned child) holds more tasks than it.
+    /// The bwrap processes outside the sandbox's own are not the server's: two are allowed
+    /// for them.
+    pub fn tasks_over_limit(&self, pid: u32) -> Option<String> {
+        let limit = self.task_watch?;
+        let count = super::task_count::count_tasks(pid, limit + 3)?;
+        (count > limit + 2).then(|| {
+            format!(
+                "process limit reached ({limit} processes, sandbox.limits.processes): over \
+                 {limit} tasks counted, no cgroup"
+            )
+        })
     }
 
     /// Gives up the command for `exec` (`palisade run`); the descriptors it needs stay open
@@ -216,6 +235,7 @@ impl Prepared {
             files,
             // srt applies no palisade limits (docs/network.md lists what srt does not do).
             cgroup: None,
+            task_watch: None,
         }
     }
 
@@ -922,6 +942,7 @@ fn sandboxed(
     let mut cmd = std::process::Command::new(&program);
     cmd.args(&args).env_clear().envs(&spec.env);
     let cgroup = make_cgroup(&req.name, &spec.limits);
+    let task_watch = task_watch(&spec.limits, cgroup.as_ref());
     let mut rlimits = fallback_rlimits(&spec.limits);
     if let Some(cg) = &cgroup {
         // The cgroup limits the tree; the per-process fallbacks would only add limits the
@@ -944,6 +965,7 @@ fn sandboxed(
         held,
         files: Vec::new(),
         cgroup,
+        task_watch,
     })
 }
 
@@ -977,9 +999,24 @@ fn make_cgroup(name: &str, l: &ResourceLimits) -> Option<super::cgroup::Cgroup> 
         }
     };
     if made.is_none() && l.pids.is_some() && nix::unistd::getuid().is_root() {
-        tracing::warn!(server = %name, "its task limit is not enforced: no cgroup, and the kernel exempts uid 0 from RLIMIT_NPROC");
+        tracing::warn!(
+            server = %name,
+            "its task limit is not enforced by the kernel: no cgroup, and the kernel exempts uid 0 \
+             from RLIMIT_NPROC (`serve` counts the server's tasks every 0.5 s and kills it past \
+             the limit; `run` cannot)"
+        );
     }
     made
+}
+
+/// The task limit the supervisor must count itself: where no pids cgroup holds it and the
+/// user is root, whom RLIMIT_NPROC does not bind.
+fn task_watch(l: &ResourceLimits, cgroup: Option<&super::cgroup::Cgroup>) -> Option<u64> {
+    let pids_cgroup = cgroup.is_some_and(|c| c.limits_pids());
+    if pids_cgroup || !nix::unistd::getuid().is_root() {
+        return None;
+    }
+    l.pids
 }
 
 /// A command run without a sandbox (warn mode or opted out): still a clean environment and
@@ -1012,6 +1049,7 @@ fn direct(
         held: Vec::new(),
         files: Vec::new(),
         cgroup: None,
+        task_watch: task_watch(&req.limits, None),
     }
 }
 

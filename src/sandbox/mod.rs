@@ -18,6 +18,7 @@ pub mod seccomp;
 pub mod spec;
 pub mod srt;
 mod sys;
+pub mod task_count;
 pub mod trace;
 pub mod write_protect;
 

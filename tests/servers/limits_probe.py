@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 LIBC.malloc.restype = ctypes.c_void_p
@@ -20,7 +21,7 @@ LIBC.malloc.argtypes = [ctypes.c_size_t]
 LIBC.free.argtypes = [ctypes.c_void_p]
 
 
-def fork_bomb(limit):
+def fork_bomb(limit, hold=0):
     """Forks sleeping children until `limit` or until the kernel refuses, then ends them."""
     children, error = [], None
     try:
@@ -33,11 +34,18 @@ def fork_bomb(limit):
             children.append(pid)
     except OSError as e:
         error = errno.errorcode.get(e.errno, str(e.errno))
+    time.sleep(hold)
     for pid in children:
         os.kill(pid, signal.SIGKILL)
     for pid in children:
         os.waitpid(pid, 0)
     return {"forked": len(children), "error": error}
+
+
+def fork_and_hold(limit, seconds):
+    """As fork_bomb, keeping the children for `seconds` before ending them (a watchdog
+    that samples the tree must get to see it)."""
+    return fork_bomb(limit, seconds)
 
 
 def reserve(mb):
@@ -100,6 +108,7 @@ def alive():
 
 TOOLS = {
     "fork_bomb": (fork_bomb, {"limit": "integer"}),
+    "fork_and_hold": (fork_and_hold, {"limit": "integer", "seconds": "integer"}),
     "reserve": (reserve, {"mb": "integer"}),
     "hog": (hog, {"mb": "integer"}),
     "alive": (alive, {}),
