@@ -26,33 +26,14 @@ pub enum Frame {
     TooLong(usize),
 }
 
-/// A reader that hands out `data` at most `chunk` bytes per read, so the fuzzer also
-/// chooses where the pipe splits the stream.
-struct Chunked<'a> {
-    data: &'a [u8],
-    chunk: usize,
-}
-
-impl AsyncRead for Chunked<'_> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let n = self.chunk.min(self.data.len()).min(buf.remaining());
-        let (head, rest) = self.data.split_at(n);
-        buf.put_slice(head);
-        self.data = rest;
-        Poll::Ready(Ok(()))
-    }
-}
-
 /// Runs the tap's line reader (`gateway::tap::read_line_capped`) over `data`, delivered
 /// `chunk` bytes per read through a buffer of `buffer` bytes, with a line limit of `max`.
 pub fn frame_lines(data: &[u8], chunk: usize, buffer: usize, max: usize) -> Vec<Frame> {
-    let reader = Chunked {
+    let sizes = [chunk.max(1)];
+    let reader = Pieces {
         data,
-        chunk: chunk.max(1),
+        sizes: &sizes,
+        next: 0,
     };
     let mut reader = BufReader::with_capacity(buffer.max(1), reader);
     let mut out = Vec::new();
@@ -83,7 +64,7 @@ pub fn is_progress(line: &[u8]) -> bool {
 }
 
 /// A reader that hands out `data` in pieces of the given sizes, in turn (cycling), so the
-/// fuzzer chooses every point where the client's pipe splits the stream.
+/// fuzzer chooses every point where a pipe splits the stream.
 struct Pieces<'a> {
     data: &'a [u8],
     sizes: &'a [usize],
