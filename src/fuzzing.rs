@@ -14,7 +14,7 @@ use crate::gateway::tap::{self, Line};
 use crate::gateway::upstream_frame::LineCap;
 
 pub use crate::gateway::tap::MAX_LINE;
-pub use crate::gateway::upstream_frame::OVERSIZED_METHOD;
+pub use crate::gateway::upstream_frame::{HEAD as UPSTREAM_HEAD, OVERSIZED_METHOD};
 pub use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 
 /// What the tap's line reader made of one line of a server's stdout.

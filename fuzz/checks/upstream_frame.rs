@@ -29,14 +29,12 @@
 
 use std::fmt;
 
-use palisade::fuzzing::{self, OVERSIZED_METHOD};
+use palisade::fuzzing::{self, OVERSIZED_METHOD, UPSTREAM_HEAD as HEAD};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
 use super::Input;
 
-/// `upstream_frame::HEAD`: how much of a line is kept to read its id.
-const HEAD: usize = 4096;
 /// rmcp's reads when the stream is read in one go.
 const WHOLE: usize = 1 << 16;
 

@@ -19,7 +19,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 /// The method of the stand-in request for a dropped over-long message.
 pub const OVERSIZED_METHOD: &str = "palisade/oversized";
 /// How much of each line is kept to find its id.
-const HEAD: usize = 4096;
+pub const HEAD: usize = 4096;
 
 /// Caps lines at `max` bytes (newline included, rmcp's rule).
 pub struct LineCap<R> {
