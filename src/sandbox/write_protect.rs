@@ -61,6 +61,10 @@ pub struct Found {
 /// The protected paths under `grant` (a canonical directory), breadth first so that a
 /// truncated search has covered the shallow levels.
 pub fn find(grant: &Path) -> Found {
+    // A grant that is not canonical would put a link between it and what is re-bound.
+    if std::fs::canonicalize(grant).ok().as_deref() != Some(grant) {
+        return Found::default();
+    }
     find_with(grant, SEARCH_DEPTH, DIR_BUDGET)
 }
 
@@ -87,18 +91,19 @@ fn find_with(grant: &Path, max_depth: usize, budget: usize) -> Found {
 }
 
 /// The `WRITE_PROTECTED` entries of `dir` that exist, with no symlink between `dir` and
-/// them.
+/// them. `dir` is real (the grant is canonical, and the walk follows no link), so only the
+/// entry and, for `.git/hooks` and the like, its own parent need checking: one `lstat`
+/// each, most of them failing at once, since a directory holds few of these names.
 fn protected_in(dir: &Path) -> Vec<PathBuf> {
+    let real = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|md| !md.file_type().is_symlink());
     WRITE_PROTECTED
         .iter()
         .map(|rel| dir.join(rel))
         .filter(|p| {
             // `.git/hooks`: `.git` itself must be a real directory, not a link elsewhere.
-            let parent_real = p
-                .parent()
-                .and_then(|parent| std::fs::canonicalize(parent).ok())
-                .is_some_and(|real| Some(real.as_path()) == p.parent());
-            parent_real && std::fs::symlink_metadata(p).is_ok_and(|md| !md.file_type().is_symlink())
+            real(p)
+                && p.parent()
+                    .is_some_and(|parent| parent == dir || real(parent))
         })
         .collect()
 }
