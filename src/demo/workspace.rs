@@ -2,10 +2,12 @@
 //! built-in fs-server at it.
 //!
 //! Layout (all under one temporary directory, removed when `Workspace` is dropped):
-//! `project/` is the fs-server's root and the session sandbox dir (the policy allows work
-//! there); `project/readonly/` is granted read-only to the sandbox, so the kernel refuses a
-//! write there even though the policy and the server's own guard let it through;
-//! `outside/secret.txt` is a planted file outside the workspace that must never be returned.
+//! `project/` is the fs-server's read-write root and the session sandbox dir (the policy
+//! allows work there); `project/.git/hooks/` is a repository's hook directory, which the
+//! sandbox keeps read-only inside every writable grant (`sandbox::write_protect`), so the
+//! kernel refuses a planted hook although the policy and the server's own guard both see a
+//! write inside a read-write root; `outside/secret.txt` is a planted file outside the
+//! workspace that must never be returned.
 
 use std::path::{Path, PathBuf};
 
@@ -35,12 +37,12 @@ impl Workspace {
             .canonicalize()
             .context("cannot resolve the demo workspace")?;
         let ws = Workspace { dir, base };
-        std::fs::create_dir_all(ws.readonly_dir())?;
+        std::fs::create_dir_all(ws.hooks_dir())?;
         std::fs::create_dir_all(ws.outside_dir())?;
         std::fs::write(ws.notes(), NOTES_TEXT)?;
         std::fs::write(
-            ws.readonly_dir().join("README.txt"),
-            "This directory is mounted read-only inside the sandbox.\n",
+            ws.hooks_dir().join("pre-commit.sample"),
+            "#!/bin/sh\n# a git hook runs on the user's next commit, outside any sandbox\n",
         )?;
         std::fs::write(ws.secret(), SECRET_TEXT)?;
         Ok(ws)
@@ -52,8 +54,9 @@ impl Workspace {
     pub fn project(&self) -> PathBuf {
         self.base.join("project")
     }
-    pub fn readonly_dir(&self) -> PathBuf {
-        self.project().join("readonly")
+    /// A repository's hook directory: code there runs on the user's next commit.
+    pub fn hooks_dir(&self) -> PathBuf {
+        self.project().join(".git").join("hooks")
     }
     pub fn outside_dir(&self) -> PathBuf {
         self.base.join("outside")
@@ -64,9 +67,9 @@ impl Workspace {
     pub fn secret(&self) -> PathBuf {
         self.outside_dir().join("secret.txt")
     }
-    /// Where the blocked write aims.
+    /// Where the blocked write aims: a git hook, which would run outside any sandbox.
     pub fn blocked_write_target(&self) -> PathBuf {
-        self.readonly_dir().join("planted-by-agent.txt")
+        self.hooks_dir().join("pre-commit")
     }
     pub fn config_path(&self) -> PathBuf {
         self.base.join("palisade.json")
@@ -98,9 +101,7 @@ pub fn config(ws: &Workspace, palisade: &Path, policy: SandboxPolicy) -> Value {
                 "description": "palisade's built-in filesystem server over the demo workspace",
                 "sandbox": {
                     "filesystem": {
-                        "allowWrite": [p(ws.project())],
-                        "allowRead": [p(ws.readonly_dir())],
-                        "denyWrite": [p(ws.readonly_dir())]
+                        "allowWrite": [p(ws.project())]
                     },
                     "network": false
                 }
