@@ -294,15 +294,26 @@ pub trait AuditSink: Send + Sync + 'static {
 }
 
 /// The default when no audit log is configured: each record goes to the log (stderr) at
-/// info level, so calls are never silently unaudited.
+/// info level, so calls are never silently unaudited. The line is the audit file's record
+/// (same field names, same redaction), less the hash chain, so one reader reads both.
 #[derive(Debug, Default)]
 pub struct LogAudit;
 
 impl AuditSink for LogAudit {
     fn record(&self, rec: &CallRecord) -> Result<(), AuditError> {
-        let line = serde_json::to_string(rec).map_err(|e| AuditError(e.to_string()))?;
+        let line = LogAudit::line(rec)?;
         tracing::info!(target: "palisade::audit", "audit {line}");
         Ok(())
+    }
+}
+
+impl LogAudit {
+    /// The JSON this sink logs for one record.
+    pub fn line(rec: &CallRecord) -> Result<String, AuditError> {
+        let mut record = super::engine::to_audit_record(rec);
+        record.arguments =
+            crate::audit::redact::redact_arguments(&record.arguments, Default::default());
+        serde_json::to_string(&record).map_err(|e| AuditError(e.to_string()))
     }
 }
 
@@ -327,5 +338,34 @@ impl Default for Stages {
 impl std::fmt::Debug for Stages {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Stages { policy, approver, audit }")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Regression (first contact #11): the stderr line named the decision `decision` while the
+    // audit file names it `status`, and skipped the file's redaction.
+    #[test]
+    fn the_logged_record_has_the_audit_files_shape_and_redaction() {
+        let mut args = Map::new();
+        args.insert("api_key".into(), Value::String("sk-abcdefghijklmnopqrstuv".into()));
+        let rec = CallRecord::new(
+            "fs",
+            "read",
+            "7".into(),
+            args,
+            PolicyVerdict::deny("outside the roots"),
+            CallOutcome::Denied {
+                reason: "outside the roots".into(),
+            },
+        );
+        let v: Value = serde_json::from_str(&LogAudit::line(&rec).unwrap()).unwrap();
+        assert_eq!(v["policyDecision"]["status"], "deny");
+        assert!(v["policyDecision"].get("decision").is_none());
+        assert_eq!(v["serverName"], "fs");
+        assert_eq!(v["result"]["status"], "denied");
+        assert!(!v.to_string().contains("sk-abcdefghijklmnopqrstuv"), "{v}");
     }
 }
