@@ -15,11 +15,13 @@ use crate::commands;
     long_about = None
 )]
 pub struct Cli {
-    /// Log level for stderr (overridden by RUST_LOG).
+    /// Log level for stderr (overridden by RUST_LOG). At the default, a normal start and a
+    /// normal call print nothing; what needs attention (warn mode, a degraded sandbox, a
+    /// restart) still does.
     #[arg(
         long,
         global = true,
-        default_value = "info",
+        default_value = "warn",
         env = "PALISADE_LOG_LEVEL"
     )]
     pub log_level: String,

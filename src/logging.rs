@@ -9,8 +9,10 @@ use tracing_subscriber::EnvFilter;
 /// Installs the global subscriber. `RUST_LOG` wins over `level` when set.
 pub fn init(level: &str, log_file: Option<&Path>) -> anyhow::Result<()> {
     // rmcp logs every message at info: keep it to warnings unless RUST_LOG asks for more.
+    // Audit records logged for want of an audit file (`gateway::stages::LogAudit`) are the
+    // audit trail itself, so they stay on whatever the level.
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("{level},rmcp=warn")));
+        .unwrap_or_else(|_| EnvFilter::new(format!("{level},palisade::audit=info,rmcp=warn")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false);

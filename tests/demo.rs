@@ -28,10 +28,7 @@ fn steps(stdout: &str) -> Vec<Step> {
         let Some(tagged) = lines.next().map(str::trim_start) else {
             break;
         };
-        let Some((tag, rest)) = tagged
-            .strip_prefix('[')
-            .and_then(|t| t.split_once("] "))
-        else {
+        let Some((tag, rest)) = tagged.strip_prefix('[').and_then(|t| t.split_once("] ")) else {
             continue;
         };
         let mut text = rest.to_string();
@@ -82,22 +79,30 @@ fn demo_shows_each_layer_doing_its_job_and_cleans_up() {
 
     // 1. The fs-server's tools, namespaced.
     assert_eq!(s[0].tag, "ok", "{ctx}");
-    assert!(s[0].text.contains("fs__read") && s[0].text.contains("fs__write"), "{ctx}");
+    assert!(
+        s[0].text.contains("fs__read") && s[0].text.contains("fs__write"),
+        "{ctx}"
+    );
     // 2. The read inside the workspace returned the file's content.
     assert_eq!(s[1].tag, "ok", "{ctx}");
     assert!(
-        s[1].text.contains("Hello from the Palisade demo workspace."),
+        s[1].text
+            .contains("Hello from the Palisade demo workspace."),
         "{ctx}"
     );
     // 3. The policy, not some other layer, refused the read outside.
     assert_eq!(s[2].tag, "ok", "{ctx}");
-    assert!(s[2].text.starts_with("refused by the policy: DENIED"), "{ctx}");
+    assert!(
+        s[2].text.starts_with("refused by the policy: DENIED"),
+        "{ctx}"
+    );
     if enforcing {
         // 4. The kernel refused the planted hook, and the gateway said so.
         assert_eq!(s[3].tag, "ok", "step 4 must be the kernel's refusal\n{ctx}");
         assert!(s[3].title.contains(".git/hooks/pre-commit"), "{ctx}");
         assert!(
-            s[3].text.starts_with("blocked by the sandbox: [SANDBOX BLOCKED]"),
+            s[3].text
+                .starts_with("blocked by the sandbox: [SANDBOX BLOCKED]"),
             "{ctx}"
         );
         assert!(s[3].text.contains("the file does not exist"), "{ctx}");

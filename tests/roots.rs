@@ -243,7 +243,11 @@ fn roots_are_mounted_announced_and_widened_only_on_approval() {
         .collect();
     assert_eq!(approving.len(), 2, "{records:?}");
     for rec in approving {
-        assert_eq!(rec["approvedRoots"], json!([[s(&f.b), "ro"]]), "{rec}");
+        assert_eq!(
+            rec["approvedRoots"],
+            json!([{"path": s(&f.b), "access": "ro"}]),
+            "{rec}"
+        );
     }
 
     // Escapes through the proxy: a symlink planted in A pointing at C, and `..` out of A.

@@ -131,6 +131,11 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
         let log = AuditLog::open(&path)
             .with_context(|| format!("cannot open audit log {}", path.display()))?;
         opts.stages.audit = Arc::new(AuditLogSink::new(log));
+    } else {
+        tracing::warn!(
+            "no audit log (--audit-log, or \"auditLog\" in the palisade block): each call's \
+             record goes to stderr instead, unchained"
+        );
     }
     if let Some(spec) = escalation {
         opts.stages.approver = Arc::new(approval_chain(&spec, timeout_s, &opts)?);

@@ -18,6 +18,18 @@ impl GatewayConfig {
     pub fn server(&self, name: &str) -> Option<&ServerConfig> {
         self.servers.iter().find(|(n, _)| n == name).map(|(_, s)| s)
     }
+
+    /// Whether any server would run under `backend`: its own choice, or else the global one.
+    /// Start-up probes only what the config can use (srt's probe runs Node: 100-300 ms).
+    pub fn uses_backend(&self, backend: Backend) -> bool {
+        self.servers.iter().any(|(_, s)| {
+            let own = match &s.sandbox {
+                SandboxSetting::Enabled(c) => c.backend,
+                SandboxSetting::Disabled => return false,
+            };
+            own.or(self.settings.backend) == Some(backend)
+        })
+    }
 }
 
 /// One downstream server.

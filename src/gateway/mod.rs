@@ -152,8 +152,17 @@ impl Gateway {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         // Probed once, off the runtime's threads (it runs a trial sandbox); every start and
         // relaunch of every server is resolved against it.
-        let caps = tokio::task::spawn_blocking(|| {
-            crate::sandbox::capabilities::probe(crate::sandbox::capabilities::Depth::Full)
+        // srt is asked whether it runs (a Node start) only when some server may use it.
+        let srt_probe = if opts.config.uses_backend(crate::config::Backend::Srt) {
+            crate::sandbox::capabilities::SrtProbe::Run
+        } else {
+            crate::sandbox::capabilities::SrtProbe::Locate
+        };
+        let caps = tokio::task::spawn_blocking(move || {
+            crate::sandbox::capabilities::probe_for(
+                crate::sandbox::capabilities::Depth::Full,
+                srt_probe,
+            )
         })
         .await
         .map_err(|e| GatewayError::Probe(e.to_string()))?;

@@ -350,7 +350,10 @@ mod tests {
     #[test]
     fn the_logged_record_has_the_audit_files_shape_and_redaction() {
         let mut args = Map::new();
-        args.insert("api_key".into(), Value::String("sk-abcdefghijklmnopqrstuv".into()));
+        args.insert(
+            "api_key".into(),
+            Value::String("sk-abcdefghijklmnopqrstuv".into()),
+        );
         let rec = CallRecord::new(
             "fs",
             "read",

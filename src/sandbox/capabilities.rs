@@ -82,6 +82,20 @@ pub const SRT_ENV: &str = "PALISADE_SRT";
 
 /// Probes the machine.
 pub fn probe(depth: Depth) -> Capabilities {
+    probe_for(depth, SrtProbe::Run)
+}
+
+/// Whether a `Depth::Full` probe runs `srt --version`, a Node start of 100-300 ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SrtProbe {
+    /// Ask srt whether it runs (`check`, a config that uses srt).
+    Run,
+    /// Only look for it: nothing will run under srt.
+    Locate,
+}
+
+/// Probes the machine, running srt only when `srt` says it may be used.
+pub fn probe_for(depth: Depth, srt_probe: SrtProbe) -> Capabilities {
     let (bwrap, bwrap_override_problem) = find_bwrap(depth);
     let srt = find_srt();
     let userns = match (&bwrap, depth) {
@@ -104,8 +118,8 @@ pub fn probe(depth: Depth) -> Capabilities {
         socat: which::which("socat").ok(),
         ripgrep: which::which("rg").ok(),
         srt: srt.clone(),
-        srt_problem: match (&srt, depth) {
-            (Some(p), Depth::Full) => srt_runs(p).err(),
+        srt_problem: match (&srt, depth, srt_probe) {
+            (Some(p), Depth::Full, SrtProbe::Run) => srt_runs(p).err(),
             _ => None,
         },
     }

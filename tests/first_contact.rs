@@ -1,0 +1,228 @@
+//! Regressions from first contact: what a new user and a real client (Claude Code among them)
+//! met running palisade as users run it. Each test is named after what broke and fails on the
+//! code that broke it.
+//!
+//! The client here is a raw JSON-RPC line client over the gateway's stdio: it sees exactly the
+//! bytes a client sees, stderr included.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::{palisade, Workspace};
+
+/// `palisade serve` driven over its stdio, one JSON-RPC line at a time.
+struct Serve {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    errlog: PathBuf,
+}
+
+/// Guards a test against a hung gateway; never a timing assertion.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+impl Serve {
+    fn start(ws: &Workspace, config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Serve {
+        let errlog = ws.errlog();
+        let mut cmd = Command::new(palisade());
+        cmd.arg("serve")
+            .arg("--config")
+            .arg(config)
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .env_remove("PALISADE_LOG_LEVEL")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&errlog).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take();
+        let stdout: ChildStdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Serve {
+            child,
+            stdin,
+            lines,
+            errlog,
+        }
+    }
+
+    fn send(&mut self, msg: Value) {
+        let stdin = self.stdin.as_mut().expect("stdin still open");
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Sends a request and returns its response, skipping notifications and other ids.
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let line = self.lines.recv_timeout(PATIENCE).unwrap_or_else(|_| {
+                panic!(
+                    "no response to {method} (id {id}); stderr:\n{}",
+                    self.stderr()
+                )
+            });
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == json!(id) && v.get("method").is_none() {
+                return v;
+            }
+        }
+    }
+
+    fn initialize(&mut self) -> Value {
+        let r = self.request(
+            1,
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "first-contact", "version": "1"}}),
+        );
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        r
+    }
+
+    fn call(&mut self, id: u64, tool: &str, args: Value) -> Value {
+        self.request(id, "tools/call", json!({"name": tool, "arguments": args}))
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.errlog).unwrap_or_default()
+    }
+
+    /// Closes stdin (end of input) and waits for the gateway to exit.
+    fn finish(mut self) -> (std::process::ExitStatus, String) {
+        drop(self.stdin.take());
+        let status = wait_bounded(&mut self.child);
+        let err = self.stderr();
+        (status, err)
+    }
+}
+
+fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("palisade did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// One built-in fs-server over `root`, with `settings` merged into the palisade block.
+fn fs_config(ws: &Workspace, root: &Path, settings: Value) -> PathBuf {
+    ws.config(
+        json!({"fs": {"command": palisade(), "args": ["fs-server", "--root", root],
+                      "sandbox": {"filesystem": {"allowWrite": [root]}}}}),
+        settings,
+    )
+}
+
+fn text_of(resp: &Value) -> String {
+    resp["result"]["content"][0]["text"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| resp.to_string())
+}
+
+// #7: a normal start wrote seven INFO lines on stderr, which Claude Code stores as an error
+// entry on every start. A normal start and a normal call now print nothing.
+#[test]
+fn a_normal_start_and_call_print_nothing_on_stderr() {
+    let ws = Workspace::new();
+    let root = ws.canonical().join("project");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "alpha").unwrap();
+    let audit = ws.path().join("audit.jsonl");
+    if !bwrap_installed() {
+        return support::skip("bubblewrap is not installed");
+    }
+    let config = fs_config(
+        &ws,
+        &root,
+        json!({"auditLog": audit, "sandboxPolicy": "enforce", "policy": null}),
+    );
+    let mut serve = Serve::start(&ws, &config, &[], &[]);
+    serve.initialize();
+    let r = serve.call(2, "fs__read", json!({"path": root.join("a.txt")}));
+    assert_eq!(text_of(&r), "alpha", "{r}");
+    let (status, err) = serve.finish();
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(err, "", "stderr of a normal start and call");
+    assert_eq!(
+        support::read_jsonl(&audit).len(),
+        1,
+        "the call is audited in the file"
+    );
+}
+
+fn bwrap_installed() -> bool {
+    which("bwrap").is_some()
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+}
+
+// #8: `serve` ran `srt --version` (a Node start, 100-300 ms) at every start although no
+// server used srt. Now only a config that can use srt asks it.
+#[test]
+fn serve_asks_srt_only_when_a_server_uses_it() {
+    let ws = Workspace::new();
+    let root = ws.canonical().join("project");
+    std::fs::create_dir_all(&root).unwrap();
+    let marker = ws.path().join("srt-was-run");
+    let fake_srt = ws.path().join("srt");
+    std::fs::write(
+        &fake_srt,
+        format!(
+            "#!/bin/sh\necho \"$@\" >> '{}'\necho 0.0.83\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake_srt, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let srt_env = [("PALISADE_SRT", fake_srt.to_str().unwrap())];
+
+    for (backend, expect_run) in [(None, false), (Some("srt"), true)] {
+        let _ = std::fs::remove_file(&marker);
+        let mut settings = json!({"sandboxPolicy": "warn", "policy": null});
+        if let Some(b) = backend {
+            settings["backend"] = json!(b);
+        }
+        let config = fs_config(&ws, &root, settings);
+        let mut serve = Serve::start(&ws, &config, &[], &srt_env);
+        serve.initialize();
+        let (_, err) = serve.finish();
+        let ran = std::fs::read_to_string(&marker).unwrap_or_default();
+        assert_eq!(
+            ran.lines().any(|l| l.trim() == "--version"),
+            expect_run,
+            "backend {backend:?}: srt invocations {ran:?}; stderr:\n{err}"
+        );
+    }
+}
