@@ -226,3 +226,43 @@ fn serve_asks_srt_only_when_a_server_uses_it() {
         );
     }
 }
+
+// #9: fs-server's `list_roots` said `"access": "rw"` for a root the gateway mounted (and
+// logged) read-only: MCP roots carry no access, so every client root was taken as rw.
+#[test]
+fn fs_server_reports_a_read_only_grant_as_read_only() {
+    let ws = Workspace::new();
+    let rw = ws.canonical().join("work");
+    let ro = ws.canonical().join("reference");
+    std::fs::create_dir_all(&rw).unwrap();
+    std::fs::create_dir_all(&ro).unwrap();
+    let config = ws.config(
+        json!({"fs": {"command": palisade(), "args": ["fs-server"],
+                      "sandbox": {"filesystem": {"allowWrite": [rw], "allowRead": [ro]}}}}),
+        json!({"sandboxPolicy": "warn", "policy": null}),
+    );
+    let mut serve = Serve::start(&ws, &config, &[], &[]);
+    serve.initialize();
+    // The fs-server applies the roots it asks for after `initialized`; wait until it has.
+    let mut roots = Value::Null;
+    for i in 0..200 {
+        let r = serve.call(10 + i, "fs__list_roots", json!({}));
+        roots = serde_json::from_str(&text_of(&r)).unwrap_or(Value::Null);
+        if roots["source"] == "client" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = serve.finish();
+    let access_of = |p: &Path| -> Value {
+        roots["roots"]
+            .as_array()
+            .unwrap_or(&vec![])
+            .iter()
+            .find(|r| r["path"] == json!(p))
+            .map(|r| r["access"].clone())
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(access_of(&ro), "ro", "{roots}");
+    assert_eq!(access_of(&rw), "rw", "{roots}");
+}

@@ -75,8 +75,15 @@ impl FsServer {
         let fetch = state.begin_fetch();
         tokio::spawn(async move {
             let answer = tokio::time::timeout(ROOTS_TIMEOUT, peer.list_roots()).await;
-            let uris: Vec<String> = match answer {
-                Ok(Ok(r)) => r.roots.into_iter().map(|r| r.uri).collect(),
+            let uris: Vec<(String, crate::sandbox::Access)> = match answer {
+                Ok(Ok(r)) => r
+                    .roots
+                    .into_iter()
+                    .map(|r| {
+                        let access = crate::roots::access_from_meta(r.meta.as_ref().map(|m| &m.0));
+                        (r.uri, access)
+                    })
+                    .collect(),
                 Ok(Err(e)) => {
                     tracing::warn!("roots/list ({why}) failed: {e}; keeping the current roots");
                     return;

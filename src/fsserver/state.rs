@@ -123,12 +123,17 @@ impl RootState {
     /// server-filesystem does: the client's empty answer never widens, and the operator's
     /// `--root` grant is kept). Returns the rejected URIs with reasons and whether the set
     /// was replaced.
-    pub fn apply_client_roots(&self, fetch: u64, uris: &[String]) -> (Vec<String>, bool) {
+    /// Each root comes with the access its `_meta` declares (`roots::access_from_meta`).
+    pub fn apply_client_roots(
+        &self,
+        fetch: u64,
+        roots: &[(String, Access)],
+    ) -> (Vec<String>, bool) {
         let mut valid = Vec::new();
         let mut rejected = Vec::new();
-        for u in uris {
+        for (u, access) in roots {
             match uri::uri_to_path(u) {
-                Ok(p) if p.is_dir() => valid.push((p, Access::Rw)),
+                Ok(p) if p.is_dir() => valid.push((p, *access)),
                 Ok(_) => rejected.push(format!("{u}: not an existing directory")),
                 Err(e) => rejected.push(format!("{u}: {e}")),
             }
@@ -188,7 +193,10 @@ mod tests {
         let f1 = st.begin_fetch();
         let f2 = st.begin_fetch();
         let ub = uri::path_to_uri(b.path()).unwrap();
-        let (rej, ok) = st.apply_client_roots(f2, &[ub.clone(), "file://h/x".into()]);
+        let (rej, ok) = st.apply_client_roots(
+            f2,
+            &[(ub.clone(), Access::Rw), ("file://h/x".into(), Access::Rw)],
+        );
         assert!(ok);
         assert_eq!(rej.len(), 1);
         let snap = st.snapshot();
@@ -197,7 +205,7 @@ mod tests {
         assert_eq!(snap.guard.roots()[0].path, b.path().canonicalize().unwrap());
         // The older fetch answers late: ignored.
         let ua = uri::path_to_uri(a.path()).unwrap();
-        assert!(!st.apply_client_roots(f1, &[ua]).1);
+        assert!(!st.apply_client_roots(f1, &[(ua, Access::Rw)]).1);
         assert_eq!(st.snapshot().version, 2);
         // Nothing valid: the set stays.
         let f3 = st.begin_fetch();

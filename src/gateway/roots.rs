@@ -72,7 +72,11 @@ impl RootSet {
         self.roots
             .iter()
             .filter_map(|r| match uri::path_to_uri(&r.path) {
-                Ok(u) => Some(Root::new(u).with_name(root_name(r))),
+                Ok(u) => {
+                    let mut root = Root::new(u).with_name(root_name(r));
+                    root.meta = Some(access_meta(r.access));
+                    Some(root)
+                }
                 Err(e) => {
                     // Cannot happen for a canonical absolute path; never announce what we
                     // could not encode faithfully.
@@ -84,11 +88,18 @@ impl RootSet {
     }
 }
 
+/// The root's access in its `_meta` (`crate::roots::ACCESS_META_KEY`).
+fn access_meta(access: Access) -> rmcp::model::MetaObject {
+    let mut m = serde_json::Map::new();
+    m.insert(
+        crate::roots::ACCESS_META_KEY.into(),
+        serde_json::Value::String(crate::roots::access_str(access).into()),
+    );
+    rmcp::model::MetaObject(m)
+}
+
 fn root_name(r: &DerivedRoot) -> String {
-    let access = match r.access {
-        Access::Rw => "rw",
-        Access::Ro => "ro",
-    };
+    let access = crate::roots::access_str(r.access);
     let from = match &r.source {
         RootSource::SandboxDir => "session sandbox".to_string(),
         RootSource::Rule(name) => format!("policy rule {name}"),
