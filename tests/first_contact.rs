@@ -266,3 +266,56 @@ fn fs_server_reports_a_read_only_grant_as_read_only() {
     assert_eq!(access_of(&ro), "ro", "{roots}");
     assert_eq!(access_of(&rw), "rw", "{roots}");
 }
+
+// #6: Claude Code (Node) connects a server's stdio with a socket pair and stops it with
+// SIGINT, then SIGTERM 100 ms later. With a socket stdin palisade read it on a blocking
+// thread that the runtime's shutdown waited for: 215 ms to exit, so every stop escalated.
+// The socket is now on the reactor; the exit time is printed here and measured by
+// scripts/bench.sh, never asserted.
+#[test]
+fn a_socket_stdin_is_read_on_the_reactor_and_sigint_stops_the_gateway() {
+    use std::os::unix::net::UnixStream;
+    let ws = Workspace::new();
+    let root = ws.canonical().join("project");
+    std::fs::create_dir_all(&root).unwrap();
+    let config = fs_config(&ws, &root, json!({"sandboxPolicy": "warn", "policy": null}));
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let theirs_out = theirs.try_clone().unwrap();
+    let mut child = Command::new(palisade())
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "debug,rmcp=warn")
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .stdout(Stdio::from(std::os::fd::OwnedFd::from(theirs_out)))
+        .stderr(std::fs::File::create(ws.errlog()).unwrap())
+        .spawn()
+        .unwrap();
+    let mut writer = ours.try_clone().unwrap();
+    let mut reader = BufReader::new(ours);
+    writeln!(
+        writer,
+        "{}",
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                          "clientInfo": {"name": "node-like", "version": "1"}}})
+    )
+    .unwrap();
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let init: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(init["id"], 1, "{line}");
+    let sent = std::time::Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = wait_bounded(&mut child);
+    eprintln!("exited {:?} after SIGINT", sent.elapsed());
+    let err = ws.stderr_text();
+    assert!(status.success(), "{status}: {err}");
+    assert!(
+        !err.contains("blocking thread"),
+        "a socket stdin must not be read on a blocking thread:\n{err}"
+    );
+}

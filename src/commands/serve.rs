@@ -66,9 +66,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         gateway.serve_stdio().await.context("gateway failed")
     });
-    // Every child is reaped by now. Tokio reads stdin on a blocking thread that a signal does
-    // not interrupt; do not let dropping the runtime wait for it.
-    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    // Every child is reaped by now. A terminal or file stdin is read on a blocking thread that
+    // a signal does not interrupt; do not let dropping the runtime wait for it (pipes and
+    // sockets are on the reactor and leave nothing behind).
+    rt.shutdown_timeout(std::time::Duration::from_millis(20));
     outcome?;
     Ok(ExitCode::SUCCESS)
 }

@@ -321,19 +321,29 @@ impl Gateway {
         let handler = upstream::Upstream {
             shared: self.shared.clone(),
         };
-        let outcome = match serve_server(handler, transport).await {
-            Ok(service) => {
+        // A stop during the handshake counts too: a client may give up before it completes.
+        tokio::pin!(shutdown_signal);
+        let started = tokio::select! {
+            r = serve_server(handler, transport) => Some(r),
+            _ = &mut shutdown_signal => None,
+        };
+        let outcome = match started {
+            Some(Ok(service)) => {
                 tokio::select! {
                     r = service.waiting() => {
                         tracing::info!("client disconnected ({r:?}); shutting down");
                     }
-                    _ = shutdown_signal => {
+                    _ = &mut shutdown_signal => {
                         tracing::info!("shutdown requested");
                     }
                 }
                 Ok(())
             }
-            Err(e) => Err(GatewayError::Upstream(e.to_string())),
+            Some(Err(e)) => Err(GatewayError::Upstream(e.to_string())),
+            None => {
+                tracing::info!("shutdown requested before the client finished initializing");
+                Ok(())
+            }
         };
         self.shutdown().await;
         outcome
@@ -394,11 +404,20 @@ fn output_rate(config: &GatewayConfig, name: &str) -> Option<u64> {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn termination() {
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, not when
+/// the future is first polled: until then the default action would kill the gateway without
+/// stopping its servers.
+fn termination() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let term = signal(SignalKind::terminate());
     let int = signal(SignalKind::interrupt());
+    async move { wait_termination(term, int).await }
+}
+
+async fn wait_termination(
+    term: std::io::Result<tokio::signal::unix::Signal>,
+    int: std::io::Result<tokio::signal::unix::Signal>,
+) {
     match (term, int) {
         (Ok(mut t), Ok(mut i)) => {
             tokio::select! {
