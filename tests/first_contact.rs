@@ -22,6 +22,9 @@ struct Serve {
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
     errlog: PathBuf,
+    /// The agent's declared roots (`file://` URIs), answered to `roots/list`; `None`: the
+    /// client does not declare the roots capability.
+    agent_roots: Option<Vec<String>>,
 }
 
 /// Guards a test against a hung gateway; never a timing assertion.
@@ -60,6 +63,7 @@ impl Serve {
             stdin,
             lines,
             errlog,
+            agent_roots: None,
         }
     }
 
@@ -83,14 +87,27 @@ impl Serve {
             if v["id"] == json!(id) && v.get("method").is_none() {
                 return v;
             }
+            if v["method"] == "roots/list" {
+                let roots: Vec<Value> = self
+                    .agent_roots
+                    .iter()
+                    .flatten()
+                    .map(|u| json!({"uri": u}))
+                    .collect();
+                self.send(json!({"jsonrpc": "2.0", "id": v["id"], "result": {"roots": roots}}));
+            }
         }
     }
 
     fn initialize(&mut self) -> Value {
+        let caps = match self.agent_roots {
+            Some(_) => json!({"roots": {"listChanged": true}}),
+            None => json!({}),
+        };
         let r = self.request(
             1,
             "initialize",
-            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+            json!({"protocolVersion": "2025-11-25", "capabilities": caps,
                    "clientInfo": {"name": "first-contact", "version": "1"}}),
         );
         self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
@@ -318,4 +335,101 @@ fn a_socket_stdin_is_read_on_the_reactor_and_sigint_stops_the_gateway() {
         !err.contains("blocking thread"),
         "a socket stdin must not be read on a blocking thread:\n{err}"
     );
+}
+
+fn faulty_server() -> String {
+    support::repo("tests/servers/faulty_server.py")
+        .display()
+        .to_string()
+}
+
+// #3: after a server crashed mid-call, calls to it in the next half second got "unknown tool
+// `x__y`: no running server offers it" and no audit record. A call to a restarting server
+// now waits for it (bounded by the start timeout), and every call is audited.
+#[test]
+fn a_call_during_a_restart_waits_for_the_server_and_every_call_is_audited() {
+    let ws = Workspace::new();
+    let audit = ws.path().join("audit.jsonl");
+    let config = ws.config(
+        json!({"flaky": {"command": support::python(), "args": [faulty_server()]}}),
+        json!({"auditLog": audit}),
+    );
+    let mut serve = Serve::start(&ws, &config, &[], &[]);
+    serve.initialize();
+    let crashed = serve.call(2, "flaky__crash", json!({"after": 0}));
+    assert!(
+        crashed.get("error").is_some(),
+        "the crash fails its call: {crashed}"
+    );
+    // Sent at once: the server is down and its restart is scheduled (backoff 0.5 s).
+    let after = serve.call(3, "flaky__echo", json!({"text": "back"}));
+    // A name no server offers is refused, and audited too.
+    let unknown = serve.call(4, "nobody__nothing", json!({}));
+    let (_, err) = serve.finish();
+    assert_eq!(text_of(&after), "echo: back", "{after}\n{err}");
+    assert!(
+        unknown["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("unknown tool")),
+        "{unknown}"
+    );
+    let records = support::read_jsonl(&audit);
+    let of = |id: &str| records.iter().find(|r| r["requestId"] == id).cloned();
+    for id in ["2", "3", "4"] {
+        assert!(
+            of(id).is_some(),
+            "no audit record for call {id}: {records:?}"
+        );
+    }
+    let unknown_rec = of("4").unwrap();
+    assert_eq!(
+        unknown_rec["policyDecision"]["status"], "deny",
+        "{unknown_rec}"
+    );
+    assert_eq!(
+        unknown_rec["policyDecision"]["rule"], "unroutable",
+        "{unknown_rec}"
+    );
+    assert_eq!(unknown_rec["result"]["status"], "denied", "{unknown_rec}");
+    assert_eq!(of("3").unwrap()["result"]["status"], "success");
+}
+
+// #4: when the agent's own declared roots refused a path (Claude Code declares its working
+// folder and each --add-dir), the call failed with FORBIDDEN but its record read
+// `policyDecision: allow` (`default-read-in-roots`). The record now names the stage that
+// decided.
+#[test]
+fn a_call_the_agents_roots_refuse_is_not_audited_as_allowed() {
+    let ws = Workspace::new();
+    let base = ws.canonical();
+    let (inside, outside) = (base.join("project"), base.join("elsewhere"));
+    for d in [&inside, &outside] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::write(d.join("f.txt"), "x").unwrap();
+    }
+    let audit = ws.path().join("audit.jsonl");
+    // Both directories are the server's roots; the agent declares only `project`.
+    let config = ws.config(
+        json!({"fs": {"command": palisade(), "args": ["fs-server"],
+                      "sandbox": {"filesystem": {"allowWrite": [inside, outside]}}}}),
+        json!({"auditLog": audit, "policy": null}),
+    );
+    let mut serve = Serve::start(&ws, &config, &[], &[]);
+    serve.agent_roots = Some(vec![format!("file://{}", inside.display())]);
+    serve.initialize();
+    let ok = serve.call(2, "fs__read", json!({"path": inside.join("f.txt")}));
+    let refused = serve.call(3, "fs__read", json!({"path": outside.join("f.txt")}));
+    let (_, err) = serve.finish();
+    assert_eq!(text_of(&ok), "x", "{ok}\n{err}");
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    let records = support::read_jsonl(&audit);
+    let rec = records
+        .iter()
+        .find(|r| r["requestId"] == "3")
+        .unwrap_or_else(|| panic!("no record: {records:?}"));
+    assert_eq!(rec["result"]["status"], "denied", "{rec}");
+    assert_eq!(rec["policyDecision"]["status"], "deny", "{rec}");
+    assert_eq!(rec["policyDecision"]["rule"], "agent-roots", "{rec}");
+    let allowed = records.iter().find(|r| r["requestId"] == "2").unwrap();
+    assert_eq!(allowed["policyDecision"]["status"], "allow", "{allowed}");
 }

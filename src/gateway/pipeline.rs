@@ -52,14 +52,19 @@ pub async fn call_tool(
 ) -> Result<CallToolResult, ErrorData> {
     let started = Instant::now();
 
-    // Stage 1: route. Unknown names are refused before anything else (nothing to audit:
-    // no server was involved and no policy could apply).
-    let catalog = shared.catalog();
-    let Route { server, name: tool } = match catalog.tool(&params.name) {
-        Ok(route) => route.clone(),
-        Err(e) => return Err(unroutable(shared, &params.name, e)),
+    // Stage 1: route. A call to a server that is (re)starting waits for it, bounded by the
+    // start timeout; a name no server offers is refused, and audited like every call.
+    let Route { server, name: tool } = match route_waiting(shared, &params.name).await {
+        Ok(route) => route,
+        Err(e) => {
+            let record = unroutable_record(&params, &ctx, &e, started);
+            if let Err(audit) = shared.stages.audit.record(&record) {
+                tracing::error!(tool = %params.name, "audit write failed: {audit}");
+                return Err(audit_failed(&audit));
+            }
+            return Err(e);
+        }
     };
-    drop(catalog);
     let slot = shared.slots[server].clone();
     let arguments = params.arguments.clone().unwrap_or_default();
     let set = slot.roots.current();
@@ -155,6 +160,12 @@ pub async fn call_tool(
         }
     };
 
+    // The record names the stage that decided: a refusal by the agent's own roots is not
+    // the policy's "allow".
+    let mut decided = match &narrowed {
+        Some(why) => stage_refusal(AGENT_ROOTS_RULE, why),
+        None => verdict.clone(),
+    };
     let mut approved_roots = Vec::new();
     let mut refused = denial.is_some();
     let mut enforcement = slot.snapshot().enforcement;
@@ -186,6 +197,7 @@ pub async fn call_tool(
                 match check_paths(&set, path_args.as_deref(), &slot.name, &tool) {
                     Err(text) => {
                         refused = true;
+                        decided = stage_refusal(ROOTS_CHECK_RULE, &text);
                         Answer::Result(CallToolResult::error(vec![ContentBlock::text(text)]))
                     }
                     Ok(()) => {
@@ -232,17 +244,14 @@ pub async fn call_tool(
             &tool,
             request_id_string(&ctx.id),
             arguments,
-            verdict.clone(),
+            decided,
             outcome_of(&answer, refused),
         )
         .enforced(enforcement)
     };
     if let Err(e) = shared.stages.audit.record(&record) {
         tracing::error!(server = %slot.name, tool = %tool, "audit write failed: {e}");
-        return Err(ErrorData::internal_error(
-            format!("the call was not completed because the audit log could not be written ({e}); palisade fails closed"),
-            None,
-        ));
+        return Err(audit_failed(&e));
     }
     match answer {
         Answer::Result(r) => Ok(r),
@@ -294,6 +303,85 @@ async fn forward(
     }
 }
 
+/// `policyDecision.rule` of a call the agent's own declared roots refused.
+pub const AGENT_ROOTS_RULE: &str = "agent-roots";
+/// `policyDecision.rule` of a call whose path arguments fell outside the server's roots.
+pub const ROOTS_CHECK_RULE: &str = "roots-check";
+/// `policyDecision.rule` of a call no running server could take.
+pub const UNROUTABLE_RULE: &str = "unroutable";
+
+/// A deny recorded as decided by a gateway stage other than the policy.
+fn stage_refusal(rule: &str, why: &str) -> super::stages::PolicyVerdict {
+    super::stages::PolicyVerdict {
+        decision: Decision::Deny,
+        rule: Some(rule.to_string()),
+        reason: why.to_string(),
+    }
+}
+
+fn audit_failed(e: &super::stages::AuditError) -> ErrorData {
+    ErrorData::internal_error(
+        format!("the call was not completed because the audit log could not be written ({e}); palisade fails closed"),
+        None,
+    )
+}
+
+/// How often a call to a (re)starting server looks again whether it is up.
+const ROUTE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Routes `name`; when its prefix names a configured server that is starting or restarting,
+/// waits until it runs (or fails), at most the start timeout.
+async fn route_waiting(shared: &Shared, name: &str) -> Result<Route, ErrorData> {
+    let deadline = Instant::now() + shared.limits.startup_timeout;
+    // Running but not yet in the catalog: the catalog is rebuilt just after the status.
+    let mut running_misses = 0;
+    loop {
+        let error = match shared.catalog().tool(name) {
+            Ok(route) => return Ok(route.clone()),
+            Err(e) => e,
+        };
+        let status = super::registry::split_name(name)
+            .and_then(|(server, _)| shared.slots.iter().find(|s| s.name == server))
+            .map(|slot| slot.snapshot().status);
+        let waiting = match &status {
+            Some(Status::Starting | Status::Restarting { .. }) => true,
+            Some(Status::Running) => {
+                running_misses += 1;
+                running_misses < 3
+            }
+            _ => false,
+        };
+        if !waiting || Instant::now() >= deadline || shared.shutdown.is_cancelled() {
+            return Err(unroutable(shared, name, error));
+        }
+        tokio::time::sleep(ROUTE_POLL).await;
+    }
+}
+
+/// The audit record of a call that reached no server.
+fn unroutable_record(
+    params: &CallToolRequestParams,
+    ctx: &RequestContext<RoleServer>,
+    error: &ErrorData,
+    started: Instant,
+) -> CallRecord {
+    let (server, tool) =
+        super::registry::split_name(&params.name).unwrap_or(("", params.name.as_ref()));
+    CallRecord {
+        duration_ms: started.elapsed().as_millis() as u64,
+        ..CallRecord::new(
+            server,
+            tool,
+            request_id_string(&ctx.id),
+            params.arguments.clone().unwrap_or_default(),
+            stage_refusal(UNROUTABLE_RULE, &error.message),
+            CallOutcome::Denied {
+                reason: error.message.to_string(),
+            },
+        )
+    }
+}
+
 /// The error for a name the catalog does not know: when its prefix names a configured server
 /// that is down, say why it is down rather than "unknown tool".
 fn unroutable(shared: &Shared, full: &str, e: super::registry::RouteError) -> ErrorData {
@@ -314,7 +402,7 @@ pub fn not_running(server: &str, status: &Status) -> ErrorData {
         Status::Starting => "it is starting".to_string(),
         Status::Running => "its connection just closed".to_string(),
         Status::Restarting { reason, attempt } => {
-            format!("it is down ({reason}); restart attempt {attempt} is scheduled")
+            format!("it is restarting after it went down ({reason}; attempt {attempt}) and was not back within the start timeout; try again")
         }
         Status::Failed { reason } => format!("it failed and was given up: {reason}"),
         Status::Refused { reason } => format!("it was not started: {reason}"),
