@@ -433,3 +433,26 @@ fn a_call_the_agents_roots_refuse_is_not_audited_as_allowed() {
     let allowed = records.iter().find(|r| r["requestId"] == "2").unwrap();
     assert_eq!(allowed["policyDecision"]["status"], "allow", "{allowed}");
 }
+
+// #5: where namespaces fail (a container, a nested sandbox), `palisade run` under enforce
+// printed bubblewrap's raw error and exited 1. It now refuses itself, with the cause and the
+// fix, and exits 3 (as `check` explains). The place without user namespaces is real: an
+// outer bubblewrap with --disable-userns, inside which creating one fails with ENOSPC.
+#[test]
+fn run_refuses_with_its_own_reason_where_namespaces_fail() {
+    let Some(bwrap) = which("bwrap") else {
+        return support::skip("bubblewrap is not installed");
+    };
+    let out = Command::new(bwrap)
+        .args(["--dev-bind", "/", "/", "--unshare-user", "--disable-userns"])
+        .args(["--die-with-parent", "--", palisade()])
+        .args(["run", "--sandbox-policy", "enforce", "--", "/bin/true"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.starts_with("palisade: refusing to run"), "{err}");
+    assert!(err.contains("cannot create its namespaces"), "{err}");
+    assert!(err.contains("fix:"), "{err}");
+}

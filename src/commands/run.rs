@@ -19,7 +19,6 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::ExitWith;
-use crate::config::SandboxPolicy;
 use crate::sandbox::capabilities::{self, Depth};
 use crate::sandbox::launch::{self, Enforcement, Grant, LaunchError, LaunchRequest};
 use crate::sandbox::Access;
@@ -105,14 +104,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    // enforce: a quick probe (files and `bwrap --version`); if namespaces fail anyway, bwrap
-    // itself refuses before the command starts. warn: a full probe, because falling back
-    // to running unsandboxed must only happen when the sandbox really cannot start.
-    let depth = match req.policy {
-        SandboxPolicy::Enforce => Depth::Quick,
-        SandboxPolicy::Warn => Depth::Full,
-    };
-    let caps = capabilities::probe(depth);
+    // A full probe (a trial sandbox, 5-10 ms): whether namespaces work is known only by trying,
+    // and where they do not (a container, a nested sandbox) enforce must refuse with the
+    // cause and fix rather than leave bubblewrap's raw error and exit 1, and warn must only
+    // fall back to running unsandboxed when the sandbox really cannot start.
+    let caps = capabilities::probe(Depth::Full);
     if crate::gateway::network::wants_proxy(&req) {
         return run_proxied(req, &caps, args.egress_hosts_file.as_deref());
     }
