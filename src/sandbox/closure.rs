@@ -6,7 +6,9 @@
 //! interpreter (`#!/usr/bin/env node` resolved against the same PATH), a script given to an
 //! interpreter as its first argument, and for each file the install directory it belongs to:
 //! the project holding `node_modules`, a Python venv (`pyvenv.cfg`, plus the base
-//! installation its `home` names), a version manager's root for its shims (pyenv, rbenv), or
+//! installation its `home` names), for a version manager's shim the one version it would run
+//! (the command becomes that version's executable; the manager's root only when the version
+//! cannot be told), or
 //! a `PREFIX/bin` whose `PREFIX/lib` holds its libraries.
 //! Anything under the system base (`/usr`, ...) needs nothing more.
 //!
@@ -65,29 +67,82 @@ pub fn resolve_program(command: &str, lk: &Lookup<'_>) -> Result<PathBuf, Closur
     if !abs.is_file() {
         return Err(ClosureError::NotExecutable(abs));
     }
-    Ok(crate::roots::canon::lexical_normalize(&abs))
+    let abs = crate::roots::canon::lexical_normalize(&abs);
+    // A version manager's shim runs the manager, which needs its whole root; the version it
+    // would pick is known, so run that directly and grant only its directory.
+    Ok(through_version_shim(&abs, lk.cwd).unwrap_or(abs))
+}
+
+/// Version managers whose `ROOT/shims/NAME` runs `ROOT/versions/VERSION/bin/NAME`, with the
+/// file that names the version in a project (searched from the working directory up), else
+/// `ROOT/version`.
+const VERSION_MANAGERS: &[(&str, &str)] = &[
+    (".pyenv", ".python-version"),
+    (".rbenv", ".ruby-version"),
+    (".nodenv", ".node-version"),
+];
+
+/// The real executable behind a version manager's shim, when the version it would pick can
+/// be read and is installed; `None` for anything else (including the `system` version).
+pub fn through_version_shim(file: &Path, cwd: &Path) -> Option<PathBuf> {
+    let shims = file
+        .parent()
+        .filter(|d| d.file_name() == Some(OsStr::new("shims")))?;
+    let root = shims.parent()?;
+    let root_name = root.file_name()?.to_str()?;
+    let (_, local_file) = VERSION_MANAGERS.iter().find(|(r, _)| *r == root_name)?;
+    let version = cwd
+        .ancestors()
+        .find_map(|d| first_word(&d.join(local_file)))
+        .or_else(|| first_word(&root.join("version")))?;
+    if version == "system" || version.contains('/') || version.starts_with('.') {
+        return None;
+    }
+    let real = root
+        .join("versions")
+        .join(&version)
+        .join("bin")
+        .join(file.file_name()?);
+    real.is_file().then_some(real)
+}
+
+/// The first word of a version file (comments and blank lines skipped).
+fn first_word(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .and_then(|l| l.split_whitespace().next())
+        .map(str::to_string)
 }
 
 /// The read-only directories (or files) `program args...` needs, sorted and deduplicated.
 pub fn closure(program: &Path, args: &[String], lk: &Lookup<'_>) -> Vec<PathBuf> {
     let mut out = BTreeSet::new();
-    let mut queue = vec![program.to_path_buf()];
+    // Each file with whether the kernel would read its `#!` line: the command's and its
+    // interpreters' are; a script handed to an explicit interpreter's is not (following it
+    // granted, say, a pyenv root for `/usr/bin/python3 server.py` whose shebang says
+    // `env python3` and whose PATH led to a shim).
+    let mut queue = vec![(program.to_path_buf(), true)];
     if let Some(script) = script_argument(program, args, lk.cwd) {
-        queue.push(script);
+        queue.push((script, false));
     }
     let mut seen = BTreeSet::new();
-    while let Some(file) = queue.pop() {
+    while let Some((file, executed)) = queue.pop() {
         if !seen.insert(file.clone()) || seen.len() > 64 {
             continue;
         }
         for hop in symlink_chain(&file) {
             add_install_dir(&hop, lk, &mut out);
         }
+        if !executed {
+            continue;
+        }
         let Ok(real) = std::fs::canonicalize(&file) else {
             continue;
         };
         if let Some(interp) = shebang_interpreter(&real, lk) {
-            queue.push(interp);
+            queue.push((interp, true));
         }
     }
     // Drop entries already inside another entry.
@@ -352,6 +407,71 @@ mod tests {
         std::fs::create_dir_all(root.join("versions/3.11.7")).unwrap();
         let c = closure(&root.join("shims/python3"), &[], &lk("/usr/bin", d.path()));
         assert_eq!(c, vec![root]);
+    }
+
+    /// A fake pyenv under `dir`: a shim for python3, version 3.11.7 installed (with its
+    /// `lib`), named by `ROOT/version`.
+    fn fake_pyenv(dir: &Path) -> PathBuf {
+        let root = dir.join("home/.pyenv");
+        exe(
+            &root.join("shims/python3"),
+            "#!/usr/bin/env bash\nexec pyenv exec python3\n",
+        );
+        exe(&root.join("versions/3.11.7/bin/python3"), "\x7fELF");
+        std::fs::create_dir_all(root.join("versions/3.11.7/lib")).unwrap();
+        std::fs::create_dir_all(root.join("versions/3.12.1/lib")).unwrap();
+        std::fs::write(root.join("version"), "3.11.7\n").unwrap();
+        root
+    }
+
+    // Regression (first contact #2): `python3 server.py` with an explicit interpreter granted
+    // the pyenv root, because the closure followed the script's `#!/usr/bin/env python3` and
+    // PATH led to a shim. The script's shebang is not what the kernel runs here.
+    #[test]
+    fn a_scripts_shebang_is_not_followed_when_an_interpreter_is_given() {
+        let d = tempfile::tempdir().unwrap();
+        let root = fake_pyenv(d.path());
+        let proj = d.path().join("srv");
+        exe(
+            &proj.join("server.py"),
+            "#!/usr/bin/env python3\nprint('hi')\n",
+        );
+        let path_var = format!("{}:/usr/bin", root.join("shims").display());
+        let l = lk(&path_var, d.path());
+        let interp = d.path().join("opt/py/bin/python3");
+        exe(&interp, "\x7fELF");
+        let args = vec![proj.join("server.py").display().to_string()];
+        let c = closure(&interp, &args, &l);
+        assert!(c.iter().all(|p| !p.starts_with(&root)), "{c:?}");
+        assert!(c.contains(&proj.join("server.py")), "{c:?}");
+    }
+
+    // Regression (first contact #2): a shim is run as the version it would pick, and only that
+    // version's directory is granted, never the manager's root.
+    #[test]
+    fn a_shim_command_runs_its_version_and_grants_only_that_version() {
+        let d = tempfile::tempdir().unwrap();
+        let root = fake_pyenv(d.path());
+        let path_var = format!("{}:/usr/bin", root.join("shims").display());
+        let l = lk(&path_var, d.path());
+        let prog = resolve_program("python3", &l).unwrap();
+        assert_eq!(prog, root.join("versions/3.11.7/bin/python3"));
+        assert_eq!(closure(&prog, &[], &l), vec![root.join("versions/3.11.7")]);
+        // A project's `.python-version` wins over the global one.
+        let proj = d.path().join("proj");
+        std::fs::create_dir_all(proj.join("sub")).unwrap();
+        std::fs::write(proj.join(".python-version"), "3.12.1\n").unwrap();
+        exe(&root.join("versions/3.12.1/bin/python3"), "\x7fELF");
+        let sub = proj.join("sub");
+        let l = lk(&path_var, &sub);
+        let prog = resolve_program("python3", &l).unwrap();
+        assert_eq!(prog, root.join("versions/3.12.1/bin/python3"));
+        // `system`, or a version not installed: the shim stays (its root is the fallback).
+        std::fs::write(proj.join(".python-version"), "system\n").unwrap();
+        assert_eq!(
+            resolve_program("python3", &l).unwrap(),
+            root.join("shims/python3")
+        );
     }
 
     #[test]
