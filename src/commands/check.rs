@@ -219,37 +219,58 @@ fn text(r: &Report, with_config: bool) -> String {
 /// is the weaker one.
 fn limits_lines(s: &mut String, support: &crate::sandbox::cgroup::Support) {
     use crate::sandbox::cgroup::Support;
-    match support {
-        Support::Usable { hierarchy } => {
+    let (memory, pids) = match support {
+        Support::Usable {
+            hierarchy,
+            memory,
+            pids,
+        } => {
+            let held: &[&str] = match (memory, pids) {
+                (true, true) => &["memoryMb", "processes"],
+                (true, false) => &["memoryMb"],
+                _ => &["processes"],
+            };
             let _ = writeln!(
                 s,
-                "  resource limits:       a cgroup per server ({hierarchy}): memoryMb and \
-                 processes bound each server's whole process tree"
+                "  resource limits:       a cgroup per server ({hierarchy}): {} bound{} each \
+                 server's whole process tree",
+                held.join(" and "),
+                if held.len() == 1 { "s" } else { "" }
             );
+            (*memory, *pids)
         }
         Support::Unusable { reason } => {
             let _ = writeln!(
                 s,
                 "  resource limits:       RLIMITS ONLY: no cgroup for servers ({reason})"
             );
-            let tasks = if nix::unistd::getuid().is_root() {
-                "the kernel exempts uid 0 from RLIMIT_NPROC, so processes is held only by \
-                 `serve`'s watchdog (tasks counted every 0.5 s, the server killed past the \
-                 limit; `run` has none)"
-            } else {
-                "processes bounds the tasks a server adds to yours (RLIMIT_NPROC)"
-            };
-            let _ = writeln!(
-                s,
-                "      memoryMb bounds each process, not the tree (RLIMIT_DATA); {tasks}"
-            );
-            let _ = writeln!(
-                s,
-                "      fix: run palisade in a cgroup of its own with the memory and pids \
-                 controllers delegated, e.g. `systemd-run --user --scope -p Delegate=yes \
-                 palisade serve ...` (or as root)"
-            );
+            (false, false)
         }
+    };
+    if !memory {
+        let _ = writeln!(
+            s,
+            "      memoryMb: no memory controller, so it bounds each process, not the tree \
+             (RLIMIT_DATA)"
+        );
+    }
+    if !pids {
+        let tasks = if nix::unistd::getuid().is_root() {
+            "the kernel exempts uid 0 from RLIMIT_NPROC, so it is held only by `serve`'s \
+             watchdog (tasks counted every 0.5 s, the server killed past the limit; `run` has \
+             none)"
+        } else {
+            "it bounds the tasks a server adds to yours (RLIMIT_NPROC)"
+        };
+        let _ = writeln!(s, "      processes: no pids controller; {tasks}");
+    }
+    if !memory || !pids {
+        let _ = writeln!(
+            s,
+            "      fix: run palisade in a cgroup of its own with the memory and pids \
+             controllers delegated, e.g. `systemd-run --user --scope -p Delegate=yes \
+             palisade serve ...` (or as root)"
+        );
     }
 }
 

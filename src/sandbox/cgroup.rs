@@ -27,10 +27,64 @@ pub struct CgroupLimits {
     pub pids: Option<u64>,
 }
 
+/// The controllers a cgroup v2 hands to its children, of the two palisade uses. A host may
+/// delegate one and not the other (memory but not pids, seen in containers): each limit is
+/// then held by the controller that exists, the other by its rlimit fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Controllers {
+    pub memory: bool,
+    pub pids: bool,
+}
+
+impl Controllers {
+    /// The two, as a `cgroup.controllers` / `cgroup.subtree_control` line lists them. Pure.
+    fn from_list(list: &str) -> Controllers {
+        let has = |c: &str| list.split_whitespace().any(|w| w == c);
+        Controllers {
+            memory: has("memory"),
+            pids: has("pids"),
+        }
+    }
+
+    fn none(self) -> bool {
+        !self.memory && !self.pids
+    }
+
+    /// Those of `self` that `other` lacks.
+    fn minus(self, other: Controllers) -> Controllers {
+        Controllers {
+            memory: self.memory && !other.memory,
+            pids: self.pids && !other.pids,
+        }
+    }
+
+    /// The `cgroup.subtree_control` line that enables them (`+memory +pids`).
+    fn enable_line(self) -> String {
+        let mut v = Vec::new();
+        if self.memory {
+            v.push("+memory");
+        }
+        if self.pids {
+            v.push("+pids");
+        }
+        v.join(" ")
+    }
+
+    fn describe(self) -> &'static str {
+        match (self.memory, self.pids) {
+            (true, true) => "memory+pids",
+            (true, false) => "memory only",
+            (false, true) => "pids only",
+            (false, false) => "none",
+        }
+    }
+}
+
 /// Which kind of hierarchy a directory belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
-    V2,
+    /// A v2 cgroup with the controllers its parent hands down.
+    V2(Controllers),
     V1Memory,
     V1Pids,
 }
@@ -81,23 +135,19 @@ fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
 }
 
 /// What palisade must do in its own cgroup v2 before a server's cgroup can get the memory
-/// and pids controllers.
+/// and pids controllers; each plan names the controllers servers will get (those delegated
+/// to palisade's cgroup, one or both).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum V2Plan {
     /// The controllers are already enabled for children.
-    Ready,
+    Ready(Controllers),
     /// Enable them (the cgroup holds no processes, or is the root, which is exempt).
-    Enable,
+    Enable(Controllers),
     /// Move these processes (palisade and its children, nobody else) into the leaf, then
     /// enable them.
-    MoveThenEnable(Vec<i32>),
+    MoveThenEnable(Vec<i32>, Controllers),
     /// Cannot: why, in words for `check` and the log.
     Unusable(String),
-}
-
-fn has_both(list: &str) -> bool {
-    let has = |c: &str| list.split_whitespace().any(|w| w == c);
-    has("memory") && has("pids")
 }
 
 /// Decides what `create` does on cgroup v2. `controllers` and `subtree_control` are the
@@ -110,18 +160,20 @@ pub(crate) fn plan_v2(
     procs: &[i32],
     ours: &[i32],
 ) -> V2Plan {
-    if has_both(subtree_control) {
-        return V2Plan::Ready;
-    }
-    if !has_both(controllers) {
+    let available = Controllers::from_list(controllers);
+    let enabled = Controllers::from_list(subtree_control);
+    if available.none() {
         return V2Plan::Unusable(
-            "the memory and pids controllers are not available in palisade's cgroup (not \
-             delegated to it)"
+            "neither the memory nor the pids controller is available in palisade's cgroup \
+             (not delegated to it)"
                 .into(),
         );
     }
+    if available.minus(enabled).none() {
+        return V2Plan::Ready(available);
+    }
     if is_root || procs.is_empty() {
-        return V2Plan::Enable;
+        return V2Plan::Enable(available);
     }
     let strangers: Vec<i32> = procs
         .iter()
@@ -129,7 +181,10 @@ pub(crate) fn plan_v2(
         .filter(|p| !ours.contains(p))
         .collect();
     if strangers.is_empty() {
-        V2Plan::MoveThenEnable(procs.to_vec())
+        V2Plan::MoveThenEnable(procs.to_vec(), available)
+    } else if !enabled.none() {
+        // Enabling more is barred by the other processes, but what is enabled is usable.
+        V2Plan::Ready(enabled)
     } else {
         V2Plan::Unusable(format!(
             "palisade's cgroup also holds {} other process(es) (e.g. pid {}), and cgroup v2 \
@@ -188,8 +243,9 @@ fn ours(procs: &[i32], me: i32) -> Vec<i32> {
         .collect()
 }
 
-/// Prepares palisade's cgroup v2 at `base` for server cgroups; `Err` says why it cannot.
-fn prepare_v2(base: &Path, is_root: bool) -> std::io::Result<()> {
+/// Prepares palisade's cgroup v2 at `base` for server cgroups and returns the controllers
+/// they get; `Err` says why they get none.
+fn prepare_v2(base: &Path, is_root: bool) -> std::io::Result<Controllers> {
     let read = |f: &str| std::fs::read_to_string(base.join(f)).unwrap_or_default();
     let procs: Vec<i32> = read("cgroup.procs")
         .lines()
@@ -204,9 +260,9 @@ fn prepare_v2(base: &Path, is_root: bool) -> std::io::Result<()> {
         &ours(&procs, me as i32),
     );
     match plan {
-        V2Plan::Ready => Ok(()),
-        V2Plan::Enable => write(base, "cgroup.subtree_control", "+memory +pids"),
-        V2Plan::MoveThenEnable(pids) => {
+        V2Plan::Ready(c) => Ok(c),
+        V2Plan::Enable(c) => write(base, "cgroup.subtree_control", &c.enable_line()).map(|()| c),
+        V2Plan::MoveThenEnable(pids, c) => {
             let leaf = base.join(gateway_leaf(me));
             match std::fs::create_dir(&leaf) {
                 Ok(()) => {}
@@ -225,7 +281,7 @@ fn prepare_v2(base: &Path, is_root: bool) -> std::io::Result<()> {
                 leaf.display()
             );
             remove_stale_leaves(base, me);
-            write(base, "cgroup.subtree_control", "+memory +pids")
+            write(base, "cgroup.subtree_control", &c.enable_line()).map(|()| c)
         }
         V2Plan::Unusable(why) => Err(std::io::Error::other(why)),
     }
@@ -250,9 +306,12 @@ fn remove_stale_leaves(base: &Path, me: u32) {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Support {
-    /// `hierarchy` names the controllers used.
+    /// `hierarchy` names the controllers used; `memory` and `pids` say which limit the
+    /// cgroup holds (the other falls back to its rlimit).
     Usable {
         hierarchy: String,
+        memory: bool,
+        pids: bool,
     },
     Unusable {
         reason: String,
@@ -283,16 +342,19 @@ pub fn probe() -> Support {
             );
             match plan {
                 V2Plan::Unusable(reason) => return Support::Unusable { reason },
-                V2Plan::MoveThenEnable(_) => {
+                V2Plan::MoveThenEnable(_, c) => {
                     return Support::Usable {
                         hierarchy: format!(
-                            "cgroup v2 memory+pids under {} (palisade first moves itself into \
-                             a leaf there)",
+                            "cgroup v2 {} under {} (palisade first moves itself into a leaf \
+                             there)",
+                            c.describe(),
                             base.display()
                         ),
+                        memory: c.memory,
+                        pids: c.pids,
                     }
                 }
-                V2Plan::Ready | V2Plan::Enable => {}
+                V2Plan::Ready(_) | V2Plan::Enable(_) => {}
             }
         }
     }
@@ -302,23 +364,19 @@ pub fn probe() -> Support {
     };
     match Cgroup::create("check-probe", limits) {
         Ok(Some(cg)) => {
-            let kinds: Vec<&str> = cg
+            let kinds: Vec<String> = cg
                 .dirs
                 .iter()
                 .map(|(k, _)| match k {
-                    Kind::V2 => "cgroup v2 memory+pids",
-                    Kind::V1Memory => "cgroup v1 memory",
-                    Kind::V1Pids => "cgroup v1 pids",
+                    Kind::V2(c) => format!("cgroup v2 {}", c.describe()),
+                    Kind::V1Memory => "cgroup v1 memory".into(),
+                    Kind::V1Pids => "cgroup v1 pids".into(),
                 })
                 .collect();
-            if cg.limits_memory() && cg.limits_pids() {
-                Support::Usable {
-                    hierarchy: kinds.join(", "),
-                }
-            } else {
-                Support::Unusable {
-                    reason: format!("only {} is writable", kinds.join(", ")),
-                }
+            Support::Usable {
+                hierarchy: kinds.join(", "),
+                memory: cg.limits_memory(),
+                pids: cg.limits_pids(),
             }
         }
         Ok(None) => Support::Unusable {
@@ -334,12 +392,22 @@ impl Cgroup {
     /// Creates the cgroup of `server` with `limits`, or `Ok(None)` when nothing is limited or
     /// the machine offers no writable memory/pids controller.
     pub fn create(server: &str, limits: CgroupLimits) -> std::io::Result<Option<Cgroup>> {
+        let me = std::fs::read_to_string("/proc/self/cgroup")?;
+        Cgroup::create_in(Path::new("/sys/fs/cgroup"), &me, server, limits)
+    }
+
+    /// `create` against the hierarchy mounted at `root`, for a process whose
+    /// `/proc/self/cgroup` reads `me` (a fixture hierarchy in tests).
+    fn create_in(
+        root: &Path,
+        me: &str,
+        server: &str,
+        limits: CgroupLimits,
+    ) -> std::io::Result<Option<Cgroup>> {
         if limits.memory_bytes.is_none() && limits.pids.is_none() {
             return Ok(None);
         }
-        let root = Path::new("/sys/fs/cgroup");
-        let me = std::fs::read_to_string("/proc/self/cgroup")?;
-        let (v2, mem, pids) = parse_self(&me);
+        let (v2, mem, pids) = parse_self(me);
         let unique = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -353,10 +421,14 @@ impl Cgroup {
             if let Some(p) = v2 {
                 let base_rel = v2_base(&p, std::process::id());
                 let base = root.join(rel(&base_rel));
-                prepare_v2(&base, base_rel == "/")?;
-                let dir = base.join(&name);
-                std::fs::create_dir(&dir)?;
-                cg.dirs.push((Kind::V2, dir));
+                let ctrls = prepare_v2(&base, base_rel == "/")?;
+                let useful = (ctrls.memory && limits.memory_bytes.is_some())
+                    || (ctrls.pids && limits.pids.is_some());
+                if useful {
+                    let dir = base.join(&name);
+                    std::fs::create_dir(&dir)?;
+                    cg.dirs.push((Kind::V2(ctrls), dir));
+                }
             }
         } else {
             if let (Some(p), Some(_)) = (mem, limits.memory_bytes) {
@@ -388,18 +460,13 @@ impl Cgroup {
             let mem = self.limits.memory_bytes.map(|b| b.to_string());
             let pids = self.limits.pids.map(|n| n.to_string());
             match kind {
-                Kind::V2 => {
-                    if !dir.join("memory.max").exists() && !dir.join("pids.max").exists() {
-                        return Err(std::io::Error::other(
-                            "cgroup v2 without the memory and pids controllers",
-                        ));
-                    }
-                    if let Some(m) = &mem {
+                Kind::V2(c) => {
+                    if let (true, Some(m)) = (c.memory, &mem) {
                         write(dir, "memory.max", m)?;
                         // Swap would only slow a memory hog down, not stop it.
                         let _ = write(dir, "memory.swap.max", "0");
                     }
-                    if let Some(p) = &pids {
+                    if let (true, Some(p)) = (c.pids, &pids) {
                         write(dir, "pids.max", p)?;
                     }
                 }
@@ -422,10 +489,12 @@ impl Cgroup {
     /// True when a memory controller enforces the memory limit.
     pub fn limits_memory(&self) -> bool {
         self.limits.memory_bytes.is_some()
-            && self
-                .dirs
-                .iter()
-                .any(|(k, _)| matches!(k, Kind::V2 | Kind::V1Memory))
+            && self.dirs.iter().any(|(k, _)| {
+                matches!(
+                    k,
+                    Kind::V2(Controllers { memory: true, .. }) | Kind::V1Memory
+                )
+            })
     }
 
     /// True when a pids controller enforces the task limit.
@@ -434,7 +503,7 @@ impl Cgroup {
             && self
                 .dirs
                 .iter()
-                .any(|(k, _)| matches!(k, Kind::V2 | Kind::V1Pids))
+                .any(|(k, _)| matches!(k, Kind::V2(Controllers { pids: true, .. }) | Kind::V1Pids))
     }
 
     /// The `cgroup.procs` files the child writes itself into (built before fork: the child
@@ -469,7 +538,7 @@ impl Cgroup {
         };
         for (kind, dir) in &self.dirs {
             let (oom, pids) = match kind {
-                Kind::V2 => (
+                Kind::V2(_) => (
                     count(dir, "memory.events", "oom_kill "),
                     count(dir, "pids.events", "max "),
                 ),
@@ -540,29 +609,123 @@ mod tests {
         );
     }
 
+    const BOTH: Controllers = Controllers {
+        memory: true,
+        pids: true,
+    };
+    const MEMORY: Controllers = Controllers {
+        memory: true,
+        pids: false,
+    };
+    const PIDS: Controllers = Controllers {
+        memory: false,
+        pids: true,
+    };
+
     #[test]
     fn v2_plan_moves_only_palisades_own_processes() {
         let both = "cpu memory pids";
         assert_eq!(
             plan_v2(false, both, "memory pids", &[5], &[5]),
-            V2Plan::Ready
+            V2Plan::Ready(BOTH)
         );
-        assert_eq!(plan_v2(false, both, "", &[], &[]), V2Plan::Enable);
+        assert_eq!(plan_v2(false, both, "", &[], &[]), V2Plan::Enable(BOTH));
         // The root cgroup is exempt from the no-internal-processes rule.
-        assert_eq!(plan_v2(true, both, "", &[1, 5], &[5]), V2Plan::Enable);
+        assert_eq!(plan_v2(true, both, "", &[1, 5], &[5]), V2Plan::Enable(BOTH));
         assert_eq!(
             plan_v2(false, both, "cpu", &[5, 6], &[5, 6]),
-            V2Plan::MoveThenEnable(vec![5, 6])
+            V2Plan::MoveThenEnable(vec![5, 6], BOTH)
         );
         // A terminal's scope: the shell is not palisade's to move.
         let V2Plan::Unusable(why) = plan_v2(false, both, "", &[4, 5], &[5]) else {
             panic!("a shared cgroup must not be taken over");
         };
         assert!(why.contains("1 other process(es) (e.g. pid 4)"), "{why}");
-        let V2Plan::Unusable(why) = plan_v2(false, "cpu memory", "", &[5], &[5]) else {
-            panic!("no pids controller");
+        let V2Plan::Unusable(why) = plan_v2(false, "cpu io", "", &[5], &[5]) else {
+            panic!("neither controller");
         };
         assert!(why.contains("not delegated"), "{why}");
+    }
+
+    // Regression (first contact #10): on a v2 host delegating `memory` but not `pids`, every
+    // cgroup limit was dropped ("RLIMITS ONLY"). The controllers that exist are used.
+    #[test]
+    fn v2_plan_uses_the_controllers_that_are_delegated() {
+        assert_eq!(
+            plan_v2(false, "cpu memory", "", &[5], &[5]),
+            V2Plan::MoveThenEnable(vec![5], MEMORY)
+        );
+        assert_eq!(plan_v2(false, "pids", "", &[], &[]), V2Plan::Enable(PIDS));
+        assert_eq!(
+            plan_v2(false, "cpu memory", "memory", &[], &[]),
+            V2Plan::Ready(MEMORY)
+        );
+        // Others in the cgroup bar enabling pids, but memory already is enabled.
+        assert_eq!(
+            plan_v2(false, "memory pids", "memory", &[4, 5], &[5]),
+            V2Plan::Ready(MEMORY)
+        );
+    }
+
+    /// A fixture cgroup v2 hierarchy: palisade (pid-less: no processes listed) sits in
+    /// `/svc`, whose parent delegates `delegated`.
+    fn fixture_v2(delegated: &str) -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        let svc = t.path().join("svc");
+        std::fs::create_dir_all(&svc).unwrap();
+        std::fs::write(t.path().join("cgroup.controllers"), delegated).unwrap();
+        std::fs::write(svc.join("cgroup.controllers"), delegated).unwrap();
+        std::fs::write(svc.join("cgroup.subtree_control"), "").unwrap();
+        std::fs::write(svc.join("cgroup.procs"), "").unwrap();
+        t
+    }
+
+    #[test]
+    fn partial_delegation_holds_each_limit_with_the_controller_that_exists() {
+        let limits = CgroupLimits {
+            memory_bytes: Some(256 << 20),
+            pids: Some(64),
+        };
+        for (delegated, memory, pids) in [
+            ("cpu memory pids", true, true),
+            ("cpu memory", true, false),
+            ("pids", false, true),
+        ] {
+            let t = fixture_v2(delegated);
+            let cg = Cgroup::create_in(t.path(), "0::/svc\n", "fs", limits)
+                .unwrap()
+                .unwrap_or_else(|| panic!("{delegated}: no cgroup"));
+            assert_eq!(cg.limits_memory(), memory, "{delegated}");
+            assert_eq!(cg.limits_pids(), pids, "{delegated}");
+            let dir = &cg.dirs[0].1;
+            assert_eq!(dir.join("memory.max").exists(), memory, "{delegated}");
+            assert_eq!(dir.join("pids.max").exists(), pids, "{delegated}");
+            let enabled =
+                std::fs::read_to_string(t.path().join("svc/cgroup.subtree_control")).unwrap();
+            assert_eq!(
+                enabled.contains("+memory"),
+                memory,
+                "{delegated}: {enabled}"
+            );
+            assert_eq!(enabled.contains("+pids"), pids, "{delegated}: {enabled}");
+            // The fixture's files are not cgroupfs: clear them so the drop's rmdir works.
+            for f in ["memory.max", "memory.swap.max", "pids.max"] {
+                let _ = std::fs::remove_file(dir.join(f));
+            }
+        }
+        // Neither delegated: no cgroup, and the reason says why.
+        let t = fixture_v2("cpu io");
+        let err = Cgroup::create_in(t.path(), "0::/svc\n", "fs", limits).unwrap_err();
+        assert!(err.to_string().contains("not delegated"), "{err}");
+        // Only pids delegated and only a memory limit asked: no cgroup is made at all.
+        let t = fixture_v2("pids");
+        let only_memory = CgroupLimits {
+            memory_bytes: Some(1 << 30),
+            pids: None,
+        };
+        assert!(Cgroup::create_in(t.path(), "0::/svc\n", "fs", only_memory)
+            .unwrap()
+            .is_none());
     }
 
     #[test]

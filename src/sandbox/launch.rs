@@ -998,7 +998,18 @@ fn make_cgroup(name: &str, l: &ResourceLimits) -> Option<super::cgroup::Cgroup> 
             }
         }
     };
-    if made.is_none() && l.pids.is_some() && nix::unistd::getuid().is_root() {
+    if let Some(cg) = &made {
+        // A partly delegated cgroup (memory but not pids, or the reverse): say which limit
+        // falls back to its rlimit.
+        if l.memory.is_some() && !cg.limits_memory() {
+            tracing::warn!(server = %name, "no memory controller in its cgroup: memoryMb bounds each process (RLIMIT_DATA), not the tree (see `palisade check`)");
+        }
+        if l.pids.is_some() && !cg.limits_pids() && !nix::unistd::getuid().is_root() {
+            tracing::warn!(server = %name, "no pids controller in its cgroup: processes is held by RLIMIT_NPROC (see `palisade check`)");
+        }
+    }
+    let pids_held = made.as_ref().is_some_and(|c| c.limits_pids());
+    if !pids_held && l.pids.is_some() && nix::unistd::getuid().is_root() {
         tracing::warn!(
             server = %name,
             "its task limit is not enforced by the kernel: no cgroup, and the kernel exempts uid 0 \
