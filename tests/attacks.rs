@@ -28,6 +28,8 @@ fn check_says_cgroup() -> bool {
         .expect("run palisade check");
     let report: Value = serde_json::from_slice(&out.stdout).expect("check --json");
     report["resource_limits"]["status"] == "usable"
+        && report["resource_limits"]["memory"] == true
+        && report["resource_limits"]["pids"] == true
 }
 
 fn deps() -> PathBuf {

@@ -173,6 +173,8 @@ fn check_says_cgroup() -> bool {
         report["resource_limits"]
     );
     status == "usable"
+        && report["resource_limits"]["memory"] == true
+        && report["resource_limits"]["pids"] == true
 }
 
 /// Calls `alive` until a new process answers (its boot token differs from `before`),
