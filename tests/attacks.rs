@@ -612,7 +612,7 @@ async fn fork_bomb_and_memory_hog_are_stopped_and_the_rest_keeps_working() {
         "peer must work after the fork bomb"
     );
     // The server that hit its task limit is restarted; the agent is told why meanwhile.
-    let (back, bomb_told) = until_restarted(&gw).await;
+    let (back, bomb_told) = until_restarted(&gw, &log, 0).await;
     assert!(back, "hostile must be restarted: {bomb_told:?}");
     let stderr = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
@@ -623,10 +623,11 @@ async fn fork_bomb_and_memory_hog_are_stopped_and_the_rest_keeps_working() {
         "the restart reason must name the task limit: {bomb_told:?}\n{stderr}"
     );
 
+    let before_hog = restarts(&log);
     let (hog_ok, hog) = call(&gw, "hostile__memory_hog", json!({"mb": HOG_MB})).await;
     assert!(!hog_ok, "the memory limit must stop the hog: {hog}");
     // Poll until the server is back; the agent must have been told why on the way.
-    let (back, mut told) = until_restarted(&gw).await;
+    let (back, mut told) = until_restarted(&gw, &log, before_hog).await;
     told.insert(0, hog.clone());
     assert!(back, "hostile must be restarted: {told:?}");
     let stderr = std::fs::read_to_string(&log).unwrap_or_default();
@@ -646,14 +647,19 @@ async fn fork_bomb_and_memory_hog_are_stopped_and_the_rest_keeps_working() {
 }
 
 /// Polls `own_env` until the hostile server answers again after going down (at most 15 s),
-/// collecting what the agent is told while it is down. True once it is back after a
-/// refusal was seen.
-async fn until_restarted(gw: &McpClient) -> (bool, Vec<String>) {
+/// collecting what the agent is told meanwhile. A call made while the server restarts waits
+/// for it, so "back" is: the gateway logged one more restart than `restarts_before`, and a
+/// call then succeeds.
+async fn until_restarted(
+    gw: &McpClient,
+    log: &std::path::Path,
+    restarts_before: usize,
+) -> (bool, Vec<String>) {
     let mut told: Vec<String> = Vec::new();
     for _ in 0..300 {
         match gw.call_tool("hostile__own_env", json!({})).await {
             Ok(r) if r.is_error != Some(true) => {
-                if !told.is_empty() {
+                if restarts(log) > restarts_before {
                     return (true, told);
                 }
             }
@@ -664,6 +670,14 @@ async fn until_restarted(gw: &McpClient) -> (bool, Vec<String>) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     (false, told)
+}
+
+/// How many restarts the gateway has logged ("down: REASON; restart N/M in S").
+fn restarts(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .matches("; restart ")
+        .count()
 }
 
 /// A read inside the peer's own root through the gateway: true when it works.

@@ -103,6 +103,8 @@ fn drive(ws: &Ws, scenario: &str, params: &Value, config: &str) -> Vec<Value> {
         .arg(params.to_string())
         .args(["--", palisade(), "serve", "--config", config])
         .env("PALISADE_COMPAT_SECRET", ENV_SECRET)
+        // Some checks read the servers' own stderr, which the gateway relays at info.
+        .env("RUST_LOG", "info,rmcp=warn")
         .env("COMPAT_ERRLOG", &log);
     let report = report(&mut c, &format!("client.py {scenario}"), &log, None);
     report["checks"].as_array().cloned().unwrap_or_default()

@@ -9,141 +9,12 @@ mod support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::raw::{text_of, wait_bounded, Serve};
 use support::{palisade, Workspace};
-
-/// `palisade serve` driven over its stdio, one JSON-RPC line at a time.
-struct Serve {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-    errlog: PathBuf,
-    /// The agent's declared roots (`file://` URIs), answered to `roots/list`; `None`: the
-    /// client does not declare the roots capability.
-    agent_roots: Option<Vec<String>>,
-}
-
-/// Guards a test against a hung gateway; never a timing assertion.
-const PATIENCE: Duration = Duration::from_secs(60);
-
-impl Serve {
-    fn start(ws: &Workspace, config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Serve {
-        let errlog = ws.errlog();
-        let mut cmd = Command::new(palisade());
-        cmd.arg("serve")
-            .arg("--config")
-            .arg(config)
-            .args(extra)
-            .env_remove("RUST_LOG")
-            .env_remove("PALISADE_LOG_LEVEL")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&errlog).unwrap());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let stdin = child.stdin.take();
-        let stdout: ChildStdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Serve {
-            child,
-            stdin,
-            lines,
-            errlog,
-            agent_roots: None,
-        }
-    }
-
-    fn send(&mut self, msg: Value) {
-        let stdin = self.stdin.as_mut().expect("stdin still open");
-        writeln!(stdin, "{msg}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    /// Sends a request and returns its response, skipping notifications and other ids.
-    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        loop {
-            let line = self.lines.recv_timeout(PATIENCE).unwrap_or_else(|_| {
-                panic!(
-                    "no response to {method} (id {id}); stderr:\n{}",
-                    self.stderr()
-                )
-            });
-            let v: Value = serde_json::from_str(&line).unwrap();
-            if v["id"] == json!(id) && v.get("method").is_none() {
-                return v;
-            }
-            if v["method"] == "roots/list" {
-                let roots: Vec<Value> = self
-                    .agent_roots
-                    .iter()
-                    .flatten()
-                    .map(|u| json!({"uri": u}))
-                    .collect();
-                self.send(json!({"jsonrpc": "2.0", "id": v["id"], "result": {"roots": roots}}));
-            }
-        }
-    }
-
-    fn initialize(&mut self) -> Value {
-        let caps = match self.agent_roots {
-            Some(_) => json!({"roots": {"listChanged": true}}),
-            None => json!({}),
-        };
-        let r = self.request(
-            1,
-            "initialize",
-            json!({"protocolVersion": "2025-11-25", "capabilities": caps,
-                   "clientInfo": {"name": "first-contact", "version": "1"}}),
-        );
-        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        r
-    }
-
-    fn call(&mut self, id: u64, tool: &str, args: Value) -> Value {
-        self.request(id, "tools/call", json!({"name": tool, "arguments": args}))
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.errlog).unwrap_or_default()
-    }
-
-    /// Closes stdin (end of input) and waits for the gateway to exit.
-    fn finish(mut self) -> (std::process::ExitStatus, String) {
-        drop(self.stdin.take());
-        let status = wait_bounded(&mut self.child);
-        let err = self.stderr();
-        (status, err)
-    }
-}
-
-fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + PATIENCE;
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("palisade did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 /// One built-in fs-server over `root`, with `settings` merged into the palisade block.
 fn fs_config(ws: &Workspace, root: &Path, settings: Value) -> PathBuf {
@@ -152,13 +23,6 @@ fn fs_config(ws: &Workspace, root: &Path, settings: Value) -> PathBuf {
                       "sandbox": {"filesystem": {"allowWrite": [root]}}}}),
         settings,
     )
-}
-
-fn text_of(resp: &Value) -> String {
-    resp["result"]["content"][0]["text"]
-        .as_str()
-        .map(str::to_string)
-        .unwrap_or_else(|| resp.to_string())
 }
 
 // #7: a normal start wrote seven INFO lines on stderr, which Claude Code stores as an error
