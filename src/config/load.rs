@@ -99,6 +99,12 @@ pub fn parse_str(text: &str, file: &str) -> Result<GatewayConfig, ConfigError> {
                 ));
             }
         }
+        for (key, filter) in [("tools", &server.tools), ("prompts", &server.prompts)] {
+            if let Some(f) = filter {
+                f.validate()
+                    .map_err(|m| field_err(&format!("{field}.{key}"), m))?;
+            }
+        }
         if let Some(relay) = &server.relay {
             validate_relay(relay)
                 .map_err(|(key, m)| field_err(&format!("{field}.relay.{key}"), m))?;

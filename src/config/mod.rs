@@ -4,9 +4,11 @@
 //! Stage one of two (see docs/architecture.md): this module only parses and validates what
 //! was written. It never probes the machine; `sandbox::resolve` does that.
 
+pub mod filter;
 mod load;
 mod types;
 
+pub use filter::NameFilter;
 pub use load::{
     load_file, parse_str, validate_relay, ConfigError, RELAY_MAX_CONCURRENT, RELAY_MAX_PER_MINUTE,
 };

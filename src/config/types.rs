@@ -57,6 +57,12 @@ pub struct ServerConfig {
     /// (off unless set here or by the server's profile). Independent of `sandbox`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relay: Option<RelayConfig>,
+    /// Which of the server's tools the agent sees and may call (globs; deny wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<super::NameFilter>,
+    /// Which of the server's prompts the agent sees and may get (globs; deny wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<super::NameFilter>,
 }
 
 /// The per-server `relay` key: which server-to-client requests reach the agent, and how many.

@@ -255,6 +255,9 @@ impl Gateway {
                     if let Some(rate) = output_rate(&opts.config, &slot.name) {
                         slot.output_rate = rate;
                     }
+                    if let Some(server) = opts.config.server(&slot.name) {
+                        slot.filters = registry::ListFilters::of(server);
+                    }
                     Arc::new(slot)
                 }
                 (Err(reason), _) => {

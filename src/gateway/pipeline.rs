@@ -56,8 +56,8 @@ pub async fn call_tool(
     // start timeout; a name no server offers is refused, and audited like every call.
     let Route { server, name: tool } = match route_waiting(shared, &params.name).await {
         Ok(route) => route,
-        Err(e) => {
-            let record = unroutable_record(&params, &ctx, &e, started);
+        Err((e, rule)) => {
+            let record = unroutable_record(&params, &ctx, &e, rule, started);
             if let Err(audit) = shared.stages.audit.record(&record) {
                 tracing::error!(tool = %params.name, "audit write failed: {audit}");
                 return Err(audit_failed(&audit));
@@ -309,6 +309,8 @@ pub const AGENT_ROOTS_RULE: &str = "agent-roots";
 pub const ROOTS_CHECK_RULE: &str = "roots-check";
 /// `policyDecision.rule` of a call no running server could take.
 pub const UNROUTABLE_RULE: &str = "unroutable";
+/// `policyDecision.rule` of a call to a tool the server's `tools` filter hides.
+pub const TOOL_FILTER_RULE: &str = "tool-filter";
 
 /// A deny recorded as decided by a gateway stage other than the policy.
 fn stage_refusal(rule: &str, why: &str) -> super::stages::PolicyVerdict {
@@ -330,8 +332,24 @@ fn audit_failed(e: &super::stages::AuditError) -> ErrorData {
 const ROUTE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Routes `name`; when its prefix names a configured server that is starting or restarting,
-/// waits until it runs (or fails), at most the start timeout.
-async fn route_waiting(shared: &Shared, name: &str) -> Result<Route, ErrorData> {
+/// waits until it runs (or fails), at most the start timeout. A refusal comes with the rule
+/// it is audited under.
+async fn route_waiting(shared: &Shared, name: &str) -> Result<Route, (ErrorData, &'static str)> {
+    if let Some((server, tool)) = super::registry::split_name(name) {
+        let slot = shared.slots.iter().find(|s| s.name == server);
+        if let Some(why) = slot.and_then(|s| s.filters.hides_tool(tool)) {
+            return Err((
+                ErrorData::invalid_params(
+                    format!(
+                        "tool `{name}` is hidden by the config (mcpServers.{server}.tools: {why}); \
+                         it is not offered to the agent"
+                    ),
+                    None,
+                ),
+                TOOL_FILTER_RULE,
+            ));
+        }
+    }
     let deadline = Instant::now() + shared.limits.startup_timeout;
     // Running but not yet in the catalog: the catalog is rebuilt just after the status.
     let mut running_misses = 0;
@@ -352,7 +370,7 @@ async fn route_waiting(shared: &Shared, name: &str) -> Result<Route, ErrorData> 
             _ => false,
         };
         if !waiting || Instant::now() >= deadline || shared.shutdown.is_cancelled() {
-            return Err(unroutable(shared, name, error));
+            return Err((unroutable(shared, name, error), UNROUTABLE_RULE));
         }
         tokio::time::sleep(ROUTE_POLL).await;
     }
@@ -363,6 +381,7 @@ fn unroutable_record(
     params: &CallToolRequestParams,
     ctx: &RequestContext<RoleServer>,
     error: &ErrorData,
+    rule: &str,
     started: Instant,
 ) -> CallRecord {
     let (server, tool) =
@@ -374,7 +393,7 @@ fn unroutable_record(
             tool,
             request_id_string(&ctx.id),
             params.arguments.clone().unwrap_or_default(),
-            stage_refusal(UNROUTABLE_RULE, &error.message),
+            stage_refusal(rule, &error.message),
             CallOutcome::Denied {
                 reason: error.message.to_string(),
             },

@@ -28,6 +28,51 @@ pub struct ServerLists {
     pub templates: Vec<ResourceTemplate>,
 }
 
+/// A server's name filters from its config (`tools`, `prompts`): what is filtered out never
+/// reaches the catalog, so the agent neither sees nor can route to it.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilters {
+    pub tools: Option<crate::config::NameFilter>,
+    pub prompts: Option<crate::config::NameFilter>,
+}
+
+impl ListFilters {
+    pub fn of(server: &crate::config::ServerConfig) -> ListFilters {
+        ListFilters {
+            tools: server.tools.clone(),
+            prompts: server.prompts.clone(),
+        }
+    }
+
+    /// `lists` less what the filters hide.
+    pub fn apply(&self, lists: &ServerLists) -> ServerLists {
+        let admits = |f: &Option<crate::config::NameFilter>, name: &str| {
+            f.as_ref().is_none_or(|f| f.check(name).is_ok())
+        };
+        ServerLists {
+            tools: lists
+                .tools
+                .iter()
+                .filter(|t| admits(&self.tools, &t.name))
+                .cloned()
+                .collect(),
+            prompts: lists
+                .prompts
+                .iter()
+                .filter(|p| admits(&self.prompts, &p.name))
+                .cloned()
+                .collect(),
+            resources: lists.resources.clone(),
+            templates: lists.templates.clone(),
+        }
+    }
+
+    /// Why the tool `name` is hidden, when it is.
+    pub fn hides_tool(&self, name: &str) -> Option<crate::config::filter::Hidden> {
+        self.tools.as_ref().and_then(|f| f.check(name).err())
+    }
+}
+
 /// Where a namespaced name goes: the server's index in config order and its own name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {

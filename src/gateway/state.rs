@@ -108,6 +108,8 @@ pub struct Slot {
     /// The server's output-rate limit (stdout + stderr, bytes/s; `sandbox.limits.
     /// outputBytesPerSecond`, else the default in `fault.rs`).
     pub output_rate: u64,
+    /// The config's `tools` / `prompts` filters: what the agent never sees of this server.
+    pub filters: super::registry::ListFilters,
     relaunch_tx: mpsc::UnboundedSender<Relaunch>,
     relaunch_rx: Mutex<Option<mpsc::UnboundedReceiver<Relaunch>>>,
     state: RwLock<SlotState>,
@@ -146,6 +148,7 @@ impl Slot {
             roots: Arc::new(roots),
             gate: tokio::sync::RwLock::new(()),
             output_rate: super::fault::DEFAULT_OUTPUT_BYTES_PER_SECOND,
+            filters: Default::default(),
             relaunch_tx,
             relaunch_rx: Mutex::new(Some(relaunch_rx)),
             state: RwLock::new(SlotState {
@@ -292,11 +295,17 @@ impl Shared {
         let (old, new) = {
             let mut guard = self.catalog.write().unwrap_or_else(|e| e.into_inner());
             let states: Vec<SlotState> = self.slots.iter().map(|s| s.snapshot()).collect();
-            let servers: Vec<(String, Option<&ServerLists>)> = self
+            let filtered: Vec<Option<ServerLists>> = self
                 .slots
                 .iter()
                 .zip(&states)
-                .map(|(slot, st)| (slot.name.clone(), st.live.as_ref().map(|l| &*l.lists)))
+                .map(|(slot, st)| st.live.as_ref().map(|l| slot.filters.apply(&l.lists)))
+                .collect();
+            let servers: Vec<(String, Option<&ServerLists>)> = self
+                .slots
+                .iter()
+                .zip(&filtered)
+                .map(|(slot, lists)| (slot.name.clone(), lists.as_ref()))
                 .collect();
             let new = Arc::new(Catalog::build(&servers));
             (std::mem::replace(&mut *guard, new.clone()), new)
