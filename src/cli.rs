@@ -52,6 +52,8 @@ pub enum Command {
     Approve(commands::approve::ApproveArgs),
     /// Verify audit logs.
     Audit(commands::audit::AuditArgs),
+    /// Review and accept tool changes held back by pinning (`serve --pins`).
+    Pins(commands::pins::PinsArgs),
     /// The built-in filesystem MCP server.
     FsServer(commands::fs_server::FsServerArgs),
     /// Measure an MCP server's call latency and throughput (for scripts/bench.sh).
@@ -72,6 +74,7 @@ pub fn main() -> ExitCode {
         Command::Check(a) => commands::check::run(a),
         Command::Policy(a) => commands::policy::run(a),
         Command::Audit(a) => commands::audit::run(a),
+        Command::Pins(a) => commands::pins::run(a),
         Command::Profiles(a) => commands::profiles::run(a),
         Command::Approve(a) => commands::approve::run(a),
         Command::Annotate(a) => commands::annotate::run(a),

@@ -82,6 +82,10 @@ pub enum RecordKind {
     /// The agent's `completion/complete`.
     #[serde(rename = "completion/complete")]
     Completion,
+    /// A server's tool pinned on first use, or held back (or let through under warn) because
+    /// its definition changed since it was approved (`pins`).
+    #[serde(rename = "tools/pin")]
+    ToolPin,
 }
 
 impl RecordKind {
@@ -95,6 +99,7 @@ impl RecordKind {
             RecordKind::ResourcesSubscribe => "resources/subscribe",
             RecordKind::ResourcesUnsubscribe => "resources/unsubscribe",
             RecordKind::Completion => "completion/complete",
+            RecordKind::ToolPin => "tools/list",
         }
     }
 }

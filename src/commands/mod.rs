@@ -8,6 +8,7 @@ pub mod bench_client;
 pub mod check;
 pub mod demo;
 pub mod fs_server;
+pub mod pins;
 pub mod policy;
 pub mod profiles;
 pub mod run;

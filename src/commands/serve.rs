@@ -52,6 +52,12 @@ pub struct ServeArgs {
     /// Seconds to wait for an approver (5-3600).
     #[arg(long)]
     pub escalation_timeout: Option<u64>,
+    /// Pins file: tools whose definition changed since they were approved are held back.
+    #[arg(long)]
+    pub pins: Option<std::path::PathBuf>,
+    /// off, warn or enforce (the default with a pins file).
+    #[arg(long, value_enum)]
+    pub pinning: Option<crate::pins::Mode>,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -94,6 +100,8 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
     flag!(audit_log);
     flag!(escalation);
     flag!(escalation_timeout);
+    flag!(pins);
+    flag!(pinning);
     let escalation = s.escalation.clone();
     let timeout_s = s.escalation_timeout.unwrap_or(DEFAULT_ESCALATION_TIMEOUT);
     let protected = protected_paths(&args.config, s);
@@ -103,6 +111,7 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
         lists: s.lists.clone(),
     };
     let audit_log = s.audit_log.clone();
+    let pins = pin_gate(s)?;
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let policy = Policy::load(
         &policy_paths,
@@ -138,6 +147,7 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
              record goes to stderr instead, unchained"
         );
     }
+    opts.pins = pins;
     if let Some(spec) = escalation {
         opts.stages.approver = Arc::new(approval_chain(&spec, timeout_s, &opts)?);
     }
@@ -154,6 +164,7 @@ fn protected_paths(config_file: &Path, s: &crate::config::Settings) -> Vec<PathB
         s.annotations.as_deref(),
         s.lists.as_deref(),
         s.audit_log.as_deref(),
+        s.pins.as_deref(),
     ]
     .into_iter()
     .flatten()
@@ -161,6 +172,28 @@ fn protected_paths(config_file: &Path, s: &crate::config::Settings) -> Vec<PathB
     .collect();
     out.extend(s.protected_paths.iter().cloned());
     out
+}
+
+/// The pins gate the settings ask for; `pinning` without a pins file is a mistake, named.
+fn pin_gate(
+    s: &crate::config::Settings,
+) -> anyhow::Result<Option<Arc<crate::gateway::pinning::PinGate>>> {
+    let Some(path) = &s.pins else {
+        if s.pinning.is_some_and(|m| m != crate::pins::Mode::Off) || s.pin_new.is_some() {
+            anyhow::bail!(
+                "\"pinning\" / \"pinNew\" are set but there is no pins file: give --pins FILE \
+                 (or \"pins\" in the palisade block)"
+            );
+        }
+        return Ok(None);
+    };
+    let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+    let gate = crate::gateway::pinning::PinGate::open(
+        path,
+        s.pinning.unwrap_or_default(),
+        s.pin_new.unwrap_or_default(),
+    )?;
+    Ok(Some(Arc::new(gate)))
 }
 
 /// IronCurtain's approval timeout.

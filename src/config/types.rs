@@ -281,6 +281,15 @@ pub struct Settings {
     /// Directory holding sandbox profiles that override the built-in ones.
     #[serde(default)]
     pub profiles_dir: Option<PathBuf>,
+    /// The pins file: each server's tool definitions as approved (`crate::pins`).
+    #[serde(default)]
+    pub pins: Option<PathBuf>,
+    /// What a tool whose definition changed gets (default `enforce` with a pins file).
+    #[serde(default)]
+    pub pinning: Option<crate::pins::Mode>,
+    /// What a server seen for the first time gets: `trust` (pin on first use) or `ask`.
+    #[serde(default)]
+    pub pin_new: Option<crate::pins::NewServers>,
     /// Test and operations knob (undocumented in the configuration reference; see
     /// docs/network.md): an `/etc/hosts`-style file whose names the egress proxy resolves to
     /// the given addresses instead of asking the system resolver.

@@ -19,6 +19,7 @@ pub mod engine;
 pub mod fault;
 pub mod lifecycle;
 pub mod network;
+pub mod pinning;
 pub mod pipeline;
 pub mod progress;
 pub mod registry;
@@ -74,6 +75,8 @@ pub struct GatewayOptions {
     /// (`crate::roots::derive::derive_for_server`, as `palisade policy roots` prints them).
     /// `None`: the session sandbox dir and the `sandbox.filesystem` grants only.
     pub roots_policy: Option<Arc<crate::policy::Policy>>,
+    /// Tool pinning (`--pins`): `None` offers every tool as listed.
+    pub pins: Option<Arc<pinning::PinGate>>,
 }
 
 impl GatewayOptions {
@@ -98,6 +101,7 @@ impl GatewayOptions {
             stages: Stages::default(),
             upstream: UpstreamLink::default(),
             roots_policy: None,
+            pins: None,
         })
     }
 }
@@ -273,7 +277,8 @@ impl Gateway {
             .collect();
         let shared = Arc::new(
             state::Shared::new(slots, opts.stages, opts.limits, opts.upstream, caps)
-                .with_egress(egress.as_ref().map(|e| e.proxy.clone())),
+                .with_egress(egress.as_ref().map(|e| e.proxy.clone()))
+                .with_pins(opts.pins),
         );
         let mut supervisors = Vec::new();
         let mut settled = Vec::new();

@@ -336,6 +336,16 @@ const ROUTE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 /// it is audited under.
 async fn route_waiting(shared: &Shared, name: &str) -> Result<Route, (ErrorData, &'static str)> {
     if let Some((server, tool)) = super::registry::split_name(name) {
+        if let Some(pins) = shared.pins.as_ref().filter(|p| p.is_held(server, tool)) {
+            // Approved since the last review? A rebuild reads the pins file again.
+            shared.refresh_catalog().await;
+            if pins.is_held(server, tool) {
+                return Err((
+                    ErrorData::invalid_params(pins.refusal(server, tool), None),
+                    super::pinning::TOOL_PIN_RULE,
+                ));
+            }
+        }
         let slot = shared.slots.iter().find(|s| s.name == server);
         if let Some(why) = slot.and_then(|s| s.filters.hides_tool(tool)) {
             return Err((

@@ -241,6 +241,11 @@ pub struct Shared {
     /// Every `tools/call` in progress: shutdown waits (bounded) for them, so that a call cut
     /// short by the client's disconnect still writes its audit record.
     pub calls: tokio_util::task::TaskTracker,
+    /// The pins file's gate, when one is configured (`--pins`).
+    pub pins: Option<Arc<super::pinning::PinGate>>,
+    /// Serialises catalog rebuilds: each reviews pins (file I/O) outside the catalog lock,
+    /// and an older view must never be installed over a newer one.
+    refresh: tokio::sync::Mutex<()>,
 }
 
 /// Which upstream list notifications a catalog change calls for.
@@ -271,7 +276,15 @@ impl Shared {
             caps: Arc::new(caps),
             remembered: Default::default(),
             calls: tokio_util::task::TaskTracker::new(),
+            pins: None,
+            refresh: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Sets the pins gate every catalog rebuild reviews tools against.
+    pub fn with_pins(mut self, pins: Option<Arc<super::pinning::PinGate>>) -> Shared {
+        self.pins = pins;
+        self
     }
 
     /// Sets the egress proxy whose refusals calls are attributed from.
@@ -290,26 +303,69 @@ impl Shared {
 
     /// Rebuilds the catalog from every slot and tells the agent what changed.
     pub async fn refresh_catalog(&self) {
-        // Snapshot and swap under the write lock so that two concurrent refreshes cannot
-        // install an older view over a newer one (the build is pure and quick).
+        let serial = self.refresh.lock().await;
+        let states: Vec<SlotState> = self.slots.iter().map(|s| s.snapshot()).collect();
+        let mut lists: Vec<Option<ServerLists>> = self
+            .slots
+            .iter()
+            .zip(&states)
+            .map(|(slot, st)| st.live.as_ref().map(|l| slot.filters.apply(&l.lists)))
+            .collect();
+        let mut records = Vec::new();
+        if let Some(pins) = &self.pins {
+            // The pins file is read (and maybe written) off the async workers.
+            let pins = Arc::clone(pins);
+            let names: Vec<String> = self.slots.iter().map(|s| s.name.clone()).collect();
+            let taken = std::mem::take(&mut lists);
+            let reviewed = tokio::task::spawn_blocking(move || {
+                let mut recs = Vec::new();
+                let out: Vec<Option<ServerLists>> = names
+                    .iter()
+                    .zip(taken)
+                    .map(|(name, l)| match l {
+                        Some(l) => {
+                            let (kept, r) = pins.review(name, &l);
+                            recs.extend(r);
+                            Some(kept)
+                        }
+                        None => {
+                            pins.clear(name);
+                            None
+                        }
+                    })
+                    .collect();
+                (out, recs)
+            })
+            .await;
+            match reviewed {
+                Ok((out, recs)) => {
+                    lists = out;
+                    records = recs;
+                }
+                Err(e) => {
+                    // Fail closed: no catalog change rather than unreviewed tools.
+                    tracing::error!("pins review failed: {e}; the catalog is left as it was");
+                    return;
+                }
+            }
+        }
         let (old, new) = {
             let mut guard = self.catalog.write().unwrap_or_else(|e| e.into_inner());
-            let states: Vec<SlotState> = self.slots.iter().map(|s| s.snapshot()).collect();
-            let filtered: Vec<Option<ServerLists>> = self
-                .slots
-                .iter()
-                .zip(&states)
-                .map(|(slot, st)| st.live.as_ref().map(|l| slot.filters.apply(&l.lists)))
-                .collect();
             let servers: Vec<(String, Option<&ServerLists>)> = self
                 .slots
                 .iter()
-                .zip(&filtered)
-                .map(|(slot, lists)| (slot.name.clone(), lists.as_ref()))
+                .zip(&lists)
+                .map(|(slot, l)| (slot.name.clone(), l.as_ref()))
                 .collect();
             let new = Arc::new(Catalog::build(&servers));
             (std::mem::replace(&mut *guard, new.clone()), new)
         };
+        drop(serial);
+        for r in &records {
+            if let Err(e) = self.stages.audit.record(r) {
+                tracing::error!(server = %r.server_name, tool = %r.tool_name, "audit write failed for a pin record: {e}");
+            }
+        }
         let changed = Changed {
             tools: old.tools != new.tools,
             prompts: old.prompts != new.prompts,
