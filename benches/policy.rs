@@ -158,6 +158,7 @@ fn bench_audit(c: &mut Criterion) {
         remembered_scope: None,
         approved_by_scope: None,
         kind: None,
+        principal: None,
     };
     c.bench_function("audit append+flush (redacted, chained)", |b| {
         b.iter(|| log.append(black_box(&rec)).unwrap())

@@ -37,6 +37,7 @@ fn record(i: u32, args: serde_json::Value) -> AuditRecord {
         remembered_scope: None,
         approved_by_scope: None,
         kind: None,
+        principal: None,
     }
 }
 

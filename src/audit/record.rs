@@ -56,6 +56,9 @@ pub struct AuditRecord {
     /// before) the agent. Absent for tool calls, so their records keep IronCurtain's shape.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<RecordKind>,
+    /// Whose call it is, behind the HTTP front (the bearer token's principal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// The kinds of record besides tool calls.

@@ -58,11 +58,92 @@ pub struct ServeArgs {
     /// off, warn or enforce (the default with a pins file).
     #[arg(long, value_enum)]
     pub pinning: Option<crate::pins::Mode>,
+    /// Serve MCP Streamable HTTP on HOST:PORT (at /mcp) instead of stdio.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub http: Option<String>,
+    /// With --http: bearer tokens, one `PRINCIPAL SHA256HEX` per line (mode 600).
+    #[arg(long)]
+    pub tokens: Option<std::path::PathBuf>,
+    /// With --http on a loopback address: serve without authentication.
+    #[arg(long)]
+    pub no_auth: bool,
+    /// With --http: a browser origin to allow (repeatable).
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
+    /// With --http: seconds without a request before a principal's servers stop.
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<u64>,
+}
+
+/// The HTTP front's options from the flags and the `http` settings (flags win); `None`
+/// for stdio.
+fn http_options(
+    args: &ServeArgs,
+    s: &crate::config::Settings,
+) -> anyhow::Result<Option<crate::gateway::http::HttpOptions>> {
+    use crate::gateway::http::{Auth, HttpOptions, TokenTable};
+    let block = s.http.clone().unwrap_or_default();
+    let Some(listen) = args.http.clone().or(block.listen.clone()) else {
+        if args.tokens.is_some() || args.no_auth || !args.allow_origins.is_empty() {
+            anyhow::bail!("--tokens, --no-auth and --allow-origin need --http HOST:PORT");
+        }
+        return Ok(None);
+    };
+    let listen: std::net::SocketAddr = listen
+        .parse()
+        .with_context(|| format!("--http {listen}: give HOST:PORT, e.g. 127.0.0.1:8080"))?;
+    let auth = match (args.tokens.clone().or(block.tokens.clone()), args.no_auth) {
+        (Some(_), true) => anyhow::bail!("--tokens and --no-auth exclude each other"),
+        (Some(path), false) => Auth::Tokens(TokenTable::load(&path).map_err(anyhow::Error::msg)?),
+        (None, true) => Auth::Anonymous,
+        (None, false) => anyhow::bail!(
+            "--http needs authentication: give --tokens FILE (lines `PRINCIPAL SHA256HEX`), or \
+             --no-auth on a loopback address"
+        ),
+    };
+    let mut allowed_origins = block.allow_origins.clone();
+    allowed_origins.extend(args.allow_origins.iter().cloned());
+    let http = HttpOptions {
+        listen,
+        auth,
+        allowed_origins,
+        idle_timeout: std::time::Duration::from_secs(
+            args.idle_timeout
+                .or(block.idle_timeout)
+                .unwrap_or(900)
+                .max(1),
+        ),
+        max_principals: block.max_principals.unwrap_or(200),
+        max_body_bytes: block.max_body_bytes.unwrap_or(4 << 20),
+    };
+    http.validate().map_err(anyhow::Error::msg)?;
+    let escalation = args.escalation.clone().or(s.escalation.clone());
+    for approver in escalation.iter().flat_map(|e| e.split(',')).map(str::trim) {
+        let why = match approver {
+            "tty" | "auto" => "no terminal belongs to a remote agent",
+            // The approver is built once for the process; asking one principal's agent
+            // about another principal's call must never happen.
+            "elicit" => "asking the calling agent is not yet wired per principal over HTTP",
+            _ => continue,
+        };
+        anyhow::bail!(
+            "--escalation {approver} cannot serve --http: {why}; use dir:PATH or exec:CMD"
+        );
+    }
+    Ok(Some(http))
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let settings = crate::config::load_file(&args.config)?.settings;
+    let http = http_options(&args, &settings)?;
     let opts = options(args)?;
     let rt = super::runtime()?;
+    if let Some(http) = http {
+        let outcome = rt.block_on(crate::gateway::http::serve_http(opts, http));
+        rt.shutdown_timeout(std::time::Duration::from_millis(20));
+        outcome?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let outcome = rt.block_on(async {
         let gateway = Gateway::start(opts)
             .await

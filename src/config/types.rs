@@ -290,6 +290,9 @@ pub struct Settings {
     /// What a server seen for the first time gets: `trust` (pin on first use) or `ask`.
     #[serde(default)]
     pub pin_new: Option<crate::pins::NewServers>,
+    /// The HTTP front (`serve --http`).
+    #[serde(default)]
+    pub http: Option<HttpSettings>,
     /// Test and operations knob (undocumented in the configuration reference; see
     /// docs/network.md): an `/etc/hosts`-style file whose names the egress proxy resolves to
     /// the given addresses instead of asking the system resolver.
@@ -299,4 +302,28 @@ pub struct Settings {
     /// (`STATE_DIR/<server>`; default `$HOME/.local/state/palisade/servers`).
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
+}
+
+/// `"http"` in the `palisade` block: MCP Streamable HTTP for remote agents.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HttpSettings {
+    /// `HOST:PORT` to listen on (`--http`).
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// `PRINCIPAL SHA256HEX` lines (`--tokens`).
+    #[serde(default)]
+    pub tokens: Option<PathBuf>,
+    /// Browser origins allowed besides loopback ones on a loopback listener.
+    #[serde(default)]
+    pub allow_origins: Vec<String>,
+    /// Seconds without a request after which a principal's servers stop (default 900).
+    #[serde(default)]
+    pub idle_timeout: Option<u64>,
+    /// Principals with servers running at once (default 200).
+    #[serde(default)]
+    pub max_principals: Option<usize>,
+    /// Largest request body in bytes (default 4 MiB).
+    #[serde(default)]
+    pub max_body_bytes: Option<usize>,
 }

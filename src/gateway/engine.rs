@@ -205,6 +205,7 @@ pub fn to_audit_record(rec: &CallRecord) -> AuditRecord {
         remembered_scope: rec.remembered_scope.clone(),
         approved_by_scope: rec.approved_by_scope.clone(),
         kind: rec.kind,
+        principal: rec.principal.clone(),
     }
 }
 

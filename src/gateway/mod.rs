@@ -17,6 +17,7 @@ pub mod blocked;
 pub mod downstream;
 pub mod engine;
 pub mod fault;
+pub mod http;
 pub mod lifecycle;
 pub mod network;
 pub mod pinning;
@@ -415,7 +416,7 @@ fn output_rate(config: &GatewayConfig, name: &str) -> Option<u64> {
 /// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, not when
 /// the future is first polled: until then the default action would kill the gateway without
 /// stopping its servers.
-fn termination() -> impl std::future::Future<Output = ()> {
+pub(crate) fn termination() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let term = signal(SignalKind::terminate());
     let int = signal(SignalKind::interrupt());

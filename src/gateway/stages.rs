@@ -230,6 +230,9 @@ pub struct CallRecord {
     /// `audit::AuditRecord::kind`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<crate::audit::RecordKind>,
+    /// Whose call it is, behind the HTTP front (the token's principal); `None` over stdio.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 impl CallRecord {
@@ -260,6 +263,7 @@ impl CallRecord {
             remembered_scope: None,
             approved_by_scope: None,
             kind: None,
+            principal: None,
         }
     }
 

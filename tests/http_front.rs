@@ -1,0 +1,300 @@
+//! `palisade serve --http`: the Streamable HTTP front, against the Python `mcp` SDK's HTTP
+//! client and raw HTTP for the refusals, with the real fs-server sandboxed behind it.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use support::{palisade, Workspace};
+
+const ALICE: &str = "alice-token-1f2e3d";
+const BOB: &str = "bob-token-9a8b7c";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn tokens_file(ws: &Workspace) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = ws.path().join("tokens");
+    let line = |p: &str, t: &str| format!("{p} {}\n", hex::encode(Sha256::digest(t.as_bytes())));
+    std::fs::write(
+        &path,
+        format!(
+            "# test principals\n{}{}",
+            line("alice", ALICE),
+            line("bob", BOB)
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+struct Front {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Front {
+    fn start(ws: &Workspace, config: &Path, extra: &[&str]) -> Front {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = Command::new(palisade())
+            .args(["serve", "--config"])
+            .arg(config)
+            .args(["--http", &addr.to_string()])
+            .args(extra)
+            // Info: the principal lifecycle is logged there, and no token may appear in it.
+            .env("RUST_LOG", "info,rmcp=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(ws.errlog()).unwrap())
+            .spawn()
+            .unwrap();
+        let front = Front { child, addr };
+        for _ in 0..400 {
+            if front.raw("GET", "/healthz", &[]).0 == 200 {
+                return front;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("the HTTP front did not come up: {}", ws.stderr_text());
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    /// One raw HTTP/1.1 request: (status, headers+body text). Status 0: no connection.
+    fn raw(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+        let Ok(mut s) = TcpStream::connect(self.addr) else {
+            return (0, String::new());
+        };
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params":
+            {"protocolVersion": "2025-11-25", "capabilities": {},
+             "clientInfo": {"name": "raw", "version": "1"}}})
+        .to_string();
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+            self.addr
+        );
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        if method == "POST" {
+            req.push_str(&format!(
+                "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            ));
+        } else {
+            req.push_str("\r\n");
+        }
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        let status = out
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        (status, out)
+    }
+
+    fn client(&self, token: &str, calls: Value) -> Value {
+        let out = support::driver("tests/clients/http_client.py")
+            .args([&self.url(), token, &calls.to_string()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(text.trim()).unwrap_or_else(|_| {
+            panic!(
+                "client output {text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+
+    fn stop(mut self) -> std::process::ExitStatus {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        support::raw::wait_bounded(&mut self.child)
+    }
+}
+
+fn fs_config(ws: &Workspace) -> (PathBuf, PathBuf, PathBuf) {
+    let sandbox = ws.canonical().join("sandbox");
+    let audit = ws.path().join("audit.jsonl");
+    let config = ws.config(
+        json!({"fs": {"command": palisade(), "args": ["fs-server"]}}),
+        json!({"auditLog": audit, "policy": null}),
+    );
+    (config, sandbox, audit)
+}
+
+// Two principals through real HTTP clients: each gets its own sandboxed fs-server and its
+// own session sandbox directory; one writes there, the other cannot read it; every record
+// names its principal.
+#[test]
+fn principals_get_their_own_servers_and_sandbox_dirs() {
+    let ws = Workspace::new();
+    let (config, sandbox, audit) = fs_config(&ws);
+    let tokens = tokens_file(&ws);
+    let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let alice_dir = sandbox.join("principals/alice");
+    let secret = alice_dir.join("diary.txt");
+    let a = front.client(
+        ALICE,
+        json!([{"tool": "fs__write", "args": {"path": secret, "content": "alice only"}},
+               {"tool": "fs__read", "args": {"path": secret}}]),
+    );
+    let b = front.client(BOB, json!([{"tool": "fs__read", "args": {"path": secret}}]));
+    let status = front.stop();
+    let err = ws.stderr_text();
+    assert!(a.get("error").is_none(), "{a}\n{err}");
+    assert!(
+        a["tools"].as_array().unwrap().contains(&json!("fs__read")),
+        "{a}"
+    );
+    assert_eq!(a["calls"][1]["text"], "alice only", "{a}");
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        "alice only",
+        "written on the host"
+    );
+    assert!(
+        b["calls"][0]["is_error"] == true || b["calls"][0]["ok"] == false,
+        "bob read alice's file: {b}"
+    );
+    assert!(
+        !b["calls"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("alice only"),
+        "{b}"
+    );
+    assert!(sandbox.join("principals/bob").is_dir());
+    let records = support::read_jsonl(&audit);
+    let by = |p: &str| records.iter().filter(|r| r["principal"] == p).count();
+    assert_eq!((by("alice"), by("bob")), (2, 1), "{records:?}");
+    assert!(status.success(), "{status}\n{err}");
+    assert!(
+        !err.contains(ALICE) && !err.contains(BOB),
+        "a token was logged:\n{err}"
+    );
+}
+
+// No token, a wrong token, a foreign Origin: refused with 401 / 403 before anything reaches a
+// server (no principal's servers start, nothing is audited).
+#[test]
+fn unauthenticated_and_foreign_origin_requests_never_reach_a_server() {
+    let ws = Workspace::new();
+    let (config, sandbox, audit) = fs_config(&ws);
+    let tokens = tokens_file(&ws);
+    let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let (none, none_text) = front.raw("POST", "/mcp", &[]);
+    let (wrong, _) = front.raw("POST", "/mcp", &[("Authorization", "Bearer not-a-token")]);
+    let bearer = format!("Bearer {ALICE}");
+    let (foreign, _) = front.raw(
+        "POST",
+        "/mcp",
+        &[
+            ("Authorization", &bearer),
+            ("Origin", "https://evil.example"),
+        ],
+    );
+    let sdk = front.client("not-a-token", json!([]));
+    let (ready, _) = front.raw("GET", "/readyz", &[]);
+    front.stop();
+    assert_eq!(none, 401, "{none_text}");
+    assert!(
+        none_text
+            .to_ascii_lowercase()
+            .contains("www-authenticate: bearer"),
+        "{none_text}"
+    );
+    assert_eq!(wrong, 401);
+    assert_eq!(foreign, 403);
+    assert_eq!(ready, 200);
+    assert!(
+        sdk.get("error").is_some(),
+        "the SDK client got in with a bad token: {sdk}"
+    );
+    assert!(
+        !sandbox.join("principals").exists(),
+        "a principal's servers were started"
+    );
+    assert!(support::read_jsonl(&audit).is_empty());
+}
+
+// Without authentication palisade refuses to start, and refuses --no-auth off loopback.
+#[test]
+fn serving_without_authentication_is_refused_unless_loopback_and_asked() {
+    let ws = Workspace::new();
+    let (config, _, _) = fs_config(&ws);
+    for (args, want) in [
+        (vec!["--http", "127.0.0.1:1"], "needs authentication"),
+        (
+            vec!["--http", "0.0.0.0:1", "--no-auth"],
+            "--no-auth on 0.0.0.0:1",
+        ),
+    ] {
+        let out = Command::new(palisade())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+// A principal idle for longer than --idle-timeout has its servers stopped; its next request
+// starts them again.
+#[test]
+fn an_idle_principals_servers_are_stopped_and_come_back_on_use() {
+    let ws = Workspace::new();
+    let (config, _, _) = fs_config(&ws);
+    let tokens = tokens_file(&ws);
+    let front = Front::start(
+        &ws,
+        &config,
+        &["--tokens", tokens.to_str().unwrap(), "--idle-timeout", "1"],
+    );
+    let first = front.client(ALICE, json!([]));
+    let mut reaped = false;
+    for _ in 0..200 {
+        if ws.stderr_text().contains("idle: stopping its servers") {
+            reaped = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let again = front.client(ALICE, json!([{"tool": "fs__list_roots", "args": {}}]));
+    front.stop();
+    let err = ws.stderr_text();
+    assert!(first.get("error").is_none(), "{first}");
+    assert!(reaped, "not reaped:\n{err}");
+    assert_eq!(again["calls"][0]["ok"], true, "{again}\n{err}");
+    assert_eq!(
+        err.matches("servers started for a new principal").count(),
+        2,
+        "{err}"
+    );
+}
