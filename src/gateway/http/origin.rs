@@ -1,7 +1,8 @@
-//! The `Origin` check the MCP specification requires of HTTP servers (DNS rebinding): a
-//! request that carries an `Origin` is served only when that origin is allowed: one given with
-//! `--allow-origin`, or, on a loopback listener, a loopback origin. A request without
-//! `Origin` (not a browser) passes.
+//! The checks the MCP specification requires of HTTP servers against DNS rebinding: a
+//! request that carries an `Origin` is served only when that origin is allowed (one given
+//! with `--allow-origin`, or, on a loopback listener, a loopback origin); a request without
+//! `Origin` (not a browser) passes. On a loopback listener the `Host` must be a loopback name
+//! too: a rebound name pointing at 127.0.0.1 carries its own.
 //!
 //! Pure.
 
@@ -9,8 +10,19 @@ use std::net::SocketAddr;
 
 use axum::http::{header, HeaderMap};
 
-/// `Ok` when the request's origin may be served.
+/// `Ok` when the request's origin (and, on loopback, its host) may be served.
 pub fn check(headers: &HeaderMap, listen: SocketAddr, allowed: &[String]) -> Result<(), String> {
+    if listen.ip().is_loopback() {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default();
+        if !is_loopback_origin(&format!("http://{host}")) {
+            return Err(format!(
+                "host `{host}` is not a loopback name on a loopback listener (DNS rebinding?)"
+            ));
+        }
+    }
     let Some(value) = headers.get(header::ORIGIN) else {
         return Ok(());
     };
@@ -55,6 +67,7 @@ mod tests {
     fn with_origin(o: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
         h.insert(header::ORIGIN, o.parse().unwrap());
+        h.insert(header::HOST, "127.0.0.1:8080".parse().unwrap());
         h
     }
 
@@ -63,6 +76,10 @@ mod tests {
         let local: SocketAddr = "127.0.0.1:8080".parse().unwrap();
         let public: SocketAddr = "0.0.0.0:8080".parse().unwrap();
         assert!(check(&HeaderMap::new(), public, &[]).is_ok());
+        let mut rebound = HeaderMap::new();
+        rebound.insert(header::HOST, "evil.example:8080".parse().unwrap());
+        assert!(check(&rebound, local, &[]).is_err());
+        assert!(check(&rebound, public, &[]).is_ok());
         assert!(check(&with_origin("http://localhost:3000"), local, &[]).is_ok());
         assert!(check(&with_origin("http://[::1]:3000"), local, &[]).is_ok());
         assert!(check(&with_origin("https://evil.example"), local, &[]).is_err());
