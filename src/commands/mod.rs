@@ -9,6 +9,7 @@ pub mod check;
 pub mod demo;
 pub mod fs_server;
 pub mod policy;
+pub mod prefetch;
 pub mod profiles;
 pub mod run;
 pub mod serve;
