@@ -129,9 +129,11 @@ impl Client {
 
     /// initialize, initialized, tools/list: the tool names.
     fn tools(&mut self) -> Vec<String> {
-        self.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        self.send(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "packages-test", "version": "1"}}}));
+            "clientInfo": {"name": "packages-test", "version": "1"}}}),
+        );
         let init = self.response(1);
         assert!(init["result"]["serverInfo"].is_object(), "{init}");
         self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
@@ -180,10 +182,16 @@ fn npx_yes_server_memory_runs_sandboxed_then_starts_offline_from_the_lock() {
     let argv = ["npx", "-y", "@modelcontextprotocol/server-memory"];
     let (tools, err) = run_server(&home, &argv, false);
     assert!(has(&tools, "create_entities"), "{tools:?}\n{err}");
-    assert!(err.contains("fetching @modelcontextprotocol/server-memory"), "{err}");
+    assert!(
+        err.contains("fetching @modelcontextprotocol/server-memory"),
+        "{err}"
+    );
     let locked = &home.lock()["packages"]["npm:@modelcontextprotocol/server-memory@latest"];
     let version = locked["version"].as_str().unwrap().to_string();
-    assert!(locked["integrity"].as_str().unwrap().starts_with("sha512-"), "{locked}");
+    assert!(
+        locked["integrity"].as_str().unwrap().starts_with("sha512-"),
+        "{locked}"
+    );
     // The registry is gone: the locked version starts, nothing is fetched.
     let (tools, err) = run_server(&home, &argv, true);
     assert!(has(&tools, "create_entities"), "{tools:?}\n{err}");
@@ -233,7 +241,12 @@ fn pinned_versions_in_the_args_are_honoured() {
 fn a_first_fetch_without_a_registry_fails_at_once_naming_the_package_and_the_fix() {
     let home = Home::new();
     for argv in [
-        &["npx", "-y", "@modelcontextprotocol/server-filesystem", "/tmp"][..],
+        &[
+            "npx",
+            "-y",
+            "@modelcontextprotocol/server-filesystem",
+            "/tmp",
+        ][..],
         &["uvx", "mcp-server-time"][..],
     ] {
         let mut args = vec!["run", "--"];
@@ -245,7 +258,10 @@ fn a_first_fetch_without_a_registry_fails_at_once_naming_the_package_and_the_fix
         let package = argv[argv.len() - 1 - usize::from(argv[0] == "npx")];
         assert!(err.contains(&format!("`{package}`")), "{err}");
         assert!(err.contains("palisade prefetch"), "{err}");
-        assert!(err.contains("127.0.0.1:9"), "the client's cause is shown: {err}");
+        assert!(
+            err.contains("127.0.0.1:9"),
+            "the client's cause is shown: {err}"
+        );
     }
 }
 
@@ -263,8 +279,15 @@ fn serve_config_as_the_readmes_give_it_then_offline_after_prefetch() {
     let cfg = config.to_str().unwrap();
     let out = output(home.palisade(&["prefetch", "--config", cfg], false));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("memory: npm @modelcontextprotocol/server-memory"), "{text}");
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("memory: npm @modelcontextprotocol/server-memory"),
+        "{text}"
+    );
     assert!(text.contains("time: pypi mcp-server-time"), "{text}");
     let sandbox_dir = home.path().join("sb");
     let policy = support::allow_all_policy();
@@ -302,14 +325,95 @@ fn serve_config_as_the_readmes_give_it_then_offline_after_prefetch() {
 #[test]
 fn docker_run_is_refused_in_enforce_and_runs_uncontained_in_warn() {
     let home = Home::new();
-    let out = output(home.palisade(&["run", "--", "docker", "run", "-i", "--rm", "mcp/time"], true));
+    let out = output(home.palisade(
+        &["run", "--", "docker", "run", "-i", "--rm", "mcp/time"],
+        true,
+    ));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(err.contains("docker daemon"), "{err}");
     let out = output(home.palisade(
-        &["run", "--sandbox-policy", "warn", "--", "docker", "run", "-i", "--rm", "mcp/time"],
+        &[
+            "run",
+            "--sandbox-policy",
+            "warn",
+            "--",
+            "docker",
+            "run",
+            "-i",
+            "--rm",
+            "mcp/time",
+        ],
         true,
     ));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("UNCONTAINED"), "{err}");
+}
+
+/// What a process with the venv of a cached `uvx` entry sees, as the rewritten server does:
+/// the sandbox binds that venv (its install directory) read-only and nothing else of the
+/// cache. The same probe run directly is the control: there it writes into the entry and sees
+/// the other entry and the lock.
+#[test]
+fn a_cached_entry_is_read_only_and_other_entries_and_the_lock_are_invisible_in_the_sandbox() {
+    let home = Home::new();
+    for argv in [
+        &["npx", "-y", "@modelcontextprotocol/server-memory"][..],
+        &["uvx", "mcp-server-time"][..],
+    ] {
+        let mut args = vec!["prefetch", "--"];
+        args.extend_from_slice(argv);
+        let out = output(home.palisade(&args, false));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let lock = home.lock();
+    let entry = |key: &str, eco: &str| {
+        home.cache()
+            .join(eco)
+            .join(lock["packages"][key]["entry"].as_str().unwrap())
+    };
+    let time = entry("pypi:mcp-server-time@latest", "pypi");
+    let memory = entry("npm:@modelcontextprotocol/server-memory@latest", "npm");
+    let python = time.join("venv/bin/python");
+    let probe = "import os, sys\n\
+        entry, other, lock = sys.argv[1:4]\n\
+        seen = []\n\
+        try:\n    open(os.path.join(entry, 'planted'), 'w').close(); seen.append('wrote-entry')\n\
+        except OSError:\n    pass\n\
+        seen += ['sees-other'] if os.path.exists(other) else []\n\
+        seen += ['sees-lock'] if os.path.exists(lock) else []\n\
+        print(','.join(seen) or 'contained')\n";
+    let probe_args = [
+        "-c".to_string(),
+        probe.to_string(),
+        time.join("venv").display().to_string(),
+        memory.display().to_string(),
+        home.cache().join("lock.json").display().to_string(),
+    ];
+    let mut sandboxed = home.palisade(&["run", "--", python.to_str().unwrap()], true);
+    sandboxed.args(&probe_args);
+    let out = output(sandboxed);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        "contained",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !time.join("venv/planted").exists(),
+        "nothing planted on the host"
+    );
+    // Control: the same probe outside the sandbox reaches all three.
+    let mut direct = Command::new(&python);
+    direct.args(&probe_args);
+    let out = output(direct);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "wrote-entry,sees-other,sees-lock"
+    );
 }
