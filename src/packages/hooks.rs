@@ -36,7 +36,7 @@ pub enum RunHookError {
     #[error("refusing to run `{command}` (sandbox policy is enforce): {reason}")]
     Refused { command: String, reason: String },
     #[error(transparent)]
-    Package(#[from] PackageError),
+    Package(#[from] Box<PackageError>),
 }
 
 /// For `palisade run`: rewrites a package runner line in `command` (program first) to the
@@ -73,8 +73,8 @@ pub fn for_run(
             }
         }
         Launcher::Package(run) => {
-            let cache = Cache::from_env()?;
-            let r = resolve(&cache, &run, Mode::Locked)?;
+            let cache = Cache::from_env().map_err(Box::new)?;
+            let r = resolve(&cache, &run, Mode::Locked).map_err(Box::new)?;
             say_resolved(&run.runner, &r);
             *command = rewritten(&r);
             Ok(RunDecision::Sandboxed)

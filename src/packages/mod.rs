@@ -62,19 +62,24 @@ pub enum PackageError {
     Cache { path: String, cause: std::io::Error },
     #[error(transparent)]
     Lock(#[from] lock::LockError),
-    #[error(
-        "cannot fetch {ecosystem} package `{package}` (for `{runner}`), and it is not in palisade's \
-         package cache ({cache}): {cause}\n  fix: run `palisade prefetch --config FILE` (or \
-         `palisade prefetch -- {runner} ...`) where the registry is reachable; the sandboxed \
-         server itself never reaches the registry"
-    )]
-    Fetch {
-        ecosystem: Ecosystem,
-        package: String,
-        runner: String,
-        cache: String,
-        cause: fetch::FetchError,
-    },
+    #[error(transparent)]
+    Fetch(Box<FetchFailed>),
+}
+
+/// A first fetch that failed: which package, for which runner, and the client's cause.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot fetch {ecosystem} package `{package}` (for `{runner}`), and it is not in palisade's \
+     package cache ({cache}): {cause}\n  fix: run `palisade prefetch --config FILE` (or \
+     `palisade prefetch -- {runner} ...`) where the registry is reachable; the sandboxed \
+     server itself never reaches the registry"
+)]
+pub struct FetchFailed {
+    pub ecosystem: Ecosystem,
+    pub package: String,
+    pub runner: String,
+    pub cache: String,
+    pub cause: fetch::FetchError,
 }
 
 impl Cache {
@@ -178,14 +183,15 @@ pub fn resolve(cache: &Cache, run: &PackageRun, mode: Mode) -> Result<Resolved, 
         .prefix(".fetch-log-")
         .tempfile_in(&eco_dir)
         .map_err(cache_err(&eco_dir))?;
-    let installed =
-        fetch::install(run, tmp.path(), log.path()).map_err(|cause| PackageError::Fetch {
+    let installed = fetch::install(run, tmp.path(), log.path()).map_err(|cause| {
+        PackageError::Fetch(Box::new(FetchFailed {
             ecosystem: run.ecosystem,
             package: run.package.clone(),
             runner: run.runner.clone(),
             cache: cache.root.display().to_string(),
             cause,
-        })?;
+        }))
+    })?;
     let entry = lock::entry_name(run, &installed.version);
     let target = eco_dir.join(&entry);
     if target.exists() {

@@ -337,7 +337,7 @@ fn pipx_run(args: &[String]) -> Result<PackageRun, String> {
 /// `name`, `name[extra]`, `name@1.2`, `name==1.2`, `name>=1`; refuses URLs and paths.
 pub fn pypi_spec(spec: &str) -> Result<(String, Wanted), String> {
     let cut = spec
-        .find(|c: char| matches!(c, '@' | '=' | '<' | '>' | '!' | '~' | ';' | ' '))
+        .find(['@', '=', '<', '>', '!', '~', ';', ' '])
         .unwrap_or(spec.len());
     let (name, version) = spec.split_at(cut);
     let bare = name.split('[').next().unwrap_or("");
