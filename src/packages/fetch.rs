@@ -29,6 +29,9 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// but never answers fails after this, not after npm's default 5 minutes.
 const REQUEST_TIMEOUT_S: u64 = 30;
 
+/// `1` runs npm's fetch without its sandbox (for machines where bubblewrap cannot run).
+pub const UNCONTAINED_ENV: &str = "PALISADE_FETCH_UNCONTAINED";
+
 /// What was installed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Installed {
@@ -76,21 +79,30 @@ pub fn install(run: &PackageRun, dir: &Path, log: &Path) -> Result<Installed, Fe
                 Wanted::Latest => run.package.clone(),
                 Wanted::Exact(v) | Wanted::Range(v) => format!("{}@{v}", run.package),
             };
-            let mut cmd = Command::new(&npm);
-            cmd.args(["install", "--prefix"])
-                .arg(dir)
-                .args([
-                    "--ignore-scripts",
-                    "--no-audit",
-                    "--no-fund",
-                    "--no-update-notifier",
-                    "--omit=dev",
-                    "--loglevel=error",
-                    "--fetch-retries=0",
-                ])
-                .arg(format!("--fetch-timeout={}", REQUEST_TIMEOUT_S * 1000))
-                .arg(&spec);
-            watch(cmd, "npm install", &spec, log)?;
+            let args: Vec<String> = [
+                "install",
+                "--prefix",
+                &dir.display().to_string(),
+                "--ignore-scripts",
+                "--no-audit",
+                "--no-fund",
+                "--no-update-notifier",
+                "--omit=dev",
+                "--loglevel=error",
+                "--fetch-retries=0",
+                &format!("--fetch-timeout={}", REQUEST_TIMEOUT_S * 1000),
+                &spec,
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            if std::env::var_os(UNCONTAINED_ENV).is_some_and(|v| v == "1") {
+                let mut cmd = Command::new(&npm);
+                cmd.args(&args);
+                watch(cmd, "npm install", &spec, log)?;
+            } else {
+                super::contained::npm(&npm, args, dir, log, &spec)?;
+            }
             npm_installed(run, dir)
         }
         Ecosystem::Pypi => {
@@ -170,13 +182,18 @@ fn watch(mut cmd: Command, tool: &str, what: &str, log: &Path) -> Result<(), Fet
         eprintln!("palisade: fetched {what} in {elapsed:.1} s");
         return Ok(());
     }
+    Err(failed(tool, &status.to_string(), elapsed, log))
+}
+
+/// The error for a client that exited unsuccessfully, with the first lines of its output.
+pub(super) fn failed(tool: &str, status: &str, elapsed: f64, log: &Path) -> FetchError {
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    Err(FetchError::Failed {
+    FetchError::Failed {
         tool: tool.to_string(),
         status: status.to_string(),
         elapsed,
         output: first_lines(&text, 8),
-    })
+    }
 }
 
 /// The first `n` non-empty lines of a client's output, indented (the cause comes first in

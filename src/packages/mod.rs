@@ -13,6 +13,7 @@
 //! the lock already names a complete entry (the first use is the only one that needs the
 //! registry; `prefetch --refresh` is the only way to move an unpinned package on).
 
+pub mod contained;
 pub mod fetch;
 pub mod hooks;
 pub mod lock;
