@@ -418,39 +418,35 @@ fn a_cached_entry_is_read_only_and_other_entries_and_the_lock_are_invisible_in_t
     );
 }
 
-/// The npm fetch's sandbox, as `fetch_request` builds it for the npm registry, running a
-/// probe in npm's place: it writes its entry and reaches the registry, but cannot write beside
-/// the entry in the cache (checked on the host) nor reach another host. The same probe run
-/// directly is the control.
-#[test]
-fn the_npm_fetch_sandbox_writes_only_its_entry_and_reaches_only_the_registry() {
+/// A fetch sandbox (`build` makes it for an entry directory) running a probe in the client's
+/// place: it writes its entry and reaches `allowed`, but cannot write beside the entry in the
+/// cache (checked on the host) nor reach `other`. The same probe run directly is the control.
+fn probe_fetch_sandbox(
+    build: impl Fn(&Path) -> palisade::sandbox::launch::LaunchRequest,
+    allowed: &str,
+    other: &str,
+) {
     let work = tempfile::tempdir().unwrap();
-    let eco = work.path().join("cache/npm");
+    let eco = work.path().join("cache/eco");
     let entry = eco.join(".fetch-probe");
     std::fs::create_dir_all(&entry).unwrap();
     let script = format!(
         "touch {eco}/planted 2>/dev/null && echo wrote-outside\n\
          touch {entry}/inside && echo wrote-entry\n\
-         curl -s -m 20 -o /dev/null https://registry.npmjs.org/ && echo reached-registry\n\
-         curl -s -m 20 -o /dev/null https://pypi.org/simple/ && echo reached-other\n\
+         curl -s -m 20 -o /dev/null {allowed} && echo reached-allowed\n\
+         curl -s -m 20 -o /dev/null {other} && echo reached-other\n\
          exit 0\n",
         eco = eco.display(),
         entry = entry.display()
     );
-    let mut req = palisade::packages::contained::fetch_request(
-        Path::new("/usr/bin/npm"),
-        Vec::new(),
-        &entry,
-        "https://registry.npmjs.org/",
-    )
-    .unwrap();
+    let mut req = build(&entry);
     req.command = "/bin/sh".into();
     req.args = vec!["-c".into(), script.clone()];
     let log = work.path().join("probe.log");
     palisade::packages::contained::run_in_sandbox(req, &log, "a probe").unwrap();
     let seen = std::fs::read_to_string(&log).unwrap();
     assert!(seen.contains("wrote-entry"), "{seen}");
-    assert!(seen.contains("reached-registry"), "{seen}");
+    assert!(seen.contains("reached-allowed"), "{seen}");
     assert!(!seen.contains("reached-other"), "{seen}");
     // A write beside the entry may succeed in the sandbox's own scratch root (bwrap makes
     // the entry's parents there); what matters is the host.
@@ -458,7 +454,7 @@ fn the_npm_fetch_sandbox_writes_only_its_entry_and_reaches_only_the_registry() {
         !eco.join("planted").exists(),
         "nothing planted beside the entry: {seen}"
     );
-    // Control: unsandboxed, the same probe writes beside the entry and reaches PyPI.
+    // Control: unsandboxed, the same probe writes beside the entry and reaches `other`.
     let out = output({
         let mut c = Command::new("/bin/sh");
         c.args(["-c", &script]);
@@ -467,4 +463,40 @@ fn the_npm_fetch_sandbox_writes_only_its_entry_and_reaches_only_the_registry() {
     let direct = String::from_utf8_lossy(&out.stdout);
     assert!(eco.join("planted").exists(), "{direct}");
     assert!(direct.contains("reached-other"), "{direct}");
+}
+
+#[test]
+fn the_npm_fetch_sandbox_writes_only_its_entry_and_reaches_only_the_registry() {
+    probe_fetch_sandbox(
+        |entry| {
+            palisade::packages::contained::fetch_request(
+                Path::new("/usr/bin/npm"),
+                Vec::new(),
+                entry,
+                "https://registry.npmjs.org/",
+            )
+            .unwrap()
+        },
+        "https://registry.npmjs.org/",
+        "https://pypi.org/simple/",
+    );
+}
+
+#[test]
+fn the_uv_fetch_sandbox_writes_only_its_entry_and_reaches_only_the_index() {
+    let uv = support::deps().join("venv/bin/uv");
+    probe_fetch_sandbox(
+        |entry| {
+            palisade::packages::contained::uv_request(
+                &uv,
+                Vec::new(),
+                entry,
+                "https://pypi.org/simple",
+                None,
+            )
+            .unwrap()
+        },
+        "https://files.pythonhosted.org/",
+        "https://registry.npmjs.org/",
+    );
 }

@@ -115,6 +115,79 @@ pub fn npm(
     outcome
 }
 
+/// The index uv would use here: `UV_DEFAULT_INDEX`, `UV_INDEX_URL`, else PyPI.
+fn index() -> String {
+    ["UV_DEFAULT_INDEX", "UV_INDEX_URL"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| "https://pypi.org/simple".to_string())
+}
+
+/// The base interpreter uv would build the venv from (`uv python find`, then that Python's own
+/// `sys._base_executable` and `sys.base_prefix`, so that a venv or a shim on PATH leads to the
+/// real installation). Both found on the host, before the sandbox.
+fn base_python(uv: &Path, wanted: Option<&str>) -> Result<(PathBuf, PathBuf), FetchError> {
+    let run = |cmd: &mut std::process::Command| {
+        cmd.stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+    };
+    let mut find = std::process::Command::new(uv);
+    find.args(["python", "find"])
+        .env("UV_PYTHON_DOWNLOADS", "never");
+    if let Some(w) = wanted {
+        find.arg(w);
+    }
+    let found = run(&mut find)
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| {
+            FetchError::Io(format!(
+                "uv finds no Python{} on this machine; install one",
+                wanted.map(|w| format!(" {w}")).unwrap_or_default()
+            ))
+        })?;
+    let text = run(std::process::Command::new(&found).args([
+        "-c",
+        "import sys; print(getattr(sys, '_base_executable', sys.executable)); print(sys.base_prefix)",
+    ]))
+    .ok_or_else(|| FetchError::Io(format!("{found} does not run")))?;
+    let mut lines = text.lines();
+    match (lines.next(), lines.next()) {
+        (Some(exe), Some(prefix)) => Ok((PathBuf::from(exe), PathBuf::from(prefix))),
+        _ => Err(FetchError::Io(format!(
+            "{found} did not say where it is installed"
+        ))),
+    }
+}
+
+/// Creates the venv and installs into it (`uv venv`, `uv pip install`), each in the fetch
+/// sandbox. `venv_args` get `--python BASE` appended; `install_args` run as given.
+pub fn uv(
+    uv: &Path,
+    python: Option<&str>,
+    venv_args: Vec<String>,
+    install_args: Vec<String>,
+    dir: &Path,
+    log: &Path,
+    what: &str,
+) -> Result<(), FetchError> {
+    let index = index();
+    let (exe, prefix) = base_python(uv, python)?;
+    let home = (!prefix.starts_with("/usr")).then_some(prefix.as_path());
+    let mut venv_args = venv_args;
+    venv_args.extend(["--python".to_string(), exe.display().to_string()]);
+    let outcome = uv_request(uv, venv_args, dir, &index, home)
+        .and_then(|req| run_in_sandbox(req, log, &format!("a virtual environment for {what}")))
+        .and_then(|()| uv_request(uv, install_args, dir, &index, home))
+        .and_then(|req| run_in_sandbox(req, log, what));
+    let _ = std::fs::remove_dir_all(dir.join(".uv-cache"));
+    outcome
+}
+
 /// The fetch sandbox for `npm ARGS` installing into `dir` from `registry`: `dir` is the only
 /// read-write grant (npm's download cache goes inside it), `~/.npmrc` and the machine's CA
 /// files the only read-only ones, the registry's host (and the addresses it resolves to)
@@ -130,7 +203,6 @@ pub fn fetch_request(
             "the npm registry `{registry}` is not an http(s) URL; the fetch sandbox reaches registries over HTTP(S) only"
         ))
     })?;
-    let npm_cache = dir.join(".npm-cache");
     let mut env = BTreeMap::new();
     // npm's environment configuration is the user's; the registry and cache are set here.
     for (k, v) in std::env::vars() {
@@ -139,22 +211,100 @@ pub fn fetch_request(
         }
     }
     env.insert("npm_config_registry".into(), registry.to_string());
-    env.insert("npm_config_cache".into(), npm_cache.display().to_string());
+    env.insert(
+        "npm_config_cache".into(),
+        dir.join(".npm-cache").display().to_string(),
+    );
     env.insert("npm_config_update_notifier".into(), "false".into());
+    let read = home_file(".npmrc").into_iter().collect();
+    Ok(sandbox_request(FetchSandbox {
+        command: npm,
+        args,
+        dir,
+        hosts: vec![host],
+        env,
+        read,
+    }))
+}
+
+/// The fetch sandbox for `uv ARGS` filling `dir` from `index` (PyPI's files host added for
+/// PyPI itself): as npm's, with uv's cache inside `dir`, Python downloads off, the user's
+/// `UV_*` settings and `uv.toml`, and the interpreter's installation (`python_home`) readable.
+pub fn uv_request(
+    uv: &Path,
+    args: Vec<String>,
+    dir: &Path,
+    index: &str,
+    python_home: Option<&Path>,
+) -> Result<LaunchRequest, FetchError> {
+    let host = registry_host(index).ok_or_else(|| {
+        FetchError::Io(format!(
+            "the package index `{index}` is not an http(s) URL; the fetch sandbox reaches indexes over HTTP(S) only"
+        ))
+    })?;
+    let mut hosts = vec![host];
+    if hosts[0] == "pypi.org" {
+        hosts.push("files.pythonhosted.org".into());
+    }
+    let mut env = BTreeMap::new();
+    for (k, v) in std::env::vars() {
+        if k.starts_with("UV_") {
+            env.insert(k, v);
+        }
+    }
+    env.insert(
+        "UV_CACHE_DIR".into(),
+        dir.join(".uv-cache").display().to_string(),
+    );
+    env.insert("UV_PYTHON_DOWNLOADS".into(), "never".into());
+    // Fail at once without a registry, unless the user chose otherwise.
+    env.entry("UV_HTTP_RETRIES".into())
+        .or_insert_with(|| "0".into());
+    env.entry("UV_HTTP_TIMEOUT".into())
+        .or_insert_with(|| super::fetch::REQUEST_TIMEOUT_S.to_string());
+    let mut read: Vec<PathBuf> = home_file(".config/uv/uv.toml").into_iter().collect();
+    read.extend(python_home.map(Path::to_path_buf));
+    Ok(sandbox_request(FetchSandbox {
+        command: uv,
+        args,
+        dir,
+        hosts,
+        env,
+        read,
+    }))
+}
+
+/// `$HOME/rel` when it is a file.
+fn home_file(rel: &str) -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .map(|h| PathBuf::from(h).join(rel))
+        .filter(|p| p.is_file())
+}
+
+/// What one fetch sandbox is made of.
+struct FetchSandbox<'a> {
+    command: &'a Path,
+    args: Vec<String>,
+    /// The only writable place (and the working directory).
+    dir: &'a Path,
+    /// The only network: these hosts, through the egress proxy.
+    hosts: Vec<String>,
+    env: BTreeMap<String, String>,
+    /// Read-only grants besides the system base and the command's own closure.
+    read: Vec<PathBuf>,
+}
+
+fn sandbox_request(f: FetchSandbox<'_>) -> LaunchRequest {
+    let mut env = f.env;
     let mut grants = vec![Grant {
-        path: dir.to_path_buf(),
+        path: f.dir.to_path_buf(),
         access: Access::Rw,
     }];
-    if let Some(rc) = std::env::var_os("HOME")
-        .map(|h| PathBuf::from(h).join(".npmrc"))
-        .filter(|p| p.is_file())
-    {
-        grants.push(Grant {
-            path: rc,
-            access: Access::Ro,
-        });
-    }
-    // The machine's TLS trust (a corporate or test CA) as the user's npm sees it.
+    grants.extend(f.read.into_iter().map(|path| Grant {
+        path,
+        access: Access::Ro,
+    }));
+    // The machine's TLS trust (a corporate or test CA) as the user's client sees it.
     for k in ["NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "SSL_CERT_DIR"] {
         let Some(v) = std::env::var_os(k).map(PathBuf::from) else {
             continue;
@@ -170,15 +320,15 @@ pub fn fetch_request(
             });
         }
     }
-    Ok(LaunchRequest {
+    LaunchRequest {
         name: "package-fetch".into(),
-        command: npm.display().to_string(),
-        args,
+        command: f.command.display().to_string(),
+        args: f.args,
         env,
-        cwd: Some(dir.to_path_buf()),
+        cwd: Some(f.dir.to_path_buf()),
         grants,
         network: NetworkConfig::Allowlist(DomainLists {
-            allowed_domains: with_addresses(host),
+            allowed_domains: f.hosts.into_iter().flat_map(with_addresses).collect(),
             denied_domains: Vec::new(),
         }),
         policy: SandboxPolicy::Enforce,
@@ -188,7 +338,7 @@ pub fn fetch_request(
             ..Default::default()
         },
         ..LaunchRequest::default()
-    })
+    }
 }
 
 /// Runs `req` (a fetch request) to its end with its egress proxy, output to `log`, progress
@@ -204,7 +354,7 @@ pub fn run_in_sandbox(req: LaunchRequest, log: &Path, what: &str) -> Result<(), 
 }
 
 async fn run_sandboxed(mut req: LaunchRequest, log: &Path, what: &str) -> Result<(), FetchError> {
-    let io = |e: std::io::Error| FetchError::Io(format!("npm install (sandboxed): {e}"));
+    let io = |e: std::io::Error| FetchError::Io(format!("{} (sandboxed): {e}", req.command));
     let mut egress = crate::gateway::network::start_in_temp(crate::egress::Resolver::system())
         .map_err(|e| FetchError::Io(format!("the fetch's egress proxy did not start: {e}")))?;
     if let NetworkConfig::Allowlist(lists) = &req.network {
@@ -224,7 +374,7 @@ async fn run_sandboxed(mut req: LaunchRequest, log: &Path, what: &str) -> Result
             .map_err(io)?;
         let err = out.try_clone().map_err(io)?;
         let started = Instant::now();
-        eprintln!("palisade: fetching {what} (npm install, sandboxed) into palisade's package cache...");
+        eprintln!("palisade: fetching {what} (sandboxed) into palisade's package cache...");
         let mut child = prepared
             .command
             .stdin(Stdio::null())
@@ -241,7 +391,7 @@ async fn run_sandboxed(mut req: LaunchRequest, log: &Path, what: &str) -> Result
                 _ = tick.tick() => {
                     if started.elapsed() > FETCH_LIMIT {
                         let _ = child.kill().await;
-                        return Err(FetchError::TimedOut { tool: "npm install".into() });
+                        return Err(FetchError::TimedOut { tool: req.command.clone() });
                     }
                     eprintln!("palisade: still fetching {what} ({:.0} s)", started.elapsed().as_secs_f64());
                 }
@@ -253,7 +403,7 @@ async fn run_sandboxed(mut req: LaunchRequest, log: &Path, what: &str) -> Result
             eprintln!("palisade: fetched {what} in {elapsed:.1} s");
             return Ok(());
         }
-        Err(super::fetch::failed("npm install (sandboxed)", &status.to_string(), elapsed, log))
+        Err(super::fetch::failed(&format!("{} {} (sandboxed)", req.command, req.args.first().map(String::as_str).unwrap_or("")), &status.to_string(), elapsed, log))
     }
     .await;
     egress.shutdown();

@@ -27,7 +27,7 @@ pub const FETCH_LIMIT: Duration = Duration::from_secs(300);
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// Per-request timeout handed to npm (ms) and uv (s): a registry that accepts the connection
 /// but never answers fails after this, not after npm's default 5 minutes.
-const REQUEST_TIMEOUT_S: u64 = 30;
+pub(super) const REQUEST_TIMEOUT_S: u64 = 30;
 
 /// `1` runs npm's fetch without its sandbox (for machines where bubblewrap cannot run).
 pub const UNCONTAINED_ENV: &str = "PALISADE_FETCH_UNCONTAINED";
@@ -112,31 +112,55 @@ pub fn install(run: &PackageRun, dir: &Path, log: &Path) -> Result<Installed, Fe
                 hint: "install it (`pip install uv`, or your distribution's package)",
             })?;
             let venv = dir.join("venv");
-            let mut cmd = Command::new(&uv);
-            cmd.args(["venv", "--relocatable", "--quiet"]);
-            if let Some(p) = &run.python {
-                cmd.args(["--python", p]);
-            }
-            cmd.arg(&venv);
-            let what = format!("a virtual environment for {}", run.package);
-            watch(cmd, "uv venv", &what, log)?;
             let spec = match &run.wanted {
                 Wanted::Latest => run.package.clone(),
                 Wanted::Exact(v) => format!("{}=={v}", run.package),
                 Wanted::Range(r) => format!("{}{r}", run.package),
             };
-            let mut cmd = Command::new(&uv);
-            cmd.args(["pip", "install", "--quiet", "--python"])
-                .arg(venv.join("bin/python"))
-                .arg(&spec)
-                .args(&run.with);
-            if std::env::var_os("UV_HTTP_RETRIES").is_none() {
-                cmd.env("UV_HTTP_RETRIES", "0");
+            let mut install: Vec<String> = vec!["pip".into(), "install".into(), "--quiet".into()];
+            install.extend([
+                "--python".into(),
+                venv.join("bin/python").display().to_string(),
+            ]);
+            install.push(spec.clone());
+            install.extend(run.with.iter().cloned());
+            let venv_args: Vec<String> = vec![
+                "venv".into(),
+                "--relocatable".into(),
+                "--quiet".into(),
+                venv.display().to_string(),
+            ];
+            let quick = |cmd: &mut Command| {
+                if std::env::var_os("UV_HTTP_RETRIES").is_none() {
+                    cmd.env("UV_HTTP_RETRIES", "0");
+                }
+                if std::env::var_os("UV_HTTP_TIMEOUT").is_none() {
+                    cmd.env("UV_HTTP_TIMEOUT", REQUEST_TIMEOUT_S.to_string());
+                }
+            };
+            if std::env::var_os(UNCONTAINED_ENV).is_some_and(|v| v == "1") {
+                let mut cmd = Command::new(&uv);
+                cmd.args(&venv_args);
+                if let Some(p) = &run.python {
+                    cmd.args(["--python", p]);
+                }
+                let what = format!("a virtual environment for {}", run.package);
+                watch(cmd, "uv venv", &what, log)?;
+                let mut cmd = Command::new(&uv);
+                cmd.args(&install);
+                quick(&mut cmd);
+                watch(cmd, "uv pip install", &spec, log)?;
+            } else {
+                super::contained::uv(
+                    &uv,
+                    run.python.as_deref(),
+                    venv_args,
+                    install,
+                    dir,
+                    log,
+                    &spec,
+                )?;
             }
-            if std::env::var_os("UV_HTTP_TIMEOUT").is_none() {
-                cmd.env("UV_HTTP_TIMEOUT", REQUEST_TIMEOUT_S.to_string());
-            }
-            watch(cmd, "uv pip install", &spec, log)?;
             pypi_installed(run, dir)
         }
     }
