@@ -3,12 +3,13 @@
 //! point). Palisade implements no registry protocol itself: the user's npm/uv configuration
 //! (registry, proxy, certificates, `.npmrc`, `uv.toml`) applies as it would to `npx`/`uvx`.
 //!
-//! What contains the fetch today: install scripts are off (`--ignore-scripts`; uv installs
-//! wheels and builds an sdist only when no wheel exists), stdin is closed and stdout goes to
-//! a log (never to palisade's stdout, the MCP channel), retries are off so that an
-//! unreachable registry fails at once, and a wall-clock limit kills a hung client. It is NOT
-//! run in a sandbox: npm and uv run as the user, with the user's network and files, exactly
-//! as `npx` and `uvx` would outside palisade (see docs/configuration.md).
+//! Containment: the clients run in their own sandbox (`contained`): writable only the
+//! directory being filled, network only the registry. Install scripts are off
+//! (`--ignore-scripts`; uv installs wheels and builds an sdist only when no wheel exists),
+//! stdin is closed and output goes to a log (never to palisade's stdout, the MCP channel),
+//! retries are off so that an unreachable registry fails at once, and a wall-clock limit
+//! kills a hung client. `PALISADE_FETCH_UNCONTAINED=1` runs them unsandboxed (for machines
+//! where bubblewrap cannot run), as `npx`/`uvx` would.
 //!
 //! Never: write into the cache entry after it is handed back (the caller moves it into
 //! place), or leave a child running (every child is waited for, or killed and reaped).

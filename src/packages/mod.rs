@@ -1,13 +1,15 @@
 //! Package runners (`npx -y`, `npm exec`, `uvx`, `uv tool run`, `pipx run`) made to work in a
-//! sandbox that has no registry access: the package is fetched ahead, OUTSIDE the sandbox, into
-//! a per-user cache (`$XDG_CACHE_HOME/palisade/packages/<ecosystem>/<hash>/`), its exact
-//! version recorded in a lock there, and the launch rewritten to run the package's own entry
+//! sandbox that has no registry access: the package is fetched ahead, outside the server's
+//! sandbox (in a fetch sandbox of its own, see `contained`), into a per-user cache
+//! (`$XDG_CACHE_HOME/palisade/packages/<ecosystem>/<hash>/`), its exact version recorded in
+//! a lock there, and the launch rewritten to run the package's own entry
 //! point from that entry. The sandbox's runtime closure (`sandbox::closure`) then grants the
 //! entry read-only, as it would any install directory; nothing of the registry is reachable.
 //!
 //! Flow: `runner` reads the command line (pure), `lock` keys and records (pure keys, atomic
-//! file), `fetch` runs npm/uv (the only part that starts processes or needs a network),
-//! `hooks` are the small entry points `run`, `serve` and `prefetch` call.
+//! file), `fetch` runs npm/uv and reads back the install, `contained` builds and runs the
+//! fetch's own sandbox (the only parts that start processes or need a network), `hooks` are
+//! the small entry points `run` and `serve` call (`commands::prefetch` calls `resolve`).
 //!
 //! Never: run a package that was not resolved to an exact version in the lock, or fetch when
 //! the lock already names a complete entry (the first use is the only one that needs the
