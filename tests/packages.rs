@@ -202,6 +202,38 @@ fn npx_yes_server_memory_runs_sandboxed_then_starts_offline_from_the_lock() {
     );
 }
 
+/// The issue's own example: a filesystem server wrapped in place, its directory granted.
+#[test]
+fn npx_yes_server_filesystem_wrapped_in_place_serves_its_granted_directory() {
+    let home = Home::new();
+    let project = home.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(project.join("hello.txt"), "hi").unwrap();
+    let dir = project.to_str().unwrap();
+    let mut c = Client::start(home.palisade(
+        &[
+            "run",
+            "--rw",
+            dir,
+            "--",
+            "npx",
+            "-y",
+            "@modelcontextprotocol/server-filesystem",
+            dir,
+        ],
+        false,
+    ));
+    let tools = c.tools();
+    assert!(has(&tools, "list_directory"), "{tools:?}");
+    c.send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "list_directory", "arguments": {"path": dir}}}),
+    );
+    let listed = c.response(3);
+    let err = c.finish();
+    assert!(listed.to_string().contains("hello.txt"), "{listed}\n{err}");
+}
+
 #[test]
 fn uvx_mcp_server_time_runs_sandboxed_then_starts_offline_from_the_lock() {
     let home = Home::new();
