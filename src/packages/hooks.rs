@@ -151,3 +151,50 @@ pub fn for_config(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_str;
+
+    const DOCKER: &str = r#"{"mcpServers": {
+        "time": {"command": "docker", "args": ["run", "-i", "--rm", "mcp/time"]},
+        "plain": {"command": "node", "args": ["s.js"]}}}"#;
+
+    #[test]
+    fn docker_servers_are_refused_in_enforce_and_opted_out_in_warn() {
+        let mut cfg = parse_str(DOCKER, "t.json").unwrap();
+        let err = for_config(&mut cfg, None).unwrap_err().to_string();
+        assert!(
+            err.contains("server `time`") && err.contains("docker daemon"),
+            "{err}"
+        );
+        let mut cfg = parse_str(DOCKER, "t.json").unwrap();
+        for_config(&mut cfg, Some(SandboxPolicy::Warn)).unwrap();
+        assert_eq!(cfg.servers[0].1.sandbox, SandboxSetting::Disabled);
+        assert_ne!(cfg.servers[1].1.sandbox, SandboxSetting::Disabled);
+        assert_eq!(
+            cfg.servers[1].1.command, "node",
+            "plain commands are left alone"
+        );
+    }
+
+    #[test]
+    fn run_refuses_docker_in_enforce_and_leaves_plain_commands() {
+        let mut argv: Vec<String> = ["docker", "run", "img"].map(String::from).to_vec();
+        assert!(matches!(
+            for_run(&mut argv, SandboxPolicy::Enforce),
+            Err(RunHookError::Refused { .. })
+        ));
+        assert!(matches!(
+            for_run(&mut argv, SandboxPolicy::Warn),
+            Ok(RunDecision::Uncontained(_))
+        ));
+        let mut argv: Vec<String> = ["node", "s.js"].map(String::from).to_vec();
+        assert_eq!(
+            for_run(&mut argv, SandboxPolicy::Enforce).unwrap(),
+            RunDecision::Sandboxed
+        );
+        assert_eq!(argv, ["node", "s.js"]);
+    }
+}
