@@ -40,6 +40,8 @@ pub enum Command {
     Serve(commands::serve::ServeArgs),
     /// Run one command in a sandbox: the drop-in wrapper for an existing client config.
     Run(commands::run::RunArgs),
+    /// Fetch the packages `npx -y`/`uvx` servers run into palisade's cache (and lock them).
+    Prefetch(commands::prefetch::PrefetchArgs),
     /// Show what this machine can enforce and what would happen to each configured server.
     Check(commands::check::CheckArgs),
     /// Evaluate calls against a policy, print its roots, run scenario files.
@@ -72,6 +74,7 @@ pub fn main() -> ExitCode {
         Command::Serve(a) => commands::serve::run(a),
         Command::Run(a) => commands::run::run(a),
         Command::Check(a) => commands::check::run(a),
+        Command::Prefetch(a) => commands::prefetch::run(a),
         Command::Policy(a) => commands::policy::run(a),
         Command::Audit(a) => commands::audit::run(a),
         Command::Pins(a) => commands::pins::run(a),

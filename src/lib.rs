@@ -19,6 +19,7 @@ pub mod fsserver;
 pub mod fuzzing;
 pub mod gateway;
 pub mod logging;
+pub mod packages;
 pub mod pins;
 pub mod policy;
 pub mod profiles;

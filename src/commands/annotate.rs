@@ -44,7 +44,10 @@ pub fn run(args: AnnotateArgs) -> anyhow::Result<ExitCode> {
             args.output.display()
         );
     }
-    let config = crate::config::load_file(&args.config)?;
+    let mut config = crate::config::load_file(&args.config)?;
+    // `npx -y`/`uvx` servers run from palisade's package cache, as under `serve`.
+    let policy = config.settings.sandbox_policy;
+    crate::packages::hooks::for_config(&mut config, policy)?;
     let sandbox_dir = match &config.settings.sandbox_dir {
         Some(d) => d.clone(),
         None => crate::gateway::default_sandbox_dir()?,

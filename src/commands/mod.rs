@@ -10,6 +10,7 @@ pub mod demo;
 pub mod fs_server;
 pub mod pins;
 pub mod policy;
+pub mod prefetch;
 pub mod profiles;
 pub mod run;
 pub mod serve;

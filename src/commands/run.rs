@@ -91,8 +91,15 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
-pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
+    // Package runners (`npx -y`, `uvx`) become their cached entry point; `docker run` is
+    // refused (enforce) or runs uncontained (warn). See crate::packages.
+    let decision = crate::packages::hooks::for_run(&mut args.command, args.sandbox_policy)
+        .map_err(package_exit)?;
     let mut req = request(&args)?;
+    if let crate::packages::hooks::RunDecision::Uncontained(_) = decision {
+        req.sandboxed = false;
+    }
     // The strace log lives only as long as this run (removed on drop).
     let trace_file = if args.trace_denials {
         let f = tempfile::Builder::new()
@@ -136,6 +143,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         ),
     )
     .into())
+}
+
+fn package_exit(e: crate::packages::hooks::RunHookError) -> ExitWith {
+    match e {
+        crate::packages::hooks::RunHookError::Refused { .. } => {
+            ExitWith::new(EXIT_REFUSED, e.to_string())
+        }
+        crate::packages::hooks::RunHookError::Package(_) => ExitWith::new(1, e.to_string()),
+    }
 }
 
 fn exit_for(e: LaunchError) -> ExitWith {

@@ -183,6 +183,7 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
     flag!(escalation_timeout);
     flag!(pins);
     flag!(pinning);
+    let default_policy = s.sandbox_policy;
     let escalation = s.escalation.clone();
     let timeout_s = s.escalation_timeout.unwrap_or(DEFAULT_ESCALATION_TIMEOUT);
     let protected = protected_paths(&args.config, s);
@@ -204,6 +205,9 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
     for w in policy.warnings() {
         tracing::warn!("policy: {w}");
     }
+    // Package runners (`npx -y`, `uvx`) become their cached entry point before anything
+    // looks at the command; `docker run` is refused or opted out. See crate::packages.
+    crate::packages::hooks::for_config(&mut config, default_policy)?;
     let mut opts = GatewayOptions::new(config)?;
     // The scope canonicalises the sandbox dir, so it must exist first (0700, as the gateway
     // would create it).

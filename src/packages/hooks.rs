@@ -1,0 +1,200 @@
+//! The small entry points the commands call: `run` rewrites its command vector, `serve`
+//! rewrites its config's servers, both before anything else looks at the command (profile
+//! selection, the launch request). Kept here so that `commands::run` and `commands::serve`
+//! each carry one call.
+//!
+//! Container runtimes are decided here too: a `docker run` server lives in a daemon's
+//! container that bubblewrap around the `docker` client cannot contain, so enforce refuses
+//! it and warn runs it unsandboxed, saying so.
+
+use crate::config::{GatewayConfig, SandboxPolicy, SandboxSetting};
+
+use super::{classify, resolve, Cache, Launcher, Mode, PackageError, Resolved};
+
+/// Why a container runtime is not sandboxed (shown by `run`, `serve`, the docs).
+pub fn container_reason(runtime: &str) -> String {
+    format!(
+        "`{runtime} run` starts the server in a container owned by the {runtime} daemon, outside \
+         any sandbox palisade can put around the `{runtime}` client; run the server's own \
+         binary or package (e.g. `npx -y PKG`, `uvx PKG`) instead"
+    )
+}
+
+/// What `run` must do with its command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunDecision {
+    /// Launch as (now) written, sandboxed.
+    Sandboxed,
+    /// Launch unsandboxed (warn mode, container runtime); the reason was printed.
+    Uncontained(String),
+}
+
+/// Why `run` cannot start its command.
+#[derive(Debug, thiserror::Error)]
+pub enum RunHookError {
+    /// enforce and a container runtime.
+    #[error("refusing to run `{command}` (sandbox policy is enforce): {reason}")]
+    Refused { command: String, reason: String },
+    #[error(transparent)]
+    Package(#[from] Box<PackageError>),
+}
+
+/// For `palisade run`: rewrites a package runner line in `command` (program first) to the
+/// cached entry point, fetching it on first use; decides a container runtime line by `policy`.
+pub fn for_run(
+    command: &mut Vec<String>,
+    policy: SandboxPolicy,
+) -> Result<RunDecision, RunHookError> {
+    let Some((program, args)) = command.split_first() else {
+        return Ok(RunDecision::Sandboxed);
+    };
+    match classify(program, args) {
+        Launcher::Plain => Ok(RunDecision::Sandboxed),
+        Launcher::Unsupported { runner, why } => {
+            eprintln!(
+                "palisade: WARNING: `{runner}` line not fetched ahead ({why}); it runs as written, \
+                 and in the sandbox it has no registry unless --allow-domain grants one"
+            );
+            Ok(RunDecision::Sandboxed)
+        }
+        Launcher::Container { runtime } => {
+            let reason = container_reason(&runtime);
+            match policy {
+                SandboxPolicy::Enforce => Err(RunHookError::Refused {
+                    command: program.clone(),
+                    reason,
+                }),
+                SandboxPolicy::Warn => {
+                    eprintln!(
+                        "palisade: WARNING: running `{program}` UNCONTAINED (sandbox policy is warn): {reason}"
+                    );
+                    Ok(RunDecision::Uncontained(reason))
+                }
+            }
+        }
+        Launcher::Package(run) => {
+            let cache = Cache::from_env().map_err(Box::new)?;
+            let r = resolve(&cache, &run, Mode::Locked).map_err(Box::new)?;
+            say_resolved(&run.runner, &r);
+            *command = rewritten(&r);
+            Ok(RunDecision::Sandboxed)
+        }
+    }
+}
+
+/// The command vector that runs a resolved package.
+pub fn rewritten(r: &Resolved) -> Vec<String> {
+    std::iter::once(r.command.to_string_lossy().into_owned())
+        .chain(r.args.iter().cloned())
+        .collect()
+}
+
+fn say_resolved(runner: &str, r: &Resolved) {
+    tracing::info!(
+        runner,
+        package = %r.locked.package,
+        version = %r.locked.version,
+        integrity = %r.locked.integrity,
+        command = %r.command.display(),
+        from_cache = !r.fetched,
+        "package runner rewritten to the cached entry point"
+    );
+}
+
+/// For `palisade serve`: rewrites every sandboxed server's package runner line; refuses
+/// (enforce) or opts out with a warning (warn) a container runtime line. `default_policy` is
+/// the gateway-wide policy after flags. The first server that cannot be resolved stops the
+/// start, naming it.
+pub fn for_config(
+    config: &mut GatewayConfig,
+    default_policy: Option<SandboxPolicy>,
+) -> anyhow::Result<()> {
+    let mut cache = None;
+    for (name, server) in &mut config.servers {
+        let SandboxSetting::Enabled(sb) = &server.sandbox else {
+            continue;
+        };
+        let policy = sb.policy.or(default_policy).unwrap_or_default();
+        match classify(&server.command, &server.args) {
+            Launcher::Plain => {}
+            Launcher::Unsupported { runner, why } => tracing::warn!(
+                server = %name,
+                "`{runner}` line not fetched ahead ({why}); it runs as written, and in the \
+                 sandbox it has no registry unless sandbox.network allows one"
+            ),
+            Launcher::Container { runtime } => {
+                let reason = container_reason(&runtime);
+                match policy {
+                    SandboxPolicy::Enforce => anyhow::bail!(
+                        "server `{name}`: refusing `{}` (sandbox policy is enforce): {reason}",
+                        server.command
+                    ),
+                    SandboxPolicy::Warn => {
+                        tracing::warn!(server = %name, "running UNCONTAINED (sandbox policy is warn): {reason}");
+                        server.sandbox = SandboxSetting::Disabled;
+                    }
+                }
+            }
+            Launcher::Package(run) => {
+                let cache = match &cache {
+                    Some(c) => c,
+                    None => cache.insert(Cache::from_env()?),
+                };
+                let r = resolve(cache, &run, Mode::Locked)
+                    .map_err(|e| anyhow::anyhow!("server `{name}`: {e}"))?;
+                say_resolved(&run.runner, &r);
+                let mut argv = rewritten(&r);
+                server.command = argv.remove(0);
+                server.args = argv;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_str;
+
+    const DOCKER: &str = r#"{"mcpServers": {
+        "time": {"command": "docker", "args": ["run", "-i", "--rm", "mcp/time"]},
+        "plain": {"command": "node", "args": ["s.js"]}}}"#;
+
+    #[test]
+    fn docker_servers_are_refused_in_enforce_and_opted_out_in_warn() {
+        let mut cfg = parse_str(DOCKER, "t.json").unwrap();
+        let err = for_config(&mut cfg, None).unwrap_err().to_string();
+        assert!(
+            err.contains("server `time`") && err.contains("docker daemon"),
+            "{err}"
+        );
+        let mut cfg = parse_str(DOCKER, "t.json").unwrap();
+        for_config(&mut cfg, Some(SandboxPolicy::Warn)).unwrap();
+        assert_eq!(cfg.servers[0].1.sandbox, SandboxSetting::Disabled);
+        assert_ne!(cfg.servers[1].1.sandbox, SandboxSetting::Disabled);
+        assert_eq!(
+            cfg.servers[1].1.command, "node",
+            "plain commands are left alone"
+        );
+    }
+
+    #[test]
+    fn run_refuses_docker_in_enforce_and_leaves_plain_commands() {
+        let mut argv: Vec<String> = ["docker", "run", "img"].map(String::from).to_vec();
+        assert!(matches!(
+            for_run(&mut argv, SandboxPolicy::Enforce),
+            Err(RunHookError::Refused { .. })
+        ));
+        assert!(matches!(
+            for_run(&mut argv, SandboxPolicy::Warn),
+            Ok(RunDecision::Uncontained(_))
+        ));
+        let mut argv: Vec<String> = ["node", "s.js"].map(String::from).to_vec();
+        assert_eq!(
+            for_run(&mut argv, SandboxPolicy::Enforce).unwrap(),
+            RunDecision::Sandboxed
+        );
+        assert_eq!(argv, ["node", "s.js"]);
+    }
+}

@@ -1,0 +1,534 @@
+//! Package runners in client configs, as the servers' READMEs give them (`npx -y PKG`,
+//! `uvx PKG`), under `palisade run` and `palisade serve`, with the REAL npm and uv: the first
+//! use fetches into palisade's cache outside the sandbox and locks the version; later uses
+//! start from the cache with the registry unreachable; a first use without a registry fails
+//! at once naming the package and the fix.
+//!
+//! Needs bubblewrap, npm and the npm registry / PyPI, and uv in the test venv
+//! ($PALISADE_TEST_DEPS/venv/bin/uv, scripts/install-test-deps.sh). Every test has its own
+//! HOME and XDG_CACHE_HOME, so no two share a cache. "Unreachable" is a registry URL on a
+//! loopback port nothing listens on (the client's own configuration, as a user would set it).
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+const UNREACHABLE_NPM: &str = "http://127.0.0.1:9/";
+const UNREACHABLE_PYPI: &str = "http://127.0.0.1:9/simple";
+/// Guards a hung test; never a timing assertion.
+const GUARD: Duration = Duration::from_secs(120);
+
+/// A private HOME and cache, and the PATH that has the test venv's uv.
+struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    fn new() -> Self {
+        let uv = support::deps().join("venv/bin/uv");
+        assert!(
+            uv.exists(),
+            "uv missing at {} (run scripts/install-test-deps.sh)",
+            uv.display()
+        );
+        Home {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.path().join("cache/palisade/packages")
+    }
+
+    fn lock(&self) -> Value {
+        let text = std::fs::read_to_string(self.cache().join("lock.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// `palisade ARGS` in this home; `offline` points npm and uv at a dead registry.
+    fn palisade(&self, args: &[&str], offline: bool) -> Command {
+        let mut cmd = Command::new(support::palisade());
+        let path = format!(
+            "{}:{}",
+            support::deps().join("venv/bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        cmd.args(args)
+            .current_dir(self.path())
+            .env("HOME", self.path())
+            .env("XDG_CACHE_HOME", self.path().join("cache"))
+            .env("PATH", path)
+            .env_remove("PALISADE_PACKAGE_CACHE")
+            .env_remove("npm_config_registry")
+            .env_remove("UV_INDEX_URL")
+            .env_remove("UV_DEFAULT_INDEX");
+        if offline {
+            cmd.env("npm_config_registry", UNREACHABLE_NPM)
+                .env("UV_INDEX_URL", UNREACHABLE_PYPI)
+                .env("UV_DEFAULT_INDEX", UNREACHABLE_PYPI);
+        }
+        cmd
+    }
+}
+
+/// A line-oriented MCP client on a child's stdio.
+struct Client {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Client {
+    fn start(mut cmd: Command) -> Self {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Client { child, lines: rx }
+    }
+
+    fn send(&mut self, v: Value) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{v}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The response to request `id` (notifications and other messages skipped).
+    fn response(&mut self, id: u64) -> Value {
+        loop {
+            let line = match self.lines.recv_timeout(GUARD) {
+                Ok(l) => l,
+                Err(_) => panic!("no response {id}: {}", self.finish()),
+            };
+            let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            if v["id"] == json!(id) {
+                return v;
+            }
+        }
+    }
+
+    /// initialize, initialized, tools/list: the tool names.
+    fn tools(&mut self) -> Vec<String> {
+        self.send(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "packages-test", "version": "1"}}}),
+        );
+        let init = self.response(1);
+        assert!(init["result"]["serverInfo"].is_object(), "{init}");
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        self.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+        let list = self.response(2);
+        list["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no tools: {list}"))
+            .iter()
+            .map(|t| t["name"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    /// Closes stdin, waits, and returns stderr.
+    fn finish(&mut self) -> String {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut e, &mut err);
+        }
+        err
+    }
+}
+
+fn run_server(home: &Home, argv: &[&str], offline: bool) -> (Vec<String>, String) {
+    let mut args = vec!["run", "--"];
+    args.extend_from_slice(argv);
+    let mut c = Client::start(home.palisade(&args, offline));
+    let tools = c.tools();
+    let err = c.finish();
+    (tools, err)
+}
+
+fn output(mut cmd: Command) -> Output {
+    cmd.stdin(Stdio::null()).output().unwrap()
+}
+
+fn has(tools: &[String], want: &str) -> bool {
+    tools.iter().any(|t| t.ends_with(want))
+}
+
+#[test]
+fn npx_yes_server_memory_runs_sandboxed_then_starts_offline_from_the_lock() {
+    let home = Home::new();
+    let argv = ["npx", "-y", "@modelcontextprotocol/server-memory"];
+    let (tools, err) = run_server(&home, &argv, false);
+    assert!(has(&tools, "create_entities"), "{tools:?}\n{err}");
+    assert!(
+        err.contains("fetching @modelcontextprotocol/server-memory"),
+        "{err}"
+    );
+    let locked = &home.lock()["packages"]["npm:@modelcontextprotocol/server-memory@latest"];
+    let version = locked["version"].as_str().unwrap().to_string();
+    assert!(
+        locked["integrity"].as_str().unwrap().starts_with("sha512-"),
+        "{locked}"
+    );
+    // The registry is gone: the locked version starts, nothing is fetched.
+    let (tools, err) = run_server(&home, &argv, true);
+    assert!(has(&tools, "create_entities"), "{tools:?}\n{err}");
+    assert!(!err.contains("fetching"), "{err}");
+    assert_eq!(
+        home.lock()["packages"]["npm:@modelcontextprotocol/server-memory@latest"]["version"],
+        json!(version)
+    );
+}
+
+/// The issue's own example: a filesystem server wrapped in place, its directory granted.
+#[test]
+fn npx_yes_server_filesystem_wrapped_in_place_serves_its_granted_directory() {
+    let home = Home::new();
+    let project = home.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(project.join("hello.txt"), "hi").unwrap();
+    let dir = project.to_str().unwrap();
+    let mut c = Client::start(home.palisade(
+        &[
+            "run",
+            "--rw",
+            dir,
+            "--",
+            "npx",
+            "-y",
+            "@modelcontextprotocol/server-filesystem",
+            dir,
+        ],
+        false,
+    ));
+    let tools = c.tools();
+    assert!(has(&tools, "list_directory"), "{tools:?}");
+    c.send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "list_directory", "arguments": {"path": dir}}}),
+    );
+    let listed = c.response(3);
+    let err = c.finish();
+    assert!(listed.to_string().contains("hello.txt"), "{listed}\n{err}");
+}
+
+#[test]
+fn uvx_mcp_server_time_runs_sandboxed_then_starts_offline_from_the_lock() {
+    let home = Home::new();
+    let argv = ["uvx", "mcp-server-time"];
+    let (tools, err) = run_server(&home, &argv, false);
+    assert!(has(&tools, "get_current_time"), "{tools:?}\n{err}");
+    let locked = &home.lock()["packages"]["pypi:mcp-server-time@latest"];
+    assert!(locked["version"].is_string(), "{locked}");
+    let (tools, err) = run_server(&home, &argv, true);
+    assert!(has(&tools, "get_current_time"), "{tools:?}\n{err}");
+    assert!(!err.contains("fetching"), "{err}");
+}
+
+#[test]
+fn pinned_versions_in_the_args_are_honoured() {
+    let home = Home::new();
+    let (tools, err) = run_server(
+        &home,
+        &["npx", "-y", "@modelcontextprotocol/server-memory@2026.7.4"],
+        false,
+    );
+    assert!(has(&tools, "create_entities"), "{tools:?}\n{err}");
+    let (tools, err) = run_server(&home, &["uvx", "mcp-server-time@2026.8.18"], false);
+    assert!(has(&tools, "get_current_time"), "{tools:?}\n{err}");
+    let lock = home.lock();
+    assert_eq!(
+        lock["packages"]["npm:@modelcontextprotocol/server-memory@=2026.7.4"]["version"],
+        "2026.7.4"
+    );
+    assert_eq!(
+        lock["packages"]["pypi:mcp-server-time@=2026.8.18"]["version"],
+        "2026.8.18"
+    );
+}
+
+#[test]
+fn a_first_fetch_without_a_registry_fails_at_once_naming_the_package_and_the_fix() {
+    let home = Home::new();
+    for argv in [
+        &[
+            "npx",
+            "-y",
+            "@modelcontextprotocol/server-filesystem",
+            "/tmp",
+        ][..],
+        &["uvx", "mcp-server-time"][..],
+    ] {
+        let mut args = vec!["run", "--"];
+        args.extend_from_slice(argv);
+        let out = output(home.palisade(&args, true));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(out.stdout.is_empty(), "nothing on the MCP channel");
+        let package = argv[argv.len() - 1 - usize::from(argv[0] == "npx")];
+        assert!(err.contains(&format!("`{package}`")), "{err}");
+        assert!(err.contains("palisade prefetch"), "{err}");
+        assert!(
+            err.contains("127.0.0.1:9"),
+            "the client's cause is shown: {err}"
+        );
+    }
+}
+
+#[test]
+fn serve_config_as_the_readmes_give_it_then_offline_after_prefetch() {
+    let home = Home::new();
+    let config = home.path().join("config.json");
+    support::write_json(
+        &config,
+        &json!({"mcpServers": {
+            "memory": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-memory"]},
+            "time": {"command": "uvx", "args": ["mcp-server-time"]}
+        }}),
+    );
+    let cfg = config.to_str().unwrap();
+    let out = output(home.palisade(&["prefetch", "--config", cfg], false));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("memory: npm @modelcontextprotocol/server-memory"),
+        "{text}"
+    );
+    assert!(text.contains("time: pypi mcp-server-time"), "{text}");
+    let sandbox_dir = home.path().join("sb");
+    let policy = support::allow_all_policy();
+    let serve = |offline| {
+        home.palisade(
+            &[
+                "serve",
+                "--config",
+                cfg,
+                "--sandbox-dir",
+                sandbox_dir.to_str().unwrap(),
+                "--policy",
+                policy.to_str().unwrap(),
+            ],
+            offline,
+        )
+    };
+    let mut c = Client::start(serve(true));
+    let tools = c.tools();
+    let err = c.finish();
+    assert!(has(&tools, "create_entities"), "{tools:?}\n{err}");
+    assert!(has(&tools, "get_current_time"), "{tools:?}\n{err}");
+    assert!(!err.contains("fetching"), "{err}");
+    // --refresh resolves the unpinned packages again (the registry is back).
+    let out = output(home.palisade(&["prefetch", "--refresh", "--config", cfg], false));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(text.matches("(fetched,").count(), 2, "{text}");
+    // Without --refresh nothing is fetched.
+    let out = output(home.palisade(&["prefetch", "--config", cfg], true));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("(cached,").count(), 2, "{text}");
+}
+
+#[test]
+fn docker_run_is_refused_in_enforce_and_runs_uncontained_in_warn() {
+    let home = Home::new();
+    let out = output(home.palisade(
+        &["run", "--", "docker", "run", "-i", "--rm", "mcp/time"],
+        true,
+    ));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("docker daemon"), "{err}");
+    let out = output(home.palisade(
+        &[
+            "run",
+            "--sandbox-policy",
+            "warn",
+            "--",
+            "docker",
+            "run",
+            "-i",
+            "--rm",
+            "mcp/time",
+        ],
+        true,
+    ));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("UNCONTAINED"), "{err}");
+}
+
+/// What a process with the venv of a cached `uvx` entry sees, as the rewritten server does:
+/// the sandbox binds that venv (its install directory) read-only and nothing else of the
+/// cache. The same probe run directly is the control: there it writes into the entry and sees
+/// the other entry and the lock.
+#[test]
+fn a_cached_entry_is_read_only_and_other_entries_and_the_lock_are_invisible_in_the_sandbox() {
+    let home = Home::new();
+    for argv in [
+        &["npx", "-y", "@modelcontextprotocol/server-memory"][..],
+        &["uvx", "mcp-server-time"][..],
+    ] {
+        let mut args = vec!["prefetch", "--"];
+        args.extend_from_slice(argv);
+        let out = output(home.palisade(&args, false));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let lock = home.lock();
+    let entry = |key: &str, eco: &str| {
+        home.cache()
+            .join(eco)
+            .join(lock["packages"][key]["entry"].as_str().unwrap())
+    };
+    let time = entry("pypi:mcp-server-time@latest", "pypi");
+    let memory = entry("npm:@modelcontextprotocol/server-memory@latest", "npm");
+    let python = time.join("venv/bin/python");
+    let probe = "import os, sys\n\
+        entry, other, lock = sys.argv[1:4]\n\
+        seen = []\n\
+        try:\n    open(os.path.join(entry, 'planted'), 'w').close(); seen.append('wrote-entry')\n\
+        except OSError:\n    pass\n\
+        seen += ['sees-other'] if os.path.exists(other) else []\n\
+        seen += ['sees-lock'] if os.path.exists(lock) else []\n\
+        print(','.join(seen) or 'contained')\n";
+    let probe_args = [
+        "-c".to_string(),
+        probe.to_string(),
+        time.join("venv").display().to_string(),
+        memory.display().to_string(),
+        home.cache().join("lock.json").display().to_string(),
+    ];
+    let mut sandboxed = home.palisade(&["run", "--", python.to_str().unwrap()], true);
+    sandboxed.args(&probe_args);
+    let out = output(sandboxed);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        "contained",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !time.join("venv/planted").exists(),
+        "nothing planted on the host"
+    );
+    // Control: the same probe outside the sandbox reaches all three.
+    let mut direct = Command::new(&python);
+    direct.args(&probe_args);
+    let out = output(direct);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "wrote-entry,sees-other,sees-lock"
+    );
+}
+
+/// A fetch sandbox (`build` makes it for an entry directory) running a probe in the client's
+/// place: it writes its entry and reaches `allowed`, but cannot write beside the entry in the
+/// cache (checked on the host) nor reach `other`. The same probe run directly is the control.
+fn probe_fetch_sandbox(
+    build: impl Fn(&Path) -> palisade::sandbox::launch::LaunchRequest,
+    allowed: &str,
+    other: &str,
+) {
+    let work = tempfile::tempdir().unwrap();
+    let eco = work.path().join("cache/eco");
+    let entry = eco.join(".fetch-probe");
+    std::fs::create_dir_all(&entry).unwrap();
+    let script = format!(
+        "touch {eco}/planted 2>/dev/null && echo wrote-outside\n\
+         touch {entry}/inside && echo wrote-entry\n\
+         curl -s -m 20 -o /dev/null {allowed} && echo reached-allowed\n\
+         curl -s -m 20 -o /dev/null {other} && echo reached-other\n\
+         exit 0\n",
+        eco = eco.display(),
+        entry = entry.display()
+    );
+    let mut req = build(&entry);
+    req.command = "/bin/sh".into();
+    req.args = vec!["-c".into(), script.clone()];
+    let log = work.path().join("probe.log");
+    palisade::packages::contained::run_in_sandbox(req, &log, "a probe").unwrap();
+    let seen = std::fs::read_to_string(&log).unwrap();
+    assert!(seen.contains("wrote-entry"), "{seen}");
+    assert!(seen.contains("reached-allowed"), "{seen}");
+    assert!(!seen.contains("reached-other"), "{seen}");
+    // A write beside the entry may succeed in the sandbox's own scratch root (bwrap makes
+    // the entry's parents there); what matters is the host.
+    assert!(
+        !eco.join("planted").exists(),
+        "nothing planted beside the entry: {seen}"
+    );
+    // Control: unsandboxed, the same probe writes beside the entry and reaches `other`.
+    let out = output({
+        let mut c = Command::new("/bin/sh");
+        c.args(["-c", &script]);
+        c
+    });
+    let direct = String::from_utf8_lossy(&out.stdout);
+    assert!(eco.join("planted").exists(), "{direct}");
+    assert!(direct.contains("reached-other"), "{direct}");
+}
+
+#[test]
+fn the_npm_fetch_sandbox_writes_only_its_entry_and_reaches_only_the_registry() {
+    probe_fetch_sandbox(
+        |entry| {
+            palisade::packages::contained::fetch_request(
+                Path::new("/usr/bin/npm"),
+                Vec::new(),
+                entry,
+                "https://registry.npmjs.org/",
+            )
+            .unwrap()
+        },
+        "https://registry.npmjs.org/",
+        "https://pypi.org/simple/",
+    );
+}
+
+#[test]
+fn the_uv_fetch_sandbox_writes_only_its_entry_and_reaches_only_the_index() {
+    let uv = support::deps().join("venv/bin/uv");
+    probe_fetch_sandbox(
+        |entry| {
+            palisade::packages::contained::uv_request(
+                &uv,
+                Vec::new(),
+                entry,
+                "https://pypi.org/simple",
+                None,
+            )
+            .unwrap()
+        },
+        "https://files.pythonhosted.org/",
+        "https://registry.npmjs.org/",
+    );
+}
