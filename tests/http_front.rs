@@ -162,7 +162,22 @@ fn principals_get_their_own_servers_and_sandbox_dirs() {
                {"tool": "fs__read", "args": {"path": secret}}]),
     );
     let b = front.client(BOB, json!([{"tool": "fs__read", "args": {"path": secret}}]));
+    let (unauth_metrics, _) = front.raw("GET", "/metrics", &[]);
+    let bearer = format!("Bearer {ALICE}");
+    let (m_status, metrics) = front.raw("GET", "/metrics", &[("Authorization", &bearer)]);
     let status = front.stop();
+    assert_eq!(unauth_metrics, 401, "metrics are not for everyone");
+    assert_eq!(m_status, 200, "{metrics}");
+    for want in [
+        "palisade_calls_total{server=\"fs\",tool=\"write\",decision=\"allow\",result=\"success\"} 1",
+        "palisade_calls_total{server=\"fs\",tool=\"read\",decision=\"deny\",result=\"denied\"} 1",
+        "palisade_principals_active 2",
+        "palisade_servers{state=\"running\"} 2",
+        "palisade_http_refusals_total{reason=\"unauthorized\"} 1",
+        "palisade_call_duration_seconds_count 3",
+    ] {
+        assert!(metrics.contains(want), "{want} not in\n{metrics}");
+    }
     let err = ws.stderr_text();
     assert!(a.get("error").is_none(), "{a}\n{err}");
     assert!(

@@ -10,6 +10,7 @@
 //! Never: log a token, serve without authentication on a non-loopback address, or let one
 //! principal's requests reach another principal's servers.
 
+pub mod metrics;
 pub mod origin;
 pub mod tokens;
 
@@ -129,6 +130,7 @@ struct Front {
     /// first requests of one principal never start two gateways.
     principals: tokio::sync::Mutex<HashMap<String, Arc<Principal>>>,
     stopping: CancellationToken,
+    metrics: Arc<metrics::Metrics>,
 }
 
 /// Serves MCP over HTTP until SIGINT or SIGTERM; then stops accepting, ends every session and
@@ -146,11 +148,13 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         http,
         principals: Default::default(),
         stopping: CancellationToken::new(),
+        metrics: Arc::default(),
     });
     let router = axum::Router::new()
         .route("/mcp", axum::routing::any(mcp))
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route("/readyz", axum::routing::get(readyz))
+        .route("/metrics", axum::routing::get(metrics_page))
         .with_state(Arc::clone(&front));
     let reaper = tokio::spawn(reap_idle(Arc::clone(&front)));
     let signal = super::termination();
@@ -191,28 +195,70 @@ async fn readyz(State(front): State<Arc<Front>>) -> Response {
     }
 }
 
-async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
-    if front.stopping.is_cancelled() {
-        return refusal(StatusCode::SERVICE_UNAVAILABLE, "palisade is shutting down");
+/// `/metrics`: the same checks as `/mcp` (tool names and counts are not for everyone).
+async fn metrics_page(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
+    if let Err(r) = admit(&front, req.headers()) {
+        return *r;
     }
-    if let Err(why) = origin::check(
-        req.headers(),
-        front.http.listen,
-        &front.http.allowed_origins,
-    ) {
-        tracing::warn!("refused a request: {why}");
-        return refusal(StatusCode::FORBIDDEN, &why);
-    }
-    let principal = match authenticate(&front.http.auth, req.headers()) {
-        Ok(p) => p,
-        Err(why) => {
-            let mut r = refusal(StatusCode::UNAUTHORIZED, why);
-            r.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer realm=\"palisade\""),
-            );
-            return r;
+    let map = front.principals.lock().await;
+    let mut servers: std::collections::BTreeMap<String, u64> = Default::default();
+    for p in map.values() {
+        let gateway = p.gateway.lock().unwrap_or_else(|e| e.into_inner());
+        for st in gateway.iter().flat_map(|g| g.status()) {
+            *servers.entry(status_label(&st.status).into()).or_default() += 1;
         }
+    }
+    let text = front.metrics.render(map.len(), &servers);
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        text,
+    )
+        .into_response()
+}
+
+fn status_label(s: &super::state::Status) -> &'static str {
+    use super::state::Status;
+    match s {
+        Status::Starting => "starting",
+        Status::Running => "running",
+        Status::Restarting { .. } => "restarting",
+        Status::Failed { .. } => "failed",
+        Status::Refused { .. } => "refused",
+        Status::Stopped => "stopped",
+    }
+}
+
+/// The front's checks, in order: shutting down, Origin/Host, the bearer token. The
+/// request's principal, or the refusal to send (counted by reason).
+fn admit(front: &Front, headers: &HeaderMap) -> Result<String, Box<Response>> {
+    if front.stopping.is_cancelled() {
+        front.metrics.refused("stopping");
+        return Err(Box::new(refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "palisade is shutting down",
+        )));
+    }
+    if let Err(why) = origin::check(headers, front.http.listen, &front.http.allowed_origins) {
+        tracing::warn!("refused a request: {why}");
+        front.metrics.refused("forbidden_origin_or_host");
+        return Err(Box::new(refusal(StatusCode::FORBIDDEN, &why)));
+    }
+    authenticate(&front.http.auth, headers).map_err(|why| {
+        front.metrics.refused("unauthorized");
+        let mut r = refusal(StatusCode::UNAUTHORIZED, why);
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"palisade\""),
+        );
+        Box::new(r)
+    })
+}
+
+async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
+    let principal = match admit(&front, req.headers()) {
+        Ok(p) => p,
+        Err(r) => return *r,
     };
     let entry = match principal_entry(&front, &principal).await {
         Ok(e) => e,
@@ -253,6 +299,7 @@ async fn principal_entry(front: &Front, name: &str) -> Result<Arc<Principal>, Re
         return Ok(Arc::clone(p));
     }
     if map.len() >= front.http.max_principals {
+        front.metrics.refused("too_many_principals");
         return Err(refusal(
             StatusCode::SERVICE_UNAVAILABLE,
             &format!(
@@ -269,6 +316,7 @@ async fn principal_entry(front: &Front, name: &str) -> Result<Arc<Principal>, Re
     opts.stages.audit = Arc::new(PrincipalAudit {
         inner: Arc::clone(&opts.stages.audit),
         principal: name.to_string(),
+        metrics: Arc::clone(&front.metrics),
     });
     let gateway = Gateway::start(opts).await.map_err(|e| {
         tracing::error!(
@@ -353,15 +401,18 @@ fn refusal(status: StatusCode, message: &str) -> Response {
 }
 
 /// Stamps each record with the principal whose call it is.
+/// Also counts each record for `/metrics`.
 struct PrincipalAudit {
     inner: Arc<dyn AuditSink>,
     principal: String,
+    metrics: Arc<metrics::Metrics>,
 }
 
 impl AuditSink for PrincipalAudit {
     fn record(&self, rec: &CallRecord) -> Result<(), AuditError> {
         let mut rec = rec.clone();
         rec.principal = Some(self.principal.clone());
+        self.metrics.record(&rec);
         self.inner.record(&rec)
     }
 }
