@@ -359,3 +359,89 @@ fn the_conformance_suites_protocol_scenarios_pass() {
     front.stop();
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+// OAuth 2.1 resource-server mode: JWT access tokens checked for signature (JWKS), issuer,
+// audience, expiry and scope; a wrong one is a 401 naming the metadata, and nothing reaches a
+// server; a good one works with the real SDK client, and its `sub` is the principal.
+#[test]
+fn jwt_access_tokens_are_checked_and_the_resource_metadata_is_served() {
+    let ws = Workspace::new();
+    let (config, sandbox, audit) = fs_config(&ws);
+    let jwks = ws.path().join("jwks.json");
+    let (iss, aud) = ("https://issuer.example", "https://palisade.example/mcp");
+    let out = support::driver("tests/clients/mint_jwt.py")
+        .arg(&jwks)
+        .args([iss, aud])
+        .output()
+        .unwrap();
+    let minted: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    let front = Front::start(
+        &ws,
+        &config,
+        &[
+            "--jwks",
+            jwks.to_str().unwrap(),
+            "--jwt-issuer",
+            iss,
+            "--jwt-audience",
+            aud,
+            "--jwt-scope",
+            "mcp:tools",
+        ],
+    );
+    let mut refused = Vec::new();
+    for bad in [
+        "expired",
+        "wrong_audience",
+        "wrong_issuer",
+        "wrong_key",
+        "missing_scope",
+        "hs256",
+    ] {
+        let bearer = format!("Bearer {}", minted[bad].as_str().unwrap());
+        let (status, text) = front.raw("POST", "/mcp", &[("Authorization", &bearer)]);
+        refused.push((
+            bad,
+            status,
+            text.to_ascii_lowercase()
+                .contains("resource_metadata=\"http://"),
+        ));
+    }
+    let (meta_status, meta) = front.raw("GET", "/.well-known/oauth-protected-resource", &[]);
+    let good = front.client(
+        minted["good"].as_str().unwrap(),
+        json!([{"tool": "fs__list_roots", "args": {}}]),
+    );
+    front.stop();
+    for (bad, status, names_metadata) in &refused {
+        assert_eq!(*status, 401, "{bad}");
+        assert!(
+            names_metadata,
+            "{bad}: WWW-Authenticate names the resource metadata"
+        );
+    }
+    assert_eq!(meta_status, 200, "{meta}");
+    let body: Value = serde_json::from_str(meta.split("\r\n\r\n").nth(1).unwrap_or("")).unwrap();
+    assert_eq!(body["resource"], aud);
+    assert_eq!(body["authorization_servers"], json!([iss]));
+    assert_eq!(good["calls"][0]["ok"], true, "{good}\n{}", ws.stderr_text());
+    let dirs: Vec<_> = std::fs::read_dir(sandbox.join("principals"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        dirs.len(),
+        1,
+        "only the good token's principal started servers: {dirs:?}"
+    );
+    assert!(
+        dirs[0].starts_with("sub-"),
+        "carol@example.com is hashed into a safe name: {dirs:?}"
+    );
+    let records = support::read_jsonl(&audit);
+    assert!(!records.is_empty(), "the good call is audited");
+    for r in &records {
+        assert_eq!(r["principal"], json!(dirs[0]), "{r}");
+    }
+}

@@ -73,6 +73,19 @@ pub struct ServeArgs {
     /// With --http: seconds without a request before a principal's servers stop.
     #[arg(long, value_name = "SECS")]
     pub idle_timeout: Option<u64>,
+    /// With --http: accept JWT access tokens signed by a key of this JWKS file (OAuth 2.1
+    /// resource server); needs --jwt-issuer and --jwt-audience.
+    #[arg(long)]
+    pub jwks: Option<std::path::PathBuf>,
+    /// The `iss` a JWT access token must carry.
+    #[arg(long)]
+    pub jwt_issuer: Option<String>,
+    /// The `aud` a JWT access token must carry: this resource (e.g. https://mcp.example/mcp).
+    #[arg(long)]
+    pub jwt_audience: Option<String>,
+    /// A scope a JWT access token must grant (repeatable).
+    #[arg(long = "jwt-scope")]
+    pub jwt_scopes: Vec<String>,
 }
 
 /// The HTTP front's options from the flags and the `http` settings (flags win); `None`
@@ -92,13 +105,33 @@ fn http_options(
     let listen: std::net::SocketAddr = listen
         .parse()
         .with_context(|| format!("--http {listen}: give HOST:PORT, e.g. 127.0.0.1:8080"))?;
-    let auth = match (args.tokens.clone().or(block.tokens.clone()), args.no_auth) {
-        (Some(_), true) => anyhow::bail!("--tokens and --no-auth exclude each other"),
-        (Some(path), false) => Auth::Tokens(TokenTable::load(&path).map_err(anyhow::Error::msg)?),
-        (None, true) => Auth::Anonymous,
-        (None, false) => anyhow::bail!(
-            "--http needs authentication: give --tokens FILE (lines `PRINCIPAL SHA256HEX`), or \
-             --no-auth on a loopback address"
+    let tokens = match args.tokens.clone().or(block.tokens.clone()) {
+        Some(path) => Some(TokenTable::load(&path).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    let jwt = match args.jwks.clone().or(block.jwks.clone()) {
+        Some(path) => {
+            let issuer = args.jwt_issuer.clone().or(block.jwt_issuer.clone());
+            let audience = args.jwt_audience.clone().or(block.jwt_audience.clone());
+            let (Some(issuer), Some(audience)) = (issuer, audience) else {
+                anyhow::bail!("--jwks needs --jwt-issuer and --jwt-audience (this resource's URL)");
+            };
+            let mut scopes = block.jwt_scopes.clone();
+            scopes.extend(args.jwt_scopes.iter().cloned());
+            Some(
+                crate::gateway::http::jwt::JwtVerifier::load(&path, issuer, audience, scopes)
+                    .map_err(anyhow::Error::msg)?,
+            )
+        }
+        None => None,
+    };
+    let auth = match (tokens.is_some() || jwt.is_some(), args.no_auth) {
+        (true, true) => anyhow::bail!("--tokens/--jwks and --no-auth exclude each other"),
+        (true, false) => Auth::Bearer { tokens, jwt },
+        (false, true) => Auth::Anonymous,
+        (false, false) => anyhow::bail!(
+            "--http needs authentication: give --tokens FILE (lines `PRINCIPAL SHA256HEX`), \
+             --jwks FILE with --jwt-issuer and --jwt-audience, or --no-auth on a loopback address"
         ),
     };
     let mut allowed_origins = block.allow_origins.clone();

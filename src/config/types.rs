@@ -326,4 +326,16 @@ pub struct HttpSettings {
     /// Largest request body in bytes (default 4 MiB).
     #[serde(default)]
     pub max_body_bytes: Option<usize>,
+    /// JWKS file whose keys sign accepted JWT access tokens (`--jwks`).
+    #[serde(default)]
+    pub jwks: Option<PathBuf>,
+    /// The `iss` of accepted JWT access tokens.
+    #[serde(default)]
+    pub jwt_issuer: Option<String>,
+    /// The `aud` of accepted JWT access tokens: this resource.
+    #[serde(default)]
+    pub jwt_audience: Option<String>,
+    /// Scopes every accepted JWT access token must grant.
+    #[serde(default)]
+    pub jwt_scopes: Vec<String>,
 }

@@ -10,6 +10,7 @@
 //! Never: log a token, serve without authentication on a non-loopback address, or let one
 //! principal's requests reach another principal's servers.
 
+pub mod jwt;
 pub mod metrics;
 pub mod origin;
 pub mod tokens;
@@ -36,8 +37,12 @@ pub use tokens::TokenTable;
 /// How requests are authenticated.
 #[derive(Debug, Clone)]
 pub enum Auth {
-    /// `Authorization: Bearer TOKEN`, looked up in the tokens file.
-    Tokens(TokenTable),
+    /// `Authorization: Bearer TOKEN`: a token of the tokens file, or a JWT access token the
+    /// verifier accepts (at least one of the two is set).
+    Bearer {
+        tokens: Option<TokenTable>,
+        jwt: Option<jwt::JwtVerifier>,
+    },
     /// `--no-auth`: every request is the principal `anonymous` (loopback listeners only).
     Anonymous,
 }
@@ -155,6 +160,10 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route("/readyz", axum::routing::get(readyz))
         .route("/metrics", axum::routing::get(metrics_page))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            axum::routing::get(resource_metadata),
+        )
         .with_state(Arc::clone(&front));
     let reaper = tokio::spawn(reap_idle(Arc::clone(&front)));
     let signal = super::termination();
@@ -246,11 +255,17 @@ fn admit(front: &Front, headers: &HeaderMap) -> Result<String, Box<Response>> {
     }
     authenticate(&front.http.auth, headers).map_err(|why| {
         front.metrics.refused("unauthorized");
-        let mut r = refusal(StatusCode::UNAUTHORIZED, why);
-        r.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            header::HeaderValue::from_static("Bearer realm=\"palisade\""),
-        );
+        let mut r = refusal(StatusCode::UNAUTHORIZED, &why);
+        let challenge = match &front.http.auth {
+            Auth::Bearer { jwt: Some(_), .. } => format!(
+                "Bearer realm=\"palisade\", resource_metadata=\"{}\"",
+                metadata_url(headers)
+            ),
+            _ => "Bearer realm=\"palisade\"".to_string(),
+        };
+        if let Ok(v) = header::HeaderValue::from_str(&challenge) {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
         Box::new(r)
     })
 }
@@ -273,23 +288,55 @@ async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
 }
 
 /// The request's principal, or why it has none. Never logs the token.
-fn authenticate(auth: &Auth, headers: &HeaderMap) -> Result<String, &'static str> {
-    match auth {
-        Auth::Anonymous => Ok("anonymous".into()),
-        Auth::Tokens(table) => {
-            let value = headers
-                .get(header::AUTHORIZATION)
-                .ok_or("authentication required: send Authorization: Bearer TOKEN")?;
-            let token = value
-                .to_str()
-                .ok()
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .ok_or("the Authorization header is not `Bearer TOKEN`")?;
-            table
-                .principal(token.trim())
-                .map(str::to_string)
-                .ok_or("the bearer token is not valid")
-        }
+fn authenticate(auth: &Auth, headers: &HeaderMap) -> Result<String, String> {
+    let (tokens, jwt) = match auth {
+        Auth::Anonymous => return Ok("anonymous".into()),
+        Auth::Bearer { tokens, jwt } => (tokens, jwt),
+    };
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or("authentication required: send Authorization: Bearer TOKEN")?;
+    let token = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .ok_or("the Authorization header is not `Bearer TOKEN`")?;
+    if let Some(p) = tokens.as_ref().and_then(|t| t.principal(token)) {
+        return Ok(p.to_string());
+    }
+    match jwt {
+        Some(v) => v
+            .verify(token)
+            .map_err(|why| format!("the access token is not valid: {why}")),
+        None => Err("the bearer token is not valid".into()),
+    }
+}
+
+/// Where this resource's RFC 9728 metadata is, as the client reached it.
+fn metadata_url(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    let scheme = headers
+        .get("x-forwarded-proto")
+        .and_then(|h| h.to_str().ok())
+        .filter(|p| *p == "https")
+        .unwrap_or("http");
+    format!("{scheme}://{host}/.well-known/oauth-protected-resource")
+}
+
+/// RFC 9728 protected-resource metadata (only in resource-server mode).
+async fn resource_metadata(State(front): State<Arc<Front>>) -> Response {
+    match &front.http.auth {
+        Auth::Bearer { jwt: Some(v), .. } => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            v.metadata().to_string(),
+        )
+            .into_response(),
+        _ => StatusCode::NOT_FOUND.into_response(),
     }
 }
 
