@@ -128,12 +128,15 @@ impl Principal {
     }
 }
 
+type Cell = tokio::sync::OnceCell<Arc<Principal>>;
+
 struct Front {
     template: GatewayOptions,
     http: HttpOptions,
-    /// Created on first use; the lock is held while a principal's servers start, so two
-    /// first requests of one principal never start two gateways.
-    principals: tokio::sync::Mutex<HashMap<String, Arc<Principal>>>,
+    /// Created on first use. The map's lock is held only to find or add a principal's cell;
+    /// its servers start inside the cell (two first requests of one principal never start two
+    /// gateways, and no other principal waits for them).
+    principals: tokio::sync::Mutex<HashMap<String, Arc<Cell>>>,
     stopping: CancellationToken,
     metrics: Arc<metrics::Metrics>,
 }
@@ -173,7 +176,13 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
             signal.await;
             tracing::info!("shutdown requested: no new requests; ending sessions");
             front.stopping.cancel();
-            for p in front.principals.lock().await.values() {
+            for p in front
+                .principals
+                .lock()
+                .await
+                .values()
+                .filter_map(|c| c.get())
+            {
                 p.sessions.cancel();
             }
         }
@@ -188,7 +197,7 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         .lock()
         .await
         .drain()
-        .map(|(_, p)| p)
+        .filter_map(|(_, c)| c.get().cloned())
         .collect();
     for p in all {
         p.stop().await;
@@ -211,7 +220,7 @@ async fn metrics_page(State(front): State<Arc<Front>>, req: Request<Body>) -> Re
     }
     let map = front.principals.lock().await;
     let mut servers: std::collections::BTreeMap<String, u64> = Default::default();
-    for p in map.values() {
+    for p in map.values().filter_map(|c| c.get()) {
         let gateway = p.gateway.lock().unwrap_or_else(|e| e.into_inner());
         for st in gateway.iter().flat_map(|g| g.status()) {
             *servers.entry(status_label(&st.status).into()).or_default() += 1;
@@ -341,20 +350,44 @@ async fn resource_metadata(State(front): State<Arc<Front>>) -> Response {
 }
 
 async fn principal_entry(front: &Front, name: &str) -> Result<Arc<Principal>, Response> {
-    let mut map = front.principals.lock().await;
-    if let Some(p) = map.get(name) {
-        return Ok(Arc::clone(p));
+    let cell = {
+        let mut map = front.principals.lock().await;
+        match map.get(name) {
+            Some(c) => Arc::clone(c),
+            None => {
+                if map.len() >= front.http.max_principals {
+                    front.metrics.refused("too_many_principals");
+                    return Err(refusal(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &format!(
+                            "too many principals active ({}, maxPrincipals); retry later",
+                            front.http.max_principals
+                        ),
+                    ));
+                }
+                let c = Arc::new(Cell::new());
+                map.insert(name.to_string(), Arc::clone(&c));
+                c
+            }
+        }
+    };
+    match cell.get_or_try_init(|| start_principal(front, name)).await {
+        Ok(p) => Ok(Arc::clone(p)),
+        Err(r) => {
+            // Forget the failed start, so that a later request tries again.
+            let mut map = front.principals.lock().await;
+            if map
+                .get(name)
+                .is_some_and(|c| Arc::ptr_eq(c, &cell) && !c.initialized())
+            {
+                map.remove(name);
+            }
+            Err(r)
+        }
     }
-    if map.len() >= front.http.max_principals {
-        front.metrics.refused("too_many_principals");
-        return Err(refusal(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &format!(
-                "too many principals active ({}, maxPrincipals); retry later",
-                front.http.max_principals
-            ),
-        ));
-    }
+}
+
+async fn start_principal(front: &Front, name: &str) -> Result<Arc<Principal>, Response> {
     let mut opts = front.template.clone();
     opts.sandbox_dir = opts.sandbox_dir.join("principals").join(name);
     // Its own link to its own agent: notifications and relayed requests of its servers
@@ -393,15 +426,13 @@ async fn principal_entry(front: &Front, name: &str) -> Result<Arc<Principal>, Re
         config,
     );
     tracing::info!(principal = name, "servers started for a new principal");
-    let p = Arc::new(Principal {
+    Ok(Arc::new(Principal {
         gateway: Mutex::new(Some(gateway)),
         service,
         sessions,
         last_used: Mutex::new(Instant::now()),
         in_flight: AtomicUsize::new(0),
-    });
-    map.insert(name.to_string(), Arc::clone(&p));
-    Ok(p)
+    }))
 }
 
 /// Stops the servers of principals idle for longer than `idleTimeout`.
@@ -414,15 +445,20 @@ async fn reap_idle(front: Arc<Front>) {
             let mut map = front.principals.lock().await;
             let names: Vec<String> = map
                 .iter()
-                .filter(|(_, p)| {
-                    p.in_flight.load(Ordering::SeqCst) == 0
-                        && p.idle_for() > front.http.idle_timeout
+                .filter(|(_, c)| {
+                    c.get().is_some_and(|p| {
+                        p.in_flight.load(Ordering::SeqCst) == 0
+                            && p.idle_for() > front.http.idle_timeout
+                    })
                 })
                 .map(|(n, _)| n.clone())
                 .collect();
             names
                 .into_iter()
-                .filter_map(|n| map.remove(&n).map(|p| (n, p)))
+                .filter_map(|n| {
+                    let p = map.remove(&n)?.get().cloned()?;
+                    Some((n, p))
+                })
                 .collect()
         };
         for (name, p) in idle {
