@@ -595,8 +595,9 @@ fn docker_run_is_refused_in_enforce_and_runs_uncontained_in_warn() {
 
 /// What a process with the venv of a cached `uvx` entry sees, as the rewritten server does:
 /// the sandbox binds that venv (its install directory) read-only and nothing else of the
-/// cache. The same probe run directly is the control: there it writes into the entry and sees
-/// the other entry and the lock.
+/// cache, nor the home the cache lives in (the attack suite's SSH-key read, and ~/.npmrc).
+/// The same probe run directly is the control: there it writes into the entry, sees the
+/// other entry and the lock, and reads both files.
 #[test]
 fn a_cached_entry_is_read_only_and_other_entries_and_the_lock_are_invisible_in_the_sandbox() {
     let home = Home::new();
@@ -622,13 +623,27 @@ fn a_cached_entry_is_read_only_and_other_entries_and_the_lock_are_invisible_in_t
     let time = entry("pypi:mcp-server-time@latest", "pypi");
     let memory = entry("npm:@modelcontextprotocol/server-memory@latest", "npm");
     let python = time.join("venv/bin/python");
+    // The attack suite's home reads, from a server whose entry lives under HOME/.cache: an
+    // SSH key, and ~/.npmrc (registry tokens; the fetch sandbox reads it, a server must not).
+    std::fs::create_dir(home.path().join(".ssh")).unwrap();
+    std::fs::write(home.path().join(".ssh/id_ed25519"), "key").unwrap();
+    std::fs::write(
+        home.path().join(".npmrc"),
+        "//registry.npmjs.org/:_authToken=palisade-test-token\n",
+    )
+    .unwrap();
     let probe = "import os, sys\n\
-        entry, other, lock = sys.argv[1:4]\n\
+        entry, other, lock, key, npmrc = sys.argv[1:6]\n\
         seen = []\n\
         try:\n    open(os.path.join(entry, 'planted'), 'w').close(); seen.append('wrote-entry')\n\
         except OSError:\n    pass\n\
         seen += ['sees-other'] if os.path.exists(other) else []\n\
         seen += ['sees-lock'] if os.path.exists(lock) else []\n\
+        for name, path in (('reads-key', key), ('reads-npmrc', npmrc)):\n\
+        \x20   try:\n\
+        \x20       open(path).read(); seen.append(name)\n\
+        \x20   except OSError:\n\
+        \x20       pass\n\
         print(','.join(seen) or 'contained')\n";
     let probe_args = [
         "-c".to_string(),
@@ -636,6 +651,8 @@ fn a_cached_entry_is_read_only_and_other_entries_and_the_lock_are_invisible_in_t
         time.join("venv").display().to_string(),
         memory.display().to_string(),
         home.cache().join("lock.json").display().to_string(),
+        home.path().join(".ssh/id_ed25519").display().to_string(),
+        home.path().join(".npmrc").display().to_string(),
     ];
     let mut sandboxed = home.palisade(&["run", "--", python.to_str().unwrap()], true);
     sandboxed.args(&probe_args);
@@ -657,7 +674,7 @@ fn a_cached_entry_is_read_only_and_other_entries_and_the_lock_are_invisible_in_t
     let out = output(direct);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "wrote-entry,sees-other,sees-lock"
+        "wrote-entry,sees-other,sees-lock,reads-key,reads-npmrc"
     );
 }
 
