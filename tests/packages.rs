@@ -451,8 +451,9 @@ fn serve_refuses_only_the_server_whose_package_cannot_be_fetched() {
 
 /// The other servers of the list, each with its config exactly as its README gives
 /// it (the version pinned to the one the test deps install), under `serve`: tools listed and
-/// one simple call each (mcp-server-fetch: the list only, a real fetch needs egress). One
-/// test, so each package is fetched once per run of this binary.
+/// one simple call each (mcp-server-fetch: the list only, a real fetch needs egress); then
+/// with the registry unreachable, under `serve` and `run`, from the lock. One test, so each
+/// package is fetched once per run of this binary.
 #[test]
 fn serve_everything_sequential_thinking_and_fetch_as_their_readmes_give_them() {
     let home = Home::new();
@@ -498,6 +499,37 @@ fn serve_everything_sequential_thinking_and_fetch_as_their_readmes_give_them() {
         ("pypi:mcp-server-fetch@=2026.10.24", "2026.10.24"),
     ] {
         assert_eq!(lock["packages"][key]["version"], version, "{lock}");
+    }
+    // The registry is gone: under `serve` and under `run`, each starts its locked version.
+    let mut c = Client::start(serve(&home, &config, true));
+    let offline = c.tools();
+    let err = c.finish();
+    for want in ["__echo", "__sequentialthinking", "fetch__fetch"] {
+        assert!(has(&offline, want), "{offline:?}\n{err}");
+    }
+    assert!(!err.contains("fetching"), "{err}");
+    for (argv, want) in [
+        (
+            &[
+                "npx",
+                "-y",
+                "@modelcontextprotocol/server-everything@2026.8.31",
+            ][..],
+            "echo",
+        ),
+        (
+            &[
+                "npx",
+                "-y",
+                "@modelcontextprotocol/server-sequential-thinking@2026.8.31",
+            ][..],
+            "sequentialthinking",
+        ),
+        (&["uvx", "mcp-server-fetch@2026.10.24"][..], "fetch"),
+    ] {
+        let (tools, err) = run_server(&home, argv, true);
+        assert!(has(&tools, want), "{argv:?}: {tools:?}\n{err}");
+        assert!(!err.contains("fetching"), "{err}");
     }
     // `check` reports each package as locked, with its cache entry; no fetch.
     let out = output(home.palisade(
