@@ -147,6 +147,13 @@ impl Client {
             .collect()
     }
 
+    /// `tools/call` of `name` (the gateway's full tool name) as request `id`: the response.
+    fn call(&mut self, id: u64, name: &str, arguments: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}}));
+        self.response(id)
+    }
+
     /// Closes stdin, waits, and returns stderr.
     fn finish(&mut self) -> String {
         drop(self.child.stdin.take());
@@ -174,6 +181,40 @@ fn output(mut cmd: Command) -> Output {
 
 fn has(tools: &[String], want: &str) -> bool {
     tools.iter().any(|t| t.ends_with(want))
+}
+
+/// The full name of the listed tool that ends with `want`.
+fn named<'a>(tools: &'a [String], want: &str) -> &'a str {
+    tools
+        .iter()
+        .find(|t| t.ends_with(want))
+        .unwrap_or_else(|| panic!("no tool {want}: {tools:?}"))
+}
+
+/// `palisade serve` of `config` in `home`, its sandbox dir inside the home, all calls allowed.
+fn serve(home: &Home, config: &Path, offline: bool) -> Command {
+    let sandbox_dir = home.path().join("sb");
+    let policy = support::allow_all_policy();
+    home.palisade(
+        &[
+            "serve",
+            "--config",
+            config.to_str().unwrap(),
+            "--sandbox-dir",
+            sandbox_dir.to_str().unwrap(),
+            "--policy",
+            policy.to_str().unwrap(),
+        ],
+        offline,
+    )
+}
+
+/// A result that is a success (no JSON-RPC error, not `isError`), or a panic showing it.
+fn assert_ok(v: &Value, err: &str) {
+    assert!(
+        v["result"].is_object() && v["result"]["isError"] != json!(true),
+        "{v}\n{err}"
+    );
 }
 
 #[test]
@@ -354,6 +395,208 @@ fn serve_config_as_the_readmes_give_it_then_offline_after_prefetch() {
     assert_eq!(text.matches("(cached,").count(), 2, "{text}");
 }
 
+/// Regression: under `serve`, a package that could not be fetched stopped the whole gateway.
+/// Now that server alone is refused (named in the log with the fix) and the others start: the
+/// agent lists and calls palisade's own fs-server beside it.
+#[test]
+fn serve_refuses_only_the_server_whose_package_cannot_be_fetched() {
+    let home = Home::new();
+    let config = home.path().join("config.json");
+    support::write_json(
+        &config,
+        &json!({"mcpServers": {
+            "everything": {"command": "npx",
+                "args": ["-y", "@modelcontextprotocol/server-everything"]},
+            "fs": {"command": support::palisade(), "args": ["fs-server"]}
+        }}),
+    );
+    let sandbox_dir = home.path().join("sb");
+    std::fs::create_dir_all(&sandbox_dir).unwrap();
+    std::fs::write(sandbox_dir.join("marker.txt"), "m").unwrap();
+    // The registry is unreachable and the cache empty.
+    let mut c = Client::start(serve(&home, &config, true));
+    let tools = c.tools();
+    let list = named(&tools, "__list").to_string();
+    assert!(
+        !tools.iter().any(|t| t.starts_with("everything")),
+        "{tools:?}"
+    );
+    let listed = c.call(3, &list, json!({"path": sandbox_dir.to_str().unwrap()}));
+    // A call to the refused server's tool says why it is not there.
+    let refused = c.call(4, "everything__echo", json!({"message": "hi"}));
+    let err = c.finish();
+    let why = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("was not started") && why.contains("palisade prefetch"),
+        "{refused}"
+    );
+    assert_ok(&listed, &err);
+    assert!(listed.to_string().contains("marker.txt"), "{listed}\n{err}");
+    // The reason runs over two lines: the package and cause, then the fix.
+    let at = err
+        .find("not started: cannot fetch npm package")
+        .unwrap_or_else(|| panic!("the failed server is not reported: {err}"));
+    let refusal = &err[at..];
+    let server = refusal.find("server=").map(|i| &refusal[i..]);
+    assert!(
+        server.is_some_and(|s| s.starts_with("server=everything")),
+        "the server is named: {refusal}"
+    );
+    assert!(
+        refusal.contains("`@modelcontextprotocol/server-everything`")
+            && refusal.contains("fix: run `palisade prefetch"),
+        "the package and the fix are named: {refusal}"
+    );
+}
+
+/// The other servers of the issue's list, each with its config exactly as its README gives
+/// it (the version pinned to the one the test deps install), under `serve`: tools listed and
+/// one simple call each (mcp-server-fetch: the list only, a real fetch needs egress); then
+/// with the registry unreachable, under `serve` and `run`, from the lock. One test, so each
+/// package is fetched once per run of this binary.
+#[test]
+fn serve_everything_sequential_thinking_and_fetch_as_their_readmes_give_them() {
+    let home = Home::new();
+    let config = home.path().join("config.json");
+    support::write_json(
+        &config,
+        &json!({"mcpServers": {
+            "everything": {"command": "npx",
+                "args": ["-y", "@modelcontextprotocol/server-everything@2026.8.31"]},
+            "sequential-thinking": {"command": "npx",
+                "args": ["-y", "@modelcontextprotocol/server-sequential-thinking@2026.8.31"]},
+            "fetch": {"command": "uvx", "args": ["mcp-server-fetch@2026.10.24"]}
+        }}),
+    );
+    let mut c = Client::start(serve(&home, &config, false));
+    let tools = c.tools();
+    let echo = named(&tools, "__echo").to_string();
+    let think = named(&tools, "__sequentialthinking").to_string();
+    assert!(has(&tools, "fetch__fetch"), "{tools:?}");
+    let echoed = c.call(3, &echo, json!({"message": "through the cache"}));
+    let thought = c.call(
+        4,
+        &think,
+        json!({"thought": "one step", "nextThoughtNeeded": false,
+            "thoughtNumber": 1, "totalThoughts": 1}),
+    );
+    let err = c.finish();
+    assert_ok(&echoed, &err);
+    assert!(echoed.to_string().contains("through the cache"), "{echoed}");
+    assert_ok(&thought, &err);
+    assert!(thought.to_string().contains("thoughtNumber"), "{thought}");
+    assert!(err.contains("fetching"), "fetched on first use: {err}");
+    let lock = home.lock();
+    for (key, version) in [
+        (
+            "npm:@modelcontextprotocol/server-everything@=2026.8.31",
+            "2026.8.31",
+        ),
+        (
+            "npm:@modelcontextprotocol/server-sequential-thinking@=2026.8.31",
+            "2026.8.31",
+        ),
+        ("pypi:mcp-server-fetch@=2026.10.24", "2026.10.24"),
+    ] {
+        assert_eq!(lock["packages"][key]["version"], version, "{lock}");
+    }
+    // The registry is gone: under `serve` and under `run`, each starts its locked version.
+    let mut c = Client::start(serve(&home, &config, true));
+    let offline = c.tools();
+    let err = c.finish();
+    for want in ["__echo", "__sequentialthinking", "fetch__fetch"] {
+        assert!(has(&offline, want), "{offline:?}\n{err}");
+    }
+    assert!(!err.contains("fetching"), "{err}");
+    for (argv, want) in [
+        (
+            &[
+                "npx",
+                "-y",
+                "@modelcontextprotocol/server-everything@2026.8.31",
+            ][..],
+            "echo",
+        ),
+        (
+            &[
+                "npx",
+                "-y",
+                "@modelcontextprotocol/server-sequential-thinking@2026.8.31",
+            ][..],
+            "sequentialthinking",
+        ),
+        (&["uvx", "mcp-server-fetch@2026.10.24"][..], "fetch"),
+    ] {
+        let (tools, err) = run_server(&home, argv, true);
+        assert!(has(&tools, want), "{argv:?}: {tools:?}\n{err}");
+        assert!(!err.contains("fetching"), "{err}");
+    }
+    // `check` reports each package as locked, with its cache entry; no fetch.
+    let out = output(home.palisade(
+        &["check", "--json", "--config", config.to_str().unwrap()],
+        true,
+    ));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for server in report["servers"].as_array().unwrap() {
+        let p = &server["package"];
+        assert!(p["version"].is_string(), "{server}");
+        let entry = PathBuf::from(p["entry"].as_str().unwrap());
+        assert!(
+            entry.starts_with(home.cache()) && entry.is_dir(),
+            "{server}"
+        );
+    }
+}
+
+/// `palisade check --config` names each package runner server's package and, before any
+/// fetch, says it is not fetched yet and how to fix that; plain servers have no package.
+#[test]
+fn check_reports_package_runner_servers_not_fetched_yet_with_the_fix() {
+    let home = Home::new();
+    let config = home.path().join("config.json");
+    support::write_json(
+        &config,
+        &json!({"mcpServers": {
+            "memory": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-memory"]},
+            "time": {"command": "uvx", "args": ["mcp-server-time"]},
+            "fs": {"command": support::palisade(), "args": ["fs-server"]}
+        }}),
+    );
+    let cfg = config.to_str().unwrap();
+    let out = output(home.palisade(&["check", "--config", cfg], true));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "package: npm @modelcontextprotocol/server-memory (`npx`): not fetched yet: run \
+             `palisade prefetch"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("package: pypi mcp-server-time (`uvx`): not fetched yet"),
+        "{text}"
+    );
+    assert_eq!(text.matches("package:").count(), 2, "fs has none: {text}");
+    let out = output(home.palisade(&["check", "--json", "--config", cfg], true));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let servers = report["servers"].as_array().unwrap();
+    assert_eq!(
+        servers[0]["package"]["package"],
+        "@modelcontextprotocol/server-memory"
+    );
+    assert_eq!(servers[0]["package"]["ecosystem"], "npm");
+    assert!(servers[0]["package"]["version"].is_null());
+    assert!(servers[0]["package"]["problem"]
+        .as_str()
+        .unwrap()
+        .contains("palisade prefetch"));
+    assert!(servers[2].get("package").is_none(), "{}", servers[2]);
+    assert!(
+        !home.cache().join("lock.json").exists(),
+        "check never fetches"
+    );
+}
+
 #[test]
 fn docker_run_is_refused_in_enforce_and_runs_uncontained_in_warn() {
     let home = Home::new();
@@ -384,8 +627,9 @@ fn docker_run_is_refused_in_enforce_and_runs_uncontained_in_warn() {
 
 /// What a process with the venv of a cached `uvx` entry sees, as the rewritten server does:
 /// the sandbox binds that venv (its install directory) read-only and nothing else of the
-/// cache. The same probe run directly is the control: there it writes into the entry and sees
-/// the other entry and the lock.
+/// cache, nor the home the cache lives in (the attack suite's SSH-key read, and ~/.npmrc).
+/// The same probe run directly is the control: there it writes into the entry, sees the
+/// other entry and the lock, and reads both files.
 #[test]
 fn a_cached_entry_is_read_only_and_other_entries_and_the_lock_are_invisible_in_the_sandbox() {
     let home = Home::new();
@@ -411,13 +655,27 @@ fn a_cached_entry_is_read_only_and_other_entries_and_the_lock_are_invisible_in_t
     let time = entry("pypi:mcp-server-time@latest", "pypi");
     let memory = entry("npm:@modelcontextprotocol/server-memory@latest", "npm");
     let python = time.join("venv/bin/python");
+    // The attack suite's home reads, from a server whose entry lives under HOME/.cache: an
+    // SSH key, and ~/.npmrc (registry tokens; the fetch sandbox reads it, a server must not).
+    std::fs::create_dir(home.path().join(".ssh")).unwrap();
+    std::fs::write(home.path().join(".ssh/id_ed25519"), "key").unwrap();
+    std::fs::write(
+        home.path().join(".npmrc"),
+        "//registry.npmjs.org/:_authToken=palisade-test-token\n",
+    )
+    .unwrap();
     let probe = "import os, sys\n\
-        entry, other, lock = sys.argv[1:4]\n\
+        entry, other, lock, key, npmrc = sys.argv[1:6]\n\
         seen = []\n\
         try:\n    open(os.path.join(entry, 'planted'), 'w').close(); seen.append('wrote-entry')\n\
         except OSError:\n    pass\n\
         seen += ['sees-other'] if os.path.exists(other) else []\n\
         seen += ['sees-lock'] if os.path.exists(lock) else []\n\
+        for name, path in (('reads-key', key), ('reads-npmrc', npmrc)):\n\
+        \x20   try:\n\
+        \x20       open(path).read(); seen.append(name)\n\
+        \x20   except OSError:\n\
+        \x20       pass\n\
         print(','.join(seen) or 'contained')\n";
     let probe_args = [
         "-c".to_string(),
@@ -425,6 +683,8 @@ fn a_cached_entry_is_read_only_and_other_entries_and_the_lock_are_invisible_in_t
         time.join("venv").display().to_string(),
         memory.display().to_string(),
         home.cache().join("lock.json").display().to_string(),
+        home.path().join(".ssh/id_ed25519").display().to_string(),
+        home.path().join(".npmrc").display().to_string(),
     ];
     let mut sandboxed = home.palisade(&["run", "--", python.to_str().unwrap()], true);
     sandboxed.args(&probe_args);
@@ -446,7 +706,7 @@ fn a_cached_entry_is_read_only_and_other_entries_and_the_lock_are_invisible_in_t
     let out = output(direct);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "wrote-entry,sees-other,sees-lock"
+        "wrote-entry,sees-other,sees-lock,reads-key,reads-npmrc"
     );
 }
 

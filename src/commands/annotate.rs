@@ -47,7 +47,12 @@ pub fn run(args: AnnotateArgs) -> anyhow::Result<ExitCode> {
     let mut config = crate::config::load_file(&args.config)?;
     // `npx -y`/`uvx` servers run from palisade's package cache, as under `serve`.
     let policy = config.settings.sandbox_policy;
-    crate::packages::hooks::for_config(&mut config, policy)?;
+    if let Some((name, reason)) = crate::packages::hooks::for_config(&mut config, policy)
+        .into_iter()
+        .next()
+    {
+        anyhow::bail!("server `{name}`: {reason}");
+    }
     let sandbox_dir = match &config.settings.sandbox_dir {
         Some(d) => d.clone(),
         None => crate::gateway::default_sandbox_dir()?,

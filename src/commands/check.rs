@@ -46,6 +46,63 @@ struct ServerReport {
     /// The sandbox profile the server gets (`name (why)`), or why none could be chosen.
     profile: Option<String>,
     resolution: Resolution,
+    /// For a package runner line (`npx -y`, `uvx`, ...): what palisade's cache holds for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    package: Option<PackageReport>,
+}
+
+/// A package runner server's package, as the cache has it (never fetched by `check`).
+#[derive(Debug, Serialize)]
+struct PackageReport {
+    ecosystem: crate::packages::Ecosystem,
+    package: String,
+    /// The runner as written (`npx`, `uvx`, ...).
+    runner: String,
+    /// The locked version; absent when it was not fetched yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    integrity: Option<String>,
+    /// The cache entry the server runs from, read-only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    entry: Option<std::path::PathBuf>,
+    /// What to do when it is not usable yet (not fetched, unreadable cache).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem: Option<String>,
+}
+
+/// What the cache holds for `server`, when its command is a package runner.
+fn package_report(server: &ServerConfig) -> Option<PackageReport> {
+    use crate::packages::{classify, Cache, Launcher};
+    let Launcher::Package(run) = classify(&server.command, &server.args) else {
+        return None;
+    };
+    let mut report = PackageReport {
+        ecosystem: run.ecosystem,
+        package: run.package.clone(),
+        runner: run.runner.clone(),
+        version: None,
+        integrity: None,
+        entry: None,
+        problem: None,
+    };
+    let found = Cache::from_env().and_then(|c| Ok(c.lookup(&run)?.map(|r| (c, r))));
+    match found {
+        Ok(Some((cache, r))) => {
+            report.entry = Some(cache.entry_dir(&r.locked));
+            report.version = Some(r.locked.version);
+            report.integrity = Some(r.locked.integrity);
+        }
+        Ok(None) => {
+            report.problem = Some(
+                "not fetched yet: run `palisade prefetch --config FILE` where the registry is \
+                 reachable"
+                    .into(),
+            )
+        }
+        Err(e) => report.problem = Some(e.to_string()),
+    }
+    Some(report)
 }
 
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
@@ -67,6 +124,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 policy: req.policy,
                 profile,
                 resolution: launch::resolution(&req, &caps),
+                package: package_report(server),
             });
         }
     }
@@ -210,6 +268,18 @@ fn text(r: &Report, with_config: bool) -> String {
                     .as_deref()
                     .unwrap_or("none (the default sandbox)")
             );
+            if let Some(p) = &srv.package {
+                let state = match (&p.version, &p.entry, &p.problem) {
+                    (Some(v), Some(e), _) => format!("{v}, cache entry {}", e.display()),
+                    (_, _, Some(problem)) => problem.clone(),
+                    _ => "unknown".to_string(),
+                };
+                let _ = writeln!(
+                    s,
+                    "      package: {} {} (`{}`): {state}",
+                    p.ecosystem, p.package, p.runner
+                );
+            }
         }
     }
     s

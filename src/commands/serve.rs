@@ -240,8 +240,10 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
     }
     // Package runners (`npx -y`, `uvx`) become their cached entry point before anything
     // looks at the command; `docker run` is refused or opted out. See crate::packages.
-    crate::packages::hooks::for_config(&mut config, default_policy)?;
+    // A server whose package cannot be fetched is refused alone, the others start.
+    let refused = crate::packages::hooks::for_config(&mut config, default_policy);
     let mut opts = GatewayOptions::new(config)?;
+    opts.refused = refused;
     // The scope canonicalises the sandbox dir, so it must exist first (0700, as the gateway
     // would create it).
     std::fs::DirBuilder::new()

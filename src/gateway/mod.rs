@@ -78,6 +78,10 @@ pub struct GatewayOptions {
     pub roots_policy: Option<Arc<crate::policy::Policy>>,
     /// Tool pinning (`--pins`): `None` offers every tool as listed.
     pub pins: Option<Arc<pinning::PinGate>>,
+    /// Servers refused before the start, by name, with the reason (a package runner whose
+    /// package cannot be fetched, a container runtime under enforce): each is `Refused`
+    /// alone, the others start.
+    pub refused: Vec<(String, String)>,
 }
 
 impl GatewayOptions {
@@ -103,6 +107,7 @@ impl GatewayOptions {
             upstream: UpstreamLink::default(),
             roots_policy: None,
             pins: None,
+            refused: Vec::new(),
         })
     }
 }
@@ -181,6 +186,11 @@ impl Gateway {
         )> = Vec::with_capacity(opts.config.servers.len());
         let mut cells: Vec<Option<roots::RootsCell>> = Vec::with_capacity(requests.capacity());
         for (name, server) in &opts.config.servers {
+            if let Some((_, reason)) = opts.refused.iter().find(|(n, _)| n == name) {
+                cells.push(None);
+                requests.push((name.clone(), Err(reason.clone())));
+                continue;
+            }
             let derived = spawn::launch_request(
                 name,
                 server,

@@ -103,13 +103,15 @@ fn say_resolved(runner: &str, r: &Resolved) {
 
 /// For `palisade serve`: rewrites every sandboxed server's package runner line; refuses
 /// (enforce) or opts out with a warning (warn) a container runtime line. `default_policy` is
-/// the gateway-wide policy after flags. The first server that cannot be resolved stops the
-/// start, naming it.
+/// the gateway-wide policy after flags. A server that cannot be resolved (its package cannot
+/// be fetched, no cache directory, a container runtime under enforce) is returned with the
+/// reason, to be refused alone: the other servers still start.
 pub fn for_config(
     config: &mut GatewayConfig,
     default_policy: Option<SandboxPolicy>,
-) -> anyhow::Result<()> {
+) -> Vec<(String, String)> {
     let mut cache = None;
+    let mut refused = Vec::new();
     for (name, server) in &mut config.servers {
         let SandboxSetting::Enabled(sb) = &server.sandbox else {
             continue;
@@ -125,10 +127,13 @@ pub fn for_config(
             Launcher::Container { runtime } => {
                 let reason = container_reason(&runtime);
                 match policy {
-                    SandboxPolicy::Enforce => anyhow::bail!(
-                        "server `{name}`: refusing `{}` (sandbox policy is enforce): {reason}",
-                        server.command
-                    ),
+                    SandboxPolicy::Enforce => refused.push((
+                        name.clone(),
+                        format!(
+                            "refusing `{}` (sandbox policy is enforce): {reason}",
+                            server.command
+                        ),
+                    )),
                     SandboxPolicy::Warn => {
                         tracing::warn!(server = %name, "running UNCONTAINED (sandbox policy is warn): {reason}");
                         server.sandbox = SandboxSetting::Disabled;
@@ -136,20 +141,24 @@ pub fn for_config(
                 }
             }
             Launcher::Package(run) => {
-                let cache = match &cache {
-                    Some(c) => c,
-                    None => cache.insert(Cache::from_env()?),
-                };
-                let r = resolve(cache, &run, Mode::Locked)
-                    .map_err(|e| anyhow::anyhow!("server `{name}`: {e}"))?;
-                say_resolved(&run.runner, &r);
-                let mut argv = rewritten(&r);
-                server.command = argv.remove(0);
-                server.args = argv;
+                let resolved = match &cache {
+                    Some(c) => Ok(c),
+                    None => Cache::from_env().map(|c| &*cache.insert(c)),
+                }
+                .and_then(|c| resolve(c, &run, Mode::Locked));
+                match resolved {
+                    Ok(r) => {
+                        say_resolved(&run.runner, &r);
+                        let mut argv = rewritten(&r);
+                        server.command = argv.remove(0);
+                        server.args = argv;
+                    }
+                    Err(e) => refused.push((name.clone(), e.to_string())),
+                }
             }
         }
     }
-    Ok(())
+    refused
 }
 
 #[cfg(test)]
@@ -164,13 +173,15 @@ mod tests {
     #[test]
     fn docker_servers_are_refused_in_enforce_and_opted_out_in_warn() {
         let mut cfg = parse_str(DOCKER, "t.json").unwrap();
-        let err = for_config(&mut cfg, None).unwrap_err().to_string();
+        let refused = for_config(&mut cfg, None);
+        assert_eq!(refused.len(), 1, "only the docker server: {refused:?}");
+        let (name, reason) = &refused[0];
         assert!(
-            err.contains("server `time`") && err.contains("docker daemon"),
-            "{err}"
+            name == "time" && reason.contains("docker daemon"),
+            "{refused:?}"
         );
         let mut cfg = parse_str(DOCKER, "t.json").unwrap();
-        for_config(&mut cfg, Some(SandboxPolicy::Warn)).unwrap();
+        assert!(for_config(&mut cfg, Some(SandboxPolicy::Warn)).is_empty());
         assert_eq!(cfg.servers[0].1.sandbox, SandboxSetting::Disabled);
         assert_ne!(cfg.servers[1].1.sandbox, SandboxSetting::Disabled);
         assert_eq!(

@@ -125,6 +125,19 @@ impl Cache {
         Ok(d)
     }
 
+    /// The cache entry directory a locked package lives in.
+    pub fn entry_dir(&self, locked: &lock::Locked) -> PathBuf {
+        self.root
+            .join(locked.ecosystem.as_str())
+            .join(&locked.entry)
+    }
+
+    /// The locked entry for `run`, when the lock has it and the entry is complete; never
+    /// fetches (what `palisade check` reports).
+    pub fn lookup(&self, run: &PackageRun) -> Result<Option<Resolved>, PackageError> {
+        self.cached(run)
+    }
+
     /// The locked entry for `run`, when the lock has it and the entry is complete.
     fn cached(&self, run: &PackageRun) -> Result<Option<Resolved>, PackageError> {
         let lock = lock::read(&self.root)?;
@@ -134,11 +147,7 @@ impl Cache {
         if !l.is_contained() {
             return Ok(None);
         }
-        let command = self
-            .root
-            .join(l.ecosystem.as_str())
-            .join(&l.entry)
-            .join(&l.command);
+        let command = self.entry_dir(l).join(&l.command);
         Ok(command.is_file().then(|| Resolved {
             command,
             args: run.args.clone(),
