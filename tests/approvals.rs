@@ -822,3 +822,53 @@ fn escalation_settings_out_of_range_are_refused_at_start() {
         );
     }
 }
+
+/// Issue 23, finding 3 (regression: the prompt printed the path raw). A file name the agent
+/// chose carries `ESC[2A ESC[2K` (cursor up two lines, erase), the one-byte C1 CSI and a
+/// right-to-left override. The control: the request the gateway wrote holds those characters
+/// unchanged, so they did reach the question; the attack: neither the terminal prompt nor
+/// `palisade approve` shows any of them raw, only as visible escapes.
+#[test]
+fn terminal_escapes_in_an_agent_chosen_path_cannot_repaint_the_prompt() {
+    let raw = ['\u{1b}', '\u{9b}', '\u{202e}'];
+    let assert_inert = |shown: &str| {
+        for c in raw {
+            assert!(
+                !shown.contains(c),
+                "{c:?} reached the terminal raw: {shown:?}"
+            );
+        }
+        // The arguments are JSON, whose own escape (`\u001b`) covers C0; the rest shows as
+        // `\u{…}`. Either way the person sees every character of the name.
+        assert!(
+            shown.contains("evil\\u001b[2A\\u001b[2K\\u{9b}1A\\u{202e}txt.exe"),
+            "the name is not shown escaped: {shown:?}"
+        );
+    };
+    let f = Fixture::new();
+    let r = f.drive_dir("hostile_dir", &[]);
+    let path = r["request"]["arguments"]["path"].as_str().unwrap();
+    assert!(raw.iter().all(|c| path.contains(*c)), "control: {path:?}");
+    for k in ["listed", "asked"] {
+        assert_eq!(r[k]["code"], 0, "{k}: {r}");
+        assert_inert(r[k]["stdout"].as_str().unwrap());
+    }
+    assert!(r["asked"]["stdout"].as_str().unwrap().contains("-> denied"));
+    assert!(
+        refusal_text(&r["result"]).contains("denied by a human"),
+        "{r}"
+    );
+
+    let f = Fixture::new();
+    let copy = f.root.join("stdout-copy.jsonl");
+    let r = f.drive(
+        "hostile_tty",
+        &["--escalation", "tty"],
+        &[("STDOUT_COPY", copy.to_str().unwrap())],
+    );
+    assert_inert(r["shown"].as_str().unwrap());
+    assert!(
+        refusal_text(&r["result"]).contains("denied at the terminal"),
+        "{r}"
+    );
+}
