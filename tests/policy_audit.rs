@@ -228,3 +228,75 @@ fn concurrent_appends_keep_one_valid_chain() {
     let (ok, out) = verify(&p);
     assert!(ok && out.contains("200 records"), "{out}");
 }
+
+/// Issue 23, finding 11 (regression: two writers on one log forked its chain). The log is
+/// locked while open: a second writer is refused naming the file, and once the first closed
+/// it the file opens again (the control: the refusal is about the live writer, not the file).
+#[test]
+fn a_second_writer_on_one_log_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("audit.jsonl");
+    let first = AuditLog::open(&p).unwrap();
+    first.append(&record(1, json!({}))).unwrap();
+    let e = AuditLog::open(&p).unwrap_err().to_string();
+    assert!(
+        e.contains(&p.display().to_string()) && e.contains("in use by another writer"),
+        "{e}"
+    );
+    first.append(&record(2, json!({}))).unwrap();
+    drop(first);
+    let again = AuditLog::open(&p).unwrap();
+    again.append(&record(3, json!({}))).unwrap();
+    let (ok, out) = verify(&p);
+    assert!(ok && out.contains("3 records"), "{out}");
+}
+
+/// The same with two real `palisade serve` processes given one `auditLog`: the second exits
+/// with an error naming the log while the first keeps serving; after the first is gone a
+/// new one starts on the same log (the control).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_serve_processes_on_one_audit_log_the_second_is_refused() {
+    use palisade::client::{McpClient, SpawnOptions, StderrMode};
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let audit = root.join("audit.jsonl");
+    let config = root.join("config.json");
+    std::fs::create_dir(root.join("sandbox")).unwrap();
+    let cfg = json!({
+        "mcpServers": {"fs": {"command": env!("CARGO_BIN_EXE_palisade"), "args": ["fs-server"],
+                              "sandbox": {}}},
+        "palisade": {"sandboxDir": root.join("sandbox"), "sandboxPolicy": "enforce",
+                     "auditLog": audit}
+    });
+    std::fs::write(&config, cfg.to_string()).unwrap();
+    let serve = || {
+        Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let mut opts = SpawnOptions::new(env!("CARGO_BIN_EXE_palisade")).args([
+        "serve".as_ref(),
+        "--config".as_ref(),
+        config.as_os_str(),
+    ]);
+    opts.stderr = StderrMode::File(root.join("first.log"));
+    opts.timeout = std::time::Duration::from_secs(60);
+    let first = McpClient::spawn(opts).await.expect("first serve");
+    assert!(!first.list_tools().await.unwrap().is_empty());
+    let second = serve();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{err}");
+    assert!(
+        err.contains(&audit.display().to_string()) && err.contains("in use by another writer"),
+        "{err}"
+    );
+    // The first still serves.
+    assert!(!first.list_tools().await.unwrap().is_empty());
+    first.shutdown().await;
+    let third = serve();
+    let err = String::from_utf8_lossy(&third.stderr);
+    assert!(!err.contains("in use by another writer"), "{err}");
+}

@@ -7,6 +7,11 @@
 //! an async task does not stall the runtime in practice; with `sync_each` (fsync per record)
 //! the gateway should call it through `tokio::task::spawn_blocking`.
 //!
+//! One writer per file: the log is locked (`flock`, exclusive, non-blocking) for as long as it
+//! is open, and a second writer (another `palisade serve` given the same `auditLog`) is
+//! refused at open with an error naming the file: two writers each continuing the chain from
+//! their own last record would fork it.
+//!
 //! Fails closed: any write error is returned, and the log is then poisoned (every later
 //! append fails too), because a partly written line would break the chain for every record
 //! after it. Never drops a record silently.
@@ -17,6 +22,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use serde_json::Value;
 
 use super::chain::{self, ChainState, LineError};
@@ -34,6 +41,11 @@ pub enum AuditError {
     Damaged { path: PathBuf, source: LineError },
     #[error("audit log {path}: an earlier write failed; refusing further records")]
     Poisoned { path: PathBuf },
+    #[error(
+        "audit log {path} is in use by another writer (another `palisade serve` with the same \
+         auditLog?): two writers would break its hash chain; give each gateway its own log"
+    )]
+    InUse { path: PathBuf },
     #[error("audit record could not be serialised: {0}")]
     Serialize(String),
 }
@@ -47,7 +59,8 @@ pub struct AuditOptions {
 }
 
 struct Writer {
-    file: File,
+    /// Locked exclusively for the life of the log (released when it is closed).
+    file: Flock<File>,
     state: ChainState,
     poisoned: bool,
 }
@@ -81,13 +94,22 @@ impl AuditLog {
             path: path.to_path_buf(),
             source,
         };
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
             .mode(0o600)
             .open(path)
             .map_err(io)?;
+        let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => locked,
+            Err((_, Errno::EWOULDBLOCK)) => {
+                return Err(AuditError::InUse {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err((_, errno)) => return Err(io(std::io::Error::from(errno))),
+        };
         let state = last_state(&mut file, path)?;
         Ok(AuditLog {
             path: path.to_path_buf(),
