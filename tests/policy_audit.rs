@@ -300,3 +300,65 @@ async fn two_serve_processes_on_one_audit_log_the_second_is_refused() {
     let err = String::from_utf8_lossy(&third.stderr);
     assert!(!err.contains("in use by another writer"), "{err}");
 }
+
+/// Issue 23, finding 10 (regression: each of these reached the log in clear, and a 12 MiB
+/// error text added 12 MiB per call). The control is the record handed to the writer: every
+/// secret is in it; the file afterwards holds none of them, the big error costs at most a
+/// bounded record, and the chain still verifies.
+#[test]
+fn secrets_the_review_found_and_big_errors_are_redacted_and_bounded_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("audit.jsonl");
+    let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
+    let aws = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+    let leaks = [
+        "db-hunter2",
+        "pw-hunter2",
+        "sid=abc123def",
+        jwt,
+        "s3cr3t-pass",
+        "tok-0123456789",
+        "sk_live_a1B2c3D4e5F6g7H8",
+        "4111.1111.1111.1111",
+        aws,
+    ];
+    let args = json!({
+        "db_pass": "db-hunter2", "pw": "pw-hunter2",
+        "headers": {"Cookie": "sid=abc123def", "X-Forwarded": format!("Bearer {jwt}")},
+        "url": "https://bob:s3cr3t-pass@db.example.com/q?access_token=tok-0123456789",
+        "note": "pay with sk_live_a1B2c3D4e5F6g7H8 or 4111.1111.1111.1111",
+        "config": format!("aws_secret_access_key = {aws}"),
+    });
+    let mut rec = record(1, args);
+    // The server's error echoes an argument the key name redacts, in a 12 MiB text.
+    let echoed = format!(
+        "cannot connect with db_pass db-hunter2: {}",
+        "x".repeat(12 << 20)
+    );
+    rec.result = CallResult {
+        status: ResultStatus::Error,
+        error: Some(echoed),
+    };
+    let handed = serde_json::to_string(&rec).unwrap();
+    for l in leaks {
+        assert!(handed.contains(l), "control: {l} not in the record");
+    }
+    let log = AuditLog::open(&p).unwrap();
+    log.append(&rec).unwrap();
+    log.append(&record(2, json!({"path": "/d/2"}))).unwrap();
+    let text = std::fs::read_to_string(&p).unwrap();
+    for l in leaks {
+        assert!(!text.contains(l), "{l} written to the log");
+    }
+    assert!(
+        text.len() < 300 * 1024,
+        "{} bytes for two records",
+        text.len()
+    );
+    assert!(
+        text.contains("bytes in all, sha256 "),
+        "no truncation marker"
+    );
+    let (ok, out) = verify(&p);
+    assert!(ok && out.contains("2 records"), "{out}");
+}

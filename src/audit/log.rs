@@ -134,9 +134,10 @@ impl AuditLog {
         let Value::Object(ref mut body) = value else {
             return Err(AuditError::Serialize("record is not an object".into()));
         };
-        if let Some(args) = body.get_mut("arguments") {
-            *args = redact::redact_arguments(args, self.options.redaction);
-        }
+        // Every field, not only the arguments: an error text echoes them. Then bounded, so
+        // one call cannot add megabytes to the log.
+        redact::redact_record(body, self.options.redaction);
+        super::cap::cap_record(body);
         let body = std::mem::take(body);
         let mut w = self.inner.lock().map_err(|_| AuditError::Poisoned {
             path: self.path.clone(),

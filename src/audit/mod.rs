@@ -8,6 +8,7 @@
 //! Must never: write an unredacted argument (redaction is on unless shapes-only is chosen),
 //! drop a record silently, or keep writing after a failed write.
 
+pub mod cap;
 pub mod chain;
 pub mod log;
 pub mod record;

@@ -300,7 +300,13 @@ pub struct LogAudit;
 
 impl AuditSink for LogAudit {
     fn record(&self, rec: &CallRecord) -> Result<(), AuditError> {
-        let line = serde_json::to_string(rec).map_err(|e| AuditError(e.to_string()))?;
+        // Redacted and bounded as the audit log's records are.
+        let mut value = serde_json::to_value(rec).map_err(|e| AuditError(e.to_string()))?;
+        if let Value::Object(body) = &mut value {
+            crate::audit::redact::redact_record(body, crate::audit::Redaction::Sensitive);
+            crate::audit::cap::cap_record(body);
+        }
+        let line = value.to_string();
         tracing::info!(target: "palisade::audit", "audit {line}");
         Ok(())
     }
