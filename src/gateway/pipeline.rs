@@ -217,7 +217,12 @@ pub async fn call_tool(
 
     // Stage 6: annotate sandbox-caused errors; network refusals first (they are certain).
     let answer = mark_refusals(&network_refusals, answer);
-    let answer = annotate(&slot, enforcement.as_ref(), answer);
+    let call_paths = call_paths(
+        path_args.as_deref(),
+        cwd,
+        slot.roots.options().home.as_deref(),
+    );
+    let answer = annotate(&slot, enforcement.as_ref(), &call_paths, answer);
 
     // Stage 7: audit, before anything goes upstream.
     let record = CallRecord {
@@ -353,7 +358,27 @@ fn mark_refusals(refusals: &[crate::egress::RefusalEvent], answer: Answer) -> An
     }
 }
 
-fn annotate(slot: &Slot, enforcement: Option<&Enforcement>, answer: Answer) -> Answer {
+/// The call's path arguments, canonical as the roots check saw them (the only paths the
+/// annotation may name besides the server's grants).
+fn call_paths(
+    path_args: Option<&[PathArg<'_>]>,
+    cwd: Option<&std::path::Path>,
+    home: Option<&std::path::Path>,
+) -> Vec<std::path::PathBuf> {
+    let base = crate::roots::canon::Base { cwd, home };
+    path_args
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|a| crate::roots::guard::canonicalize_input(a.value, &base).ok())
+        .collect()
+}
+
+fn annotate(
+    slot: &Slot,
+    enforcement: Option<&Enforcement>,
+    call_paths: &[std::path::PathBuf],
+    answer: Answer,
+) -> Answer {
     let sandboxed = enforcement.is_some_and(Enforcement::is_sandboxed);
     if !sandboxed {
         return answer;
@@ -369,9 +394,6 @@ fn annotate(slot: &Slot, enforcement: Option<&Enforcement>, answer: Answer) -> A
         .map(|r| r.deny_write.as_slice())
         .unwrap_or(&[]);
     let set = slot.roots.current();
-    let private: Vec<std::path::PathBuf> = std::iter::once(std::path::PathBuf::from("/tmp"))
-        .chain(slot.roots.options().home.clone())
-        .collect();
     let ctx = BlockContext {
         server: &slot.name,
         sandboxed,
@@ -379,8 +401,7 @@ fn annotate(slot: &Slot, enforcement: Option<&Enforcement>, answer: Answer) -> A
         deny_read,
         deny_write,
         shown: &set.paths,
-        private: &private,
-        host_has: blocked::host_has,
+        call_paths,
     };
     match answer {
         Answer::Error(mut e) => {
