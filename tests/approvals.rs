@@ -872,3 +872,68 @@ fn terminal_escapes_in_an_agent_chosen_path_cannot_repaint_the_prompt() {
         "{r}"
     );
 }
+
+/// Issue 23, finding 4 (regression: approving a write to `~/.config/notes-app/today.md`,
+/// whose directory did not exist yet, mounted all of `~/.config` read-write for the rest of
+/// the session). HOME holds `.config`, and every write escalates. The approval adds
+/// exactly `~/.config/notes-app` (created), shown to the person in the request; a write
+/// directly in `~/.config` and one to a user service are refused without asking anyone,
+/// even though the person in this test approves whatever is put to them. The control is the
+/// first call: the same person's approval does let an ordinary note through.
+#[test]
+fn an_approval_grants_exactly_the_approved_directory_never_an_ancestor() {
+    let f = Fixture::new();
+    // Writes anywhere escalate (a rule without a directory: no root of its own), so an
+    // approval has to widen the server.
+    write_policy(
+        &f.root.join("compiled-policy.json"),
+        json!([
+            {"name": "allow-reads-in-work", "description": "reads in WORK", "principle": "test",
+             "if": {"roles": ["read-path"], "paths": {"roles": ["read-path"], "within": f.work}},
+             "then": "allow", "reason": "reading the work directory is fine"},
+            {"name": "escalate-writes", "description": "every write", "principle": "test",
+             "if": {"roles": ["write-path", "delete-path"]},
+             "then": "escalate", "reason": REASON},
+            {"name": "allow-the-rest", "description": "everything else", "principle": "test",
+             "if": {}, "then": "allow", "reason": "reads are not what this test is about"}
+        ]),
+    );
+    let home = f.root.join("home");
+    std::fs::create_dir_all(home.join(".config")).unwrap();
+    let r = f.drive(
+        "widen_exact",
+        &["--escalation", &format!("dir:{}", f.esc.display())],
+        &[("HOME", home.to_str().unwrap())],
+    );
+    let notes = home.join(".config/notes-app");
+    let recs = f.writes();
+    assert_eq!(
+        recs[0]["approvedRoots"],
+        json!([{"path": notes, "access": "rw"}]),
+        "{}",
+        recs[0]
+    );
+    for k in ["config", "service"] {
+        assert_eq!(r[k]["request"], Value::Null, "{k} was put to a person: {r}");
+        assert_eq!(r[k]["written"], false, "{k}: {r}");
+        let t = refusal_text(&r[k]["result"]);
+        assert!(
+            t.contains("Denied: not asked: an approval would grant") && t.contains("persistence"),
+            "{k}: {t}"
+        );
+    }
+    assert_success(&r["note"]["result"]);
+    assert_eq!(r["note"]["written"], true, "{r}");
+    assert_eq!(
+        r["note"]["request"]["grants"],
+        json!([{"path": notes, "access": "rw"}]),
+        "the person is shown the exact grant: {r}"
+    );
+    assert!(!home.join(".config/systemd").exists());
+    assert_eq!(recs.len(), 3, "{recs:?}");
+    for rec in &recs[1..] {
+        assert_eq!(rec["escalationResult"], "denied", "{rec}");
+        assert_eq!(rec["escalationDecidedBy"], "deny", "{rec}");
+        assert!(rec["approvedRoots"].is_null(), "{rec}");
+    }
+}

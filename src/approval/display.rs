@@ -43,8 +43,9 @@ pub fn terminal_safe(text: &str) -> String {
     out
 }
 
-/// The lines describing `req` (server, tool, arguments, why, and the remember offer when there
-/// is one), each starting with two spaces and ending with a newline, all terminal-safe.
+/// The lines describing `req` (server, tool, arguments, why, the grants an approval adds, and
+/// the remember offer when there is one), each starting with two spaces and ending with a
+/// newline, all terminal-safe.
 pub fn describe_request(req: &EscalationRequest) -> String {
     // JSON already escapes C0 controls inside strings; C1 and bidi characters it leaves raw.
     let arguments = serde_json::to_string(&req.arguments).unwrap_or_else(|_| "?".into());
@@ -55,6 +56,17 @@ pub fn describe_request(req: &EscalationRequest) -> String {
         terminal_safe(&arguments),
         terminal_safe(&req.reason),
     );
+    for g in &req.grants {
+        let how = match g.access {
+            crate::sandbox::Access::Rw => "read-write",
+            crate::sandbox::Access::Ro => "read-only",
+        };
+        let _ = writeln!(
+            out,
+            "  grants: {how} {} to the server's sandbox (created if missing; for the session)",
+            terminal_safe(&g.path.display().to_string())
+        );
+    }
     if let Some(scope) = &req.remember_scope {
         let _ = writeln!(
             out,

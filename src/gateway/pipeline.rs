@@ -115,8 +115,15 @@ pub async fn call_tool(
                 ApprovalOutcome::Approved {
                     by: REMEMBERED.into(),
                 }
+            } else if let Some(why) = refused_grant(&slot, path_args.as_deref(), cwd) {
+                // What an approval would have to grant is never granted: not asked.
+                ApprovalOutcome::Denied {
+                    reason: format!("not asked: {why}"),
+                    by: "deny".into(),
+                }
             } else {
                 let offer = subject.as_ref().and_then(RememberScope::offer);
+                let grants = shown_grants(&slot, path_args.as_deref(), cwd);
                 // The agent may cancel while a person is being asked: rmcp only cancels the
                 // request's token, so stop asking (the approver's question is withdrawn as its
                 // future is dropped) rather than keep a person answering for nobody.
@@ -124,7 +131,7 @@ pub async fn call_tool(
                     approval = shared
                         .stages
                         .approver
-                        .approve_offering(&call, &verdict, offer.as_ref()) => approval,
+                        .approve_offering(&call, &verdict, offer.as_ref(), &grants) => approval,
                     _ = ctx.ct.cancelled() => Approval {
                         remember: false,
                         outcome: ApprovalOutcome::Denied {
@@ -356,6 +363,36 @@ fn mark_refusals(refusals: &[crate::egress::RefusalEvent], answer: Answer) -> An
             Answer::Result(r)
         }
     }
+}
+
+/// Why an approval of this call could not be carried out (it would grant a persistence
+/// location, the home directory or above), if it could not.
+fn refused_grant(
+    slot: &Slot,
+    path_args: Option<&[PathArg<'_>]>,
+    cwd: Option<&std::path::Path>,
+) -> Option<String> {
+    let home = slot.roots.options().home.as_deref();
+    let wanted = widen::needed(path_args.unwrap_or(&[]), cwd, home);
+    widen::refusal(&slot.roots.missing(&wanted), home)
+}
+
+/// Exactly what an approval of this call adds to the server's sandbox, for the person.
+fn shown_grants(
+    slot: &Slot,
+    path_args: Option<&[PathArg<'_>]>,
+    cwd: Option<&std::path::Path>,
+) -> Vec<crate::approval::RememberedDir> {
+    let home = slot.roots.options().home.as_deref();
+    let wanted = widen::needed(path_args.unwrap_or(&[]), cwd, home);
+    slot.roots
+        .missing(&wanted)
+        .into_iter()
+        .map(|n| crate::approval::RememberedDir {
+            path: n.path,
+            access: n.access,
+        })
+        .collect()
 }
 
 /// The call's path arguments, canonical as the roots check saw them (the only paths the

@@ -141,12 +141,14 @@ pub trait ApprovalStage: Send + Sync + 'static {
     ) -> BoxFuture<'a, ApprovalOutcome>;
 
     /// Asks as `approve` does, offering the person to remember `offer` for the session (shown
-    /// in the request). Default: the offer is not shown and nothing is remembered.
+    /// in the request) and showing `grants`, what an approval adds to the server's sandbox.
+    /// Default: neither is shown and nothing is remembered.
     fn approve_offering<'a>(
         &'a self,
         call: &CallInfo<'_>,
         verdict: &PolicyVerdict,
         _offer: Option<&RememberScope>,
+        _grants: &[crate::approval::RememberedDir],
     ) -> BoxFuture<'a, Approval> {
         let asked = self.approve(call, verdict);
         Box::pin(async move {

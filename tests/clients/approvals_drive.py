@@ -12,7 +12,7 @@ env: WORK (the directory the policy escalates writes in), ESC_DIR (dir: approver
      palisade's stdout is copied), DRIVE_ERRLOG (palisade's stderr).
 
 Scenarios: plain, dir_ipc, timeout, approve_cmd, cancel, tty, tty_cancel, elicit, exec_chain, ordering,
-hostile_tty, hostile_dir.
+hostile_tty, hostile_dir, widen_exact.
 """
 
 import json
@@ -299,6 +299,42 @@ async def hostile_dir(s, ctx):
         out = {"request": request, "listed": await approve_tool("--list")}
         out["asked"] = await approve_tool("--deny-all")
         out["result"] = await wait_done(box)
+    return out
+
+
+async def call_approving(s, name, args):
+    """Makes a call; if it asks a person, approves (as a person who trusts the agent would).
+    Returns the result, the request shown (or None when nobody was asked)."""
+    async with anyio.create_task_group() as tg:
+        box = start_call(tg, s, name, args)
+        deadline = time.monotonic() + DEADLINE
+        request = None
+        while not box["done"] and time.monotonic() < deadline:
+            pending = pending_requests()
+            if pending:
+                [(rid, path)] = list(pending.items())
+                with open(path) as f:
+                    request = json.load(f)
+                respond(rid, APPROVED)
+                break
+            await anyio.sleep(0.005)
+        result = await wait_done(box)
+    return {"result": result, "request": request}
+
+
+async def widen_exact(s, ctx):
+    """HOME holds .config: approve a note in a new .config/notes-app, then try .config itself
+    and a user service."""
+    home = os.environ["HOME"]
+    out = {}
+    for label, rel in (
+        ("note", ".config/notes-app/today.md"),
+        ("config", ".config/evil.conf"),
+        ("service", ".config/systemd/user/evil.service"),
+    ):
+        path = os.path.join(home, rel)
+        out[label] = await call_approving(s, "fs__write", {"path": path, "content": "[Service]"})
+        out[label]["written"] = os.path.exists(path)
     return out
 
 
