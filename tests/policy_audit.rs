@@ -362,3 +362,51 @@ fn secrets_the_review_found_and_big_errors_are_redacted_and_bounded_on_disk() {
     let (ok, out) = verify(&p);
     assert!(ok && out.contains("2 records"), "{out}");
 }
+
+/// Issue 23, finding 6 (regression: a writer dropped a record, re-sealed the rest, and
+/// `audit verify` said "chain intact"). The attacker removes record 3 of 5 and re-seals 4
+/// and 5 with the public chain rules. The control: without the head file the re-sealed log
+/// passes as intact (the chain alone cannot tell); with it, `audit verify` fails naming the
+/// anchor, and the writer refuses to reopen the log.
+#[test]
+fn a_dropped_and_resealed_record_is_caught_by_the_head_anchor() {
+    use palisade::audit::chain::{seal, ChainState};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("audit.jsonl");
+    write_log(&p, 5);
+    let head = dir.path().join("audit.jsonl.head");
+    assert!(head.is_file(), "no head file next to the log");
+    let mut state = ChainState::genesis();
+    let mut forged = Vec::new();
+    for (i, line) in lines(&p).into_iter().enumerate() {
+        if i == 2 {
+            continue;
+        }
+        let mut body: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&line).unwrap();
+        for k in ["seq", "prevHash", "hash"] {
+            body.remove(k);
+        }
+        let (l, next) = seal(body, &state);
+        forged.push(l);
+        state = next;
+    }
+    rewrite(&p, &forged);
+
+    // Control: the chain itself is intact after re-sealing.
+    let saved = std::fs::read(&head).unwrap();
+    std::fs::remove_file(&head).unwrap();
+    let (ok, out) = verify(&p);
+    assert!(ok && out.contains("4 records, chain intact"), "{out}");
+    assert!(out.contains("no head file"), "{out}");
+
+    // The anchor catches it.
+    std::fs::write(&head, saved).unwrap();
+    let (ok, out) = verify(&p);
+    assert!(
+        !ok && out.contains("ends at seq 4") && out.contains("anchors seq 5"),
+        "{out}"
+    );
+    let e = AuditLog::open(&p).unwrap_err().to_string();
+    assert!(e.contains("head file anchors seq 5"), "{e}");
+}

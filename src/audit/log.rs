@@ -12,6 +12,11 @@
 //! refused at open with an error naming the file: two writers each continuing the chain from
 //! their own last record would fork it.
 //!
+//! Anchored: after every record the chain's head (`seq`, `hash`) is written to `<log>.head`
+//! (see `anchor`); opening a log whose end disagrees with its head is refused, since records
+//! were then removed or re-sealed behind Palisade's back. Devices (`/dev/full` in tests) and
+//! other non-regular files get no head.
+//!
 //! Fails closed: any write error is returned, and the log is then poisoned (every later
 //! append fails too), because a partly written line would break the chain for every record
 //! after it. Never drops a record silently.
@@ -46,6 +51,8 @@ pub enum AuditError {
          auditLog?): two writers would break its hash chain; give each gateway its own log"
     )]
     InUse { path: PathBuf },
+    #[error("audit log {path}: {detail}; run `palisade audit verify {path}`")]
+    Anchor { path: PathBuf, detail: String },
     #[error("audit record could not be serialised: {0}")]
     Serialize(String),
 }
@@ -61,6 +68,8 @@ pub struct AuditOptions {
 struct Writer {
     /// Locked exclusively for the life of the log (released when it is closed).
     file: Flock<File>,
+    /// The head file, for a log that is a regular file.
+    head: Option<PathBuf>,
     state: ChainState,
     poisoned: bool,
 }
@@ -111,11 +120,29 @@ impl AuditLog {
             Err((_, errno)) => return Err(io(std::io::Error::from(errno))),
         };
         let state = last_state(&mut file, path)?;
+        let regular = file.metadata().map_err(io)?.is_file();
+        let head = regular.then(|| super::anchor::head_path(path));
+        if let Some(head) = &head {
+            let anchored = super::anchor::read(head).map_err(io)?;
+            match anchored {
+                Some(a) => {
+                    if let Some(detail) = super::anchor::disagreement(&state, &a) {
+                        return Err(AuditError::Anchor {
+                            path: path.to_path_buf(),
+                            detail,
+                        });
+                    }
+                }
+                // A new log, or one written before logs were anchored: anchored from here.
+                None => super::anchor::write(head, &state, options.sync_each).map_err(io)?,
+            }
+        }
         Ok(AuditLog {
             path: path.to_path_buf(),
             options,
             inner: Mutex::new(Writer {
                 file,
+                head,
                 state,
                 poisoned: false,
             }),
@@ -124,6 +151,11 @@ impl AuditLog {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The head file that anchors the chain (`None` for a log that is not a regular file).
+    pub fn head_path(&self) -> Option<PathBuf> {
+        self.inner.lock().ok().and_then(|w| w.head.clone())
     }
 
     /// Redacts, seals and writes one record; returns only after the line reached the kernel
@@ -159,6 +191,10 @@ impl AuditLog {
                 } else {
                     Ok(())
                 }
+            })
+            .and_then(|()| match &w.head {
+                Some(head) => super::anchor::write(head, &next, self.options.sync_each),
+                None => Ok(()),
             });
         match result {
             Ok(()) => {

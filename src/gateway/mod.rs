@@ -74,6 +74,10 @@ pub struct GatewayOptions {
     /// (`crate::roots::derive::derive_for_server`, as `palisade policy roots` prints them).
     /// `None`: the session sandbox dir and the `sandbox.filesystem` grants only.
     pub roots_policy: Option<Arc<crate::policy::Policy>>,
+    /// Palisade's own files (config, policy, annotations, lists, audit log and its head file,
+    /// `protectedPaths`): masked in every server's sandbox that would show them (a writable
+    /// root holding the audit log must not let a server truncate it), whatever the policy.
+    pub protected: Vec<PathBuf>,
 }
 
 impl GatewayOptions {
@@ -98,6 +102,7 @@ impl GatewayOptions {
             stages: Stages::default(),
             upstream: UpstreamLink::default(),
             roots_policy: None,
+            protected: Vec::new(),
         })
     }
 }
@@ -187,7 +192,16 @@ impl Gateway {
                 .map_err(|e| format!("its roots cannot be derived: {e}"))
             });
             match derived {
-                Ok((req, derived)) => {
+                Ok((mut req, derived)) => {
+                    // Palisade's own files are hidden wherever a grant would show them (a
+                    // mask is rendered only where a mount shows the path).
+                    for p in &opts.protected {
+                        if let Ok(c) = std::fs::canonicalize(p) {
+                            if !req.deny_read.contains(&c) {
+                                req.deny_read.push(c);
+                            }
+                        }
+                    }
                     for s in &derived.skipped {
                         tracing::warn!(server = %name, "root {} skipped: {}", s.root.path.display(), s.reason);
                     }
