@@ -78,6 +78,17 @@ impl Gw {
     /// Starts serve with the faulty server and the fs-server; `faulty_limits` is the faulty
     /// server's `sandbox.limits` block.
     fn start(faulty_limits: Value, settings: Value) -> Gw {
+        Gw::start_with(faulty_limits, settings, json!({}), true)
+    }
+
+    /// `start`, with `faulty_env` in the faulty server's environment; waits for the faulty
+    /// server's tools only when `wait_faulty`.
+    fn start_with(
+        faulty_limits: Value,
+        settings: Value,
+        faulty_env: Value,
+        wait_faulty: bool,
+    ) -> Gw {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("fs-root");
         std::fs::create_dir_all(&root).unwrap();
@@ -89,6 +100,7 @@ impl Gw {
             "faulty": {
                 "command": deps().join("venv/bin/python").display().to_string(),
                 "args": [faulty_server()],
+                "env": faulty_env,
                 "sandbox": faulty_sandbox,
             },
             "fs": {
@@ -170,9 +182,23 @@ impl Gw {
         let r = gw.response(&init);
         assert!(r.get("result").is_some(), "initialize: {r}");
         gw.send_line(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
-        gw.wait_listed("faulty__echo");
+        if wait_faulty {
+            gw.wait_listed("faulty__echo");
+        }
         gw.wait_listed("fs__list_roots");
         gw
+    }
+
+    /// Waits (bounded by ANSWER_LIMIT, a hang guard) until serve's stderr contains `text`.
+    fn wait_stderr(&self, text: &str) -> bool {
+        let deadline = Instant::now() + ANSWER_LIMIT;
+        while Instant::now() < deadline {
+            if self.stderr_text().contains(text) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
     }
 
     fn pid(&self) -> u32 {
@@ -860,4 +886,47 @@ fn a_client_that_disconnects_mid_call_gets_its_call_audited_and_every_child_reap
             .contains("cancelled"),
         "{rec}"
     );
+}
+
+/// Issue 23, finding 5 (regression: `startupTimeout` applied per page of a listing, so a
+/// slow-paging server took as long as it liked, and pages piled up without bound). A server
+/// paging 40 slow pages (12 s in all, each page well within the 3 s startupTimeout) is cut
+/// at one 3 s deadline for the whole listing; one paging 20 pages of 1 MiB descriptions is
+/// cut at the listing cap. Neither is listed; the other server is. The control: the same
+/// server with 3 slow pages (0.9 s) is listed.
+#[test]
+fn a_slow_or_bloated_listing_is_cut_at_one_deadline_and_a_cap() {
+    let slow = json!({"FAULTY_PAGES": "40", "FAULTY_PAGE_DELAY": "0.3"});
+    // Paced (20 MiB over about a second) under the output-rate limit, as in the review.
+    let big =
+        json!({"FAULTY_PAGES": "20", "FAULTY_PAGE_BYTES": "1048576", "FAULTY_PAGE_DELAY": "0.05"});
+    for (env, want) in [
+        (slow, "the listing did not finish within 3s"),
+        (big, "its lists exceed the cap"),
+    ] {
+        let mut gw = Gw::start_with(
+            Value::Null,
+            json!({"startupTimeout": 3}),
+            env.clone(),
+            false,
+        );
+        assert!(gw.wait_stderr(want), "{env}: {}", gw.stderr_text());
+        let tools = gw.tools();
+        assert!(
+            !tools.iter().any(|t| t.starts_with("faulty__")),
+            "{env}: {tools:?}"
+        );
+        assert!(tools.iter().any(|t| t == "fs__list_roots"), "{tools:?}");
+        gw.finish();
+    }
+    // Control: a short slow listing completes.
+    let mut gw = Gw::start_with(
+        Value::Null,
+        json!({"startupTimeout": 3}),
+        json!({"FAULTY_PAGES": "3", "FAULTY_PAGE_DELAY": "0.3"}),
+        true,
+    );
+    let tools = gw.tools();
+    assert!(tools.iter().any(|t| t == "faulty__page2"), "{tools:?}");
+    gw.finish();
 }

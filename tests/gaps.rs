@@ -192,10 +192,12 @@ fn deny_write_is_refused_by_the_proxy_and_enforced_by_the_native_sandbox() {
 }
 
 /// `[SANDBOX BLOCKED]` end to end for errors the call's arguments do not explain: a write
-/// to a read-only grant (EROFS), a write to a host directory outside every grant and a read
-/// of /etc/shadow (both "no such file" inside the sandbox), as an isError result and as a
-/// thrown error. The same tools' ordinary errors are not marked, and neither is anything an
-/// unsandboxed server says, even a kernel "Permission denied". Unsandboxed, the attacks work.
+/// to a read-only grant (EROFS) is marked, as an isError result and as a thrown error. A "no
+/// such file" for a path outside every grant (a write to a host directory, a read of
+/// /etc/shadow) is not: only the server wrote that path, and answering it would take a look
+/// at the host (issue 23, finding 7). The same tools' ordinary errors are not marked, and
+/// neither is anything an unsandboxed server says, even a kernel "Permission denied".
+/// Unsandboxed, the attacks work.
 #[test]
 fn sandbox_blocked_marks_sandbox_refusals_only() {
     let (_t, d) = canon_tempdir();
@@ -226,22 +228,30 @@ fn sandbox_blocked_marks_sandbox_refusals_only() {
     calls.push(json!({"tool": "boxedfail__write_fixed", "args": {}}));
     let run = serve(&d, servers, Value::Array(calls));
 
-    // Sandboxed: every refusal is marked, whichever way the server reports it.
-    for s in ["ro", "hidden"] {
-        for t in ["write_fixed", "write_fixed_raise", "read_shadow"] {
-            let tool = format!("{s}__{t}");
-            let text = run.text(&tool);
-            assert!(run.failed(&tool), "{tool}: {text}");
-            // A thrown error reaches calls.py as `code=... message="[SANDBOX BLOCKED] ..."`.
-            let marked = text.starts_with(MARKER) || text.contains(&format!("\"{MARKER}"));
-            assert!(marked, "{tool}: {text}\n{}", run.stderr);
-        }
+    // Sandboxed: a write to a read-only grant is marked, whichever way the server reports it.
+    for t in ["write_fixed", "write_fixed_raise"] {
+        let tool = format!("ro__{t}");
+        let text = run.text(&tool);
+        assert!(run.failed(&tool), "{tool}: {text}");
+        // A thrown error reaches calls.py as `code=... message="[SANDBOX BLOCKED] ..."`.
+        let marked = text.starts_with(MARKER) || text.contains(&format!("\"{MARKER}"));
+        assert!(marked, "{tool}: {text}\n{}", run.stderr);
+    }
+    // Paths outside every grant that only the server named: refused, not explained.
+    for tool in [
+        "hidden__write_fixed",
+        "hidden__write_fixed_raise",
+        "hidden__read_shadow",
+        "ro__read_shadow",
+    ] {
+        let text = run.text(tool);
+        assert!(run.failed(tool), "{tool}: {text}");
+        assert!(!text.contains(MARKER), "{tool}: {text}");
     }
     assert!(run.text("ro__write_fixed").contains("allowWrite"));
     assert!(run
-        .text("hidden__write_fixed")
-        .contains(&outside.join("pwned.txt").display().to_string()));
-    assert!(run.text("hidden__read_shadow").contains("/etc/shadow"));
+        .text("ro__write_fixed")
+        .contains(&ro.join("pwned.txt").display().to_string()));
     assert!(!ro.join("pwned.txt").exists() && !outside.join("pwned.txt").exists());
 
     // Ordinary tool errors, sandboxed or not: no marker.
@@ -257,7 +267,8 @@ fn sandbox_blocked_marks_sandbox_refusals_only() {
     assert!(run.text("open__parse_count").contains("parse_count"));
 
     // Unsandboxed: the attacks succeed (the control) and a kernel refusal is not blamed on
-    // a sandbox; the same refusal inside a sandbox is.
+    // a sandbox. Inside one the same write fails ("no such file": the sandbox has no /sys),
+    // unexplained, since only the server named that path.
     for t in [
         "open__write_fixed",
         "open__write_fixed_raise",
@@ -271,16 +282,68 @@ fn sandbox_blocked_marks_sandbox_refusals_only() {
     assert!(openfail.contains("Permission denied"), "{openfail}");
     assert!(!openfail.contains(MARKER), "{openfail}");
     let boxedfail = run.text("boxedfail__write_fixed");
-    assert!(boxedfail.starts_with(MARKER), "{boxedfail}");
+    assert!(run.failed("boxedfail__write_fixed"), "{boxedfail}");
+    assert!(boxedfail.contains("No such file"), "{boxedfail}");
+    assert!(!boxedfail.contains(MARKER), "{boxedfail}");
 
     // The audit record carries what the agent saw.
     let rec = run
         .audit
         .iter()
-        .find(|r| r["serverName"] == "hidden" && r["toolName"] == "write_fixed")
+        .find(|r| r["serverName"] == "ro" && r["toolName"] == "write_fixed")
         .unwrap();
     assert_eq!(rec["sandboxed"], true);
     assert!(rec["result"]["error"].as_str().unwrap().starts_with(MARKER));
+}
+
+/// Issue 23, finding 7 (regression: the annotator `lstat`ed any path quoted in an error, so
+/// an agent that planted `ENOENT … open '<P>/x'` in text a tool echoes back learned whether
+/// `<P>` existed on the host, and was told to grant it). The agent plants the same error for
+/// a directory the host has and for one it lacks, through a sandboxed server that echoes it:
+/// the two answers differ only by the planted path and carry no marker. The control: the
+/// echo is a working channel (the planted text comes back, sandboxed or not).
+#[test]
+fn a_planted_error_path_is_no_oracle_for_the_host() {
+    let (_t, d) = canon_tempdir();
+    let (present, absent) = (d.join("present"), d.join("absent"));
+    std::fs::create_dir_all(&present).unwrap();
+    let planted = |p: &Path| {
+        format!(
+            "ENOENT: no such file or directory, open '{}/x'",
+            p.display()
+        )
+    };
+    let servers = json!({
+        "boxed_present": probe(&d.join("unused"), json!({})),
+        "boxed_absent": probe(&d.join("unused"), json!({})),
+        "open": probe(&d.join("unused"), json!(false)),
+    });
+    let calls = json!([
+        {"tool": "boxed_present__echo_error", "args": {"text": planted(&present)}},
+        {"tool": "boxed_absent__echo_error", "args": {"text": planted(&absent)}},
+        {"tool": "open__echo_error", "args": {"text": planted(&present)}},
+    ]);
+    let run = serve(&d, servers, calls);
+    assert!(run.failed("open__echo_error"));
+    assert!(
+        run.text("open__echo_error").contains(&planted(&present)),
+        "control: {}",
+        run.text("open__echo_error")
+    );
+    let seen = |tool: &str, p: &Path| {
+        let text = run.text(tool);
+        assert!(run.failed(tool), "{tool}: {text}");
+        assert!(text.contains(&planted(p)), "{tool}: {text}");
+        assert!(
+            !text.contains(MARKER),
+            "{tool} answered about the host: {text}"
+        );
+        text.replace(&p.display().to_string(), "<P>")
+    };
+    assert_eq!(
+        seen("boxed_present__echo_error", &present),
+        seen("boxed_absent__echo_error", &absent)
+    );
 }
 
 /// Runs tests/clients/prompts_resources.py against `palisade serve` with server-everything

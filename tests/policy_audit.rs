@@ -229,3 +229,185 @@ fn concurrent_appends_keep_one_valid_chain() {
     let (ok, out) = verify(&p);
     assert!(ok && out.contains("200 records"), "{out}");
 }
+
+/// Issue 23, finding 11 (regression: two writers on one log forked its chain). The log is
+/// locked while open: a second writer is refused naming the file, and once the first closed
+/// it the file opens again (the control: the refusal is about the live writer, not the file).
+#[test]
+fn a_second_writer_on_one_log_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("audit.jsonl");
+    let first = AuditLog::open(&p).unwrap();
+    first.append(&record(1, json!({}))).unwrap();
+    let e = AuditLog::open(&p).unwrap_err().to_string();
+    assert!(
+        e.contains(&p.display().to_string()) && e.contains("in use by another writer"),
+        "{e}"
+    );
+    first.append(&record(2, json!({}))).unwrap();
+    drop(first);
+    let again = AuditLog::open(&p).unwrap();
+    again.append(&record(3, json!({}))).unwrap();
+    let (ok, out) = verify(&p);
+    assert!(ok && out.contains("3 records"), "{out}");
+}
+
+/// The same with two real `palisade serve` processes given one `auditLog`: the second exits
+/// with an error naming the log while the first keeps serving; after the first is gone a
+/// new one starts on the same log (the control).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_serve_processes_on_one_audit_log_the_second_is_refused() {
+    use palisade::client::{McpClient, SpawnOptions, StderrMode};
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let audit = root.join("audit.jsonl");
+    let config = root.join("config.json");
+    std::fs::create_dir(root.join("sandbox")).unwrap();
+    let cfg = json!({
+        "mcpServers": {"fs": {"command": env!("CARGO_BIN_EXE_palisade"), "args": ["fs-server"],
+                              "sandbox": {}}},
+        "palisade": {"sandboxDir": root.join("sandbox"), "sandboxPolicy": "enforce",
+                     "auditLog": audit}
+    });
+    std::fs::write(&config, cfg.to_string()).unwrap();
+    let serve = || {
+        Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let mut opts = SpawnOptions::new(env!("CARGO_BIN_EXE_palisade")).args([
+        "serve".as_ref(),
+        "--config".as_ref(),
+        config.as_os_str(),
+    ]);
+    opts.stderr = StderrMode::File(root.join("first.log"));
+    opts.timeout = std::time::Duration::from_secs(60);
+    let first = McpClient::spawn(opts).await.expect("first serve");
+    assert!(!first.list_tools().await.unwrap().is_empty());
+    let second = serve();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{err}");
+    assert!(
+        err.contains(&audit.display().to_string()) && err.contains("in use by another writer"),
+        "{err}"
+    );
+    // The first still serves.
+    assert!(!first.list_tools().await.unwrap().is_empty());
+    first.shutdown().await;
+    let third = serve();
+    let err = String::from_utf8_lossy(&third.stderr);
+    assert!(!err.contains("in use by another writer"), "{err}");
+}
+
+/// Issue 23, finding 10 (regression: each of these reached the log in clear, and a 12 MiB
+/// error text added 12 MiB per call). The control is the record handed to the writer: every
+/// secret is in it; the file afterwards holds none of them, the big error costs at most a
+/// bounded record, and the chain still verifies.
+#[test]
+fn secrets_the_review_found_and_big_errors_are_redacted_and_bounded_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("audit.jsonl");
+    let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
+    let aws = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+    let leaks = [
+        "db-hunter2",
+        "pw-hunter2",
+        "sid=abc123def",
+        jwt,
+        "s3cr3t-pass",
+        "tok-0123456789",
+        "sk_live_a1B2c3D4e5F6g7H8",
+        "4111.1111.1111.1111",
+        aws,
+    ];
+    let args = json!({
+        "db_pass": "db-hunter2", "pw": "pw-hunter2",
+        "headers": {"Cookie": "sid=abc123def", "X-Forwarded": format!("Bearer {jwt}")},
+        "url": "https://bob:s3cr3t-pass@db.example.com/q?access_token=tok-0123456789",
+        "note": "pay with sk_live_a1B2c3D4e5F6g7H8 or 4111.1111.1111.1111",
+        "config": format!("aws_secret_access_key = {aws}"),
+    });
+    let mut rec = record(1, args);
+    // The server's error echoes an argument the key name redacts, in a 12 MiB text.
+    let echoed = format!(
+        "cannot connect with db_pass db-hunter2: {}",
+        "x".repeat(12 << 20)
+    );
+    rec.result = CallResult {
+        status: ResultStatus::Error,
+        error: Some(echoed),
+    };
+    let handed = serde_json::to_string(&rec).unwrap();
+    for l in leaks {
+        assert!(handed.contains(l), "control: {l} not in the record");
+    }
+    let log = AuditLog::open(&p).unwrap();
+    log.append(&rec).unwrap();
+    log.append(&record(2, json!({"path": "/d/2"}))).unwrap();
+    let text = std::fs::read_to_string(&p).unwrap();
+    for l in leaks {
+        assert!(!text.contains(l), "{l} written to the log");
+    }
+    assert!(
+        text.len() < 300 * 1024,
+        "{} bytes for two records",
+        text.len()
+    );
+    assert!(
+        text.contains("bytes in all, sha256 "),
+        "no truncation marker"
+    );
+    let (ok, out) = verify(&p);
+    assert!(ok && out.contains("2 records"), "{out}");
+}
+
+/// Issue 23, finding 6 (regression: a writer dropped a record, re-sealed the rest, and
+/// `audit verify` said "chain intact"). The attacker removes record 3 of 5 and re-seals 4
+/// and 5 with the public chain rules. The control: without the head file the re-sealed log
+/// passes as intact (the chain alone cannot tell); with it, `audit verify` fails naming the
+/// anchor, and the writer refuses to reopen the log.
+#[test]
+fn a_dropped_and_resealed_record_is_caught_by_the_head_anchor() {
+    use palisade::audit::chain::{seal, ChainState};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("audit.jsonl");
+    write_log(&p, 5);
+    let head = dir.path().join("audit.jsonl.head");
+    assert!(head.is_file(), "no head file next to the log");
+    let mut state = ChainState::genesis();
+    let mut forged = Vec::new();
+    for (i, line) in lines(&p).into_iter().enumerate() {
+        if i == 2 {
+            continue;
+        }
+        let mut body: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&line).unwrap();
+        for k in ["seq", "prevHash", "hash"] {
+            body.remove(k);
+        }
+        let (l, next) = seal(body, &state);
+        forged.push(l);
+        state = next;
+    }
+    rewrite(&p, &forged);
+
+    // Control: the chain itself is intact after re-sealing.
+    let saved = std::fs::read(&head).unwrap();
+    std::fs::remove_file(&head).unwrap();
+    let (ok, out) = verify(&p);
+    assert!(ok && out.contains("4 records, chain intact"), "{out}");
+    assert!(out.contains("no head file"), "{out}");
+
+    // The anchor catches it.
+    std::fs::write(&head, saved).unwrap();
+    let (ok, out) = verify(&p);
+    assert!(
+        !ok && out.contains("ends at seq 4") && out.contains("anchors seq 5"),
+        "{out}"
+    );
+    let e = AuditLog::open(&p).unwrap_err().to_string();
+    assert!(e.contains("head file anchors seq 5"), "{e}");
+}

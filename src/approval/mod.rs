@@ -11,6 +11,7 @@
 
 mod chain;
 mod dir;
+mod display;
 mod elicit;
 mod exec;
 mod remember;
@@ -20,6 +21,7 @@ mod tty;
 
 pub use chain::ApprovalChain;
 pub use dir::{write_response, write_response_remembering, DirApprover, PendingRequest};
+pub use display::{describe_request, terminal_safe};
 pub use elicit::{ElicitApprover, ElicitOutcome, Elicitor};
 pub use exec::ExecApprover;
 pub use remember::{CallSubject, RememberScope, RememberedDir, SubjectPath};

@@ -55,7 +55,8 @@ pub struct SubjectPath {
     /// resolved (bad input, relative without a working directory, dangling symlink).
     pub canonical: Option<PathBuf>,
     /// The directory a widening would mount for it (the path itself when it is a directory,
-    /// else the deepest existing ancestor of its parent); `None` when there is none but `/`.
+    /// else its parent, existing or not: the widening creates it, never mounts an ancestor);
+    /// `None` when that is `/`.
     pub dir: Option<PathBuf>,
     /// True when the argument may write, delete or rewrite history at the path.
     pub writes: bool,

@@ -20,6 +20,9 @@ pub struct EscalationRequest {
     /// (absent otherwise; readers that do not know it can ignore it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remember_scope: Option<super::RememberScope>,
+    /// What an approval adds to the server's sandbox, exactly (absent when nothing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<super::RememberedDir>,
 }
 
 impl EscalationRequest {
@@ -38,7 +41,14 @@ impl EscalationRequest {
             reason: reason.into(),
             context,
             remember_scope: None,
+            grants: Vec::new(),
         }
+    }
+
+    /// Shows `grants` (what an approval adds to the server's sandbox) with the question.
+    pub fn with_grants(mut self, grants: Vec<super::RememberedDir>) -> Self {
+        self.grants = grants;
+        self
     }
 
     /// Offers `scope` to be remembered with an approval of this call.

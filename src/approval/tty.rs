@@ -90,19 +90,17 @@ impl Drop for Withdraw {
     }
 }
 
+/// The question on the screen. Everything from the request goes through
+/// `display::describe_request`, which shows any character a terminal could act on as an escape.
 fn question(req: &EscalationRequest) -> String {
-    let offer = match &req.remember_scope {
-        Some(scope) => format!("  or a:   approve and remember: {}\n", scope.describe()),
-        None => String::new(),
-    };
     let choices = if req.remember_scope.is_some() {
         "(y once, a remember) "
     } else {
         ""
     };
     format!(
-        "\n[palisade] approval needed\n  server: {}\n  tool:   {}\n  args:   {}\n  why:    {}\n{offer}Approve this call? {choices}[y/N] ",
-        req.server_name, req.tool_name, req.arguments, req.reason
+        "\n[palisade] approval needed\n{}Approve this call? {choices}[y/N] ",
+        super::display::describe_request(req)
     )
 }
 
@@ -164,7 +162,7 @@ fn ask_blocking(
     if let Err(e) = std::io::BufReader::new(&tty).read_line(&mut line) {
         return Answer::Deny(format!("cannot read the terminal: {e}"));
     }
-    tracing::debug!(answer = %line.trim(), "terminal answer");
+    tracing::debug!(answer = %line.trim().escape_debug(), "terminal answer");
     read_answer(&line, offered)
 }
 
@@ -174,7 +172,10 @@ fn read_answer(line: &str, offered: bool) -> Answer {
     match line.trim().to_ascii_lowercase().as_str() {
         "y" | "yes" => Answer::Approve,
         "a" | "always" if offered => Answer::ApproveAndRemember,
-        other => Answer::Deny(format!("denied at the terminal (answered `{other}`)")),
+        other => Answer::Deny(format!(
+            "denied at the terminal (answered `{}`)",
+            super::display::terminal_safe(other)
+        )),
     }
 }
 

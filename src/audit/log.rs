@@ -7,6 +7,16 @@
 //! an async task does not stall the runtime in practice; with `sync_each` (fsync per record)
 //! the gateway should call it through `tokio::task::spawn_blocking`.
 //!
+//! One writer per file: the log is locked (`flock`, exclusive, non-blocking) for as long as it
+//! is open, and a second writer (another `palisade serve` given the same `auditLog`) is
+//! refused at open with an error naming the file: two writers each continuing the chain from
+//! their own last record would fork it.
+//!
+//! Anchored: after every record the chain's head (`seq`, `hash`) is written to `<log>.head`
+//! (see `anchor`); opening a log whose end disagrees with its head is refused, since records
+//! were then removed or re-sealed behind Palisade's back. Devices (`/dev/full` in tests) and
+//! other non-regular files get no head.
+//!
 //! Fails closed: any write error is returned, and the log is then poisoned (every later
 //! append fails too), because a partly written line would break the chain for every record
 //! after it. Never drops a record silently.
@@ -17,6 +27,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use serde_json::Value;
 
 use super::chain::{self, ChainState, LineError};
@@ -34,6 +46,13 @@ pub enum AuditError {
     Damaged { path: PathBuf, source: LineError },
     #[error("audit log {path}: an earlier write failed; refusing further records")]
     Poisoned { path: PathBuf },
+    #[error(
+        "audit log {path} is in use by another writer (another `palisade serve` with the same \
+         auditLog?): two writers would break its hash chain; give each gateway its own log"
+    )]
+    InUse { path: PathBuf },
+    #[error("audit log {path}: {detail}; run `palisade audit verify {path}`")]
+    Anchor { path: PathBuf, detail: String },
     #[error("audit record could not be serialised: {0}")]
     Serialize(String),
 }
@@ -47,7 +66,10 @@ pub struct AuditOptions {
 }
 
 struct Writer {
-    file: File,
+    /// Locked exclusively for the life of the log (released when it is closed).
+    file: Flock<File>,
+    /// The head file, for a log that is a regular file.
+    head: Option<PathBuf>,
     state: ChainState,
     poisoned: bool,
 }
@@ -81,19 +103,46 @@ impl AuditLog {
             path: path.to_path_buf(),
             source,
         };
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
             .mode(0o600)
             .open(path)
             .map_err(io)?;
+        let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => locked,
+            Err((_, Errno::EWOULDBLOCK)) => {
+                return Err(AuditError::InUse {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err((_, errno)) => return Err(io(std::io::Error::from(errno))),
+        };
         let state = last_state(&mut file, path)?;
+        let regular = file.metadata().map_err(io)?.is_file();
+        let head = regular.then(|| super::anchor::head_path(path));
+        if let Some(head) = &head {
+            let anchored = super::anchor::read(head).map_err(io)?;
+            match anchored {
+                Some(a) => {
+                    if let Some(detail) = super::anchor::disagreement(&state, &a) {
+                        return Err(AuditError::Anchor {
+                            path: path.to_path_buf(),
+                            detail,
+                        });
+                    }
+                }
+                // A new log, or one written before logs were anchored: anchored from here.
+                None => super::anchor::write(head, &state, options.sync_each).map_err(io)?,
+            }
+        }
         Ok(AuditLog {
             path: path.to_path_buf(),
             options,
             inner: Mutex::new(Writer {
                 file,
+                head,
                 state,
                 poisoned: false,
             }),
@@ -104,6 +153,11 @@ impl AuditLog {
         &self.path
     }
 
+    /// The head file that anchors the chain (`None` for a log that is not a regular file).
+    pub fn head_path(&self) -> Option<PathBuf> {
+        self.inner.lock().ok().and_then(|w| w.head.clone())
+    }
+
     /// Redacts, seals and writes one record; returns only after the line reached the kernel
     /// (and the disk, with `sync_each`). On error the call must fail closed.
     pub fn append(&self, record: &AuditRecord) -> Result<(), AuditError> {
@@ -112,9 +166,10 @@ impl AuditLog {
         let Value::Object(ref mut body) = value else {
             return Err(AuditError::Serialize("record is not an object".into()));
         };
-        if let Some(args) = body.get_mut("arguments") {
-            *args = redact::redact_arguments(args, self.options.redaction);
-        }
+        // Every field, not only the arguments: an error text echoes them. Then bounded, so
+        // one call cannot add megabytes to the log.
+        redact::redact_record(body, self.options.redaction);
+        super::cap::cap_record(body);
         let body = std::mem::take(body);
         let mut w = self.inner.lock().map_err(|_| AuditError::Poisoned {
             path: self.path.clone(),
@@ -136,6 +191,10 @@ impl AuditLog {
                 } else {
                     Ok(())
                 }
+            })
+            .and_then(|()| match &w.head {
+                Some(head) => super::anchor::write(head, &next, self.options.sync_each),
+                None => Ok(()),
             });
         match result {
             Ok(()) => {

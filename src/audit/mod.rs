@@ -3,11 +3,14 @@
 //!
 //! Where it sits: the gateway builds an [`AuditRecord`] after the call completes (or is
 //! denied) and calls [`AuditLog::append`]; on `Err` the call fails closed.
-//! `palisade audit verify` uses [`verify::verify`].
+//! `palisade audit verify` uses [`verify::verify`] and checks the chain's anchor (the head
+//! file next to the log, see [`anchor`]).
 //!
 //! Must never: write an unredacted argument (redaction is on unless shapes-only is chosen),
 //! drop a record silently, or keep writing after a failed write.
 
+pub mod anchor;
+pub mod cap;
 pub mod chain;
 pub mod log;
 pub mod record;

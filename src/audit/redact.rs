@@ -1,7 +1,14 @@
 //! Redaction of argument values before they reach the audit log: payment card numbers
-//! (Luhn-checked, so order numbers and timestamps survive), US social security numbers,
-//! well-known API key formats, and values of arguments whose name says they are secrets.
-//! Or, in `Shapes` mode, no values at all: only the structure and each value's type.
+//! (Luhn-checked, so order numbers and timestamps survive; spaces, dashes or dots between
+//! digits), US social security numbers, well-known API key formats (Stripe's `sk_live_…`
+//! too), bearer tokens and JWTs, user:password in URLs, secret-looking query parameters
+//! (`?access_token=`), AWS secret access keys, and values of arguments whose name says they
+//! are secrets (`password`, `db_pass`, `pw`, `Cookie`, …). Or, in `Shapes` mode, no values at
+//! all: only the structure and each value's type.
+//!
+//! [`redact_record`] applies this to a whole record: the arguments by the chosen mode, and
+//! every other string of the record (the error text above all, which often echoes an
+//! argument) by the patterns and by the values the arguments' secret-named keys held.
 //!
 //! Pure. Must never log more than it was given; when in doubt, redact.
 
@@ -23,7 +30,7 @@ pub enum Redaction {
 // Immutable, compiled once; the patterns are literals, so compilation cannot fail.
 #[allow(clippy::expect_used)]
 static CARD: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\b\d(?:[ -]?\d){12,18}\b").expect("literal regex"));
+    LazyLock::new(|| Regex::new(r"\b\d(?:[ .-]?\d){12,18}\b").expect("literal regex"));
 #[allow(clippy::expect_used)]
 static SSN: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"\b(\d{3})-(\d{2})-(\d{4})\b|\b(\d{3}) (\d{2}) (\d{4})\b").expect("literal regex")
@@ -37,15 +44,61 @@ static API_KEY: LazyLock<Regex> = LazyLock::new(|| {
         r"|xox[abprs]-[A-Za-z0-9-]{10,}",
         r"|AKIA[0-9A-Z]{16}",
         r"|AIza[0-9A-Za-z_-]{35}",
-        r"|glpat-[A-Za-z0-9_-]{20,})"
+        r"|glpat-[A-Za-z0-9_-]{20,}",
+        r"|[rsp]k_(?:live|test)_[A-Za-z0-9]{10,})"
     ))
     .expect("literal regex")
 });
 #[allow(clippy::expect_used)]
 static SECRET_NAME: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)(password|passwd|passphrase|secret|token|api[_-]?key|authorization|credential|private[_-]?key)")
+    Regex::new(concat!(
+        r"(?i)(pass|pwd|secret|token|api[_-]?key|auth(?:$|[_-]|oriz|entic)|credential",
+        r"|private[_-]?key|access[_-]?key|cookie|session|bearer|signature",
+        // `pw` as a word of the name: `pw`, `db_pw`, `pw-hash`, `userPw`, not `pwm`.
+        r"|(?:^|[_.-])pw(?:$|[_.-])|[a-z]Pw(?:$|[A-Z_.-]))"
+    ))
+    .expect("literal regex")
+});
+/// `Bearer <token>` (an `Authorization` header value written into any text).
+#[allow(clippy::expect_used)]
+static BEARER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}").expect("literal regex")
+});
+/// A JSON Web Token: three base64url parts, the first a JSON object (`eyJ`).
+#[allow(clippy::expect_used)]
+static JWT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*").expect("literal regex")
+});
+/// `scheme://user:password@host`: the user information of a URL.
+#[allow(clippy::expect_used)]
+static URL_USERINFO: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s@]*:[^/?#\s@]*@").expect("literal regex")
+});
+/// A query or fragment parameter whose name says it carries a secret.
+#[allow(clippy::expect_used)]
+static SECRET_PARAM: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?i)([?&#;](?:access_token|refresh_token|id_token|token|api_key|apikey|key|secret",
+        r"|client_secret|password|passwd|pwd|pw|pass|auth|sig|signature|session|sessionid",
+        r"|x-amz-signature|x-amz-credential|x-amz-security-token)=)[^&#\s]+"
+    ))
+    .expect("literal regex")
+});
+/// `aws_secret_access_key = …` and its spellings, with the 40-character key after it.
+#[allow(clippy::expect_used)]
+static AWS_SECRET_ASSIGNED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"(?i)(secret_?access_?key|aws_?secret(?:_?key)?)(["']?\s*[=:]\s*["']?)[A-Za-z0-9/+]{40}\b"#)
         .expect("literal regex")
 });
+/// A candidate AWS secret access key on its own: a run of exactly 40 base64 characters
+/// (checked further in `looks_like_aws_secret`).
+#[allow(clippy::expect_used)]
+static BASE64_40: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"[A-Za-z0-9/+]{40,}").expect("literal regex"));
+
+/// Values shorter than this under a secret-named key are not searched for elsewhere (a
+/// one-character "secret" would blank every occurrence of that character).
+const MIN_KNOWN_SECRET: usize = 4;
 
 /// Luhn checksum over the digits of `s` (other characters ignored).
 pub fn luhn_valid(s: &str) -> bool {
@@ -77,9 +130,34 @@ fn ssn_plausible(area: &str, group: &str, serial: &str) -> bool {
     area != "000" && area != "666" && !area.starts_with('9') && group != "00" && serial != "0000"
 }
 
+/// A 40-character run that mixes upper case, lower case and digits, as an AWS secret key
+/// does, and is not a path (no leading or trailing `/`, at most two `/`). Hex digests (git
+/// object names, SHA-1) have no upper case and are kept.
+fn looks_like_aws_secret(run: &str) -> bool {
+    run.len() == 40
+        && run.bytes().any(|b| b.is_ascii_uppercase())
+        && run.bytes().any(|b| b.is_ascii_lowercase())
+        && run.bytes().any(|b| b.is_ascii_digit())
+        && !run.starts_with('/')
+        && !run.ends_with('/')
+        && run.bytes().filter(|&b| b == b'/').count() <= 2
+}
+
 /// Replaces sensitive substrings of one string.
 pub fn redact_str(s: &str) -> String {
-    let s = API_KEY.replace_all(s, "[REDACTED:api-key]");
+    let s = URL_USERINFO.replace_all(s, "$1[REDACTED:userinfo]@");
+    let s = SECRET_PARAM.replace_all(&s, "$1[REDACTED:secret]");
+    let s = JWT.replace_all(&s, "[REDACTED:jwt]");
+    let s = BEARER.replace_all(&s, "$1 [REDACTED:token]");
+    let s = AWS_SECRET_ASSIGNED.replace_all(&s, "$1$2[REDACTED:aws-secret]");
+    let s = BASE64_40.replace_all(&s, |c: &regex::Captures<'_>| {
+        if looks_like_aws_secret(&c[0]) {
+            "[REDACTED:aws-secret]".to_string()
+        } else {
+            c[0].to_string()
+        }
+    });
+    let s = API_KEY.replace_all(&s, "[REDACTED:api-key]");
     let s = CARD.replace_all(&s, |c: &regex::Captures<'_>| {
         if luhn_valid(&c[0]) {
             "[REDACTED:card]".to_string()
@@ -103,6 +181,68 @@ pub fn redact_arguments(args: &Value, mode: Redaction) -> Value {
     match mode {
         Redaction::Sensitive => sensitive(args),
         Redaction::Shapes => shape(args),
+    }
+}
+
+/// The string values held under secret-named keys anywhere in `args` (long enough to search
+/// for): a server's error text that echoes one is redacted too.
+pub fn secret_values(args: &Value) -> Vec<String> {
+    fn walk(v: &Value, under_secret: bool, out: &mut Vec<String>) {
+        match v {
+            Value::String(s)
+                if under_secret && s.chars().count() >= MIN_KNOWN_SECRET && !out.contains(s) =>
+            {
+                out.push(s.clone());
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, under_secret, out)),
+            Value::Object(m) => m
+                .iter()
+                .for_each(|(k, x)| walk(x, under_secret || SECRET_NAME.is_match(k), out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(args, false, &mut out);
+    // Longest first, so a secret containing another is replaced whole.
+    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out
+}
+
+/// `s` with the patterns and every known secret value redacted.
+pub fn redact_text(s: &str, known: &[String]) -> String {
+    let mut out = redact_str(s);
+    for k in known {
+        if out.contains(k.as_str()) {
+            out = out.replace(k.as_str(), "[REDACTED:secret]");
+        }
+    }
+    out
+}
+
+fn map_strings(v: &mut Value, f: &dyn Fn(&str) -> String) {
+    match v {
+        Value::String(s) => *s = f(s),
+        Value::Array(a) => a.iter_mut().for_each(|x| map_strings(x, f)),
+        Value::Object(m) => m.values_mut().for_each(|x| map_strings(x, f)),
+        _ => {}
+    }
+}
+
+/// Redacts a whole record body (an audit record serialised to a JSON object): `arguments`
+/// by `mode`, every other string by the patterns and by the values the arguments held under
+/// secret-named keys. Keys other than the arguments' are the record's own and are kept.
+pub fn redact_record(body: &mut Map<String, Value>, mode: Redaction) {
+    let known = body.get("arguments").map(secret_values).unwrap_or_default();
+    let text = |s: &str| redact_text(s, &known);
+    for (k, v) in body.iter_mut() {
+        if k == "arguments" {
+            *v = redact_arguments(v, mode);
+            if mode == Redaction::Sensitive {
+                map_strings(v, &text);
+            }
+        } else {
+            map_strings(v, &text);
+        }
     }
 }
 
@@ -180,6 +320,76 @@ mod tests {
             r,
             json!({"path":"/tmp/x","password":"[REDACTED:secret]","nested":[{"note":"[REDACTED:card]"}]})
         );
+    }
+
+    /// Issue 23, finding 10: each of these reached the log in clear.
+    #[test]
+    fn the_review_s_gaps_are_redacted() {
+        let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
+        let aws = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+        let a = json!({
+            "db_pass": "hunter22", "pw": "hunter23", "userPw": "hunter24",
+            "headers": {"Cookie": "sid=abc123def", "X-Note": format!("Bearer {jwt}")},
+            "auth": format!("bearer {jwt}"),
+            "url": "https://alice:s3cr3t@example.com/x?access_token=tok123456&page=2",
+            "note": format!("sk_live_{} and 4111.1111.1111.1111 and {jwt}", "a1B2c3D4e5F6g7H8"),
+            "env": format!("AWS_SECRET_ACCESS_KEY={aws}"),
+            "raw": aws,
+        });
+        let r = redact_arguments(&a, Redaction::Sensitive).to_string();
+        for leak in [
+            "hunter22",
+            "hunter23",
+            "hunter24",
+            "abc123def",
+            jwt,
+            "s3cr3t",
+            "tok123456",
+            "a1B2c3D4e5F6g7H8",
+            "4111",
+            aws,
+        ] {
+            assert!(!r.contains(leak), "{leak} in {r}");
+        }
+        for kept in ["example.com/x", "page=2", "AWS_SECRET_ACCESS_KEY="] {
+            assert!(r.contains(kept), "{kept} lost in {r}");
+        }
+    }
+
+    #[test]
+    fn ordinary_values_survive() {
+        for s in [
+            "/home/u/Projects/notes/today.md",
+            "commit 3f786850e387550fdab836ed7e6dc881de23001b",
+            "https://example.com/search?q=passport&page=2",
+            "version 1.2.3, port 8080, 2026-11-25T20:13:33.123Z",
+            "the author wrote a passage",
+            "a progress token required; basic functionality",
+        ] {
+            assert_eq!(redact_str(s), s);
+        }
+        // Names that merely contain letters of a secret name are kept.
+        let a = json!({"author": "ann", "pwm_channel": 3, "compass": "n"});
+        assert_eq!(redact_arguments(&a, Redaction::Sensitive)["author"], "ann");
+    }
+
+    #[test]
+    fn the_error_and_every_other_field_are_redacted_with_the_arguments_secrets() {
+        let mut body = json!({
+            "arguments": {"password": "correct horse battery", "path": "/w/f"},
+            "result": {"status": "error",
+                       "error": "login failed for password 'correct horse battery' with sk_live_a1B2c3D4e5F6g7H8"},
+            "policyDecision": {"reason": "token=abcd1234 https://u:p@h/"},
+        })
+        .as_object()
+        .unwrap()
+        .clone();
+        redact_record(&mut body, Redaction::Sensitive);
+        let t = Value::Object(body).to_string();
+        for leak in ["correct horse battery", "a1B2c3D4e5F6g7H8", "u:p@"] {
+            assert!(!t.contains(leak), "{leak} in {t}");
+        }
+        assert!(t.contains("/w/f") && t.contains("login failed"), "{t}");
     }
 
     #[test]

@@ -10,7 +10,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
-use crate::approval::{write_response_remembering, PendingRequest};
+use crate::approval::{
+    describe_request, terminal_safe, write_response_remembering, PendingRequest,
+};
 
 /// Answer pending escalations written by `palisade serve --escalation dir:PATH`.
 #[derive(Debug, Args)]
@@ -48,19 +50,22 @@ pub fn run(args: ApproveArgs) -> anyhow::Result<ExitCode> {
         let p = match item {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("palisade: skipping unreadable request {e}");
+                eprintln!(
+                    "palisade: skipping unreadable request {}",
+                    terminal_safe(&e)
+                );
                 continue;
             }
         };
         let r = &p.request;
-        println!(
-            "\n{}\n  server: {}\n  tool:   {}\n  args:   {}\n  why:    {}",
-            r.escalation_id, r.server_name, r.tool_name, r.arguments, r.reason
+        // Everything in a request file was written by the gateway from what an agent and a
+        // server chose: shown with every terminal-active character escaped.
+        print!(
+            "\n{}\n{}",
+            terminal_safe(&r.escalation_id),
+            describe_request(r)
         );
         let offered = r.remember_scope.as_ref();
-        if let Some(scope) = offered {
-            println!("  or a:   approve and remember: {}", scope.describe());
-        }
         let (approved, remember) = if args.list {
             continue;
         } else if args.all {
@@ -87,8 +92,14 @@ pub fn run(args: ApproveArgs) -> anyhow::Result<ExitCode> {
         if args.remember && approved && offered.is_none() {
             println!("  (nothing to remember: this request offers no scope)");
         }
-        write_response_remembering(&args.dir, &r.escalation_id, approved, remember)
-            .with_context(|| format!("cannot write the response for {}", r.escalation_id))?;
+        write_response_remembering(&args.dir, &r.escalation_id, approved, remember).with_context(
+            || {
+                format!(
+                    "cannot write the response for {}",
+                    terminal_safe(&r.escalation_id)
+                )
+            },
+        )?;
         println!(
             "  -> {}",
             match (approved, remember) {

@@ -257,6 +257,7 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
     // exactly what `palisade policy roots` prints for the same files.
     opts.roots_policy = Some(Arc::new(policy.clone()));
     opts.stages.policy = Arc::new(EngineStage::new(policy, scope, home));
+    opts.protected = protected.clone();
     if let Some(path) = audit_log {
         let log = AuditLog::open(&path)
             .with_context(|| format!("cannot open audit log {}", path.display()))?;
@@ -274,8 +275,9 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
     Ok(opts)
 }
 
-/// Palisade's own files, which no call may touch: the config, policy, annotations, lists and
-/// audit log, plus the configured `protectedPaths`.
+/// Palisade's own files, which no call may touch and no sandbox shows: the config, policy,
+/// annotations, lists, audit log and the head file anchoring its chain, plus the configured
+/// `protectedPaths`.
 fn protected_paths(config_file: &Path, s: &crate::config::Settings) -> Vec<PathBuf> {
     let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let mut out: Vec<PathBuf> = [
@@ -290,6 +292,9 @@ fn protected_paths(config_file: &Path, s: &crate::config::Settings) -> Vec<PathB
     .flatten()
     .map(absolute)
     .collect();
+    if let Some(log) = s.audit_log.as_deref() {
+        out.push(crate::audit::anchor::head_path(&absolute(log)));
+    }
     out.extend(s.protected_paths.iter().cloned());
     out
 }

@@ -24,7 +24,7 @@ impl ApprovalStage for ApprovalChain {
         call: &CallInfo<'_>,
         verdict: &PolicyVerdict,
     ) -> BoxFuture<'a, ApprovalOutcome> {
-        let asked = self.approve_offering(call, verdict, None);
+        let asked = self.approve_offering(call, verdict, None, &[]);
         Box::pin(async move { asked.await.outcome })
     }
 
@@ -33,6 +33,7 @@ impl ApprovalStage for ApprovalChain {
         call: &CallInfo<'_>,
         verdict: &PolicyVerdict,
         offer: Option<&RememberScope>,
+        grants: &[crate::approval::RememberedDir],
     ) -> BoxFuture<'a, Approval> {
         let req = EscalationRequest::new(
             call.server,
@@ -46,7 +47,8 @@ impl ApprovalStage for ApprovalChain {
             &verdict.reason,
             serde_json::json!({ "rule": verdict.rule }),
         )
-        .with_remember_scope(offer.cloned());
+        .with_remember_scope(offer.cloned())
+        .with_grants(grants.to_vec());
         Box::pin(async move {
             let decision = self.decide(&req).await;
             // Nobody decided (no approver, or every one passed): the fail-closed default

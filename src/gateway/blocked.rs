@@ -6,6 +6,13 @@
 //! would allow it. It never runs for a server that is not really sandboxed (unsandboxed,
 //! opted out or degraded): an EACCES there is the host's answer, not ours, and blaming the
 //! sandbox would send the user to change the wrong setting.
+//!
+//! Never an oracle: the text it reads was written by a server, and a tool may echo what the
+//! agent planted (`ENOENT … open '/root/.ssh/x'`). So it never looks a path from the text up
+//! on the host, and it names a path (and the grant that would allow it) only when Palisade
+//! knows that path for its own reasons: it lies within the call's own path arguments, the
+//! server's grants, or its denyRead / denyWrite lists. Any other path is left out of the
+//! explanation; the answer is then the same whether or not the host has it.
 
 use std::path::{Path, PathBuf};
 
@@ -26,12 +33,18 @@ pub struct BlockContext<'a> {
     pub deny_write: &'a [PathBuf],
     /// The server's roots: what its sandbox shows of the host besides the system base.
     pub shown: &'a [PathBuf],
-    /// Directories the sandbox replaces with private ones (`/tmp`, HOME): that the host has
-    /// one of them says nothing about a file missing directly in it.
-    pub private: &'a [PathBuf],
-    /// Whether a path exists on the host (a "no such file" for a path that exists on the
-    /// host but outside `shown` is the sandbox hiding it). Injected so this stays pure.
-    pub host_has: fn(&Path) -> bool,
+    /// The call's own path arguments, canonical (they passed the policy and the roots check).
+    pub call_paths: &'a [PathBuf],
+}
+
+impl BlockContext<'_> {
+    /// True when Palisade knows `path` for its own reasons (see the module header).
+    fn knows(&self, path: &Path) -> bool {
+        path.is_absolute()
+            && [self.call_paths, self.shown, self.deny_read, self.deny_write]
+                .iter()
+                .any(|set| set.iter().any(|k| path.starts_with(k)))
+    }
 }
 
 /// What the sandbox blocked, as far as the message tells.
@@ -45,7 +58,7 @@ pub enum Blocked {
     DeniedRead { path: String },
     /// A write to a path in `denyWrite`.
     DeniedWrite { path: String },
-    /// A path that exists on the host but that the sandbox does not show (ENOENT inside).
+    /// A path of the call's own arguments that the sandbox does not show (ENOENT inside).
     Hidden { path: String },
     /// A network connection with no egress allowed.
     Network { target: Option<String> },
@@ -57,7 +70,11 @@ pub fn classify(ctx: &BlockContext<'_>, text: &str) -> Option<Blocked> {
         return None;
     }
     let lower = text.to_ascii_lowercase();
-    let path = extract_path(text);
+    let quoted = extract_path(text);
+    // Whether the text names a path at all decides what kind of error it is; which path it
+    // names is repeated only when Palisade knows that path itself.
+    let names_a_path = quoted.is_some();
+    let path = quoted.filter(|p| ctx.knows(Path::new(p)));
 
     if let Some(p) = &path {
         let pb = Path::new(p);
@@ -81,26 +98,20 @@ pub fn classify(ctx: &BlockContext<'_>, text: &str) -> Option<Blocked> {
         return Some(Blocked::Write { path });
     }
     if is_not_found(&lower) {
-        // Only for a path outside the server's roots that the host has, or could create
-        // (its parent exists and is not `/` or a private dir: a write of a new file): then
-        // the sandbox is what hides it; otherwise it is an ordinary "no such file".
+        // Only for a path of the call's own arguments outside the server's roots: then the
+        // sandbox is what hides it. A path only the text names is never looked up on the
+        // host (that answered "does it exist?" for any path an agent could plant).
         return path
             .filter(|p| {
                 let pb = Path::new(p);
-                let creatable = pb.parent().is_some_and(|parent| {
-                    parent != Path::new("/")
-                        && !ctx.private.iter().any(|d| parent == d)
-                        && (ctx.host_has)(parent)
-                });
-                pb.is_absolute()
+                ctx.call_paths.iter().any(|c| pb.starts_with(c))
                     && !ctx.shown.iter().any(|r| pb.starts_with(r))
-                    && ((ctx.host_has)(pb) || creatable)
             })
             .map(|path| Blocked::Hidden { path });
     }
     // A bare "permission denied" with neither an errno nor a path is a tool's own refusal
     // ("Permission denied: this tool needs the admin role"), not the kernel's.
-    if is_permission_error(&lower) && (path.is_some() || has_errno(&lower)) {
+    if is_permission_error(&lower) && (names_a_path || has_errno(&lower)) {
         return Some(if is_write_syscall(&lower) {
             Blocked::Write { path }
         } else {
@@ -146,8 +157,8 @@ pub fn annotate(ctx: &BlockContext<'_>, text: &str) -> Option<String> {
              it read-only; remove it from denyWrite to allow writing it"
         ),
         Blocked::Hidden { path } => format!(
-            "the sandbox of server `{server}` does not show {path} (it exists on the host, \
-             outside the server's grants); to allow it, add {path} (or a parent directory) to \
+            "the sandbox of server `{server}` does not show {path} (outside the server's \
+             grants); to allow it, add {path} (or a parent directory) to \
              sandbox.filesystem.allowRead (read) or allowWrite (write) of server `{server}`"
         ),
         Blocked::Network { target } => format!(
@@ -160,12 +171,6 @@ pub fn annotate(ctx: &BlockContext<'_>, text: &str) -> Option<String> {
         ),
     };
     Some(format!("{MARKER} {explanation}. Original error: {text}"))
-}
-
-/// `BlockContext::host_has` for the gateway: one `lstat` on an error path (never followed:
-/// a link's own presence is what the sandbox hid).
-pub fn host_has(path: &Path) -> bool {
-    std::fs::symlink_metadata(path).is_ok()
 }
 
 /// An errno the kernel gave, as Node (`EACCES:`), Python (`[Errno 13]`) or Rust
@@ -282,6 +287,21 @@ fn extract_target(text: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// The calls of these tests name the paths their messages quote.
+    static CALL_PATHS: std::sync::LazyLock<Vec<PathBuf>> = std::sync::LazyLock::new(|| {
+        [
+            "/home/u",
+            "/etc/secret",
+            "/opt/data",
+            "/srv/x.lock",
+            "/root/.ssh",
+            "/sys/kernel",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect()
+    });
+
     fn ctx(sandboxed: bool) -> BlockContext<'static> {
         BlockContext {
             server: "fs",
@@ -290,8 +310,7 @@ mod tests {
             deny_read: &[],
             deny_write: &[],
             shown: &[],
-            private: &[],
-            host_has: |p| p == Path::new("/etc/shadow") || p.starts_with("/srv/outside"),
+            call_paths: &CALL_PATHS,
         }
     }
 
@@ -401,8 +420,14 @@ mod tests {
 
     #[test]
     fn errors_the_sandbox_did_not_cause_are_left_alone() {
+        // The call's paths passed the roots check: they are inside what the sandbox shows.
+        let shown = [PathBuf::from("/home/u")];
+        let c = BlockContext {
+            shown: &shown,
+            ..ctx(true)
+        };
         for msg in [FS_OUTSIDE, FS_ENOENT, "Invalid arguments for tool", ""] {
-            assert_eq!(classify(&ctx(true), msg), None, "{msg}");
+            assert_eq!(classify(&c, msg), None, "{msg}");
         }
     }
 
@@ -413,58 +438,52 @@ mod tests {
     }
 
     #[test]
-    fn not_found_for_a_path_the_host_has_outside_the_roots_is_hidden_by_the_sandbox() {
-        let shown = [PathBuf::from("/srv/outside/granted")];
+    fn not_found_for_a_call_path_outside_the_roots_is_hidden_by_the_sandbox() {
+        let shown = [PathBuf::from("/home/u/granted")];
         let c = BlockContext {
             shown: &shown,
             ..ctx(true)
         };
-        for (msg, path) in [
-            (
-                "[Errno 2] No such file or directory: '/etc/shadow'",
-                "/etc/shadow",
-            ),
-            (
-                "ENOENT: no such file or directory, open '/srv/outside/x.txt'",
-                "/srv/outside/x.txt",
-            ),
-        ] {
-            assert_eq!(
-                classify(&c, msg),
-                Some(Blocked::Hidden { path: path.into() })
-            );
-            let text = annotate(&c, msg).unwrap();
-            assert!(text.contains("allowRead"), "{text}");
-        }
-        // A new file in a host directory the sandbox does not show: hidden too.
-        let new = "[Errno 2] No such file or directory: '/srv/outside/dir/new.txt'";
-        assert!(matches!(classify(&c, new), Some(Blocked::Hidden { .. })));
-        // In the private /tmp or HOME, a file the host lacks too is the server's own miss.
-        let private = [PathBuf::from("/tmp"), PathBuf::from("/home/u")];
-        let c = BlockContext {
-            private: &private,
-            host_has: |p| {
-                [Path::new("/tmp"), Path::new("/home/u")].contains(&p)
-                    || p.starts_with("/home/u/proj")
-            },
-            ..c
-        };
+        let msg = "ENOENT: no such file or directory, open '/home/u/notes/x.txt'";
+        assert_eq!(
+            classify(&c, msg),
+            Some(Blocked::Hidden {
+                path: "/home/u/notes/x.txt".into()
+            })
+        );
+        assert!(annotate(&c, msg).unwrap().contains("allowRead"));
+        // Inside a root, or a path the call never named: an ordinary "no such file".
         for msg in [
-            "[Errno 2] No such file or directory: '/tmp/cache.db'",
-            "ENOENT: no such file or directory, open '/home/u/.config'",
-        ] {
-            assert_eq!(classify(&c, msg), None, "{msg}");
-        }
-        // Deeper down, the host's directory is what the private one hides.
-        let deeper = "[Errno 2] No such file or directory: '/home/u/proj/new.txt'";
-        assert!(matches!(classify(&c, deeper), Some(Blocked::Hidden { .. })));
-        // Missing on the host too, or inside a root: an ordinary "no such file".
-        for msg in [
-            FS_ENOENT,
-            "[Errno 2] No such file or directory: '/srv/outside/granted/x'",
+            "[Errno 2] No such file or directory: '/home/u/granted/x'",
+            "[Errno 2] No such file or directory: '/etc/shadow'",
             "[Errno 2] No such file or directory",
         ] {
             assert_eq!(classify(&c, msg), None, "{msg}");
+        }
+    }
+
+    /// Issue 23, finding 7 (regression: a quoted path was `lstat`ed on the host, so an agent
+    /// that planted `ENOENT … open '<P>/x'` in text a tool echoes learned whether `<P>`
+    /// existed, and was told to grant it). Paths only the text names are never repeated, and
+    /// the answer cannot depend on the host: this module has no way left to ask it.
+    #[test]
+    fn a_planted_path_is_neither_looked_up_nor_offered_as_a_grant() {
+        let c = BlockContext {
+            call_paths: &[],
+            ..ctx(true)
+        };
+        for planted in ["/root/.ssh", "/root/.aws", "/etc"] {
+            for msg in [
+                format!("ENOENT: no such file or directory, open '{planted}/x'"),
+                format!("[Errno 2] No such file or directory: '{planted}/x'"),
+            ] {
+                assert_eq!(classify(&c, &msg), None, "{msg}");
+            }
+            let erofs = format!("EROFS: read-only file system, open '{planted}/x'");
+            assert_eq!(classify(&c, &erofs), Some(Blocked::Write { path: None }));
+            let text = annotate(&c, &erofs).unwrap();
+            let explanation = text.split(". Original error:").next().unwrap();
+            assert!(!explanation.contains(planted), "{text}");
         }
     }
 

@@ -400,8 +400,92 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
     Ok(running)
 }
 
-/// Lists what the server's capabilities say it has; every request has a timeout.
+/// The most one server's lists may hold, all kinds together (issue 23, finding 5: pages
+/// accumulated without bound, 1 GB of tool JSON took serve to 2.46 GB): this many entries…
+const MAX_LISTED_ITEMS: usize = 10_000;
+/// …and this many bytes of their JSON.
+const MAX_LISTED_BYTES: usize = 16 << 20;
+
+/// What a listing may still spend: one deadline for every page of every kind (not one per
+/// page: 1,000 pages × 4 kinds × `startupTimeout` was hours), and the caps above.
+struct ListBudget {
+    deadline: tokio::time::Instant,
+    limit: Duration,
+    items: usize,
+    bytes: usize,
+}
+
+impl ListBudget {
+    fn new(limit: Duration) -> ListBudget {
+        ListBudget {
+            deadline: tokio::time::Instant::now() + limit,
+            limit,
+            items: 0,
+            bytes: 0,
+        }
+    }
+
+    fn over(server: &str, what: &'static str, message: String) -> StartError {
+        StartError::List {
+            what,
+            source: ForwardError::Other {
+                server: server.to_string(),
+                message,
+            },
+        }
+    }
+
+    /// The time left for the next page; an error once the listing's deadline has passed.
+    fn left(&self, server: &str, what: &'static str) -> Result<Duration, StartError> {
+        let left = self
+            .deadline
+            .saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(Self::over(server, what, self.late()));
+        }
+        Ok(left)
+    }
+
+    fn late(&self) -> String {
+        format!(
+            "the listing did not finish within {}s (one deadline for all its pages)",
+            self.limit.as_secs()
+        )
+    }
+
+    /// Charges one page of `items` entries, `bytes` of JSON; an error over either cap.
+    fn charge(
+        &mut self,
+        server: &str,
+        what: &'static str,
+        items: usize,
+        bytes: usize,
+    ) -> Result<(), StartError> {
+        self.items = self.items.saturating_add(items);
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.items > MAX_LISTED_ITEMS || self.bytes > MAX_LISTED_BYTES {
+            return Err(Self::over(
+                server,
+                what,
+                format!(
+                    "its lists exceed the cap of {MAX_LISTED_ITEMS} entries or \
+                     {MAX_LISTED_BYTES} bytes ({} entries, {} bytes so far)",
+                    self.items, self.bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The size of `v` as JSON (what the gateway keeps of it).
+fn json_len<T: serde::Serialize>(v: &T) -> usize {
+    serde_json::to_vec(v).map_or(usize::MAX, |b| b.len())
+}
+
+/// Lists what the server's capabilities say it has, all kinds within one deadline and caps.
 async fn fetch_lists(running: &Running, timeout: Duration) -> Result<ServerLists, StartError> {
+    let mut budget = ListBudget::new(timeout);
     let caps = running
         .service
         .peer()
@@ -410,28 +494,28 @@ async fn fetch_lists(running: &Running, timeout: Duration) -> Result<ServerLists
         .unwrap_or_default();
     let mut lists = ServerLists::default();
     if caps.tools.is_some() {
-        lists.tools = list_all(&running.conn, ListKind::Tools, timeout)
+        lists.tools = list_all(&running.conn, ListKind::Tools, &mut budget)
             .await?
             .tools;
     }
     if caps.prompts.is_some() {
-        lists.prompts = list_all(&running.conn, ListKind::Prompts, timeout)
+        lists.prompts = list_all(&running.conn, ListKind::Prompts, &mut budget)
             .await?
             .prompts;
     }
     if caps.resources.is_some() {
-        let r = list_all(&running.conn, ListKind::Resources, timeout).await?;
+        let r = list_all(&running.conn, ListKind::Resources, &mut budget).await?;
         lists.resources = r.resources;
         lists.templates = r.templates;
     }
     Ok(lists)
 }
 
-/// Fetches every page of one kind of list.
+/// Fetches every page of one kind of list, within `budget`.
 async fn list_all(
     conn: &Connection,
     kind: ListKind,
-    timeout: Duration,
+    budget: &mut ListBudget,
 ) -> Result<ServerLists, StartError> {
     let mut out = ServerLists::default();
     let passes: &[&'static str] = match kind {
@@ -466,24 +550,39 @@ async fn list_all(
                     extensions: Default::default(),
                 }),
             };
-            let result = conn
-                .request(req, timeout, None, None)
-                .await
-                .map_err(|source| StartError::List { what, source })?;
+            let left = budget.left(&conn.server, what)?;
+            let result =
+                conn.request(req, left, None, None)
+                    .await
+                    .map_err(|source| match source {
+                        // Timed out at the listing's deadline: say so, not "one page".
+                        ForwardError::Timeout { .. }
+                            if tokio::time::Instant::now() >= budget.deadline =>
+                        {
+                            ListBudget::over(&conn.server, what, budget.late())
+                        }
+                        source => StartError::List { what, source },
+                    })?;
             let next = match result {
                 ServerResult::ListToolsResult(r) => {
+                    budget.charge(&conn.server, what, r.tools.len(), json_len(&r.tools))?;
                     out.tools.extend(r.tools);
                     r.next_cursor
                 }
                 ServerResult::ListPromptsResult(r) => {
+                    budget.charge(&conn.server, what, r.prompts.len(), json_len(&r.prompts))?;
                     out.prompts.extend(r.prompts);
                     r.next_cursor
                 }
                 ServerResult::ListResourcesResult(r) => {
+                    let (n, b) = (r.resources.len(), json_len(&r.resources));
+                    budget.charge(&conn.server, what, n, b)?;
                     out.resources.extend(r.resources);
                     r.next_cursor
                 }
                 ServerResult::ListResourceTemplatesResult(r) => {
+                    let (n, b) = (r.resource_templates.len(), json_len(&r.resource_templates));
+                    budget.charge(&conn.server, what, n, b)?;
                     out.templates.extend(r.resource_templates);
                     r.next_cursor
                 }
@@ -535,7 +634,13 @@ async fn watch(
             why = running.faults.tripped() => return End::Fault(why),
             _ = shared.shutdown.cancelled() => return End::Shutdown,
             Some(kind) = running.list_rx.recv() => {
-                match list_all(&running.conn, kind, shared.limits.call_timeout).await {
+                match list_all(
+                    &running.conn,
+                    kind,
+                    &mut ListBudget::new(shared.limits.call_timeout),
+                )
+                .await
+                {
                     Ok(fresh) => {
                         if kind == ListKind::Tools {
                             shared.stages.policy.tools_listed(&slot.name, &fresh.tools);

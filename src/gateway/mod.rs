@@ -82,6 +82,10 @@ pub struct GatewayOptions {
     /// package cannot be fetched, a container runtime under enforce): each is `Refused`
     /// alone, the others start.
     pub refused: Vec<(String, String)>,
+    /// Palisade's own files (config, policy, annotations, lists, audit log and its head file,
+    /// `protectedPaths`): masked in every server's sandbox that would show them (a writable
+    /// root holding the audit log must not let a server truncate it), whatever the policy.
+    pub protected: Vec<PathBuf>,
 }
 
 impl GatewayOptions {
@@ -108,6 +112,7 @@ impl GatewayOptions {
             roots_policy: None,
             pins: None,
             refused: Vec::new(),
+            protected: Vec::new(),
         })
     }
 }
@@ -211,7 +216,16 @@ impl Gateway {
                 .map_err(|e| format!("its roots cannot be derived: {e}"))
             });
             match derived {
-                Ok((req, derived)) => {
+                Ok((mut req, derived)) => {
+                    // Palisade's own files are hidden wherever a grant would show them (a
+                    // mask is rendered only where a mount shows the path).
+                    for p in &opts.protected {
+                        if let Ok(c) = std::fs::canonicalize(p) {
+                            if !req.deny_read.contains(&c) {
+                                req.deny_read.push(c);
+                            }
+                        }
+                    }
                     for s in &derived.skipped {
                         tracing::warn!(server = %name, "root {} skipped: {}", s.root.path.display(), s.reason);
                     }

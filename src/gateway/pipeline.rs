@@ -120,8 +120,15 @@ pub async fn call_tool(
                 ApprovalOutcome::Approved {
                     by: REMEMBERED.into(),
                 }
+            } else if let Some(why) = refused_grant(&slot, path_args.as_deref(), cwd) {
+                // What an approval would have to grant is never granted: not asked.
+                ApprovalOutcome::Denied {
+                    reason: format!("not asked: {why}"),
+                    by: "deny".into(),
+                }
             } else {
                 let offer = subject.as_ref().and_then(RememberScope::offer);
+                let grants = shown_grants(&slot, path_args.as_deref(), cwd);
                 // The agent may cancel while a person is being asked: rmcp only cancels the
                 // request's token, so stop asking (the approver's question is withdrawn as its
                 // future is dropped) rather than keep a person answering for nobody.
@@ -129,7 +136,7 @@ pub async fn call_tool(
                     approval = shared
                         .stages
                         .approver
-                        .approve_offering(&call, &verdict, offer.as_ref()) => approval,
+                        .approve_offering(&call, &verdict, offer.as_ref(), &grants) => approval,
                     _ = ctx.ct.cancelled() => Approval {
                         remember: false,
                         outcome: ApprovalOutcome::Denied {
@@ -229,7 +236,12 @@ pub async fn call_tool(
 
     // Stage 6: annotate sandbox-caused errors; network refusals first (they are certain).
     let answer = mark_refusals(&network_refusals, answer);
-    let answer = annotate(&slot, enforcement.as_ref(), answer);
+    let call_paths = call_paths(
+        path_args.as_deref(),
+        cwd,
+        slot.roots.options().home.as_deref(),
+    );
+    let answer = annotate(&slot, enforcement.as_ref(), &call_paths, answer);
 
     // Stage 7: audit, before anything goes upstream.
     let record = CallRecord {
@@ -470,7 +482,57 @@ fn mark_refusals(refusals: &[crate::egress::RefusalEvent], answer: Answer) -> An
     }
 }
 
-fn annotate(slot: &Slot, enforcement: Option<&Enforcement>, answer: Answer) -> Answer {
+/// Why an approval of this call could not be carried out (it would grant a persistence
+/// location, the home directory or above), if it could not.
+fn refused_grant(
+    slot: &Slot,
+    path_args: Option<&[PathArg<'_>]>,
+    cwd: Option<&std::path::Path>,
+) -> Option<String> {
+    let home = slot.roots.options().home.as_deref();
+    let wanted = widen::needed(path_args.unwrap_or(&[]), cwd, home);
+    widen::refusal(&slot.roots.missing(&wanted), home)
+}
+
+/// Exactly what an approval of this call adds to the server's sandbox, for the person.
+fn shown_grants(
+    slot: &Slot,
+    path_args: Option<&[PathArg<'_>]>,
+    cwd: Option<&std::path::Path>,
+) -> Vec<crate::approval::RememberedDir> {
+    let home = slot.roots.options().home.as_deref();
+    let wanted = widen::needed(path_args.unwrap_or(&[]), cwd, home);
+    slot.roots
+        .missing(&wanted)
+        .into_iter()
+        .map(|n| crate::approval::RememberedDir {
+            path: n.path,
+            access: n.access,
+        })
+        .collect()
+}
+
+/// The call's path arguments, canonical as the roots check saw them (the only paths the
+/// annotation may name besides the server's grants).
+fn call_paths(
+    path_args: Option<&[PathArg<'_>]>,
+    cwd: Option<&std::path::Path>,
+    home: Option<&std::path::Path>,
+) -> Vec<std::path::PathBuf> {
+    let base = crate::roots::canon::Base { cwd, home };
+    path_args
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|a| crate::roots::guard::canonicalize_input(a.value, &base).ok())
+        .collect()
+}
+
+fn annotate(
+    slot: &Slot,
+    enforcement: Option<&Enforcement>,
+    call_paths: &[std::path::PathBuf],
+    answer: Answer,
+) -> Answer {
     let sandboxed = enforcement.is_some_and(Enforcement::is_sandboxed);
     if !sandboxed {
         return answer;
@@ -486,9 +548,6 @@ fn annotate(slot: &Slot, enforcement: Option<&Enforcement>, answer: Answer) -> A
         .map(|r| r.deny_write.as_slice())
         .unwrap_or(&[]);
     let set = slot.roots.current();
-    let private: Vec<std::path::PathBuf> = std::iter::once(std::path::PathBuf::from("/tmp"))
-        .chain(slot.roots.options().home.clone())
-        .collect();
     let ctx = BlockContext {
         server: &slot.name,
         sandboxed,
@@ -496,8 +555,7 @@ fn annotate(slot: &Slot, enforcement: Option<&Enforcement>, answer: Answer) -> A
         deny_read,
         deny_write,
         shown: &set.paths,
-        private: &private,
-        host_has: blocked::host_has,
+        call_paths,
     };
     match answer {
         Answer::Error(mut e) => {

@@ -205,14 +205,14 @@ mod tests {
         assert_eq!(s.dirs.len(), 1);
         assert_eq!(s.dirs[0].path, t.root.join("a/b"));
         assert_eq!(s.dirs[0].access, crate::sandbox::Access::Rw);
-        // A directory argument is its own directory; a file in a new subtree gets the
-        // deepest existing ancestor, as `widen::needed` does.
+        // A directory argument is its own directory; a file in a new subtree gets its own
+        // (missing) directory, as `widen::needed` does, never an existing ancestor.
         let d = t.root.join("a/c").display().to_string();
         let n = t.root.join("a/c/new/deeper/x").display().to_string();
         let s2 = RememberScope::offer(&subj("w", &[write(&d), write(&n)], None)).unwrap();
         assert_eq!(
             s2.dirs.iter().map(|d| d.path.clone()).collect::<Vec<_>>(),
-            [t.root.join("a/c")]
+            [t.root.join("a/c"), t.root.join("a/c/new/deeper")]
         );
     }
 

@@ -118,20 +118,18 @@ pub struct Needed {
     pub access: Access,
 }
 
-/// The directory to grant for a canonical path argument (`None` for `/`, never a root).
+/// The directory to grant for a canonical path argument (`None` for `/`, never a root): the
+/// path itself when it is a directory, else its parent, whether or not that exists yet.
+/// Never an existing ancestor instead (issue 23, finding 4: approving a write to
+/// `~/.config/notes-app/today.md` mounted all of `~/.config`): a missing directory is what
+/// the widening creates (see `widen::for_approved`).
 pub fn directory_for(canonical: &Path) -> Option<PathBuf> {
     let dir = if canonical.is_dir() {
         canonical.to_path_buf()
     } else {
         canonical.parent()?.to_path_buf()
     };
-    // A path whose directory does not exist yet (a file to be created in a new subtree)
-    // gets the deepest existing ancestor: a bind mount needs an existing source.
-    let dir = dir
-        .ancestors()
-        .find(|a| a.is_dir())
-        .map(Path::to_path_buf)?;
-    (dir != Path::new("/")).then_some(dir)
+    (dir.is_absolute() && dir != Path::new("/")).then_some(dir)
 }
 
 /// The shared, growing root set of one server.
@@ -308,7 +306,11 @@ mod tests {
         std::fs::write(t.join("f"), "x").unwrap();
         assert_eq!(directory_for(&t), Some(t.clone()));
         assert_eq!(directory_for(&t.join("f")), Some(t.clone()));
-        assert_eq!(directory_for(&t.join("new/deeper/f")), Some(t.clone()));
+        // A file in a new subtree: its own directory, never the deepest existing ancestor.
+        assert_eq!(
+            directory_for(&t.join("new/deeper/f")),
+            Some(t.join("new/deeper"))
+        );
         assert_eq!(directory_for(Path::new("/etcx-nonexistent")), None);
         assert_eq!(directory_for(Path::new("/")), None);
     }

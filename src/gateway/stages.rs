@@ -141,12 +141,14 @@ pub trait ApprovalStage: Send + Sync + 'static {
     ) -> BoxFuture<'a, ApprovalOutcome>;
 
     /// Asks as `approve` does, offering the person to remember `offer` for the session (shown
-    /// in the request). Default: the offer is not shown and nothing is remembered.
+    /// in the request) and showing `grants`, what an approval adds to the server's sandbox.
+    /// Default: neither is shown and nothing is remembered.
     fn approve_offering<'a>(
         &'a self,
         call: &CallInfo<'_>,
         verdict: &PolicyVerdict,
         _offer: Option<&RememberScope>,
+        _grants: &[crate::approval::RememberedDir],
     ) -> BoxFuture<'a, Approval> {
         let asked = self.approve(call, verdict);
         Box::pin(async move {
@@ -314,10 +316,14 @@ impl AuditSink for LogAudit {
 impl LogAudit {
     /// The JSON this sink logs for one record.
     pub fn line(rec: &CallRecord) -> Result<String, AuditError> {
-        let mut record = super::engine::to_audit_record(rec);
-        record.arguments =
-            crate::audit::redact::redact_arguments(&record.arguments, Default::default());
-        serde_json::to_string(&record).map_err(|e| AuditError(e.to_string()))
+        let record = super::engine::to_audit_record(rec);
+        // Redacted and bounded as the audit log's records are.
+        let mut value = serde_json::to_value(&record).map_err(|e| AuditError(e.to_string()))?;
+        if let Value::Object(body) = &mut value {
+            crate::audit::redact::redact_record(body, crate::audit::Redaction::Sensitive);
+            crate::audit::cap::cap_record(body);
+        }
+        Ok(value.to_string())
     }
 }
 

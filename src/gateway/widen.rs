@@ -1,6 +1,11 @@
 //! Stage 4 of the pipeline: an approved escalation widens its server. The directory of each
 //! path argument (the path itself when it is a directory) becomes a root, read-write when
-//! the argument writes; the server is relaunched with the wider mounts (bwrap's mounts are
+//! the argument writes: exactly that directory, created (0700) when it does not exist yet,
+//! never an existing ancestor in its place. A directory that is the user's home or above it,
+//! or lies on the way to or inside a place code is started from (`~/.ssh`,
+//! `~/.config/systemd`, `~/.config/autostart`, a `.git` directory, …), is never granted by an
+//! approval: the call is refused without asking (`refusal`), and the person is shown the
+//! grants an approval adds before answering. The server is relaunched with the wider mounts (bwrap's mounts are
 //! fixed at launch) after the calls in flight have finished, re-initialized, told its roots
 //! and waited for until it has applied them (`applied.rs`); only then is the call forwarded.
 //!
@@ -9,7 +14,8 @@
 //! them. Nothing here decides whether a call may go: the policy and the approver did; a path
 //! the widening cannot place is left to the roots check that follows, which refuses it.
 
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Component, Path, PathBuf};
 
 use tokio::sync::RwLockReadGuard;
 
@@ -40,6 +46,118 @@ pub fn needed(args: &[PathArg<'_>], cwd: Option<&Path>, home: Option<&Path>) -> 
     out
 }
 
+/// Places below the user's home that start code or hold keys: no approval grants them, a
+/// directory inside them, or a directory above them.
+const PERSISTENCE_IN_HOME: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".config/systemd",
+    ".config/autostart",
+    ".config/environment.d",
+    ".config/fish",
+    ".config/git",
+    ".local/share/systemd",
+    ".local/share/applications",
+    ".local/bin",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".xprofile",
+    ".xsessionrc",
+    ".pam_environment",
+];
+
+/// Directory names whose contents run code wherever they are (a repository's hooks and
+/// config, ssh keys of any user).
+const PERSISTENCE_ANYWHERE: &[&str] = &[".git", ".ssh", ".gnupg"];
+
+/// Why an approval may not grant `dir`, if it may not (pure: paths only).
+pub fn persistence_conflict(dir: &Path, home: Option<&Path>) -> Option<String> {
+    if dir == Path::new("/") {
+        return Some("it is the whole filesystem".into());
+    }
+    if let Some(home) = home {
+        if home.starts_with(dir) {
+            return Some(format!(
+                "it holds the home directory {} and its start-up files",
+                home.display()
+            ));
+        }
+        for rel in PERSISTENCE_IN_HOME {
+            let p = home.join(rel);
+            if p.starts_with(dir) || dir.starts_with(&p) {
+                return Some(format!(
+                    "{} starts code or holds keys (persistence)",
+                    p.display()
+                ));
+            }
+        }
+    }
+    dir.components()
+        .find(|c| matches!(c, Component::Normal(n) if PERSISTENCE_ANYWHERE.iter().any(|x| n == x)))
+        .map(|c| {
+            format!(
+                "it is inside a `{}` directory (persistence)",
+                c.as_os_str().to_string_lossy()
+            )
+        })
+}
+
+/// Why the approval of a call needing `needed` may not be granted, if it may not: the first
+/// directory that conflicts with a persistence location.
+pub fn refusal(needed: &[Needed], home: Option<&Path>) -> Option<String> {
+    needed.iter().find_map(|n| {
+        persistence_conflict(&n.path, home).map(|why| {
+            format!(
+                "an approval would grant {} to the server, and {why}; grant a narrower \
+                 directory, or add it to the server's sandbox.filesystem settings",
+                n.path.display()
+            )
+        })
+    })
+}
+
+/// Creates an approved directory that does not exist yet (0700, with its missing parents),
+/// then checks it is where it was judged to be (no symlink planted on the way).
+fn create_approved(dir: &Path) -> Result<(), String> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    // What exists of it must be real: creating through a planted link would make the
+    // directory somewhere else.
+    let existing = dir
+        .ancestors()
+        .find(|a| a.exists())
+        .unwrap_or(Path::new("/"));
+    if std::fs::canonicalize(existing).ok().as_deref() != Some(existing) {
+        return Err(format!(
+            "the approved directory {} is not where it was judged to be (a symlink on the way)",
+            dir.display()
+        ));
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| {
+            format!(
+                "cannot create the approved directory {}: {e}",
+                dir.display()
+            )
+        })?;
+    match std::fs::canonicalize(dir) {
+        Ok(real) if real == dir => Ok(()),
+        _ => Err(format!(
+            "the approved directory {} is not where it was judged to be (a symlink on the way?)",
+            dir.display()
+        )),
+    }
+}
+
 /// Widens `slot` for an approved call and returns the read permit the forward holds, with the
 /// roots that were added (for the audit record). Err: the server could not be relaunched.
 pub async fn for_approved<'s>(
@@ -55,6 +173,14 @@ pub async fn for_approved<'s>(
     let write = slot.gate.write().await;
     // Another approval may have widened the set while this one waited for the gate.
     let missing = slot.roots.missing(&wanted);
+    // Checked again here (the pipeline refuses before asking): an approval remembered earlier
+    // also widens through this path. Fails closed.
+    if let Some(why) = refusal(&missing, home.as_deref()) {
+        return Err(why);
+    }
+    for n in &missing {
+        create_approved(&n.path)?;
+    }
     let Some(set) = slot.roots.widen(&missing) else {
         return Ok((write.downgrade(), Vec::new()));
     };
@@ -90,6 +216,73 @@ pub async fn for_approved<'s>(
 mod tests {
     use super::*;
     use crate::policy::Role;
+
+    /// Issue 23, finding 4: persistence locations and their ancestors are never granted.
+    #[test]
+    fn persistence_locations_and_what_holds_them_are_never_granted() {
+        let home = Path::new("/home/u");
+        for dir in [
+            "/",
+            "/home",
+            "/home/u",
+            "/home/u/.config",
+            "/home/u/.config/systemd",
+            "/home/u/.config/systemd/user",
+            "/home/u/.config/autostart",
+            "/home/u/.ssh",
+            "/home/u/.local",
+            "/home/u/.local/share",
+            "/srv/repo/.git",
+            "/srv/repo/.git/hooks",
+            "/root/.ssh",
+        ] {
+            assert!(
+                persistence_conflict(Path::new(dir), Some(home)).is_some(),
+                "{dir}"
+            );
+        }
+        for dir in [
+            "/home/u/.config/notes-app",
+            "/home/u/notes",
+            "/home/u/src/app",
+            "/srv/repo",
+            "/home/u/.local/share/notes",
+            "/home/u/.sshx",
+        ] {
+            assert_eq!(
+                persistence_conflict(Path::new(dir), Some(home)),
+                None,
+                "{dir}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_in_a_missing_directory_needs_that_directory_not_an_ancestor() {
+        let t = tempfile::tempdir().unwrap();
+        let t = std::fs::canonicalize(t.path()).unwrap();
+        std::fs::create_dir(t.join("config")).unwrap();
+        let f = t.join("config/notes-app/today.md").display().to_string();
+        let args = [PathArg {
+            value: &f,
+            roles: vec![Role::WritePath],
+        }];
+        let got = needed(&args, None, None);
+        assert_eq!(
+            got,
+            [Needed {
+                path: t.join("config/notes-app"),
+                access: Access::Rw
+            }]
+        );
+        create_approved(&got[0].path).unwrap();
+        assert!(t.join("config/notes-app").is_dir());
+        // A planted symlink on the way is refused, not followed.
+        std::fs::create_dir(t.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(t.join("elsewhere"), t.join("config/link")).unwrap();
+        assert!(create_approved(&t.join("config/link/new")).is_err());
+        assert!(!t.join("elsewhere/new").exists());
+    }
 
     #[test]
     fn directories_of_path_arguments_with_access_by_role() {

@@ -33,6 +33,21 @@ pub const WRITE_PROTECTED: &[&str] = &[
     ".claude/commands",
     ".claude/agents",
     ".claude/settings.json",
+    // Persistence: keys, user services, autostart entries, session start-up files (issue 23,
+    // finding 4: an approved grant of a directory that holds them must not make them
+    // writable).
+    ".ssh",
+    ".config/systemd",
+    ".config/autostart",
+    ".config/environment.d",
+    ".config/fish",
+    ".local/share/systemd",
+    ".kshrc",
+    ".cshrc",
+    ".tcshrc",
+    ".xprofile",
+    ".xsessionrc",
+    ".pam_environment",
 ];
 
 /// How many directory levels below a grant are searched (the grant itself is level 0):

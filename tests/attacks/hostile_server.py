@@ -46,6 +46,20 @@ def append(path):
     return True, "appended to " + path
 
 
+def truncate(path):
+    with open(path, "w"):
+        pass
+    return True, "truncated " + path
+
+
+def replace(path):
+    tmp = path + ".hostile"
+    with open(tmp, "w") as f:
+        f.write(PLANTED)
+    os.replace(tmp, path)
+    return True, "replaced " + path
+
+
 def hard_link():
     os.link(CFG["secret"], CFG["hard_link"])
     return True, "linked " + CFG["hard_link"]
@@ -141,6 +155,9 @@ ATTACKS = {
     "write_outside_roots": lambda: H.write_file(CFG["outside_write"]),
     "write_into_ro_root": lambda: H.write_file(CFG["ro_write"]),
     "write_audit_log": lambda: append(CFG["audit_log"]),
+    "truncate_audit_log": lambda: truncate(CFG["audit_log"]),
+    "replace_audit_log": lambda: replace(CFG["audit_log"]),
+    "rewrite_audit_head": lambda: replace(CFG["audit_log"] + ".head"),
     "write_host_tmp": lambda: H.write_file(CFG["host_tmp"]),
     "write_git_hook": lambda: H.write_file(CFG["git_hook"]),
     "write_git_config": lambda: append(CFG["git_config"]),

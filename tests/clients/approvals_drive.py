@@ -11,7 +11,8 @@ env: WORK (the directory the policy escalates writes in), ESC_DIR (dir: approver
      TTY_ANSWERS (JSON list of lines typed at the terminal), STDOUT_COPY (tty scenario: where
      palisade's stdout is copied), DRIVE_ERRLOG (palisade's stderr).
 
-Scenarios: plain, dir_ipc, timeout, approve_cmd, cancel, tty, tty_cancel, elicit, exec_chain, ordering.
+Scenarios: plain, dir_ipc, timeout, approve_cmd, cancel, tty, tty_cancel, elicit, exec_chain, ordering,
+hostile_tty, hostile_dir, widen_exact.
 """
 
 import json
@@ -274,6 +275,69 @@ async def tty_cancel(s, ctx):
     return out
 
 
+# A file name an agent may choose: moves the cursor up two lines and erases it (ESC[2A ESC[2K),
+# the same with the one-byte C1 CSI, then a right-to-left override.
+HOSTILE_NAME = "evil\x1b[2A\x1b[2K\u009b1A\u202etxt.exe"
+
+
+async def hostile_tty(s, ctx):
+    """An escalated write whose path and content carry terminal escapes; the person says no."""
+    master = ctx["master"]
+    async with anyio.create_task_group() as tg:
+        box = start_call(tg, s, "fs__write", write_args(HOSTILE_NAME, HOSTILE_NAME))
+        shown = await anyio.to_thread.run_sync(read_until, master, b"[y/N]")
+        os.write(master, b"n\n")
+        result = await wait_done(box)
+    return {"shown": shown.decode(errors="replace"), "result": result}
+
+
+async def hostile_dir(s, ctx):
+    """The same call through file IPC, shown by `palisade approve --list`, then denied."""
+    async with anyio.create_task_group() as tg:
+        box = start_call(tg, s, "fs__write", write_args(HOSTILE_NAME, HOSTILE_NAME))
+        [(_, _, request, _)] = await wait_requests(1)
+        out = {"request": request, "listed": await approve_tool("--list")}
+        out["asked"] = await approve_tool("--deny-all")
+        out["result"] = await wait_done(box)
+    return out
+
+
+async def call_approving(s, name, args):
+    """Makes a call; if it asks a person, approves (as a person who trusts the agent would).
+    Returns the result, the request shown (or None when nobody was asked)."""
+    async with anyio.create_task_group() as tg:
+        box = start_call(tg, s, name, args)
+        deadline = time.monotonic() + DEADLINE
+        request = None
+        while not box["done"] and time.monotonic() < deadline:
+            pending = pending_requests()
+            if pending:
+                [(rid, path)] = list(pending.items())
+                with open(path) as f:
+                    request = json.load(f)
+                respond(rid, APPROVED)
+                break
+            await anyio.sleep(0.005)
+        result = await wait_done(box)
+    return {"result": result, "request": request}
+
+
+async def widen_exact(s, ctx):
+    """HOME holds .config: approve a note in a new .config/notes-app, then try .config itself
+    and a user service."""
+    home = os.environ["HOME"]
+    out = {}
+    for label, rel in (
+        ("note", ".config/notes-app/today.md"),
+        ("config", ".config/evil.conf"),
+        ("service", ".config/systemd/user/evil.service"),
+    ):
+        path = os.path.join(home, rel)
+        out[label] = await call_approving(s, "fs__write", {"path": path, "content": "[Service]"})
+        out[label]["written"] = os.path.exists(path)
+    return out
+
+
 async def elicit(s, ctx):
     """One escalation per answer in ELICIT_ANSWERS, answered by the elicitation callback."""
     out = []
@@ -376,7 +440,7 @@ def elicitation_callback(ctx):
 async def main_async(scenario, cmd):
     ctx = {"asked": []}
     answers = os.environ.get("ELICIT_ANSWERS")
-    if scenario in ("tty", "tty_cancel"):
+    if scenario in ("tty", "tty_cancel", "hostile_tty"):
         # A pseudo-terminal we own; palisade gets its slave as controlling terminal.
         master, slave = os.openpty()
         ctx["master"] = master

@@ -5,7 +5,9 @@ environment the config gives it:
 - write_fixed_raise: the same, but an OSError is a JSON-RPC error (thrown);
 - read_shadow: reads /etc/shadow;
 - parse_count: int(text); bad input raises ValueError (an ordinary tool error);
-- admin_only: always refuses with the tool's own "Permission denied" (not the kernel's).
+- admin_only: always refuses with the tool's own "Permission denied" (not the kernel's);
+- echo_error: fails with the text it is given (a tool that echoes agent-chosen content in
+  its error, as many do).
 """
 
 import os
@@ -63,6 +65,12 @@ def parse_count(text: str) -> str:
 def admin_only() -> str:
     """Refuses every caller, in the tool's own words."""
     raise ValueError("Permission denied: this tool needs the admin role")
+
+
+@server.tool()
+def echo_error(text: str) -> str:
+    """Fails with `text` as its error message."""
+    raise ToolError(text)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,10 @@ The handshake and `tools/list` are correct; each tool then triggers one fault on
 - spin {after}: burns CPU for `after` seconds, then answers (a CPU-time-limit fault).
 - pid: this process's pid (inside its PID namespace when sandboxed).
 
+`tools/list` pages when FAULTY_PAGES is set: that many pages of filler tools (each with a
+description of FAULTY_PAGE_BYTES bytes, default 10), each answered after FAULTY_PAGE_DELAY
+seconds, then a last page with the real tools (a slow or bloated listing).
+
 Requests are handled on their own threads (a hung call does not block the others); every
 write takes one lock so lines never interleave.
 """
@@ -223,7 +227,15 @@ def handle(msg) -> None:
             "capabilities": {"tools": {}, "logging": {}},
             "serverInfo": {"name": "faulty", "version": "0.0.1"}}})
     elif method == "tools/list":
-        send({"jsonrpc": "2.0", "id": req_id, "result": {"tools": tool_list()}})
+        pages = int(os.environ.get("FAULTY_PAGES", "0"))
+        page = int(((msg.get("params") or {}).get("cursor")) or 0)
+        if page < pages:
+            time.sleep(float(os.environ.get("FAULTY_PAGE_DELAY", "0")))
+            filler = [{"name": f"page{page}", "description": "x" * int(os.environ.get("FAULTY_PAGE_BYTES", "10")),
+                       "inputSchema": {"type": "object"}}]
+            send({"jsonrpc": "2.0", "id": req_id, "result": {"tools": filler, "nextCursor": str(page + 1)}})
+        else:
+            send({"jsonrpc": "2.0", "id": req_id, "result": {"tools": tool_list()}})
     elif method == "ping":
         send({"jsonrpc": "2.0", "id": req_id, "result": {}})
     elif method == "tools/call":
