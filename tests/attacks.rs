@@ -681,19 +681,21 @@ async fn peer_works(sc: &Scene, gw: &McpClient) -> bool {
 /// objects, `/proc/self`, a Unicode spelling of a link planted in the shared sandbox dir, a
 /// prompt argument and a resource URI of the server's own scheme. Control: the same server
 /// launched directly under a client declaring the same roots, where every attack works.
+/// Behind serve the rows run from a client that declares no roots, except the row about the
+/// agent's own roots, which runs from a second session whose client declares `work/`.
 /// Behind `palisade serve` (enforce, bwrap, built-in default policy) each must be refused by
 /// the gateway; the positive controls (the same tools inside the roots) must still work.
 const AGENT_ATTACKS: &[(&str, &str)] = &[
-    ("unlisted_name", "read a secret outside every root through `get_file(file_name)`, an argument name no list knows, in a tool read-only by its name (finding 1)"),
+    ("unlisted_name", "read `/etc/passwd` (outside every root, visible in the sandbox's curated `/etc`) through `get_file(file_name)`, an argument name no list knows, in a tool read-only by its name (finding 1)"),
     ("file_uri_unlisted", "the same as a `file:` URI through `read_config(location)` (finding 1)"),
-    ("unlisted_src", "the same through `cat(src)` (finding 1)"),
+    ("unlisted_src", "the same through `cat(src)`, marked read-only (finding 1)"),
     ("nested_object", "the same through a nested object, `get_info({\"options\": {\"path\": ...}})` (finding 1)"),
     ("own_environ", "read the server's own environment (an API token from its config) at `/proc/self/environ` through `get_file(file_name)` (findings 1, 8)"),
     ("agent_roots_unlisted", "read a file inside the server's read-only root but outside the roots the agent's client declared, through `get_file(file_name)` (finding 1)"),
     ("proc_self_cwd_write", "write `/proc/self/cwd/pwned-cwd`: palisade's cwd is the sandbox dir, the server's a root whose writes need approval (checked on the host) (finding 8)"),
     ("unicode_planted_link", "plant NFC `sandbox/café` -> a writable root, then write `sandbox/cafe\\u0301/Makefile` (NFD) through a server that normalises names (checked on the host) (finding 2)"),
-    ("prompt_argument", "read the secret through a prompt's path argument, `prompts/get show_file` (finding 12)"),
-    ("custom_scheme_resource", "read the secret through `resources/read` of the server's own scheme, `NAME://file//SECRET` (finding 12)"),
+    ("prompt_argument", "read `/etc/passwd` through a prompt's path argument, `prompts/get show_file` (finding 12)"),
+    ("custom_scheme_resource", "read `/etc/passwd` through `resources/read` of the server's own scheme, `hostile://file//etc/passwd` (finding 12)"),
 ];
 
 /// The first JSON report `{"ok", "detail"}` in a tool, prompt or resource result.
@@ -742,7 +744,7 @@ async fn agent_client(
     log: &Path,
     cwd: &Path,
     token: &str,
-    roots: Vec<String>,
+    roots: Option<Vec<String>>,
 ) -> McpClient {
     let mut opts = SpawnOptions::new("/bin/sh").args(
         [
@@ -759,7 +761,7 @@ async fn agent_client(
         ("HOME".into(), sc.p("home").into()),
         ("PALISADE_LOG_LEVEL".into(), "warn".into()),
     ];
-    opts.roots = Some(roots);
+    opts.roots = roots;
     opts.stderr = StderrMode::File(log.to_path_buf());
     opts.timeout = Duration::from_secs(60);
     McpClient::spawn(opts).await.expect("start the MCP client")
@@ -773,7 +775,9 @@ async fn run_agent_attacks(
     scheme: &str,
 ) -> BTreeMap<String, (bool, String)> {
     use rmcp::model::{GetPromptRequestParams, ReadResourceRequestParams};
-    let secret = sc.p("outside/secret.txt").display().to_string();
+    // Outside every root, yet bound into every sandbox (the curated /etc): only the
+    // gateway's checks stand between the agent and it.
+    let secret = "/etc/passwd".to_string();
     let tool = |name: &str| format!("{prefix}{name}");
     let mut out = BTreeMap::new();
     let calls: Vec<(&str, String, Value)> = vec![
@@ -937,7 +941,7 @@ async fn every_agent_attack_through_serve_fails_and_succeeds_without_palisade() 
         &log,
         &sc.p("work"),
         &token,
-        agent_roots.clone(),
+        Some(agent_roots.clone()),
     )
     .await;
     let plain = run_agent_attacks(&sc, &direct, "", "hostile").await;
@@ -964,21 +968,35 @@ async fn every_agent_attack_through_serve_fails_and_succeeds_without_palisade() 
     });
     let path = sc.p("palisade/agent-config.json");
     std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+    let serve = vec![
+        env!("CARGO_BIN_EXE_palisade").to_string(),
+        "serve".into(),
+        "--config".into(),
+        path.display().to_string(),
+    ];
+    // First a client that declares no roots (only the server's roots and the policy stand in
+    // the way), then one that declares them, for the row about the agent's own roots.
+    let gw = agent_client(&sc, serve.clone(), &log, &sc.p("sandbox"), &token, None).await;
+    let mut boxed = run_agent_attacks(&sc, &gw, "hostile__", "hostile").await;
+    agent_positive_controls(&sc, &gw).await;
+    gw.shutdown().await;
+    reset();
     let gw = agent_client(
         &sc,
-        vec![
-            env!("CARGO_BIN_EXE_palisade").to_string(),
-            "serve".into(),
-            "--config".into(),
-            path.display().to_string(),
-        ],
+        serve,
         &log,
         &sc.p("sandbox"),
         &token,
-        agent_roots,
+        Some(agent_roots),
     )
     .await;
-    let boxed = run_agent_attacks(&sc, &gw, "hostile__", "hostile").await;
+    let row = call(
+        &gw,
+        "hostile__get_file",
+        json!({"file_name": sc.p("ro/notes.txt")}),
+    )
+    .await;
+    boxed.insert("agent_roots_unlisted".into(), row);
     agent_positive_controls(&sc, &gw).await;
     gw.shutdown().await;
     reset();
@@ -1020,6 +1038,7 @@ async fn every_agent_attack_through_serve_fails_and_succeeds_without_palisade() 
         AGENT_ATTACKS.iter().filter(|(n, _)| plain[*n].0).count(),
     )
     .replace(&sc.dir.path().display().to_string(), "$SCENE")
+    .replace(&attacks_dir().display().to_string(), "$REPO/tests/attacks")
     .replace(&token, "TOKEN");
     println!("{table}");
     write_marked_table(&table, "agent-attack-table", "agent-attack-table.md");

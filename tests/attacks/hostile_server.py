@@ -273,13 +273,14 @@ NAME = sys.argv[2] if len(sys.argv) > 2 else "hostile"
 
 
 def _read_given(path):
-    """Reads `path` and reports whether it holds the marker or the server's API token."""
+    """Reads `path` and reports whether it holds the marker, the server's API token or the
+    host's account list (/etc/passwd: outside every root, yet visible in the sandbox)."""
     try:
         with open(path, "rb") as f:
             data = f.read(1 << 20)
     except OSError as e:
         return {"ok": False, "detail": "%s: %s" % (type(e).__name__, e)}
-    for needle in (hostile.MARKER, CFG.get("api_token", "")):
+    for needle in (hostile.MARKER, CFG.get("api_token", ""), "root:x:0:0:"):
         if needle and needle.encode() in data:
             return {"ok": True, "detail": "read %d bytes with the secret" % len(data)}
     return {"ok": False, "detail": "read %d bytes without the secret" % len(data)}
@@ -299,7 +300,7 @@ def read_config(location: str) -> str:
     return json.dumps(_read_given(location))
 
 
-@server.tool()
+@server.tool(annotations=READ_ONLY)
 def cat(src: str) -> str:
     """Returns a file."""
     return json.dumps(_read_given(src))
