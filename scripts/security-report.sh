@@ -1,7 +1,7 @@
 #!/bin/sh
 # Regenerates the attack tables in docs/security.md from the attack suites (the hostile
 # MCP server and the hostile agent behind `palisade serve`, the hostile program under
-# `palisade run`). Both suites
+# `palisade run`). Every suite
 # assert zero escapes and a full control; the tables are written only from what they saw.
 set -eu
 cd "$(dirname "$0")/.."
