@@ -2,7 +2,7 @@
 # Regenerates the attack tables in docs/security.md from the attack suites (the hostile
 # MCP server and the hostile agent behind `palisade serve`, the hostile program under
 # `palisade run`). Every suite
-# assert zero escapes and a full control; the tables are written only from what they saw.
+# asserts zero escapes and a full control; the tables are written only from what they saw.
 set -eu
 cd "$(dirname "$0")/.."
 export PALISADE_TEST_DEPS="${PALISADE_TEST_DEPS:-$PWD/target/test-deps}"
