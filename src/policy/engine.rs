@@ -5,8 +5,9 @@
 //!    denies; role-bearing arguments must be strings or arrays of strings.
 //!    With guessed annotations (the built-in default, or no `tool-annotations.json`), every
 //!    string at any depth of an argument without a path role that reads as a path or
-//!    `file:` URI (`inferred_paths`, `roots::path_like`) is a path value too, read-only tools reading it and
-//!    other tools writing it: a guess by name must never let a path through unchecked.
+//!    `file:` URI (`inferred_paths`, `roots::path_like`) is a path value too, read by a
+//!    read-only tool and written by any other: a guess by name must never let a path
+//!    through unchecked.
 //! 3. Every path-role value is canonicalised against the server's cwd and home; a bad path
 //!    denies (so does a process's own view, `/proc/self`..., and a Unicode-ambiguous name,
 //!    see `canon::resolve_checked`), and so does a path whose walk follows a symlink inside
