@@ -650,7 +650,9 @@ async fn a_server_cannot_borrow_another_servers_egress_socket() {
                  "sandbox": {"filesystem": {"allowRead": [tmp.display().to_string()]}}},
         "open": {"command": python.display().to_string(), "args": [net_probe()], "sandbox": false},
     });
-    let pattern = format!("{}/palisade-egress-*/*-{victim}.sock", tmp.display());
+    // Disguised (`glob:`, dropped by the probe): a plain path would be judged by the
+    // gateway's policy, and this test is about what the sandbox alone hides.
+    let pattern = format!("glob:{}/palisade-egress-*/*-{victim}.sock", tmp.display());
     let steal = json!({"pattern": pattern, "address": format!("http://allowed.test:{port}/steal")});
     let calls = json!([
         call("nosy__unix_get", steal.clone()),

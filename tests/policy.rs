@@ -967,3 +967,104 @@ fn server_domain_allowlist_escalates_before_rules() {
         "allow-push",
     );
 }
+
+/// Issue 23, finding 1: with the built-in default, a read-only-sounding tool whose path
+/// argument has an unlisted name or sits in a nested object was allowed with no path check
+/// (`allow default-read-only-tool`). Every string that reads as a path, at any depth, is a
+/// path now; the control is the same value under a listed name. Finding 2: a path through a
+/// symlink inside the session sandbox dir (which every server can write) is refused.
+#[test]
+fn default_policy_checks_paths_in_unlisted_and_nested_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    let (sandbox, proj) = (base.join("sandbox"), base.join("proj"));
+    std::fs::create_dir_all(&sandbox).unwrap();
+    std::fs::create_dir_all(&proj).unwrap();
+    let mut p = Policy::builtin_default();
+    let schema = json!({"type":"object","properties":{
+        "file_name":{"type":"string"},"location":{"type":"string"},"src":{"type":"string"},
+        "options":{"type":"object"},"path":{"type":"string"}}});
+    p.register_tools(
+        "srv",
+        &[
+            ToolInfo {
+                name: "get_file",
+                input_schema: &schema,
+                read_only_hint: None,
+                destructive_hint: None,
+            },
+            ToolInfo {
+                name: "put_file",
+                input_schema: &schema,
+                read_only_hint: Some(false),
+                destructive_hint: Some(false),
+            },
+        ],
+    );
+    let scope = Scope::new(Some(&sandbox), &[], None).unwrap();
+    let roots = vec![sandbox.clone(), proj.clone()];
+    let ev = |tool: &str, args: Value| {
+        let a = args.as_object().unwrap().clone();
+        p.evaluate(&CallContext {
+            server: "srv",
+            tool,
+            arguments: &a,
+            cwd: Some(&proj),
+            home: None,
+            scope: &scope,
+            roots: &roots,
+        })
+    };
+    // Control: the listed name was always checked.
+    check(
+        &ev("get_file", json!({"path": "/etc/passwd"})),
+        Status::Deny,
+        "default-outside-roots",
+    );
+    for args in [
+        json!({"file_name": "/etc/passwd"}),
+        json!({"location": "file:///etc/passwd"}),
+        json!({"src": "../../../etc/passwd"}),
+        json!({"options": {"path": "/etc/passwd"}}),
+        json!({"options": {"deep": [{"x": "~/.ssh/id_rsa"}]}}),
+    ] {
+        let d = ev("get_file", args.clone());
+        assert_eq!(d.status, Status::Deny, "{args}: {d:?}");
+    }
+    check(
+        &ev("get_file", json!({"file_name": "/proc/self/environ"})),
+        Status::Deny,
+        "structural-bad-path",
+    );
+    // Inside the roots a read is still allowed, and a plain word is not a path.
+    let inside = proj.join("a.txt").display().to_string();
+    check(
+        &ev(
+            "get_file",
+            json!({"options": {"path": inside}, "src": "hello"}),
+        ),
+        Status::Allow,
+        "default-read-in-roots",
+    );
+    // A non-read-only tool writing through an unlisted name is a write in the roots.
+    check(
+        &ev("put_file", json!({"location": inside})),
+        Status::Escalate,
+        "default-write-in-roots",
+    );
+    // Finding 2: a link planted in the sandbox dir is not followed, even into a root.
+    std::os::unix::fs::symlink(&proj, sandbox.join("link")).unwrap();
+    let via = sandbox.join("link/Makefile").display().to_string();
+    check(
+        &ev("put_file", json!({"path": via})),
+        Status::Deny,
+        "structural-sandbox-symlink",
+    );
+    // Control: the same write straight into the sandbox dir is allowed.
+    let direct = sandbox.join("Makefile").display().to_string();
+    check(
+        &ev("put_file", json!({"path": direct})),
+        Status::Allow,
+        "default-sandbox-dir",
+    );
+}

@@ -1,7 +1,9 @@
 //! The MCP server the agent talks to: an rmcp `ServerHandler` over the aggregated catalog.
 //! Tool calls go through the pipeline (`pipeline.rs`); prompts, resources, completions,
 //! subscriptions and log levels are routed by the catalog and forwarded with the same
-//! timeout, cancellation and progress mapping. Every routed `prompts/get`,
+//! timeout, cancellation and progress mapping. The paths a `prompts/get` argument or a
+//! resource URI (of any scheme) names are checked against the roots first, as a tool call's
+//! path arguments are. Every routed `prompts/get`,
 //! `resources/read`, `resources/(un)subscribe` and `completion/complete` writes one audit
 //! record (its `kind` names the method) before the answer goes upstream, and fails closed
 //! when the audit log cannot be written, as tool calls do.
@@ -72,47 +74,96 @@ impl Upstream {
             })
     }
 
-    /// A `file://` resource is read only inside the server's current roots (and the agent's,
-    /// when declared); a refusal is audited and never forwarded. Other schemes are the
-    /// server's own namespace and pass.
+    /// A resource is read (or subscribed to) only when every path it names lies inside the
+    /// server's current roots (and the agent's, when declared): a `file:` URI is its own
+    /// path; a URI of another scheme is searched for the paths a server could read through
+    /// it (`roots::path_like::paths_in_uri`). A refusal is audited and never forwarded.
     fn check_resource_uri(
         &self,
         idx: usize,
+        kind: RecordKind,
         uri: &str,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        if !crate::roots::uri::is_file_uri(uri) {
+        let mut arguments = serde_json::Map::new();
+        arguments.insert("uri".into(), serde_json::Value::String(uri.to_string()));
+        let found = crate::roots::path_like::paths_in_uri(uri);
+        self.check_found_paths(idx, kind, found, arguments, ctx)
+    }
+
+    /// `prompts/get`: every argument value that reads as a path is checked like a resource
+    /// path (a prompt that reads a file it is given is a tool call by another name).
+    fn check_prompt_arguments(
+        &self,
+        idx: usize,
+        request: &GetPromptRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let found: Vec<String> = request
+            .arguments
+            .iter()
+            .flatten()
+            .filter_map(|(_, v)| v.as_str())
+            .filter(|v| crate::roots::path_like::looks_like_path(v))
+            .map(str::to_string)
+            .collect();
+        if found.is_empty() {
             return Ok(());
         }
+        let arguments = serde_json::json!({"name": request.name, "arguments": request.arguments});
+        let arguments = match arguments {
+            serde_json::Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        };
+        self.check_found_paths(idx, RecordKind::PromptsGet, Ok(found), arguments, ctx)
+    }
+
+    /// Checks paths read by a non-tool request against the agent's and the server's roots;
+    /// a refusal (or `found` being one) is audited as a deny and answered with the reason.
+    fn check_found_paths(
+        &self,
+        idx: usize,
+        kind: RecordKind,
+        found: Result<Vec<String>, String>,
+        arguments: serde_json::Map<String, serde_json::Value>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
         let slot = &self.shared.slots[idx];
         let set = slot.roots.current();
-        let arg = [crate::policy::PathArg {
-            value: uri,
-            roles: vec![crate::policy::Role::ReadPath],
-        }];
         let cwd = slot.req.as_ref().and_then(|r| r.cwd.as_deref());
         let home = slot.roots.options().home.as_deref();
-        let refusal = self
-            .shared
-            .upstream_roots
-            .refuse(&arg, &set, cwd, home)
-            .or_else(|| {
-                set.guard
-                    .check(uri, crate::roots::guard::Need::Read)
-                    .err()
-                    .map(|e| format!("{e} [server {}]", slot.name))
-            });
+        let refusal = match found {
+            Err(why) => Some(format!("FORBIDDEN: {why} [server {}]", slot.name)),
+            Ok(paths) => {
+                let args: Vec<crate::policy::PathArg<'_>> = paths
+                    .iter()
+                    .map(|p| crate::policy::PathArg {
+                        value: p,
+                        roles: vec![crate::policy::Role::ReadPath],
+                    })
+                    .collect();
+                self.shared
+                    .upstream_roots
+                    .refuse(&args, &set, cwd, home)
+                    .or_else(|| {
+                        args.iter().find_map(|a| {
+                            set.guard
+                                .check(a.value, crate::roots::guard::Need::Read)
+                                .err()
+                                .map(|e| format!("{e} [server {}]", slot.name))
+                        })
+                    })
+            }
+        };
         let Some(reason) = refusal else {
             return Ok(());
         };
-        let mut arguments = serde_json::Map::new();
-        arguments.insert("uri".into(), serde_json::Value::String(uri.to_string()));
         let snap = slot.snapshot();
         let record = super::stages::CallRecord {
-            kind: Some(RecordKind::ResourcesRead),
+            kind: Some(kind),
             ..super::stages::CallRecord::new(
                 &slot.name,
-                RecordKind::ResourcesRead.method(),
+                kind.method(),
                 super::stages::request_id_string(&ctx.id),
                 arguments,
                 super::stages::PolicyVerdict::deny(reason.clone()),
@@ -158,7 +209,7 @@ impl Upstream {
                 super::stages::request_id_string(&ctx.id),
                 audit.arguments,
                 super::stages::PolicyVerdict::allow(
-                    "not evaluated: the policy governs tool calls (file:// reads are checked against the roots)",
+                    "not evaluated by the rules (they govern tool calls); the paths it names were checked against the roots",
                 ),
                 result,
             )
@@ -326,6 +377,7 @@ impl ServerHandler for Upstream {
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?
             .clone();
         request.name = route.name;
+        self.check_prompt_arguments(route.server, &request, &context)?;
         request.meta = None;
         let audit = Audited::new(
             RecordKind::PromptsGet,
@@ -367,7 +419,7 @@ impl ServerHandler for Upstream {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let idx = self.resource_owner(&request.uri)?;
-        self.check_resource_uri(idx, &request.uri, &context)?;
+        self.check_resource_uri(idx, RecordKind::ResourcesRead, &request.uri, &context)?;
         request.meta = None;
         let audit = Audited::new(
             RecordKind::ResourcesRead,
@@ -386,6 +438,7 @@ impl ServerHandler for Upstream {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let idx = self.resource_owner(&request.uri)?;
+        self.check_resource_uri(idx, RecordKind::ResourcesSubscribe, &request.uri, &context)?;
         request.meta = None;
         let audit = Audited::new(
             RecordKind::ResourcesSubscribe,

@@ -3,8 +3,16 @@
 //! 1. Unknown or unannotated tool: deny.
 //! 2. Arguments checked against the tool's schema; an argument the annotation does not list
 //!    denies; role-bearing arguments must be strings or arrays of strings.
+//!    With guessed annotations (the built-in default, or no `tool-annotations.json`), every
+//!    string at any depth of an argument without a path role that reads as a path or
+//!    `file:` URI (`inferred_paths`, `roots::path_like`) is a path value too, read by a
+//!    read-only tool and written by any other: a guess by name must never let a path
+//!    through unchecked.
 //! 3. Every path-role value is canonicalised against the server's cwd and home; a bad path
-//!    denies.
+//!    denies (so does a process's own view, `/proc/self`..., and a Unicode-ambiguous name,
+//!    see `canon::resolve_checked`), and so does a path whose walk follows a symlink inside
+//!    the session sandbox dir (which every server can write: a link planted there by one
+//!    server must not steer another).
 //! 4. Protected paths deny.
 //! 5. URL roles outside the server's configured domain allowlist escalate.
 //! 6. Roles whose paths all lie in the session sandbox dir are resolved (allowed).
@@ -27,6 +35,7 @@ use super::model::{
 };
 use super::{validate, CallContext, Decision, Policy, PolicySource};
 use crate::roots::canon::{self, Base};
+use crate::roots::path_like::looks_like_path;
 
 pub(crate) const DEFAULT_DENY: &str = "default-deny";
 pub(crate) const SANDBOX_ALLOW: &str = "structural-sandbox-allow";
@@ -40,6 +49,9 @@ pub(crate) struct Call<'a> {
     pub roles: Vec<Role>,
     /// Raw path value -> canonical path, for every path-role value.
     pub paths: Vec<(&'a str, PathBuf)>,
+    /// Path values found by `inferred_paths` in arguments without a path role, with the
+    /// roles they are read with.
+    pub inferred: Vec<(&'a str, Vec<Role>)>,
 }
 
 impl<'a> Call<'a> {
@@ -51,6 +63,11 @@ impl<'a> Call<'a> {
                 continue;
             }
             push_strings(self.ctx.arguments.get(*name), &mut out);
+        }
+        for (v, roles) in &self.inferred {
+            if roles.iter().any(|r| targets.contains(r)) {
+                out.push(v);
+            }
         }
         out
     }
@@ -80,13 +97,19 @@ impl<'a> Call<'a> {
     fn tool_has_any_role(&self, roles: &[Role]) -> bool {
         self.args
             .iter()
-            .any(|(_, rs)| rs.iter().any(|r| roles.contains(r)))
+            .map(|(_, rs)| rs.as_ref())
+            .chain(self.inferred.iter().map(|(_, rs)| rs.as_slice()))
+            .any(|rs| rs.iter().any(|r| roles.contains(r)))
     }
 }
 
-fn resource_roles(args: &[(&str, Cow<'_, [Role]>)]) -> Vec<Role> {
+fn resource_roles(args: &[(&str, Cow<'_, [Role]>)], inferred: &[(&str, Vec<Role>)]) -> Vec<Role> {
     let mut out: Vec<Role> = Vec::new();
-    for (_, roles) in args {
+    let all = args
+        .iter()
+        .map(|(_, rs)| rs.as_ref())
+        .chain(inferred.iter().map(|(_, rs)| rs.as_slice()));
+    for roles in all {
         for r in roles.iter() {
             if r.is_resource() && !out.contains(r) {
                 out.push(*r);
@@ -163,12 +186,14 @@ pub(crate) fn evaluate(policy: &Policy, ctx: &CallContext<'_>) -> Decision {
         cwd: ctx.cwd,
         home: ctx.home,
     };
-    let roles = resource_roles(&args);
+    let inferred = inferred_paths(ann, ctx.arguments, &args);
+    let roles = resource_roles(&args, &inferred);
     let mut call = Call {
         ctx,
         args,
         roles,
         paths: Vec::new(),
+        inferred,
     };
     let path_roles: Vec<Role> = call
         .roles
@@ -181,8 +206,23 @@ pub(crate) fn evaluate(policy: &Policy, ctx: &CallContext<'_>) -> Decision {
         if paths.iter().any(|(r, _)| *r == raw) {
             continue;
         }
-        match canon::canonicalize(raw, &base) {
-            Ok(p) => paths.push((raw, p)),
+        match canon::canonicalize_traced(raw, &base) {
+            Ok(r) => {
+                if let Some(link) = r.links.iter().find(|l| ctx.scope.in_sandbox(l)) {
+                    return Decision::new(
+                        Status::Deny,
+                        "structural-sandbox-symlink",
+                        format!(
+                            "{} goes through the symlink {} in the session sandbox directory, \
+                             which every server can write: links there are not followed",
+                            truncate(raw),
+                            link.display()
+                        ),
+                        path_roles.clone(),
+                    );
+                }
+                paths.push((raw, r.path))
+            }
             Err(e) => {
                 return Decision::new(
                     Status::Deny,
@@ -458,8 +498,51 @@ impl PathArg<'_> {
     }
 }
 
+/// Path values hidden from a guessed annotation: with `ann.derived`, every string at any
+/// depth of an argument without a path or URL role that `looks_like_path`, with the
+/// roles a guessed path argument of this tool gets (read for a read-only tool; read, write
+/// and delete otherwise, since the guess errs towards more). Empty for annotations a person
+/// wrote: there `none` means none.
+fn inferred_paths<'a>(
+    ann: &Annotation,
+    arguments: &'a serde_json::Map<String, Value>,
+    resolved: &[(&str, Cow<'_, [Role]>)],
+) -> Vec<(&'a str, Vec<Role>)> {
+    if !ann.derived {
+        return Vec::new();
+    }
+    let roles = if ann.read_only == Some(true) {
+        vec![Role::ReadPath]
+    } else {
+        vec![Role::ReadPath, Role::WritePath, Role::DeletePath]
+    };
+    // Depth is bounded by serde_json's own recursion limit (128) on what it parsed.
+    fn walk<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::String(s) if looks_like_path(s) => out.push(s),
+            Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            Value::Object(map) => map.values().for_each(|i| walk(i, out)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    for (name, v) in arguments {
+        let typed = resolved.iter().any(|(n, rs)| {
+            n == name
+                && rs
+                    .iter()
+                    .any(|r| matches!(r.category(), RoleCategory::Path | RoleCategory::Url))
+        });
+        if !typed {
+            walk(v, &mut found);
+        }
+    }
+    found.into_iter().map(|v| (v, roles.clone())).collect()
+}
+
 /// The path-role values of a call, resolved exactly as `evaluate` resolves them (conditional
-/// roles included). `None` for a tool the policy does not know (which `evaluate` denies).
+/// roles and paths inferred for guessed annotations included). `None` for a tool the policy
+/// does not know (which `evaluate` denies).
 pub(crate) fn path_arguments<'a>(
     policy: &Policy,
     server: &str,
@@ -467,8 +550,12 @@ pub(crate) fn path_arguments<'a>(
     arguments: &'a serde_json::Map<String, Value>,
 ) -> Option<Vec<PathArg<'a>>> {
     let ann = policy.annotation(server, tool)?;
-    let mut out = Vec::new();
-    for (name, roles) in resolve_roles(ann, arguments) {
+    let resolved = resolve_roles(ann, arguments);
+    let mut out: Vec<PathArg<'a>> = inferred_paths(ann, arguments, &resolved)
+        .into_iter()
+        .map(|(value, roles)| PathArg { value, roles })
+        .collect();
+    for (name, roles) in resolved {
         let path_roles: Vec<Role> = roles
             .iter()
             .copied()

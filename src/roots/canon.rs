@@ -2,6 +2,12 @@
 //!
 //! Pure except for symlink resolution, which reads the filesystem (through the deepest
 //! existing ancestor, so paths that do not exist yet still canonicalise).
+//!
+//! It judges the path the server will reach, so it refuses what it cannot resolve as the
+//! server would: a process's own view (`/proc/self`, `/proc/thread-self`, `/proc/<pid>`,
+//! `/dev/fd`: resolved here they would name palisade's process, not the server's) and a
+//! name with a Unicode-equivalent spelling on disk that a normalising server would open
+//! instead. Never: resolve a path through palisade's own process.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -23,6 +29,20 @@ pub enum PathError {
     Relative,
     #[error("BAD_PATH: unsupported URI (only file:// URIs naming a local path)")]
     Uri,
+    #[error(
+        "BAD_PATH: {0} names a process's own files (/proc/self, /proc/thread-self, /proc/<pid>, \
+         /dev/fd): palisade would resolve it in its own process, not the server's, so it is refused"
+    )]
+    OwnProcess(String),
+    #[error(
+        "BAD_PATH: the name {name:?} in {dir} has a Unicode-equivalent spelling {other:?} on disk; \
+         a server that normalises names would reach that one instead, so it is refused"
+    )]
+    UnicodeAmbiguous {
+        dir: String,
+        name: String,
+        other: String,
+    },
 }
 
 /// The checks every path gets before anything else: not empty, no NUL, not over-long.
@@ -125,7 +145,104 @@ pub fn lexical_normalize(path: &Path) -> PathBuf {
 /// Checks and expands `raw`, then resolves it as the kernel would (`resolve_physical`). A
 /// symlink planted anywhere on the path is followed to where it really points.
 pub fn canonicalize(raw: &str, base: &Base<'_>) -> Result<PathBuf, PathError> {
-    Ok(resolve_physical(&expand(raw, base)?))
+    Ok(resolve_checked(&expand(raw, base)?)?.path)
+}
+
+/// `canonicalize`, also naming every symlink the walk went through (where the link itself
+/// is, not its target), for callers that refuse links in some places (the sandbox dir).
+pub fn canonicalize_traced(raw: &str, base: &Base<'_>) -> Result<Resolved, PathError> {
+    resolve_checked(&expand(raw, base)?)
+}
+
+/// Where a path leads, and the symlinks met on the way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub path: PathBuf,
+    /// The location of each symlink followed, in walk order.
+    pub links: Vec<PathBuf>,
+}
+
+/// True for `/proc/self`, `/proc/thread-self`, `/proc/<pid>` and `/dev/fd` and below: names
+/// whose meaning depends on the process that resolves them.
+pub fn is_own_process(path: &Path) -> bool {
+    let mut c = path.components().filter_map(|c| match c {
+        Component::Normal(n) => Some(n),
+        _ => None,
+    });
+    match (
+        c.next().and_then(|n| n.to_str()),
+        c.next().and_then(|n| n.to_str()),
+    ) {
+        (Some("proc"), Some(x)) => {
+            x == "self" || x == "thread-self" || x.bytes().all(|b| b.is_ascii_digit())
+        }
+        (Some("dev"), Some("fd")) => true,
+        _ => false,
+    }
+}
+
+/// `resolve_physical` with the refusals a policy decision needs: a walk through a
+/// process's own view (`is_own_process`, checked at every step, so `/proc/self/cwd` and a
+/// symlink to it are caught before they resolve to palisade's cwd), or through a name with
+/// a Unicode-equivalent spelling on disk (see `unicode_alias`).
+pub fn resolve_checked(path: &Path) -> Result<Resolved, PathError> {
+    if is_own_process(path) || is_own_process(&lexical_normalize(path)) {
+        return Err(PathError::OwnProcess(path.display().to_string()));
+    }
+    let simple = path.as_os_str().is_ascii()
+        && !path
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir));
+    if simple {
+        // Fast path, the common case: an existing ASCII path that realpath(3) leaves as it
+        // is went through no symlink, so there is nothing more to check.
+        if let Ok(real) = std::fs::canonicalize(path) {
+            if real == path {
+                return Ok(Resolved {
+                    path: real,
+                    links: Vec::new(),
+                });
+            }
+        }
+    }
+    walk(path, true)
+}
+
+/// An entry of `dir` that a server normalising names (NFC, NFKC; server-filesystem matches
+/// entries by NFC when the exact name is missing) could reach for `name`, other than `name`
+/// itself. `exists`: whether `name` itself is there (then only other spellings of a
+/// non-ASCII name are looked up; an ASCII name is its own normal form). When it is missing
+/// the directory is read, since any entry may normalise to it (KELVIN SIGN `\u{212A}` to `K`).
+fn unicode_alias(dir: &Path, name: &std::ffi::OsStr, exists: bool) -> Option<String> {
+    use icu_normalizer::{ComposingNormalizerBorrowed, DecomposingNormalizerBorrowed};
+    let name = name.to_str()?;
+    let nfc = ComposingNormalizerBorrowed::new_nfc();
+    let nfkc = ComposingNormalizerBorrowed::new_nfkc();
+    if exists {
+        if name.is_ascii() {
+            return None;
+        }
+        let forms = [
+            nfc.normalize(name).into_owned(),
+            nfkc.normalize(name).into_owned(),
+            DecomposingNormalizerBorrowed::new_nfd()
+                .normalize(name)
+                .into_owned(),
+            DecomposingNormalizerBorrowed::new_nfkd()
+                .normalize(name)
+                .into_owned(),
+        ];
+        return forms
+            .into_iter()
+            .find(|f| f != name && std::fs::symlink_metadata(dir.join(f)).is_ok());
+    }
+    let (want_c, want_k) = (nfc.normalize(name), nfkc.normalize(name));
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries.filter_map(Result::ok).find_map(|e| {
+        let other = e.file_name().into_string().ok()?;
+        (other != name && (nfc.normalize(&other) == want_c || nfkc.normalize(&other) == want_k))
+            .then_some(other)
+    })
 }
 
 /// Most symlinks followed in one resolution (the kernel's limit is 40).
@@ -148,6 +265,16 @@ pub fn resolve_physical(path: &Path) -> PathBuf {
             return real;
         }
     }
+    match walk(path, false) {
+        Ok(r) => r.path,
+        // Unreachable: an unchecked walk refuses nothing.
+        Err(_) => lexical_normalize(path),
+    }
+}
+
+/// The kernel's walk (see `resolve_physical`); with `checked`, the refusals of
+/// `resolve_checked` at every step.
+fn walk(path: &Path, checked: bool) -> Result<Resolved, PathError> {
     let mut pending: Vec<std::ffi::OsString> = path
         .components()
         .rev()
@@ -159,7 +286,7 @@ pub fn resolve_physical(path: &Path) -> PathBuf {
         .collect();
     let mut cur = PathBuf::from("/");
     let mut missing = false;
-    let mut links = 0;
+    let mut links = Vec::new();
     while let Some(part) = pending.pop() {
         if part == ".." {
             // `cur` never holds a symlink, so its parent is the real parent; climbing back
@@ -171,15 +298,31 @@ pub fn resolve_physical(path: &Path) -> PathBuf {
             }
             continue;
         }
+        let parent_missing = missing;
         cur.push(&part);
+        if checked && is_own_process(&cur) {
+            return Err(PathError::OwnProcess(path.display().to_string()));
+        }
         if missing {
             continue;
         }
-        match std::fs::symlink_metadata(&cur) {
+        let md = std::fs::symlink_metadata(&cur);
+        if checked && !parent_missing {
+            if let Some(parent) = cur.parent() {
+                if let Some(other) = unicode_alias(parent, &part, md.is_ok()) {
+                    return Err(PathError::UnicodeAmbiguous {
+                        dir: parent.display().to_string(),
+                        name: part.to_string_lossy().into_owned(),
+                        other,
+                    });
+                }
+            }
+        }
+        match md {
             Ok(md) if md.file_type().is_symlink() => {
-                links += 1;
+                links.push(cur.clone());
                 match std::fs::read_link(&cur) {
-                    Ok(target) if links <= MAX_LINKS => {
+                    Ok(target) if links.len() <= MAX_LINKS => {
                         cur.pop();
                         if target.is_absolute() {
                             cur = PathBuf::from("/");
@@ -198,7 +341,7 @@ pub fn resolve_physical(path: &Path) -> PathBuf {
             Err(_) => missing = true,
         }
     }
-    cur
+    Ok(Resolved { path: cur, links })
 }
 
 /// Resolves symlinks in an absolute, normal path. Kept for callers of the old name: it is
@@ -262,6 +405,83 @@ mod tests {
         let p = real.join("link/not-there/x");
         let got = canonicalize(p.to_str().unwrap(), &Base::default()).unwrap();
         assert_eq!(got, PathBuf::from("/etc/not-there/x"));
+    }
+
+    #[test]
+    fn a_processs_own_view_is_refused_however_it_is_reached() {
+        let b = Base::default();
+        for p in [
+            "/proc/self/cwd/x",
+            "/proc/self/environ",
+            "/proc/thread-self/root/etc",
+            "/proc/1/environ",
+            "/dev/fd/3",
+            "/dev/stdin",
+            "/proc/../proc/self/cwd",
+            "file:///proc/self/cwd/x",
+        ] {
+            assert!(
+                matches!(canonicalize(p, &b), Err(PathError::OwnProcess(_))),
+                "{p}: {:?}",
+                canonicalize(p, &b)
+            );
+        }
+        // Through a link planted in a root, too.
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/proc/self/cwd", dir.path().join("here")).unwrap();
+        let p = dir.path().join("here/x");
+        assert!(matches!(
+            canonicalize(p.to_str().unwrap(), &b),
+            Err(PathError::OwnProcess(_))
+        ));
+        // /proc itself and per-host files are not a process's own view.
+        assert!(canonicalize("/proc/cpuinfo", &b).is_ok());
+        assert!(canonicalize("/procfs/self", &b).is_ok());
+    }
+
+    #[test]
+    fn a_name_with_a_unicode_equivalent_on_disk_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = std::fs::canonicalize(dir.path()).unwrap();
+        let b = Base::default();
+        // café in NFC planted; asked in NFD (missing) and the reverse (both existing).
+        std::fs::create_dir(d.join("caf\u{e9}")).unwrap();
+        let nfd = d.join("cafe\u{301}/Makefile");
+        assert!(matches!(
+            canonicalize(nfd.to_str().unwrap(), &b),
+            Err(PathError::UnicodeAmbiguous { .. })
+        ));
+        std::fs::create_dir(d.join("cafe\u{301}")).unwrap();
+        assert!(matches!(
+            canonicalize(nfd.to_str().unwrap(), &b),
+            Err(PathError::UnicodeAmbiguous { .. })
+        ));
+        // KELVIN SIGN normalises to K: an ASCII name that is missing still finds it.
+        std::fs::create_dir(d.join("\u{212a}ey")).unwrap();
+        let k = d.join("Key/x");
+        assert!(matches!(
+            canonicalize(k.to_str().unwrap(), &b),
+            Err(PathError::UnicodeAmbiguous { .. })
+        ));
+        // Control: an unambiguous non-ASCII name and a new ASCII name resolve.
+        std::fs::create_dir(d.join("na\u{ef}ve")).unwrap();
+        let ok = d.join("na\u{ef}ve/new");
+        assert_eq!(canonicalize(ok.to_str().unwrap(), &b).unwrap(), ok);
+        let ok = d.join("plain/new");
+        assert_eq!(canonicalize(ok.to_str().unwrap(), &b).unwrap(), ok);
+    }
+
+    #[test]
+    fn the_walk_names_the_links_it_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(d.join("real")).unwrap();
+        std::os::unix::fs::symlink(d.join("real"), d.join("link")).unwrap();
+        let r = canonicalize_traced(d.join("link/f").to_str().unwrap(), &Base::default()).unwrap();
+        assert_eq!(r.path, d.join("real/f"));
+        assert_eq!(r.links, vec![d.join("link")]);
+        let r = canonicalize_traced(d.join("real/f").to_str().unwrap(), &Base::default()).unwrap();
+        assert!(r.links.is_empty());
     }
 
     #[test]

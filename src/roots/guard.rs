@@ -106,14 +106,15 @@ pub fn normalize_input(raw: &str, base: &Base<'_>) -> Result<PathBuf, PathError>
 }
 
 /// Checks and decodes `raw` like `normalize_input`, then resolves it as the kernel would
-/// (`canon::resolve_physical`: symlinks followed before any `..` is applied).
+/// (`canon::resolve_checked`: symlinks followed before any `..` is applied; a process's own
+/// view and Unicode-ambiguous names refused).
 pub fn canonicalize_input(raw: &str, base: &Base<'_>) -> Result<PathBuf, PathError> {
     let expanded = if uri::is_file_uri(raw) {
         uri::uri_to_path(raw)?
     } else {
         canon::expand(raw, base)?
     };
-    Ok(canon::resolve_physical(&expanded))
+    Ok(canon::resolve_checked(&expanded)?.path)
 }
 
 /// Canonicalises an already-decoded absolute path given as bytes (non-UTF-8 allowed).
@@ -123,7 +124,7 @@ pub fn canonicalize_path(path: &Path) -> Result<PathBuf, PathError> {
     if !path.is_absolute() {
         return Err(PathError::Relative);
     }
-    Ok(canon::resolve_physical(path))
+    Ok(canon::resolve_checked(path)?.path)
 }
 
 impl Default for RootGuard {

@@ -68,8 +68,8 @@ async def widen(s):
     # Denied: B stays out of the server's roots and out of its sandbox.
     r["b_denied"] = await escalated_call(s, "probe__read_text", {"path": f"{b}/b.txt"}, "denied")
     r["after_denial"] = {
-        "probe_peek_b": await call(s, "probe__peek", {"what": f"{b}/b.txt"}),
-        "probe_peek_a": await call(s, "probe__peek", {"what": f"{a}/a.txt"}),
+        "probe_peek_b": await call(s, "probe__peek", {"what": f"peek:{b}/b.txt"}),
+        "probe_peek_a": await call(s, "probe__peek", {"what": f"peek:{a}/a.txt"}),
         "probe_mounts": mount_points((await call(s, "probe__mountinfo", {}))["text"]),
     }
     # Approved: B is mounted, announced and readable.
@@ -81,7 +81,7 @@ async def widen(s):
     r["probe_after"] = {
         "mounts": mount_points((await call(s, "probe__mountinfo", {}))["text"]),
         "announced": (await call(s, "probe__announced", {}))["text"].splitlines(),
-        "peek_b": await call(s, "probe__peek", {"what": f"{b}/b.txt"}),
+        "peek_b": await call(s, "probe__peek", {"what": f"peek:{b}/b.txt"}),
     }
     # Escapes through the proxy: a symlink planted in A pointing at C, and `..`.
     r["symlink_write"] = await call(s, "fs__write_file", {"path": f"{a}/link/x.txt", "content": "x"})

@@ -94,9 +94,12 @@ def udp(host: str, port: int) -> str:
 
 
 def unix_get_impl(pattern: str, address: str) -> str:
-    """Finds unix sockets matching `pattern` and asks each, as an HTTP proxy, for `address`."""
+    """Finds unix sockets matching `pattern` and asks each, as an HTTP proxy, for `address`.
+    A `glob:` prefix is dropped: the attack passes the pattern disguised so that the gateway
+    does not judge it as a path argument (it would, issue 23) and the sandbox alone is tested."""
     import glob
 
+    pattern = pattern.removeprefix("glob:")
     found = sorted(glob.glob(pattern))
     if not found:
         return "no socket found"

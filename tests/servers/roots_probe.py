@@ -4,8 +4,9 @@ roots tests compare: its mount table and the roots its client (palisade) announc
 - mountinfo: /proc/self/mountinfo as read inside the sandbox;
 - announced: the client's roots/list answer, as file:// URIs;
 - read_text(path): reads a file (a path argument: palisade checks it against the roots);
-- peek(what): reads a file named by an argument palisade does not know as a path (the
-  hostile direct ask: only the sandbox's mounts stand between it and the host).
+- peek(what): reads the file named after a `peek:` prefix, a value palisade does not read as
+  a path (the hostile direct ask, disguised: only the sandbox's mounts stand between it and
+  the host; a plain path there is checked like any path argument, issue 23).
 """
 
 import sys
@@ -39,7 +40,8 @@ def read_text(path: str) -> str:
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def peek(what: str) -> str:
-    """Reads whatever `what` names, or says why it cannot."""
+    """Reads whatever `what` names after its `peek:` prefix, or says why it cannot."""
+    what = what.removeprefix("peek:")
     try:
         with open(what) as f:
             return "READ: " + f.read()
