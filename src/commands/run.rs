@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::ExitWith;
-use crate::config::SandboxPolicy;
+use crate::config::{Backend, SandboxPolicy};
 use crate::sandbox::capabilities::{self, Depth};
 use crate::sandbox::launch::{self, Enforcement, Grant, LaunchError, LaunchRequest};
 use crate::sandbox::Access;
@@ -80,6 +80,10 @@ pub struct RunArgs {
     /// enforce: refuse when the sandbox cannot be set up; warn: run unsandboxed, loudly.
     #[arg(long, value_enum, default_value = "enforce")]
     pub sandbox_policy: crate::config::SandboxPolicy,
+    /// Sandbox backend: auto (bubblewrap where it can create its namespaces, else Landlock),
+    /// bwrap, landlock or srt.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: crate::config::Backend,
     /// Learn aid: run the command under strace and, when it ends, report on stderr the paths
     /// and addresses the sandbox refused it (to write a profile for an unknown server).
     #[arg(long)]
@@ -108,9 +112,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // enforce: a quick probe (files and `bwrap --version`); if namespaces fail anyway, bwrap
     // itself refuses before the command starts. warn: a full probe, because falling back
     // to running unsandboxed must only happen when the sandbox really cannot start.
-    let depth = match req.policy {
-        SandboxPolicy::Enforce => Depth::Quick,
-        SandboxPolicy::Warn => Depth::Full,
+    // auto must know whether bubblewrap really works here (a container or a sandbox without
+    // user namespaces picks Landlock), so it tries a trivial sandbox; landlock needs no trial.
+    let depth = match (req.policy, req.backend) {
+        (_, Backend::Landlock) => Depth::Quick,
+        (SandboxPolicy::Enforce, Backend::Auto) => Depth::Trial,
+        (SandboxPolicy::Enforce, _) => Depth::Quick,
+        (SandboxPolicy::Warn, _) => Depth::Full,
     };
     let caps = capabilities::probe(depth);
     if crate::gateway::network::wants_proxy(&req) {
@@ -128,6 +136,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .into());
         }
         return traced(&req, prepared, log.path());
+    }
+    if prepared.owns_files() {
+        // The Landlock tier's private HOME/TMPDIR must be removed afterwards: spawn and
+        // wait instead of exec'ing.
+        let rt = super::runtime()?;
+        let code = rt.block_on(supervise(prepared));
+        rt.shutdown_timeout(std::time::Duration::from_millis(200));
+        return Ok(ExitCode::from(code?));
     }
     let (mut cmd, _, held) = prepared.into_std();
     let err = cmd.exec();
@@ -387,6 +403,7 @@ fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
             .map(|p| crate::roots::canon::resolve_existing_prefix(&abs(p)))
             .collect(),
         policy: args.sandbox_policy,
+        backend: args.backend,
         profile: args.profile.clone(),
         profiles_dir: args.profiles_dir.as_deref().map(abs),
         state_root: args.state_dir.as_deref().map(abs),
