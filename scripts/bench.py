@@ -199,7 +199,11 @@ def srt_works(s):
 
 def bench_true(s, with_srt):
     true = shutil.which("true") or "/usr/bin/true"
-    variants = {"true": [true], "palisade run -- true": [PALISADE, "run", "--", "true"]}
+    # The bwrap tier as before (auto would add its trial sandbox), and the Landlock tier.
+    variants = {"true": [true],
+                "palisade run -- true": [PALISADE, "run", "--backend", "bwrap", "--", "true"],
+                "palisade run --backend landlock -- true":
+                    [PALISADE, "run", "--backend", "landlock", "--", "true"]}
     if BWRAP:
         # The namespaces and mounts palisade uses, without its probing, closure and seccomp.
         variants["bwrap (bare, same namespaces)"] = [

@@ -34,8 +34,12 @@ for t in "${tables[@]}"; do
   fi
   log "attack table ($t)"
   cat "$t"
-  awk -F'|' 'FNR>2 && /^\|/ {n++; if ($3 ~ /^ *succeeds/) c++; if ($4 ~ /^ *blocked/) b++}
-    END {printf "%d attacks: the control succeeded in %d/%d, palisade blocked %d/%d\n", n, c, n, b, n}' "$t"
+  # The serve table has one column per tier (bwrap, then landlock).
+  awk -F'|' 'FNR>2 && /^\|/ {n++; if ($3 ~ /^ *succeeds/) c++; if ($4 ~ /^ *blocked/) b++;
+      if (NF > 5) { l++; if ($5 ~ /^ *blocked/) lb++; if ($5 ~ /beyond this tier/) lx++ } }
+    END {printf "%d attacks: the control succeeded in %d/%d, palisade blocked %d/%d", n, c, n, b, n;
+      if (l) printf "; under landlock %d/%d (%d beyond Landlock by design)", lb, l, lx;
+      printf "\n"}' "$t"
 done
 if [ -f "$host_skips" ]; then
   log "SKIPPED: tests that need a host feature this machine lacks (see palisade check)"

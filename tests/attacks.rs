@@ -1,6 +1,6 @@
 //! The hostile MCP server (tests/attacks/hostile_server.py) behind `palisade serve` under
-//! enforce with the native bubblewrap backend, driven by palisade's own rmcp client, and the
-//! same server launched directly as the control. Every attack must succeed in the control
+//! enforce, once per native tier (bubblewrap, Landlock), driven by palisade's own rmcp
+//! client, and the same server launched directly as the control. Every attack must succeed in the control
 //! (so the suite cannot pass vacuously) and fail behind palisade; the table is printed and
 //! written to target/ (and into docs/security.md with PALISADE_UPDATE_DOCS=1, see
 //! scripts/security-report.sh).
@@ -94,6 +94,13 @@ const ATTACKS: &[(&str, &str)] = &[
     ("kernel_keyring", "add a key to the kernel keyring"),
     ("read_audit_log", "read palisade's audit log"),
 ];
+
+/// The sandbox tiers the suite runs behind, each a `backend` value.
+const TIERS: &[&str] = &["bwrap", "landlock"];
+
+/// Attacks the Landlock tier does not stop, by design (docs/security.md says why): it has no
+/// PID namespace, so a host process's command line is visible in /proc.
+const BEYOND_LANDLOCK: &[&str] = &["see_host_process"];
 
 /// Attacks the host kernel or network may refuse on its own: a failing control skips them.
 const HOST_DEPENDENT: &[&str] = &[
@@ -261,7 +268,7 @@ fn scene() -> Scene {
 
 /// The config `palisade serve` runs: the hostile server and a peer (another instance of the
 /// same program) that shares the hostile server's writable root and owns a private one.
-fn write_config(sc: &Scene) -> PathBuf {
+fn write_config(sc: &Scene, backend: &str) -> PathBuf {
     let server = |name: &str, allow_write: Vec<PathBuf>, allow_read: Vec<PathBuf>| {
         json!({
             "command": venv_python(),
@@ -277,7 +284,7 @@ fn write_config(sc: &Scene) -> PathBuf {
         "palisade": {
             "sandboxDir": sc.p("sandbox"),
             "sandboxPolicy": "enforce",
-            "backend": "bwrap",
+            "backend": backend,
             "auditLog": sc.audit_log(),
             "lists": sc.p("palisade/lists.json"),
         }
@@ -433,52 +440,23 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
     // Control: the same server launched directly; a stand-in audit log and config exist at
     // the paths palisade will use.
     std::fs::write(sc.audit_log(), "{\"stand-in\": true}\n").unwrap();
-    write_config(&sc);
+    write_config(&sc, "bwrap");
     let direct = client(&sc, server_cmd, &log).await;
     let plain = run_all(&sc, &direct, ("", "")).await;
     direct.shutdown().await;
 
-    // Behind palisade: enforce, native backend.
-    sc.reset();
-    std::fs::remove_file(sc.audit_log()).unwrap();
-    let config = write_config(&sc);
-    let serve = vec![
-        env!("CARGO_BIN_EXE_palisade").to_string(),
-        "serve".into(),
-        "--config".into(),
-        config.display().to_string(),
-    ];
-    let gw = client(&sc, serve, &log).await;
-    let tools: Vec<String> = gw
-        .list_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
-    assert!(
-        tools.contains(&"hostile__read_secret".to_string())
-            && tools.contains(&"peer__read_path".to_string()),
-        "both servers must be up under enforce: {tools:?}\n{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
-    // Positive control: the roots themselves work through the gateway.
-    let (ok, detail) = call(
-        &gw,
-        "peer__read_path",
-        json!({"path": sc.p("peer/secret.txt")}),
-    )
-    .await;
-    assert!(ok, "a read inside the peer's own root must work: {detail}");
-    let boxed = run_all(&sc, &gw, ("hostile__", "peer__")).await;
-    gw.shutdown().await;
+    // Behind palisade: enforce, once per tier.
+    let mut boxed = Vec::new();
+    for tier in TIERS {
+        boxed.push(behind_serve(&sc, tier, &log).await);
+    }
 
     let mut rows = Vec::new();
     let mut failures = Vec::new();
-    let (mut succeeded, mut controls) = (0, 0);
+    let mut controls = 0;
+    let mut succeeded = vec![0; TIERS.len()];
     for (name, what) in ATTACKS {
         let (c_ok, c_detail) = plain[*name].clone();
-        let (s_ok, s_detail) = boxed[*name].clone();
         if c_ok {
             controls += 1;
         } else if HOST_DEPENDENT.contains(name) {
@@ -486,30 +464,56 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
         } else {
             failures.push(format!("control for {name} failed: {c_detail}"));
         }
-        if s_ok {
-            succeeded += 1;
-            failures.push(format!("ESCAPE through serve {name}: {s_detail}"));
-        } else if let Some(why) = not_a_sandbox_refusal(name, &s_detail) {
-            failures.push(format!(
-                "{name} did not run behind serve ({why}): {s_detail}"
-            ));
-        }
         let control_cell = if c_ok {
             "succeeds".to_string()
         } else {
             format!("fails ({c_detail})")
         };
-        let sandbox_cell = if s_ok {
-            format!("**SUCCEEDS** ({s_detail})")
-        } else {
-            format!("blocked: {s_detail}")
-        };
-        rows.push(format!("| {what} | {control_cell} | {sandbox_cell} |"));
+        let mut cells = vec![control_cell];
+        for (i, tier) in TIERS.iter().enumerate() {
+            let (s_ok, s_detail) = boxed[i][*name].clone();
+            let beyond = *tier == "landlock" && BEYOND_LANDLOCK.contains(name);
+            if s_ok {
+                succeeded[i] += 1;
+                if !beyond {
+                    failures.push(format!("ESCAPE through serve ({tier}) {name}: {s_detail}"));
+                }
+            } else if let Some(why) = not_a_sandbox_refusal(name, &s_detail) {
+                failures.push(format!(
+                    "{name} did not run behind serve ({tier}) ({why}): {s_detail}"
+                ));
+            } else if beyond {
+                failures.push(format!(
+                    "{name} is listed as beyond Landlock but was blocked: update BEYOND_LANDLOCK and docs/security.md ({s_detail})"
+                ));
+            }
+            cells.push(match (s_ok, beyond) {
+                (true, true) => {
+                    format!("succeeds: beyond this tier (no PID namespace) ({s_detail})")
+                }
+                (true, false) => format!("**SUCCEEDS** ({s_detail})"),
+                (false, _) => format!("blocked: {s_detail}"),
+            });
+        }
+        rows.push(format!("| {what} | {} |", cells.join(" | ")));
     }
+    let headers: Vec<String> = TIERS
+        .iter()
+        .map(|t| format!("behind `palisade serve` (enforce, {t})"))
+        .collect();
+    let totals: Vec<String> = TIERS
+        .iter()
+        .zip(&succeeded)
+        .map(|(t, n)| format!("{n} under {t}"))
+        .collect();
     let table = format!(
-        "| attack (hostile MCP server) | launched directly (control) | behind `palisade serve` (enforce, bwrap) |\n|---|---|---|\n{}\n\n{} attacks; control succeeded for {controls}; {succeeded} succeeded behind palisade.\n",
+        "| attack (hostile MCP server) | launched directly (control) | {} |\n|---|---|{}\n{}\n\n{} attacks; control succeeded for {controls}; succeeded behind palisade: {} (beyond Landlock by design: {}).\n",
+        headers.join(" | "),
+        "---|".repeat(TIERS.len()),
         rows.join("\n"),
-        ATTACKS.len()
+        ATTACKS.len(),
+        totals.join(", "),
+        BEYOND_LANDLOCK.join(", "),
     )
     .replace(&sc.dir.path().display().to_string(), "$SCENE")
     .replace(&sc.host_tmp.display().to_string(), "/tmp/palisade-hostile-ID")
@@ -523,7 +527,56 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
         failures.join("\n"),
         std::fs::read_to_string(&log).unwrap_or_default()
     );
-    assert_eq!(succeeded, 0);
+    assert_eq!(succeeded[0], 0, "nothing gets through bwrap");
+}
+
+/// Runs every attack behind `palisade serve` with `backend`, after checking that both
+/// servers are up and the peer's own root works.
+async fn behind_serve(sc: &Scene, backend: &str, log: &Path) -> BTreeMap<String, (bool, String)> {
+    sc.reset();
+    let _ = std::fs::remove_file(sc.audit_log());
+    let config = write_config(sc, backend);
+    let serve = vec![
+        env!("CARGO_BIN_EXE_palisade").to_string(),
+        "serve".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ];
+    let gw = client(sc, serve, log).await;
+    let tools: Vec<String> = gw
+        .list_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(
+        tools.contains(&"hostile__read_secret".to_string())
+            && tools.contains(&"peer__read_path".to_string()),
+        "both servers must be up under enforce ({backend}): {tools:?}\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+    // Positive control: the roots themselves work through the gateway.
+    let (ok, detail) = call(
+        &gw,
+        "peer__read_path",
+        json!({"path": sc.p("peer/secret.txt")}),
+    )
+    .await;
+    assert!(
+        ok,
+        "a read inside the peer's own root must work ({backend}): {detail}"
+    );
+    let boxed = run_all(sc, &gw, ("hostile__", "peer__")).await;
+    gw.shutdown().await;
+    // The audit log names the tier actually used.
+    let audit = std::fs::read_to_string(sc.audit_log()).unwrap_or_default();
+    assert!(
+        audit.contains(&format!("\"sandboxBackend\":\"{backend}\"")),
+        "the audit log names the {backend} tier: {}",
+        audit.lines().next().unwrap_or("")
+    );
+    boxed
 }
 
 /// Issue 23, finding 6 (regression: Palisade's own files were refused to the agent by the
@@ -680,7 +733,7 @@ async fn fork_bomb_and_memory_hog_are_stopped_and_the_rest_keeps_working() {
     assert!(hog_ok, "control memory hog must succeed: {hog}");
     direct.shutdown().await;
 
-    let config = write_config(&sc);
+    let config = write_config(&sc, "bwrap");
     let mut cfg: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
     cfg["mcpServers"]["hostile"]["sandbox"]["limits"] = json!({"memoryMb": 256, "processes": 64});
     std::fs::write(&config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();

@@ -29,10 +29,16 @@ const ENV_SECRET: &str = "compat-env-secret-91ab";
 /// sandbox dir and the state dir.
 struct Ws {
     dir: tempfile::TempDir,
+    /// The `backend` of the configs this workspace writes.
+    backend: &'static str,
 }
 
 impl Ws {
     fn new() -> Ws {
+        Ws::with_backend("bwrap")
+    }
+
+    fn with_backend(backend: &'static str) -> Ws {
         let dir = tempfile::tempdir().unwrap();
         for d in ["granted", "secret", "sandbox", "state"] {
             std::fs::create_dir_all(dir.path().join(d)).unwrap();
@@ -43,7 +49,7 @@ impl Ws {
         )
         .unwrap();
         std::fs::write(dir.path().join("secret/secret.txt"), SECRET_TEXT).unwrap();
-        Ws { dir }
+        Ws { dir, backend }
     }
 
     fn p(&self, rel: &str) -> String {
@@ -56,7 +62,7 @@ impl Ws {
             "mcpServers": {name: server},
             "palisade": {
                 "sandboxPolicy": "enforce",
-                "backend": "bwrap",
+                "backend": self.backend,
                 "sandboxDir": self.p("sandbox"),
                 "stateDir": self.p("state"),
                 "policy": allow_all_policy(),
@@ -217,7 +223,10 @@ impl Drop for LocalPage {
 }
 
 fn filesystem() -> Vec<Row> {
-    let ws = Ws::new();
+    filesystem_on(Ws::new())
+}
+
+fn filesystem_on(ws: Ws) -> Vec<Row> {
     let cfg = ws.config(
         "fs",
         // No directory in args: the profile's rootsAs delivers the roots on the command line.
@@ -276,7 +285,10 @@ fn filesystem_widen() -> Vec<Row> {
 }
 
 fn fs_server() -> Vec<Row> {
-    let ws = Ws::new();
+    fs_server_on(Ws::new())
+}
+
+fn fs_server_on(ws: Ws) -> Vec<Row> {
     let cfg = ws.config(
         "pfs",
         json!({"command": palisade(), "args": ["fs-server", "--root", ws.p("granted")],
@@ -537,6 +549,31 @@ fn real_servers_work_inside_their_profiles() {
         })
         .collect();
     assert!(failed.is_empty(), "failed checks:\n{}", failed.join("\n"));
+}
+
+/// The Landlock tier (no namespaces) runs real servers too: server-filesystem (node, roots
+/// delivered on its command line) and palisade's own fs-server pass every check of their
+/// scenarios, the sandbox checks (secret outside the roots, the launcher's environment)
+/// included.
+#[test]
+fn server_filesystem_and_fs_server_work_under_landlock() {
+    let mut all = filesystem_on(Ws::with_backend("landlock"));
+    all.extend(fs_server_on(Ws::with_backend("landlock")));
+    let failed: Vec<String> = all
+        .iter()
+        .filter(|r| !r.pass)
+        .map(|r| format!("{} / {}: {}", r.server, r.check, r.detail))
+        .collect();
+    println!(
+        "landlock: {} checks, {} passed",
+        all.len(),
+        all.len() - failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "failed under landlock:\n{}",
+        failed.join("\n")
+    );
 }
 
 /// `palisade profiles list|show` and `palisade check --config` report the profiles.

@@ -299,9 +299,11 @@ fn a_call_the_agents_roots_refuse_is_not_audited_as_allowed() {
 }
 
 // #5: where namespaces fail (a container, a nested sandbox), `palisade run` under enforce
-// printed bubblewrap's raw error and exited 1. It now refuses itself, with the cause and the
-// fix, and exits 3 (as `check` explains). The place without user namespaces is real: an
-// outer bubblewrap with --disable-userns, inside which creating one fails with ENOSPC.
+// printed bubblewrap's raw error and exited 1. Asked for bubblewrap, it now refuses itself,
+// with the cause and the fix, and exits 3 (as `check` explains); under the default `auto` it
+// runs under the Landlock tier instead (tests/sandbox.rs). The place without user namespaces
+// is real: an outer bubblewrap with --disable-userns, inside which creating one fails with
+// ENOSPC.
 #[test]
 fn run_refuses_with_its_own_reason_where_namespaces_fail() {
     let Some(bwrap) = which("bwrap") else {
@@ -310,7 +312,15 @@ fn run_refuses_with_its_own_reason_where_namespaces_fail() {
     let out = Command::new(bwrap)
         .args(["--dev-bind", "/", "/", "--unshare-user", "--disable-userns"])
         .args(["--die-with-parent", "--", palisade()])
-        .args(["run", "--sandbox-policy", "enforce", "--", "/bin/true"])
+        .args([
+            "run",
+            "--backend",
+            "bwrap",
+            "--sandbox-policy",
+            "enforce",
+            "--",
+            "/bin/true",
+        ])
         .env_remove("RUST_LOG")
         .output()
         .unwrap();

@@ -534,7 +534,7 @@ fn marker_path(dir: &Path) -> PathBuf {
 fn enforce_without_bubblewrap_refuses_and_starts_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let out = palisade()
-        .args(["run", "--rw"])
+        .args(["run", "--backend", "bwrap", "--rw"])
         .arg(dir.path())
         .args(["--", "/usr/bin/touch"])
         .arg(marker_path(dir.path()))
@@ -564,7 +564,15 @@ fn warn_without_bubblewrap_runs_unsandboxed_and_says_so() {
         ("PATH", bin.display().to_string()),
     ] {
         let out = palisade()
-            .args(["run", "--sandbox-policy", "warn", "--", "cat"])
+            .args([
+                "run",
+                "--backend",
+                "bwrap",
+                "--sandbox-policy",
+                "warn",
+                "--",
+                "cat",
+            ])
             .arg(&secret)
             .env(key, &value)
             .output()
@@ -587,6 +595,152 @@ fn warn_without_bubblewrap_runs_unsandboxed_and_says_so() {
         "{}",
         text(&out.stderr)
     );
+}
+
+#[test]
+fn auto_without_bubblewrap_runs_under_landlock_and_says_which_tier() {
+    let sc = scene();
+    let secret = sc.cfg["secret"].as_str().unwrap().to_string();
+    let work = sc.dir.path().join("work");
+    let out = palisade()
+        .env("PALISADE_LOG_LEVEL", "info")
+        .args(["run", "--rw"])
+        .arg(&work)
+        .args([
+            "--",
+            "/bin/sh",
+            "-c",
+            "cat \"$1\"; echo made > \"$2/made\"",
+            "sh",
+        ])
+        .arg(&secret)
+        .arg(&work)
+        .env("PALISADE_BWRAP", "/nonexistent/bwrap")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(!text(&out.stdout).contains("palisade-marker"), "{err}");
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(err.contains("sandboxed by landlock"), "{err}");
+    assert!(err.contains("PALISADE_BWRAP"), "the log says why: {err}");
+    assert!(err.contains("host processes are visible in /proc"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(work.join("made")).unwrap(),
+        "made\n",
+        "the grant works"
+    );
+}
+
+/// Runs `argv` inside a bubblewrap sandbox whose user namespace forbids nesting: what a
+/// container or an agent's own sandbox without user namespaces looks like to palisade
+/// (bubblewrap then fails with ENOSPC). `None` when this host cannot make one.
+fn without_userns(argv: &[&std::ffi::OsStr]) -> Option<Command> {
+    let probe = Command::new("bwrap")
+        .args([
+            "--unshare-user",
+            "--disable-userns",
+            "--dev-bind",
+            "/",
+            "/",
+            "--",
+        ])
+        .args([
+            "bwrap",
+            "--unshare-user",
+            "--dev-bind",
+            "/",
+            "/",
+            "--",
+            "true",
+        ])
+        .output()
+        .ok()?;
+    if probe.status.success() || !text(&probe.stderr).contains("ENOSPC") {
+        return None;
+    }
+    let mut c = Command::new("bwrap");
+    c.args([
+        "--unshare-user",
+        "--disable-userns",
+        "--dev-bind",
+        "/",
+        "/",
+        "--",
+    ])
+    .args(argv);
+    Some(c)
+}
+
+#[test]
+fn without_user_namespaces_auto_picks_landlock_and_the_attacks_fail() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_palisade")).as_os_str();
+    let Some(mut check) = without_userns(&[bin, "check".as_ref(), "--json".as_ref()]) else {
+        skip::host_skip(
+            "sandbox::without_user_namespaces_auto_picks_landlock_and_the_attacks_fail",
+            "bwrap cannot make a sandbox without nested user namespaces here",
+        );
+        return;
+    };
+    let out = check.output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["default_tier"]["backend"], "landlock", "{report}");
+    assert_eq!(report["default_server"]["status"], "sandboxed", "{report}");
+    assert!(
+        report["default_tier"]["why"]
+            .as_str()
+            .unwrap()
+            .contains("ENOSPC"),
+        "{report}"
+    );
+
+    let sc = scene();
+    let d = sc.dir.path();
+    let cfg = sc.cfg.to_string();
+    let (py, host) = (PY.as_ref(), hostile());
+    // Control: the nested environment itself lets every attack through (but those it
+    // refuses on its own, such as a further user namespace).
+    let mut control = without_userns(&[py, host.as_os_str(), cfg.as_ref()]).unwrap();
+    control.env("HOME", d.join("home"));
+    let plain = attack(&sc, control);
+    let (ro, work) = (d.join("ro"), d.join("work"));
+    let mut run = without_userns(&[
+        bin,
+        "run".as_ref(),
+        "--ro".as_ref(),
+        ro.as_os_str(),
+        "--rw".as_ref(),
+        work.as_os_str(),
+        "--".as_ref(),
+        py,
+        host.as_os_str(),
+        cfg.as_ref(),
+    ])
+    .unwrap();
+    run.env("HOME", d.join("home"));
+    let boxed = attack(&sc, run);
+    let mut failures = Vec::new();
+    let mut controls = 0;
+    for (name, _) in ATTACKS {
+        let (c_ok, c_detail) = plain[*name].clone();
+        let (s_ok, s_detail) = boxed[*name].clone();
+        if c_ok {
+            controls += 1;
+        } else if !HOST_DEPENDENT.contains(name) {
+            failures.push(format!("control for {name} failed: {c_detail}"));
+        }
+        let beyond = *name == "see_host_process";
+        match (s_ok, beyond) {
+            (true, false) => {
+                failures.push(format!("ESCAPE under auto/landlock {name}: {s_detail}"))
+            }
+            (false, true) => {
+                failures.push(format!("{name} is beyond Landlock yet blocked: {s_detail}"))
+            }
+            _ => {}
+        }
+    }
+    assert!(controls >= 12, "too few controls succeeded: {plain:?}");
+    assert!(failures.is_empty(), "{}\n{boxed:?}", failures.join("\n"));
 }
 
 #[test]

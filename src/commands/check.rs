@@ -10,7 +10,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::config::{GatewayConfig, SandboxPolicy, SandboxSetting, ServerConfig};
-use crate::sandbox::capabilities::{self, Capabilities, Depth, Userns};
+use crate::sandbox::capabilities::{self, Capabilities, Depth, Landlock, Userns};
 use crate::sandbox::launch::{self, LaunchRequest};
 use crate::sandbox::resolve::Resolution;
 
@@ -33,8 +33,10 @@ struct Report {
     machine: Capabilities,
     /// How memory and task limits are enforced for servers on this machine.
     resource_limits: crate::sandbox::cgroup::Support,
-    /// What a default server (enforce, bwrap, loopback only) would get.
+    /// What a default server (enforce, backend auto, no network) would get.
     default_server: Resolution,
+    /// Which tier a default server gets, and why.
+    default_tier: Tier,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     servers: Vec<ServerReport>,
 }
@@ -46,9 +48,32 @@ struct ServerReport {
     /// The sandbox profile the server gets (`name (why)`), or why none could be chosen.
     profile: Option<String>,
     resolution: Resolution,
+    tier: Tier,
     /// For a package runner line (`npx -y`, `uvx`, ...): what palisade's cache holds for it.
     #[serde(skip_serializing_if = "Option::is_none")]
     package: Option<PackageReport>,
+}
+
+/// The sandbox tier a server gets and why; for Landlock, what that tier does not enforce.
+#[derive(Debug, Serialize)]
+struct Tier {
+    backend: crate::config::Backend,
+    why: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    not_enforced: Vec<&'static str>,
+}
+
+fn tier_of(caps: &Capabilities, req: &LaunchRequest) -> Tier {
+    let (backend, why) = crate::sandbox::resolve::tier(caps, req.backend);
+    Tier {
+        backend,
+        why,
+        not_enforced: if backend == crate::config::Backend::Landlock {
+            launch::LANDLOCK_NOT_ENFORCED.to_vec()
+        } else {
+            Vec::new()
+        },
+    }
 }
 
 /// A package runner server's package, as the cache has it (never fetched by `check`).
@@ -108,6 +133,7 @@ fn package_report(server: &ServerConfig) -> Option<PackageReport> {
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let caps = capabilities::probe(Depth::Full);
     let default_server = launch::resolution(&LaunchRequest::default(), &caps);
+    let default_tier = tier_of(&caps, &LaunchRequest::default());
     let mut servers = Vec::new();
     if let Some(path) = &args.config {
         let cfg = crate::config::load_file(path)
@@ -125,6 +151,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 profile,
                 resolution: launch::resolution(&req, &caps),
                 package: package_report(server),
+                tier: tier_of(&caps, &req),
             });
         }
     }
@@ -135,6 +162,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         machine: caps,
         resource_limits: crate::sandbox::cgroup::probe(),
         default_server,
+        default_tier,
         servers,
     };
     let out = if args.json {
@@ -238,6 +266,26 @@ fn text(r: &Report, with_config: bool) -> String {
         optb(m.unprivileged_userns_clone)
     );
     let _ = writeln!(s, "  seccomp:               {}", yes(m.seccomp));
+    let landlock = match m.landlock {
+        Landlock::Available { abi } => format!(
+            "ABI {abi} (filesystem{}{})",
+            if abi >= 4 {
+                ", TCP ports"
+            } else {
+                "; TCP ports need ABI 4"
+            },
+            if abi >= 6 {
+                ", abstract unix socket and signal scoping"
+            } else {
+                "; signal scoping needs ABI 6"
+            }
+        ),
+        Landlock::NotEnabled => "built in but NOT ENABLED (lsm= boot parameter)".into(),
+        Landlock::NotImplemented => {
+            "UNAVAILABLE (kernel before 5.13, or refused by seccomp)".into()
+        }
+    };
+    let _ = writeln!(s, "  Landlock:              {landlock}");
     let path = |p: &Option<std::path::PathBuf>| {
         p.as_ref()
             .map_or("missing".to_string(), |p| p.display().to_string())
@@ -246,8 +294,9 @@ fn text(r: &Report, with_config: bool) -> String {
     let _ = writeln!(s, "  srt:                   {}", path(&m.srt));
     limits_lines(&mut s, &r.resource_limits);
     let _ = writeln!(s);
-    let _ = writeln!(s, "A default server (enforce, loopback-only network):");
+    let _ = writeln!(s, "A default server (enforce, backend auto, no network):");
     describe(&mut s, &r.default_server);
+    tier_lines(&mut s, &r.default_tier);
     if with_config {
         let _ = writeln!(s);
         let _ = writeln!(s, "Servers");
@@ -261,6 +310,7 @@ fn text(r: &Report, with_config: bool) -> String {
             };
             let _ = write!(s, "  {} ({policy}): ", srv.name);
             describe(&mut s, &srv.resolution);
+            tier_lines(&mut s, &srv.tier);
             let _ = writeln!(
                 s,
                 "      profile: {}",
@@ -344,17 +394,32 @@ fn limits_lines(s: &mut String, support: &crate::sandbox::cgroup::Support) {
     }
 }
 
+/// The tier line, and what Landlock does not enforce.
+fn tier_lines(s: &mut String, t: &Tier) {
+    let _ = writeln!(s, "      tier: {} ({})", t.backend.name(), t.why);
+    for n in &t.not_enforced {
+        let _ = writeln!(s, "      not enforced by this tier: {n}");
+    }
+}
+
 fn describe(s: &mut String, r: &Resolution) {
     let (head, reasons) = match r {
         Resolution::Sandboxed { plan } => (
             format!(
-                "sandboxed (bubblewrap{})",
+                "sandboxed ({}{})",
+                if plan.srt {
+                    "srt"
+                } else if plan.landlock {
+                    "Landlock"
+                } else {
+                    "bubblewrap"
+                },
                 if plan.seccomp { ", seccomp" } else { "" }
             ),
             &[][..],
         ),
         Resolution::Degraded { plan, reasons } => (
-            if plan.bwrap {
+            if plan.contained() {
                 "DEGRADED: runs in a weaker sandbox".to_string()
             } else {
                 "DEGRADED: runs WITHOUT a sandbox".to_string()

@@ -19,6 +19,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::ExitWith;
+use crate::config::{Backend, SandboxPolicy};
 use crate::sandbox::capabilities::{self, Depth};
 use crate::sandbox::launch::{self, Enforcement, Grant, LaunchError, LaunchRequest};
 use crate::sandbox::Access;
@@ -79,6 +80,10 @@ pub struct RunArgs {
     /// enforce: refuse when the sandbox cannot be set up; warn: run unsandboxed, loudly.
     #[arg(long, value_enum, default_value = "enforce")]
     pub sandbox_policy: crate::config::SandboxPolicy,
+    /// Sandbox backend: auto (bubblewrap where it can create its namespaces, else Landlock),
+    /// bwrap, landlock or srt.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: crate::config::Backend,
     /// Learn aid: run the command under strace and, when it ends, report on stderr the paths
     /// and addresses the sandbox refused it (to write a profile for an unknown server).
     #[arg(long)]
@@ -111,11 +116,17 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    // A full probe (a trial sandbox, 5-10 ms): whether namespaces work is known only by trying,
-    // and where they do not (a container, a nested sandbox) enforce must refuse with the
-    // cause and fix rather than leave bubblewrap's raw error and exit 1, and warn must only
-    // fall back to running unsandboxed when the sandbox really cannot start.
-    let caps = capabilities::probe(Depth::Full);
+    // A trial sandbox (a few ms) wherever bubblewrap may be used: whether namespaces work is
+    // known only by trying. Where they do not (a container, a nested sandbox) `auto` picks
+    // Landlock, and enforce with `--backend bwrap` refuses with the cause and fix rather than
+    // leave bubblewrap's raw error and exit 1; warn falls back to running unsandboxed only
+    // when the sandbox really cannot start. Landlock needs no trial.
+    let depth = match (req.policy, req.backend) {
+        (_, Backend::Landlock) => Depth::Quick,
+        (SandboxPolicy::Enforce, _) => Depth::Trial,
+        (SandboxPolicy::Warn, _) => Depth::Full,
+    };
+    let caps = capabilities::probe(depth);
     if crate::gateway::network::wants_proxy(&req) {
         return run_proxied(req, &caps, args.egress_hosts_file.as_deref());
     }
@@ -131,6 +142,14 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
             .into());
         }
         return traced(&req, prepared, log.path());
+    }
+    if prepared.owns_files() {
+        // The Landlock tier's private HOME/TMPDIR must be removed afterwards: spawn and
+        // wait instead of exec'ing.
+        let rt = super::runtime()?;
+        let code = rt.block_on(supervise(prepared));
+        rt.shutdown_timeout(std::time::Duration::from_millis(200));
+        return Ok(ExitCode::from(code?));
     }
     let (mut cmd, _, held) = prepared.into_std();
     let err = cmd.exec();
@@ -399,6 +418,7 @@ fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
             .map(|p| crate::roots::canon::resolve_existing_prefix(&abs(p)))
             .collect(),
         policy: args.sandbox_policy,
+        backend: args.backend,
         profile: args.profile.clone(),
         profiles_dir: args.profiles_dir.as_deref().map(abs),
         state_root: args.state_dir.as_deref().map(abs),

@@ -240,11 +240,29 @@ pub enum SandboxPolicy {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
-    /// Palisade's own bubblewrap sandbox.
+    /// bubblewrap where it can create its namespaces, else Landlock, else what
+    /// `sandboxPolicy` says (enforce refuses, warn runs the server unsandboxed, loudly).
     #[default]
+    Auto,
+    /// Palisade's own bubblewrap sandbox.
     Bwrap,
+    /// Landlock + seccomp + no_new_privs, no namespaces needed (containers, hosts without
+    /// user namespaces); see docs/security.md for what it does not enforce.
+    Landlock,
     /// Anthropic's sandbox-runtime (`srt`).
     Srt,
+}
+
+impl Backend {
+    /// The name used in configs, flags, logs and the audit log.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::Bwrap => "bwrap",
+            Backend::Landlock => "landlock",
+            Backend::Srt => "srt",
+        }
+    }
 }
 
 /// The optional `"palisade"` block. Command-line flags override each field.

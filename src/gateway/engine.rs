@@ -210,8 +210,5 @@ pub fn to_audit_record(rec: &CallRecord) -> AuditRecord {
 }
 
 fn backend_name(b: crate::config::Backend) -> String {
-    match b {
-        crate::config::Backend::Bwrap => "bwrap".into(),
-        crate::config::Backend::Srt => "srt".into(),
-    }
+    b.name().into()
 }

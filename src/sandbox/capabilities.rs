@@ -22,7 +22,9 @@ pub const BWRAP_ENV: &str = "PALISADE_BWRAP";
 pub enum Depth {
     /// Files and `bwrap --version` only.
     Quick,
-    /// Also run a trivial sandbox.
+    /// `Quick`, plus a trivial sandbox (what `auto` needs to choose a tier).
+    Trial,
+    /// `bwrap --version`, a trivial sandbox, and `srt --version`.
     Full,
 }
 
@@ -74,6 +76,55 @@ pub struct Capabilities {
     /// Set when srt was found but `srt --version` failed (`Depth::Full` only): e.g. a Node.js
     /// too old for it.
     pub srt_problem: Option<String>,
+    /// The kernel's Landlock support (one system call, probed at every depth).
+    pub landlock: Landlock,
+}
+
+/// What the kernel offers of Landlock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "status")]
+pub enum Landlock {
+    /// Usable, at this ABI version (1: filesystem, 4: TCP ports, 6: scoping of abstract
+    /// unix sockets and signals, 7: audit logging).
+    Available { abi: u32 },
+    /// Built into the kernel but not enabled at boot (not in the `lsm=` list).
+    NotEnabled,
+    /// Not built into the kernel (before 5.13, or CONFIG_SECURITY_LANDLOCK off), or refused
+    /// by a seccomp profile around palisade.
+    NotImplemented,
+}
+
+impl Landlock {
+    /// The ABI version, when Landlock is usable.
+    pub fn abi(self) -> Option<u32> {
+        match self {
+            Landlock::Available { abi } => Some(abi),
+            _ => None,
+        }
+    }
+}
+
+/// Asks the kernel which Landlock ABI it has (`landlock_create_ruleset` with the VERSION
+/// flag: creates nothing).
+pub fn probe_landlock() -> Landlock {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: a null attribute pointer with size 0 and the VERSION flag is the documented
+    // way to ask for the ABI version; no memory is read or written.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if v > 0 {
+        return Landlock::Available { abi: v as u32 };
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EOPNOTSUPP) => Landlock::NotEnabled,
+        _ => Landlock::NotImplemented,
+    }
 }
 
 /// Environment variable naming the srt binary to use instead of searching PATH (it is
@@ -99,7 +150,7 @@ pub fn probe_for(depth: Depth, srt_probe: SrtProbe) -> Capabilities {
     let (bwrap, bwrap_override_problem) = find_bwrap(depth);
     let srt = find_srt();
     let userns = match (&bwrap, depth) {
-        (Some(b), Depth::Full) => trial_sandbox(b),
+        (Some(b), Depth::Full | Depth::Trial) => trial_sandbox(b),
         _ => Userns::NotProbed,
     };
     Capabilities {
@@ -122,6 +173,7 @@ pub fn probe_for(depth: Depth, srt_probe: SrtProbe) -> Capabilities {
             (Some(p), Depth::Full, SrtProbe::Run) => srt_runs(p).err(),
             _ => None,
         },
+        landlock: probe_landlock(),
     }
 }
 
@@ -172,7 +224,7 @@ fn find_bwrap(depth: Depth) -> (Option<BwrapInfo>, Option<String>) {
             Err(_) => return (None, None),
         },
     };
-    if depth == Depth::Quick {
+    if depth != Depth::Full {
         return match is_executable(&path) {
             true => (
                 Some(BwrapInfo {
@@ -287,6 +339,14 @@ fn trial_sandbox(b: &BwrapInfo) -> Userns {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn this_kernel_reports_a_landlock_abi_or_why_not() {
+        // Any answer is valid; the probe must not crash, and an ABI is at least 1.
+        if let Landlock::Available { abi } = probe_landlock() {
+            assert!(abi >= 1);
+        }
+    }
 
     #[test]
     fn versions_parse_and_compare() {

@@ -105,7 +105,7 @@ impl Default for LaunchRequest {
             network: NetworkConfig::None,
             sandboxed: true,
             policy: SandboxPolicy::Enforce,
-            backend: Backend::Bwrap,
+            backend: Backend::Auto,
             profile: None,
             profiles_dir: None,
             state_root: None,
@@ -181,6 +181,9 @@ pub struct Prepared {
     /// `task_count`): set where neither a cgroup nor RLIMIT_NPROC holds it (root, no pids
     /// cgroup).
     task_watch: Option<u64>,
+    /// The Landlock tier's private HOME and TMPDIR, removed when this is dropped: keep it
+    /// until the child is reaped.
+    scratch: Option<Scratch>,
 }
 
 impl Prepared {
@@ -236,13 +239,14 @@ impl Prepared {
             // srt applies no palisade limits (docs/network.md lists what srt does not do).
             cgroup: None,
             task_watch: None,
+            scratch: None,
         }
     }
 
     /// True when the child reads files this value owns (it must outlive the child, so
     /// the caller spawns and waits instead of exec'ing).
     pub fn owns_files(&self) -> bool {
-        !self.files.is_empty()
+        !self.files.is_empty() || self.scratch.is_some()
     }
 }
 
@@ -324,7 +328,7 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
         Resolution::OptedOut => {
             return Ok(direct(req, &program, &host, Enforcement::OptedOut));
         }
-        Resolution::Degraded { plan, reasons } if !plan.bwrap => {
+        Resolution::Degraded { plan, reasons } if !plan.contained() => {
             let enforcement = Enforcement::Degraded {
                 backend: None,
                 reasons: reasons.iter().map(ToString::to_string).collect(),
@@ -334,26 +338,34 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
         Resolution::Degraded { plan, reasons } => (
             plan,
             Enforcement::Degraded {
-                backend: Some(if plan.srt {
-                    Backend::Srt
-                } else {
-                    Backend::Bwrap
-                }),
+                backend: Some(tier_of(&plan)),
                 reasons: reasons.iter().map(ToString::to_string).collect(),
             },
         ),
         Resolution::Sandboxed { plan } => (
             plan,
             Enforcement::Sandboxed {
-                backend: if plan.srt {
-                    Backend::Srt
-                } else {
-                    Backend::Bwrap
-                },
+                backend: tier_of(&plan),
             },
         ),
     };
     let (plan, enforcement) = plan;
+    if plan.landlock {
+        let spec = build_spec(
+            req,
+            SpecInputs {
+                program: &program,
+                grants,
+                profile_mounts: extra_mounts,
+                env,
+                lookup: &lookup,
+            },
+            &plan,
+            caps,
+        )?;
+        let why = resolve::tier(caps, req.backend).1;
+        return landlocked(&spec, req, enforcement, caps, &why);
+    }
     let Some(bwrap_info) = &caps.bwrap else {
         // resolve only plans bwrap when it was found; fail closed if that ever changes.
         return Err(LaunchError::Refused {
@@ -378,6 +390,218 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
         return super::srt::prepare(&spec, req, caps, enforcement);
     }
     sandboxed(&spec, &bwrap_info.path, req, enforcement)
+}
+
+/// The backend a plan runs under.
+fn tier_of(plan: &Plan) -> Backend {
+    if plan.srt {
+        Backend::Srt
+    } else if plan.landlock {
+        Backend::Landlock
+    } else {
+        Backend::Bwrap
+    }
+}
+
+/// What the Landlock tier never enforces, whatever the configuration (launch log, `check`,
+/// docs/security.md).
+pub const LANDLOCK_NOT_ENFORCED: &[&str] = &[
+    "no PID namespace: host processes are visible in /proc (their command lines; not their \
+     environment, memory or descriptors)",
+    "no private hostname or IPC namespace",
+    "no private /tmp: TMPDIR and HOME are private scratch directories, /tmp itself is closed",
+    "the server's child processes are not killed with it when palisade dies abruptly",
+];
+
+/// The private HOME and TMPDIR of one Landlock launch: host directories created 0700 and
+/// removed (with everything the server left in them) when the launch is dropped.
+#[derive(Debug)]
+pub struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn create(name: &str) -> Result<Scratch, LaunchError> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let safe: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .take(40)
+            .collect();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("palisade-{safe}-"))
+            .tempdir()
+            .map_err(|e| io("cannot create the private HOME/TMPDIR directory", e))?;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| io("cannot make the private HOME/TMPDIR directory private", e))?;
+        for sub in ["home", "tmp"] {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir.path().join(sub))
+                .map_err(|e| io("cannot create the private HOME/TMPDIR directory", e))?;
+        }
+        Ok(Scratch { dir })
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    pub fn tmp(&self) -> PathBuf {
+        self.dir.path().join("tmp")
+    }
+}
+
+/// The Landlock command for `spec`: ruleset built here, restrict-self and seccomp in the
+/// child right before exec.
+fn landlocked(
+    spec: &SandboxSpec,
+    req: &LaunchRequest,
+    mut enforcement: Enforcement,
+    caps: &Capabilities,
+    why: &str,
+) -> Result<Prepared, LaunchError> {
+    use super::landlock::{self as ll, Net};
+    let refuse = |reasons: Vec<String>| LaunchError::Refused {
+        name: req.name.clone(),
+        reasons,
+    };
+    let Some(abi) = caps.landlock.abi() else {
+        // resolve only plans Landlock when the kernel has it; fail closed if that changes.
+        return Err(refuse(vec!["Landlock is not available".into()]));
+    };
+    if req.trace_log.is_some() {
+        return Err(LaunchError::Invalid(
+            "--trace-denials works under the bwrap backend only; run with --backend bwrap".into(),
+        ));
+    }
+    let canon = |p: &PathBuf| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+    let scratch = Scratch::create(&req.name)?;
+    let (home, tmp) = (canon(&scratch.home()), canon(&scratch.tmp()));
+    let mut env = spec.env.clone();
+    if !req.env.contains_key("HOME") {
+        env.insert("HOME".into(), home.display().to_string());
+    }
+    if !req.env.contains_key("TMPDIR") {
+        env.insert("TMPDIR".into(), tmp.display().to_string());
+    }
+    let cwd = if spec.cwd == spec.home && !req.env.contains_key("HOME") {
+        home.clone()
+    } else {
+        spec.cwd.clone()
+    };
+    let mut read_only = if req.write_protect {
+        write_protected(&req.name, spec)
+    } else {
+        Vec::new()
+    };
+    read_only.extend(req.deny_write.iter().map(|p| {
+        std::fs::canonicalize(p).unwrap_or_else(|_| crate::roots::canon::resolve_existing_prefix(p))
+    }));
+    let net = if spec.network == NetworkSpec::Host {
+        Net::Host
+    } else {
+        Net::Closed
+    };
+    let plan = ll::plan(
+        &ll::Inputs {
+            spec,
+            read_only: &read_only,
+            scratch: &[home.clone(), tmp.clone()],
+            net,
+        },
+        &ll::list_dir,
+        &|p: &Path| p.is_dir(),
+    );
+    for note in &plan.notes {
+        tracing::info!(server = %req.name, "landlock: {note}");
+    }
+    if !plan.gaps.is_empty() {
+        let gaps: Vec<String> = plan.gaps.iter().map(ToString::to_string).collect();
+        match req.policy {
+            SandboxPolicy::Enforce => return Err(refuse(gaps)),
+            SandboxPolicy::Warn => {
+                // The grant that could not be carved is granted whole: weaker, and said.
+                enforcement = match enforcement {
+                    Enforcement::Degraded {
+                        backend,
+                        mut reasons,
+                    } => {
+                        reasons.extend(gaps);
+                        Enforcement::Degraded { backend, reasons }
+                    }
+                    _ => Enforcement::Degraded {
+                        backend: Some(Backend::Landlock),
+                        reasons: gaps,
+                    },
+                };
+            }
+        }
+    }
+    let mut plan = plan;
+    // warn: the grants that could not be carved are granted whole, as the reasons say.
+    let uncarved = std::mem::take(&mut plan.uncarved);
+    plan.rules.extend(uncarved);
+    let ruleset = ll::build(&plan, abi).map_err(|e| refuse(vec![e.to_string()]))?;
+    let filter = if spec.seccomp {
+        let sockets = match net {
+            Net::Closed => seccomp::Sockets::Landlock {
+                inet: seccomp::Inet::None,
+            },
+            Net::Host => seccomp::Sockets::Landlock {
+                inet: seccomp::Inet::Any,
+            },
+        };
+        Some(
+            seccomp::program_with(std::env::consts::ARCH, sockets)
+                .map_err(|e| refuse(vec![e.to_string()]))?,
+        )
+    } else {
+        None
+    };
+    tracing::info!(
+        server = %req.name,
+        abi,
+        why,
+        "sandboxed by landlock; not enforced by this tier: {}",
+        LANDLOCK_NOT_ENFORCED.join("; ")
+    );
+    let mut cmd = std::process::Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .env_clear()
+        .envs(&env)
+        .current_dir(&cwd);
+    let cgroup = make_cgroup(&req.name, &spec.limits);
+    let task_watch = task_watch(&spec.limits, cgroup.as_ref());
+    let mut rlimits = fallback_rlimits(&spec.limits);
+    if let Some(cg) = &cgroup {
+        if cg.limits_memory() {
+            rlimits.data = None;
+        }
+        if cg.limits_pids() {
+            rlimits.processes = None;
+        }
+        sys::join_cgroups(&mut cmd, cg.procs_files());
+    }
+    sys::install_child_setup(&mut cmd, None, rlimits);
+    sys::install_landlock(
+        &mut cmd,
+        sys::raw(&ruleset),
+        filter,
+        nix::unistd::geteuid().is_root(),
+    );
+    let mut argv = vec![spec.program.as_os_str().to_os_string()];
+    argv.extend(spec.args.iter().map(OsString::from));
+    Ok(Prepared {
+        command: tokio::process::Command::from(cmd),
+        enforcement,
+        argv,
+        held: vec![ruleset],
+        files: Vec::new(),
+        cgroup,
+        task_watch,
+        scratch: Some(scratch),
+    })
 }
 
 /// What palisade takes from its own environment (and nothing else).
@@ -966,6 +1190,7 @@ fn sandboxed(
         files: Vec::new(),
         cgroup,
         task_watch,
+        scratch: None,
     })
 }
 
@@ -1061,6 +1286,7 @@ fn direct(
         files: Vec::new(),
         cgroup: None,
         task_watch: task_watch(&req.limits, None),
+        scratch: None,
     }
 }
 

@@ -12,6 +12,7 @@ pub mod capabilities;
 pub mod cgroup;
 pub mod closure;
 pub mod deny_write;
+pub mod landlock;
 pub mod launch;
 pub mod resolve;
 pub mod seccomp;

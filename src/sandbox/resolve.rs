@@ -18,7 +18,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::capabilities::{Capabilities, Userns};
+use super::capabilities::{Capabilities, Landlock, Userns};
 use crate::config::{Backend, SandboxPolicy};
 
 /// What a server asks of its sandbox.
@@ -63,6 +63,15 @@ pub struct Plan {
     pub host_network: bool,
     /// Run under srt instead of palisade's own bubblewrap sandbox (`backend: srt`).
     pub srt: bool,
+    /// Run under the Landlock tier instead of bubblewrap (`bwrap` is then false).
+    pub landlock: bool,
+}
+
+impl Plan {
+    /// In some sandbox at all (`false`: run directly, warn mode only).
+    pub fn contained(&self) -> bool {
+        self.bwrap || self.landlock
+    }
 }
 
 /// The decision for one server.
@@ -219,19 +228,144 @@ fn srt_gaps(caps: &Capabilities) -> Vec<Reason> {
     gaps
 }
 
+/// Why the Landlock tier cannot run at all here, if it cannot.
+fn landlock_hard_gaps(caps: &Capabilities) -> Vec<Reason> {
+    match caps.landlock {
+        Landlock::Available { .. } => Vec::new(),
+        Landlock::NotEnabled => vec![reason(
+            "Landlock is built into this kernel but not enabled",
+            "add landlock to the kernel's lsm= boot parameter (e.g. lsm=landlock,lockdown,yama,integrity,apparmor),              or make bubblewrap usable (user namespaces)",
+        )],
+        Landlock::NotImplemented => vec![reason(
+            "Landlock is not available (a kernel before 5.13 or without CONFIG_SECURITY_LANDLOCK, or a seccomp              profile around palisade refuses its system calls)",
+            "use Linux 5.13 or later with Landlock enabled (6.12 or later for signal scoping), allow the              landlock_* system calls in the container's seccomp profile, or make bubblewrap usable (user namespaces)",
+        )],
+    }
+}
+
+/// Gaps that leave the Landlock tier weaker than asked.
+fn landlock_soft_gaps(caps: &Capabilities, needs: &Needs, plan: &mut Plan) -> Vec<Reason> {
+    let abi = caps.landlock.abi().unwrap_or(0);
+    let mut gaps = Vec::new();
+    if !caps.seccomp {
+        plan.seccomp = false;
+        gaps.push(reason(
+            "the kernel has no seccomp filter support: under Landlock, host unix sockets, UDP, raw and              netlink sockets, io_uring and nested user namespaces stay open",
+            "use a kernel built with CONFIG_SECCOMP_FILTER",
+        ));
+    }
+    if abi < 6 {
+        gaps.push(reason(
+            format!(
+                "Landlock ABI {abi} cannot scope signals: the server can signal host processes of the same user                  (ABI 6, Linux 6.12, can)"
+            ),
+            "use Linux 6.12 or later, or backend bwrap (its PID namespace hides host processes)",
+        ));
+    }
+    if needs.egress {
+        plan.host_network = true;
+        gaps.push(if abi < 4 {
+            reason(
+                format!(
+                    "sandbox.network.allowedDomains needs Landlock ABI 4 (Linux 6.7) to confine TCP to the egress                      proxy; this kernel has ABI {abi}"
+                ),
+                "use backend bwrap (user namespaces needed), a kernel 6.7 or later, or remove                  sandbox.network.allowedDomains; under sandbox policy warn the server gets the HOST network",
+            )
+        } else {
+            reason(
+                "sandbox.network.allowedDomains is not enforced by the landlock backend yet (it does not bridge                  the egress proxy)",
+                "use backend bwrap (user namespaces needed), or remove sandbox.network.allowedDomains; under                  sandbox policy warn the server gets the HOST network",
+            )
+        });
+    }
+    gaps
+}
+
+/// The Landlock tier's decision.
+fn resolve_landlock(caps: &Capabilities, needs: &Needs, policy: SandboxPolicy) -> Resolution {
+    let mut plan = Plan {
+        bwrap: false,
+        seccomp: true,
+        host_network: false,
+        srt: false,
+        landlock: true,
+    };
+    let hard = landlock_hard_gaps(caps);
+    let soft = if hard.is_empty() {
+        landlock_soft_gaps(caps, needs, &mut plan)
+    } else {
+        Vec::new()
+    };
+    finish(plan, hard, soft, policy)
+}
+
+/// Which tier `backend` gets on this machine, and why (for `check` and the launch log).
+pub fn tier(caps: &Capabilities, backend: Backend) -> (Backend, String) {
+    match backend {
+        Backend::Auto => {
+            let bwrap = hard_gaps(caps);
+            if bwrap.is_empty() {
+                return (
+                    Backend::Bwrap,
+                    "auto: bubblewrap can create its namespaces".into(),
+                );
+            }
+            let why = bwrap
+                .iter()
+                .map(|r| r.problem.clone())
+                .collect::<Vec<_>>()
+                .join("; ");
+            match caps.landlock.abi() {
+                Some(abi) => (
+                    Backend::Landlock,
+                    format!("auto: bubblewrap cannot run here ({why}); Landlock ABI {abi} can"),
+                ),
+                None => (
+                    Backend::Auto,
+                    format!("auto: neither bubblewrap ({why}) nor Landlock is usable here"),
+                ),
+            }
+        }
+        other => (other, format!("backend {} (configured)", other.name())),
+    }
+}
+
 /// Decides how to run a server.
 pub fn resolve(caps: &Capabilities, needs: &Needs, policy: SandboxPolicy) -> Resolution {
     if !needs.sandboxed {
         return Resolution::OptedOut;
+    }
+    match tier(caps, needs.backend).0 {
+        Backend::Landlock => return resolve_landlock(caps, needs, policy),
+        Backend::Auto => {
+            // Neither works: report both, bubblewrap's gaps first.
+            let mut hard = hard_gaps(caps);
+            hard.extend(landlock_hard_gaps(caps));
+            let plan = Plan {
+                bwrap: true,
+                seccomp: true,
+                host_network: false,
+                srt: false,
+                landlock: false,
+            };
+            return finish(plan, hard, Vec::new(), policy);
+        }
+        Backend::Bwrap | Backend::Srt => {}
     }
     let mut plan = Plan {
         bwrap: true,
         seccomp: true,
         host_network: false,
         srt: false,
+        landlock: false,
     };
     let hard = hard_gaps(caps);
     let soft = soft_gaps(caps, needs, &mut plan);
+    finish(plan, hard, soft, policy)
+}
+
+/// Hard gaps (the tier cannot run) and soft ones (it runs weaker) under `policy`.
+fn finish(plan: Plan, hard: Vec<Reason>, soft: Vec<Reason>, policy: SandboxPolicy) -> Resolution {
     if hard.is_empty() && soft.is_empty() {
         return Resolution::Sandboxed { plan };
     }
@@ -245,6 +379,7 @@ pub fn resolve(caps: &Capabilities, needs: &Needs, policy: SandboxPolicy) -> Res
                 seccomp: false,
                 host_network: true,
                 srt: false,
+                landlock: false,
             },
             reasons,
         },
@@ -275,6 +410,7 @@ mod tests {
             ripgrep: Some("/usr/bin/rg".into()),
             srt: None,
             srt_problem: None,
+            landlock: Landlock::Available { abi: 7 },
         }
     }
 
@@ -292,12 +428,21 @@ mod tests {
         seccomp: true,
         host_network: false,
         srt: false,
+        landlock: false,
     };
     const DIRECT: Plan = Plan {
         bwrap: false,
         seccomp: false,
         host_network: true,
         srt: false,
+        landlock: false,
+    };
+    const LANDLOCK: Plan = Plan {
+        bwrap: false,
+        seccomp: true,
+        host_network: false,
+        srt: false,
+        landlock: true,
     };
 
     fn reasons(r: &Resolution) -> String {
@@ -603,5 +748,118 @@ mod tests {
             panic!("expected refusal")
         };
         assert_eq!(reasons.len(), 2);
+    }
+    fn landlock_needs() -> Needs {
+        Needs {
+            backend: Backend::Landlock,
+            ..needs()
+        }
+    }
+
+    fn no_userns() -> Capabilities {
+        let mut caps = good();
+        caps.userns = Userns::Unusable {
+            error: "bwrap: No space left on device".into(),
+        };
+        caps
+    }
+
+    #[test]
+    fn auto_picks_bwrap_where_it_works_and_landlock_where_it_does_not() {
+        let auto = Needs {
+            backend: Backend::Auto,
+            ..needs()
+        };
+        assert_eq!(
+            resolve(&good(), &auto, SandboxPolicy::Enforce),
+            Resolution::Sandboxed { plan: FULL }
+        );
+        assert_eq!(
+            resolve(&no_userns(), &auto, SandboxPolicy::Enforce),
+            Resolution::Sandboxed { plan: LANDLOCK }
+        );
+        let (tier_used, why) = tier(&no_userns(), Backend::Auto);
+        assert_eq!(tier_used, Backend::Landlock);
+        assert!(why.contains("No space left on device"), "{why}");
+        assert!(why.contains("Landlock ABI 7"), "{why}");
+    }
+
+    #[test]
+    fn auto_with_neither_tier_refuses_in_enforce_naming_both_and_runs_directly_in_warn() {
+        let mut caps = no_userns();
+        caps.landlock = Landlock::NotImplemented;
+        let auto = Needs {
+            backend: Backend::Auto,
+            ..needs()
+        };
+        let r = resolve(&caps, &auto, SandboxPolicy::Enforce);
+        assert!(matches!(r, Resolution::Refused { .. }), "{r:?}");
+        assert!(reasons(&r).contains("No space left"), "{r:?}");
+        assert!(reasons(&r).contains("Landlock is not available"), "{r:?}");
+        assert!(matches!(
+            resolve(&caps, &auto, SandboxPolicy::Warn),
+            Resolution::Degraded { plan: DIRECT, .. }
+        ));
+    }
+
+    #[test]
+    fn landlock_backend_needs_no_bubblewrap() {
+        let mut caps = no_userns();
+        caps.bwrap = None;
+        assert_eq!(
+            resolve(&caps, &landlock_needs(), SandboxPolicy::Enforce),
+            Resolution::Sandboxed { plan: LANDLOCK }
+        );
+        caps.landlock = Landlock::NotEnabled;
+        let r = resolve(&caps, &landlock_needs(), SandboxPolicy::Enforce);
+        assert!(reasons(&r).contains("lsm="), "{r:?}");
+    }
+
+    #[test]
+    fn an_allowlist_under_landlock_is_refused_in_enforce_naming_the_field_and_gets_the_host_network_in_warn(
+    ) {
+        let n = Needs {
+            egress: true,
+            ..landlock_needs()
+        };
+        let r = resolve(&good(), &n, SandboxPolicy::Enforce);
+        assert!(matches!(r, Resolution::Refused { .. }), "{r:?}");
+        assert!(
+            reasons(&r).contains("sandbox.network.allowedDomains"),
+            "{r:?}"
+        );
+        assert!(reasons(&r).contains("backend bwrap"), "{r:?}");
+        assert!(matches!(
+            resolve(&good(), &n, SandboxPolicy::Warn),
+            Resolution::Degraded {
+                plan: Plan {
+                    landlock: true,
+                    host_network: true,
+                    ..
+                },
+                ..
+            }
+        ));
+        // ABI < 4 cannot govern TCP at all: said with the kernel that can.
+        let mut caps = good();
+        caps.landlock = Landlock::Available { abi: 3 };
+        let r = resolve(&caps, &n, SandboxPolicy::Enforce);
+        assert!(
+            reasons(&r).contains("needs Landlock ABI 4 (Linux 6.7)"),
+            "{r:?}"
+        );
+        assert!(reasons(&r).contains("this kernel has ABI 3"), "{r:?}");
+    }
+
+    #[test]
+    fn landlock_before_abi_6_cannot_scope_signals_and_says_so() {
+        let mut caps = good();
+        caps.landlock = Landlock::Available { abi: 5 };
+        let r = resolve(&caps, &landlock_needs(), SandboxPolicy::Enforce);
+        assert!(reasons(&r).contains("cannot scope signals"), "{r:?}");
+        assert!(matches!(
+            resolve(&caps, &landlock_needs(), SandboxPolicy::Warn),
+            Resolution::Degraded { plan: LANDLOCK, .. }
+        ));
     }
 }

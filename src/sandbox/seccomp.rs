@@ -18,6 +18,14 @@
 //! - `userfaultfd`, `perf_event_open`, `bpf`, `kexec_load`, `kexec_file_load`,
 //!   `init_module`, `finit_module`, `delete_module`: exploit primitives and kernel changes.
 //!
+//! The Landlock tier (no namespaces: the host's network and unix sockets are reachable)
+//! installs the same filter itself, right before exec, with `socket()` narrowed further
+//! (`Sockets::Landlock`): every family but AF_INET/AF_INET6 is refused (AF_UNIX, netlink,
+//! packet, vsock, ...; `socketpair` stays allowed, runtimes use it for child stdio), and
+//! AF_INET/AF_INET6 are refused entirely for a server without network (`Inet::None`), allowed
+//! only as plain TCP (SOCK_STREAM, protocol 0 or IPPROTO_TCP) where Landlock governs the
+//! ports (`Inet::Tcp`), or all allowed for a warn-mode server given the host network.
+//!
 //! On x86_64 the x32 ABI numbers of the same calls are refused too (the x32 ABI reaches the
 //! same kernel code through syscall numbers with bit 30 set); other architectures' ABIs are
 //! killed by the architecture check seccompiler puts in front of every filter.
@@ -39,6 +47,32 @@ pub enum SeccompError {
 }
 
 const AF_VSOCK: u64 = 40;
+const AF_INET: u64 = 2;
+const AF_INET6: u64 = 10;
+const SOCK_STREAM: u64 = 1;
+/// `type & SOCK_TYPE_MASK` (the rest are SOCK_NONBLOCK and SOCK_CLOEXEC).
+const SOCK_TYPE_MASK: u64 = 0xf;
+const IPPROTO_TCP: u64 = 6;
+
+/// Which `socket()` calls the filter refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sockets {
+    /// Under bubblewrap: only AF_VSOCK (the private network namespace does the rest).
+    Bwrap,
+    /// Under Landlock: every family but AF_INET/AF_INET6, and of those what `inet` says.
+    Landlock { inet: Inet },
+}
+
+/// Which internet sockets the Landlock tier's filter lets through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inet {
+    /// None: a server without network.
+    None,
+    /// Plain TCP only (Landlock decides the ports).
+    Tcp,
+    /// All (the host network: a warn-mode degradation).
+    Any,
+}
 const TIOCSTI: u64 = 0x5412;
 const TIOCLINUX: u64 = 0x541C;
 const CLONE_NEWUSER: u64 = 0x1000_0000;
@@ -92,17 +126,56 @@ fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, SeccompError> {
     Ok(SeccompRule::new(conds)?)
 }
 
+/// The `socket()` rules (each one a conjunction; any match is refused).
+fn socket_rules(sockets: Sockets) -> Result<Vec<SeccompRule>, SeccompError> {
+    use SeccompCmpArgLen::Dword;
+    use SeccompCmpOp::{Eq, MaskedEq, Ne};
+    let Sockets::Landlock { inet } = sockets else {
+        return Ok(vec![rule(vec![cond(0, Dword, Eq, AF_VSOCK)])?]);
+    };
+    // Neither AF_INET nor AF_INET6.
+    let mut rules = vec![rule(vec![
+        cond(0, Dword, Ne, AF_INET),
+        cond(0, Dword, Ne, AF_INET6),
+    ])?];
+    for family in [AF_INET, AF_INET6] {
+        match inet {
+            Inet::Any => continue,
+            Inet::None => {
+                rules.push(rule(vec![cond(0, Dword, Eq, family)])?);
+                continue;
+            }
+            Inet::Tcp => {}
+        }
+        // Any type but SOCK_STREAM (UDP, raw, SCTP's SOCK_SEQPACKET, ...).
+        for ty in (0..=SOCK_TYPE_MASK).filter(|t| *t != SOCK_STREAM) {
+            rules.push(rule(vec![
+                cond(0, Dword, Eq, family),
+                cond(1, Dword, MaskedEq(SOCK_TYPE_MASK), ty),
+            ])?);
+        }
+        // SOCK_STREAM of another protocol than TCP (SCTP, MPTCP): Landlock governs TCP.
+        rules.push(rule(vec![
+            cond(0, Dword, Eq, family),
+            cond(2, Dword, Ne, 0),
+            cond(2, Dword, Ne, IPPROTO_TCP),
+        ])?);
+    }
+    Ok(rules)
+}
+
 /// Builds the rules refused with EPERM for one ABI (`bias` is 0, or the x32 bit).
-fn eperm_rules(nr: &Nr, bias: i64) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
+fn eperm_rules(
+    nr: &Nr,
+    bias: i64,
+    sockets: Sockets,
+) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
     use SeccompCmpArgLen::{Dword, Qword};
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for &n in nr.always {
         rules.insert(n | bias, vec![]);
     }
-    rules.insert(
-        nr.socket | bias,
-        vec![rule(vec![cond(0, Dword, SeccompCmpOp::Eq, AF_VSOCK)])?],
-    );
+    rules.insert(nr.socket | bias, socket_rules(sockets)?);
     // x32 has its own number for ioctl (514), the 64-bit one is not reachable with bit 30.
     let ioctl = if bias == X32_BIT { X32_IOCTL } else { nr.ioctl };
     rules.insert(
@@ -131,6 +204,11 @@ pub fn program() -> Result<BpfProgram, SeccompError> {
 
 /// Compiles the filter for `arch` (`x86_64` or `aarch64`).
 pub fn program_for(arch: &str) -> Result<BpfProgram, SeccompError> {
+    program_with(arch, Sockets::Bwrap)
+}
+
+/// Compiles the filter for `arch` with the given `socket()` rules.
+pub fn program_with(arch: &str, sockets: Sockets) -> Result<BpfProgram, SeccompError> {
     let (nr, target, abis): (&Nr, TargetArch, &[i64]) = match arch {
         "x86_64" => (&X86_64, TargetArch::x86_64, &[0, X32_BIT]),
         "aarch64" => (&AARCH64, TargetArch::aarch64, &[0]),
@@ -138,7 +216,7 @@ pub fn program_for(arch: &str) -> Result<BpfProgram, SeccompError> {
     };
     let mut rules = BTreeMap::new();
     for &bias in abis {
-        rules.extend(eperm_rules(nr, bias)?);
+        rules.extend(eperm_rules(nr, bias, sockets)?);
     }
     // clone3 passes its flags in a struct the filter cannot read: refuse it as "not
     // implemented" so libc falls back to clone(2), which the rule above inspects.

@@ -85,6 +85,119 @@ pub fn join_cgroups(cmd: &mut std::process::Command, files: Vec<std::ffi::CStrin
     }
 }
 
+/// Registers the Landlock tier's child-side hook, to run after every other one (so the
+/// cgroup join and the rlimits happen first): drop every capability (bounding set,
+/// ambient, effective/permitted/inheritable: a root launcher's child keeps none, and none
+/// comes back at exec), set `no_new_privs`, restrict the process with the ruleset
+/// descriptor `ruleset` (built before fork), then install `filter`. Any failure fails the
+/// spawn (fail closed).
+pub fn install_landlock(
+    cmd: &mut std::process::Command,
+    ruleset: RawFd,
+    filter: Option<seccompiler::BpfProgram>,
+    root: bool,
+) {
+    let hook = move || -> std::io::Result<()> {
+        drop_capabilities(root)?;
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: landlock_restrict_self takes a descriptor and flags; no memory.
+        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if let Some(f) = &filter {
+            let prog = libc::sock_fprog {
+                len: f.len() as libc::c_ushort,
+                filter: f.as_ptr() as *mut libc::sock_filter,
+            };
+            const SECCOMP_SET_MODE_FILTER: libc::c_uint = 1;
+            // SAFETY: `prog` points into `filter`, which this closure owns and which lives
+            // until exec; seccompiler's `sock_filter` has the kernel's layout (repr(C)).
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_seccomp,
+                    SECCOMP_SET_MODE_FILTER,
+                    0u32,
+                    &prog as *const libc::sock_fprog,
+                )
+            };
+            if r != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook makes only async-signal-safe system calls (prctl, capset,
+    // landlock_restrict_self, seccomp) on data prepared before fork; it neither allocates
+    // nor locks.
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+}
+
+/// Empties the bounding and ambient sets, then every other capability set. Without
+/// CAP_SETPCAP (an unprivileged launcher) the bounding set cannot change and need not:
+/// such a process has no capabilities to keep, and `no_new_privs` stops file capabilities.
+fn drop_capabilities(root: bool) -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only; EINVAL on kernels without ambient sets.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
+    for cap in 0..64 {
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                // Past the last capability this kernel knows.
+                Some(libc::EINVAL) => break,
+                Some(libc::EPERM) if !root => break,
+                _ => return Err(e),
+            }
+        }
+    }
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [
+        Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+        Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+    ];
+    // SAFETY: capset reads the header and the two data structs, all on this stack.
+    if unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Marks every descriptor >= `first` close-on-exec.
 fn cloexec_from(first: u32) -> std::io::Result<()> {
     const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;

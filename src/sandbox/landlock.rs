@@ -1,0 +1,639 @@
+//! The Landlock tier: the same root set as bubblewrap's (one `SandboxSpec`), enforced without
+//! namespaces by a Landlock ruleset, a seccomp filter and `no_new_privs`.
+//!
+//! Two halves. `plan` is pure (directory listings come through a function the caller
+//! passes): it turns the spec's mounts, its denyRead paths and the paths that must stay
+//! read-only into Landlock path rules, and says what it could not enforce. `build` is the
+//! effect: it opens each path and creates the ruleset with the `landlock` crate, before
+//! fork; the child then only calls `landlock_restrict_self` on the descriptor (`sys`).
+//!
+//! Landlock only allows: a right granted on a directory holds for everything beneath it,
+//! and nothing can take it back. So a deny inside a grant is *carved*: the grant's
+//! directory gets no right of its own (or read only), and each entry beside the path to the
+//! denied one gets the grant's rights, down to the denied path. What that costs is said in
+//! docs/security.md: a directory on the way to a denied path cannot have new entries made
+//! in it, and one on the way to a hidden directory cannot be listed. Symlinks found while
+//! carving get no rule (a rule would follow them to their target). Must never: drop a deny
+//! silently; a deny that cannot be carved is a gap, refused under enforce.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::resolve::Reason;
+use super::spec::{Access, SandboxSpec};
+
+/// The rights one rule grants beneath its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rights {
+    /// List directories only (a directory on the way to a denied file).
+    List,
+    /// Read, list, execute.
+    Read,
+    /// Everything Landlock governs.
+    ReadWrite,
+    /// Read and write an existing file (device nodes such as /dev/null).
+    Device,
+}
+
+/// One path rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rule {
+    pub path: PathBuf,
+    pub rights: Rights,
+}
+
+/// The network a Landlock sandbox gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Net {
+    /// No internet socket at all (seccomp), no TCP bind or connect (Landlock, ABI >= 4).
+    Closed,
+    /// The host network (a warn-mode degradation only).
+    Host,
+}
+
+/// What the sandbox of one server is, in Landlock terms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub rules: Vec<Rule>,
+    pub net: Net,
+    /// What the spec asks that this tier cannot enforce (refused under enforce).
+    pub gaps: Vec<Reason>,
+    /// The grants that could not be carved, whole: what warn mode grants instead (their
+    /// denies then not enforced, as the gaps say).
+    pub uncarved: Vec<Rule>,
+    /// What carving cost, for the launch log.
+    pub notes: Vec<String>,
+}
+
+/// A directory entry, as `plan` needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub path: PathBuf,
+    pub is_dir: bool,
+    pub is_symlink: bool,
+}
+
+/// What the plan is built from, besides the spec.
+pub struct Inputs<'a> {
+    pub spec: &'a SandboxSpec,
+    /// Paths that stay read-only even inside a read-write grant (the write-protected
+    /// dangerous files found, and `denyWrite`); they need not exist.
+    pub read_only: &'a [PathBuf],
+    /// The private HOME and TMPDIR (read-write).
+    pub scratch: &'a [PathBuf],
+    pub net: Net,
+}
+
+/// Device nodes every program may read and write (the rest of /dev stays closed).
+pub const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+];
+
+/// The most rules one carving may produce (each is an open descriptor at build time).
+pub const CARVE_BUDGET: usize = 4096;
+
+/// What a target path wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// denyRead: no right at all; `dir` when it is a directory.
+    Hide { dir: bool },
+    /// Read, never write.
+    ReadOnly,
+}
+
+#[derive(Debug, Clone)]
+struct Target {
+    path: PathBuf,
+    want: Want,
+}
+
+/// The ruleset plan for `inputs`. `list` lists a directory (the caller's I/O).
+pub fn plan(
+    inputs: &Inputs<'_>,
+    list: &dyn Fn(&Path) -> std::io::Result<Vec<Entry>>,
+    is_dir: &dyn Fn(&Path) -> bool,
+) -> Plan {
+    let spec = inputs.spec;
+    let mut targets: Vec<Target> = spec
+        .deny
+        .iter()
+        .map(|p| Target {
+            path: p.clone(),
+            want: Want::Hide { dir: is_dir(p) },
+        })
+        .collect();
+    targets.extend(inputs.read_only.iter().map(|p| Target {
+        path: p.clone(),
+        want: Want::ReadOnly,
+    }));
+    // A read-only mount nested in a read-write one: bwrap's later bind wins; Landlock would
+    // union the two, so the nested one is carved like a write-protected path.
+    for m in spec.mounts.iter().filter(|m| m.access == Access::Ro) {
+        let nested = spec
+            .mounts
+            .iter()
+            .any(|o| o.access == Access::Rw && m.path.starts_with(&o.path) && m.path != o.path);
+        if nested {
+            targets.push(Target {
+                path: m.path.clone(),
+                want: Want::ReadOnly,
+            });
+        }
+    }
+    let mut out = Plan {
+        rules: Vec::new(),
+        net: inputs.net,
+        gaps: Vec::new(),
+        uncarved: Vec::new(),
+        notes: Vec::new(),
+    };
+    let mut budget = CARVE_BUDGET;
+    let mounts = spec
+        .mounts
+        .iter()
+        .map(|m| {
+            (
+                m.path.clone(),
+                match m.access {
+                    Access::Ro => Rights::Read,
+                    Access::Rw => Rights::ReadWrite,
+                },
+            )
+        })
+        .chain(
+            inputs
+                .scratch
+                .iter()
+                .map(|p| (p.clone(), Rights::ReadWrite)),
+        );
+    for (path, mut rights) in mounts {
+        if let Some(t) = targets
+            .iter()
+            .find(|t| matches!(t.want, Want::Hide { .. }) && path.starts_with(&t.path))
+        {
+            out.notes.push(format!(
+                "{} is not granted: it is inside denyRead {}",
+                path.display(),
+                t.path.display()
+            ));
+            continue;
+        }
+        if rights == Rights::ReadWrite
+            && targets
+                .iter()
+                .any(|t| t.want == Want::ReadOnly && path.starts_with(&t.path))
+        {
+            rights = Rights::Read;
+        }
+        let inside: Vec<Target> = targets
+            .iter()
+            .filter(|t| t.path.starts_with(&path) && t.path != path)
+            .filter(|t| matches!(t.want, Want::Hide { .. }) || rights == Rights::ReadWrite)
+            .cloned()
+            .collect();
+        if inside.is_empty() {
+            out.rules.push(Rule { path, rights });
+            continue;
+        }
+        if let Some(r) = own_rights(&inside, rights) {
+            out.rules.push(Rule {
+                path: path.clone(),
+                rights: r,
+            });
+        }
+        if let Err(why) = carve(&path, rights, &inside, list, &mut out.rules, &mut budget) {
+            let denied: Vec<String> = inside
+                .iter()
+                .map(|t| t.path.display().to_string())
+                .collect();
+            out.gaps.push(Reason {
+                problem: format!(
+                    "Landlock cannot carve {} out of the grant {}: {why}",
+                    denied.join(", "),
+                    path.display()
+                ),
+                fix: "grant narrower directories that do not contain the denied paths (sandbox.filesystem \
+                      allowRead/allowWrite, --ro/--rw), or use backend bwrap, which masks them"
+                    .into(),
+            });
+            out.uncarved.push(Rule { path, rights });
+            continue;
+        }
+        out.notes.push(format!(
+            "{} is carved around {}: no new entries directly in the directories on the way",
+            path.display(),
+            inside
+                .iter()
+                .map(|t| t.path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if !spec.mounts.is_empty() {
+        // What every process needs: its own /proc (host processes are visible there: the
+        // tier has no PID namespace) and the harmless device nodes.
+        out.rules.push(Rule {
+            path: PathBuf::from("/proc"),
+            rights: Rights::Read,
+        });
+        out.rules.extend(DEVICES.iter().map(|d| Rule {
+            path: PathBuf::from(d),
+            rights: Rights::Device,
+        }));
+    }
+    out
+}
+
+/// The rights a directory on the way to `inside` keeps for itself: none on the way to a
+/// hidden directory, listing only on the way to a hidden file, read on the way to a
+/// read-only path.
+fn own_rights(inside: &[Target], rights: Rights) -> Option<Rights> {
+    if inside.iter().any(|t| t.want == Want::Hide { dir: true }) {
+        None
+    } else if inside.iter().any(|t| t.want == Want::Hide { dir: false }) {
+        Some(Rights::List)
+    } else if rights == Rights::ReadWrite {
+        Some(Rights::Read)
+    } else {
+        Some(rights)
+    }
+}
+
+/// Grants `rights` on every entry of `dir` except the way to each target (recursively).
+fn carve(
+    dir: &Path,
+    rights: Rights,
+    targets: &[Target],
+    list: &dyn Fn(&Path) -> std::io::Result<Vec<Entry>>,
+    out: &mut Vec<Rule>,
+    budget: &mut usize,
+) -> Result<(), String> {
+    let entries = list(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    for e in entries {
+        if e.is_symlink {
+            continue;
+        }
+        let under: Vec<Target> = targets
+            .iter()
+            .filter(|t| t.path.starts_with(&e.path))
+            .cloned()
+            .collect();
+        let exact = under.iter().find(|t| t.path == e.path).map(|t| t.want);
+        let below: Vec<Target> = under.iter().filter(|t| t.path != e.path).cloned().collect();
+        let (own, rest, rest_rights) = match exact {
+            _ if under.is_empty() => (Some(rights), Vec::new(), rights),
+            Some(Want::Hide { .. }) => continue,
+            Some(Want::ReadOnly) => {
+                let hides: Vec<Target> = below
+                    .into_iter()
+                    .filter(|t| matches!(t.want, Want::Hide { .. }))
+                    .collect();
+                if hides.is_empty() {
+                    (Some(Rights::Read), Vec::new(), Rights::Read)
+                } else {
+                    (own_rights(&hides, Rights::Read), hides, Rights::Read)
+                }
+            }
+            None => (own_rights(&below, rights), below, rights),
+        };
+        // Listing is a directory right: a file on the way gets none.
+        if let Some(r) = own.filter(|r| e.is_dir || *r != Rights::List) {
+            if *budget == 0 {
+                return Err(format!("more than {CARVE_BUDGET} rules would be needed"));
+            }
+            *budget -= 1;
+            out.push(Rule {
+                path: e.path.clone(),
+                rights: r,
+            });
+        }
+        if !rest.is_empty() {
+            if !e.is_dir {
+                continue;
+            }
+            carve(&e.path, rest_rights, &rest, list, out, budget)?;
+        }
+    }
+    Ok(())
+}
+
+/// Lists a directory for `plan` (without following symlinks).
+pub fn list_dir(dir: &Path) -> std::io::Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let ft = e.file_type()?;
+        out.push(Entry {
+            path: e.path(),
+            is_dir: ft.is_dir(),
+            is_symlink: ft.is_symlink(),
+        });
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// Why the ruleset could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("Landlock ruleset: {0}")]
+    Ruleset(#[from] landlock::RulesetError),
+    #[error("cannot open {path} for a Landlock rule: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("the kernel returned no Landlock ruleset (Landlock unsupported)")]
+    NoRuleset,
+}
+
+/// Creates the ruleset for `plan` on a kernel with Landlock `abi` (before fork). The
+/// returned descriptor is what the child hands to `landlock_restrict_self`.
+pub fn build(plan: &Plan, abi: u32) -> Result<OwnedFd, BuildError> {
+    use landlock::{
+        Access as _, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset,
+        RulesetAttr, RulesetCreatedAttr, Scope, ABI,
+    };
+    let abi_v = ABI::from(i32::try_from(abi).unwrap_or(i32::MAX));
+    let all = AccessFs::from_all(abi_v);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)?;
+    if abi >= 4 && plan.net == Net::Closed {
+        ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
+    }
+    if abi >= 6 {
+        ruleset = ruleset.scope(Scope::AbstractUnixSocket | Scope::Signal)?;
+    }
+    let mut created = ruleset.create()?;
+    for rule in &plan.rules {
+        let fd = match nix::fcntl::open(
+            &rule.path,
+            nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        ) {
+            Ok(raw) => {
+                // SAFETY: `open` just returned this descriptor; nobody else owns it.
+                unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) }
+            }
+            // A base entry or device node this host lacks: nothing to grant.
+            Err(nix::Error::ENOENT) => continue,
+            Err(source) => {
+                return Err(BuildError::Open {
+                    path: rule.path.clone(),
+                    source,
+                })
+            }
+        };
+        let is_dir = nix::sys::stat::fstat(fd.as_raw_fd())
+            .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+            .unwrap_or(false);
+        let mut access = match rule.rights {
+            Rights::List => AccessFs::ReadDir.into(),
+            Rights::Read => AccessFs::from_read(abi_v),
+            Rights::ReadWrite => all,
+            Rights::Device => AccessFs::from_file(abi_v) & !AccessFs::Execute,
+        };
+        if !is_dir {
+            access &= AccessFs::from_file(abi_v);
+        }
+        if access.is_empty() {
+            continue;
+        }
+        created = created.add_rule(PathBeneath::new(fd, access))?;
+    }
+    let fd: Option<OwnedFd> = created.into();
+    fd.ok_or(BuildError::NoRuleset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::spec::{Mount, MountOrigin, NetworkSpec, ResourceLimits};
+    use std::collections::BTreeMap;
+
+    fn spec(mounts: &[(&str, Access)], deny: &[&str]) -> SandboxSpec {
+        SandboxSpec {
+            program: "/usr/bin/true".into(),
+            args: vec![],
+            env: BTreeMap::new(),
+            cwd: "/".into(),
+            mounts: mounts
+                .iter()
+                .map(|(p, a)| Mount {
+                    path: PathBuf::from(p),
+                    access: *a,
+                    origin: MountOrigin::Root,
+                })
+                .collect(),
+            links: vec![],
+            deny: deny.iter().map(PathBuf::from).collect(),
+            home: "/home/u".into(),
+            network: NetworkSpec::None,
+            limits: ResourceLimits::default(),
+            share_pid: false,
+            seccomp: true,
+        }
+    }
+
+    /// A fake tree: directory -> entries (names ending in `/` are directories, in `@`
+    /// symlinks).
+    fn tree(t: &[(&str, &[&str])]) -> impl Fn(&Path) -> std::io::Result<Vec<Entry>> {
+        let map: BTreeMap<PathBuf, Vec<Entry>> = t
+            .iter()
+            .map(|(dir, names)| {
+                let entries = names
+                    .iter()
+                    .map(|n| Entry {
+                        path: Path::new(dir).join(n.trim_end_matches(['/', '@'])),
+                        is_dir: n.ends_with('/'),
+                        is_symlink: n.ends_with('@'),
+                    })
+                    .collect();
+                (PathBuf::from(dir), entries)
+            })
+            .collect();
+        move |p: &Path| {
+            map.get(p).cloned().ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::PermissionDenied, "unreadable")
+            })
+        }
+    }
+
+    fn rules(p: &Plan) -> Vec<(String, Rights)> {
+        p.rules
+            .iter()
+            .filter(|r| r.path != Path::new("/proc") && !r.path.starts_with("/dev"))
+            .map(|r| (r.path.display().to_string(), r.rights))
+            .collect()
+    }
+
+    fn plan_of(
+        s: &SandboxSpec,
+        read_only: &[&str],
+        list: &dyn Fn(&Path) -> std::io::Result<Vec<Entry>>,
+    ) -> Plan {
+        let ro: Vec<PathBuf> = read_only.iter().map(PathBuf::from).collect();
+        plan(
+            &Inputs {
+                spec: s,
+                read_only: &ro,
+                scratch: &[PathBuf::from("/tmp/s/home")],
+                net: Net::Closed,
+            },
+            list,
+            &|p: &Path| p.extension().is_none() && !p.ends_with(".env"),
+        )
+    }
+
+    #[test]
+    fn grants_become_rules_with_their_access_plus_proc_devices_and_scratch() {
+        let s = spec(&[("/usr", Access::Ro), ("/work", Access::Rw)], &[]);
+        let p = plan_of(&s, &[], &tree(&[]));
+        assert_eq!(
+            rules(&p),
+            [
+                ("/usr".to_string(), Rights::Read),
+                ("/work".into(), Rights::ReadWrite),
+                ("/tmp/s/home".into(), Rights::ReadWrite),
+            ]
+        );
+        assert!(p
+            .rules
+            .iter()
+            .any(|r| r.path == Path::new("/dev/null") && r.rights == Rights::Device));
+        assert!(p
+            .rules
+            .iter()
+            .any(|r| r.path == Path::new("/proc") && r.rights == Rights::Read));
+        assert!(p.gaps.is_empty());
+    }
+
+    #[test]
+    fn a_deny_read_file_is_carved_out_its_directory_stays_listable() {
+        let s = spec(&[("/work", Access::Rw)], &["/work/.env"]);
+        let list = tree(&[("/work", &[".env", "src/", "a.txt", "link@"])]);
+        let p = plan_of(&s, &[], &list);
+        assert_eq!(
+            rules(&p),
+            [
+                ("/work".to_string(), Rights::List),
+                ("/work/src".into(), Rights::ReadWrite),
+                ("/work/a.txt".into(), Rights::ReadWrite),
+                ("/tmp/s/home".into(), Rights::ReadWrite),
+            ],
+            "no rule for the denied file nor for the symlink"
+        );
+        assert!(p.gaps.is_empty());
+    }
+
+    #[test]
+    fn a_deny_read_directory_deep_in_a_grant_hides_the_directories_on_the_way() {
+        let s = spec(&[("/work", Access::Ro)], &["/work/a/secret"]);
+        let list = tree(&[
+            ("/work", &["a/", "b/"]),
+            ("/work/a", &["secret/", "ok.txt"]),
+        ]);
+        let p = plan_of(&s, &[], &list);
+        assert_eq!(
+            rules(&p),
+            [
+                ("/work/a/ok.txt".to_string(), Rights::Read),
+                ("/work/b".into(), Rights::Read),
+                ("/tmp/s/home".into(), Rights::ReadWrite),
+            ]
+        );
+    }
+
+    #[test]
+    fn write_protected_paths_stay_readable_and_their_siblings_writable() {
+        let s = spec(&[("/work", Access::Rw)], &[]);
+        let list = tree(&[
+            ("/work", &[".git/", ".bashrc", "src/"]),
+            ("/work/.git", &["hooks/", "config", "objects/"]),
+        ]);
+        let p = plan_of(
+            &s,
+            &["/work/.git/hooks", "/work/.git/config", "/work/.bashrc"],
+            &list,
+        );
+        assert_eq!(
+            rules(&p),
+            [
+                ("/work".to_string(), Rights::Read),
+                ("/work/.git".into(), Rights::Read),
+                ("/work/.git/hooks".into(), Rights::Read),
+                ("/work/.git/config".into(), Rights::Read),
+                ("/work/.git/objects".into(), Rights::ReadWrite),
+                ("/work/.bashrc".into(), Rights::Read),
+                ("/work/src".into(), Rights::ReadWrite),
+                ("/tmp/s/home".into(), Rights::ReadWrite),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_read_only_mount_inside_a_read_write_one_is_not_widened() {
+        let s = spec(&[("/work", Access::Rw), ("/work/vendor", Access::Ro)], &[]);
+        let list = tree(&[("/work", &["vendor/", "src/"])]);
+        let p = plan_of(&s, &[], &list);
+        let r = rules(&p);
+        assert!(r.contains(&("/work".to_string(), Rights::Read)), "{r:?}");
+        assert!(
+            r.contains(&("/work/src".to_string(), Rights::ReadWrite)),
+            "{r:?}"
+        );
+        assert!(
+            !r.contains(&("/work/vendor".to_string(), Rights::ReadWrite)),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn a_grant_inside_a_denied_path_is_dropped_and_said() {
+        let s = spec(&[("/work/secret/sub", Access::Ro)], &["/work/secret"]);
+        let p = plan_of(&s, &[], &tree(&[]));
+        assert!(!rules(&p).iter().any(|(p, _)| p.starts_with("/work")));
+        assert!(
+            p.notes.iter().any(|n| n.contains("inside denyRead")),
+            "{:?}",
+            p.notes
+        );
+    }
+
+    #[test]
+    fn a_deny_that_cannot_be_carved_is_a_gap_naming_the_fix_never_dropped() {
+        let s = spec(&[("/work", Access::Rw)], &["/work/locked/key"]);
+        // /work/locked cannot be listed.
+        let list = tree(&[("/work", &["locked/"])]);
+        let p = plan_of(&s, &[], &list);
+        assert_eq!(p.gaps.len(), 1, "{:?}", p.gaps);
+        assert!(
+            p.gaps[0].problem.contains("/work/locked/key"),
+            "{}",
+            p.gaps[0]
+        );
+        assert!(
+            p.gaps[0].problem.contains("cannot list /work/locked"),
+            "{}",
+            p.gaps[0]
+        );
+        assert!(p.gaps[0].fix.contains("backend bwrap"), "{}", p.gaps[0]);
+        assert_eq!(
+            p.uncarved,
+            [Rule {
+                path: "/work".into(),
+                rights: Rights::ReadWrite
+            }]
+        );
+    }
+}
