@@ -54,7 +54,11 @@ podman import --quiet "$work/rootfs.tar" "$base" >/dev/null
 cp deploy/Containerfile "$work/Containerfile"
 cp "$bin" "$work/palisade"
 strip "$work/palisade" 2>/dev/null || true
+old=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
 log "podman build -> $image"
 podman build --quiet --pull=never -f "$work/Containerfile" -t "$image" "$work" >/dev/null
+new=$(podman image inspect --format '{{.Id}}' "$image")
+# The previous build of this tag, now untagged: removed, so rebuilds do not pile up.
+[ -n "$old" ] && [ "$old" != "$new" ] && podman rmi "$old" >/dev/null 2>&1 || true
 size=$(podman image inspect --format '{{.Size}}' "$image")
 printf 'image %s: %s bytes (%s MB)\n' "$image" "$size" "$((size / 1000000))"
