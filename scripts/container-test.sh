@@ -64,6 +64,13 @@ if "${run[@]}" --rm --entrypoint /bin/sh "$image" -c true >/dev/null 2>&1; then
 else
   row "no shell in the image" PASS "/bin/sh absent"
 fi
+tools=""
+for t in "/usr/bin/bwrap --version" "/usr/bin/socat -V"; do
+  set -- $t
+  "${run[@]}" --rm --entrypoint "$1" "$image" "$2" >/dev/null 2>&1 && tools+="${1##*/} ok " || tools+="${1##*/} BROKEN "
+done
+[[ $tools == *BROKEN* ]] && { row "bwrap, socat run (libraries present)" FAIL "$tools"; fail=1; } \
+  || row "bwrap, socat run (libraries present)" PASS "$tools"
 check=$("${run[@]}" --rm "$image" check --config /etc/palisade/servers.json 2>&1)
 verdict=$(printf '%s\n' "$check" | grep -A1 '^A default server' | tail -1 | sed 's/^ *//')
 detail=$(printf '%s\n' "$check" | grep -m1 -E 'bubblewrap cannot|landlock|Landlock' | sed 's/^ *//;s/^- //')

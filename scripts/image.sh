@@ -35,6 +35,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/palisade-image.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 # What the binary links beyond libc: libgcc_s (unwinding). Everything else is static.
+# The hooks below remove what nothing run in the image needs (palisade, bwrap, socat and their
+# libraries, per ldd): apt, perl, docs, locales, gconv, the libraries only apt/gpgv/systemd
+# tools use, and the shells. The package database stays (status) for scanners.
 strip_shell='rm -f "$1"/bin/sh "$1"/bin/bash "$1"/bin/dash "$1"/bin/rbash "$1"/usr/bin/sh "$1"/usr/bin/bash "$1"/usr/bin/dash "$1"/usr/bin/rbash'
 [ -n "${IMAGE_KEEP_SHELL:-}" ] && strip_shell=true
 log "mmdebstrap bookworm (minbase + bubblewrap socat ca-certificates libgcc-s1)"
@@ -47,6 +50,8 @@ mmdebstrap --quiet --variant=minbase --mode=root --format=tar \
   --customize-hook='chroot "$1" useradd --uid 10001 --gid 10001 --home-dir /var/lib/palisade --create-home --shell /usr/sbin/nologin palisade' \
   --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/cache/debconf/*-old "$1"/var/log/* "$1"/usr/share/zoneinfo "$1"/usr/share/i18n "$1"/usr/share/common-licenses' \
   --customize-hook='rm -rf "$1"/usr/bin/apt* "$1"/usr/lib/apt "$1"/usr/lib/x86_64-linux-gnu/libapt* "$1"/usr/share/perl* "$1"/usr/bin/perl* "$1"/usr/lib/x86_64-linux-gnu/perl* "$1"/usr/lib/x86_64-linux-gnu/gconv "$1"/var/lib/dpkg/info/*.md5sums' \
+  --customize-hook='cd "$1"/usr/lib/x86_64-linux-gnu && rm -f libperl.so* libgnutls.so* libstdc++.so* libdb-5.3.so libunistring.so* libgcrypt.so* libp11-kit.so* libsystemd.so* libsepol.so* libgmp.so* libext2fs.so* libhogweed.so* libnettle.so* libtasn1.so* libidn2.so*' \
+  --customize-hook='rm -f "$1"/usr/bin/gpgv "$1"/usr/bin/tar "$1"/usr/bin/openssl "$1"/var/cache/debconf/templates.dat* "$1"/var/lib/dpkg/info/*.symbols' \
   --customize-hook="$strip_shell" \
   bookworm "$work/rootfs.tar" "${MIRROR:-http://deb.debian.org/debian}"
 log "podman import -> $base"
