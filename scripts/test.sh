@@ -57,6 +57,14 @@ fi
 log "bench smoke (scripts/bench.sh --quick)"
 scripts/bench.sh --quick >/dev/null
 
+# The runtime image, built from Debian's packages, proven in an unprivileged container
+# (default seccomp, non-root, caps dropped, read-only root); says SKIPPED and passes only where
+# podman cannot run. Then the scale-out test behind HAProxy. About 50 s together.
+log "container (scripts/container-test.sh)"
+REBUILD=1 PALISADE_BIN="$PWD/target/release/palisade" scripts/container-test.sh
+log "scale-out (scripts/scale-test.sh)"
+PALISADE_BIN="$PWD/target/release/palisade" scripts/scale-test.sh
+
 # Each cargo-fuzz target for a short time (FUZZ_SECONDS, default 20); fails on a crash.
 log "fuzz (scripts/fuzz.sh)"
 scripts/fuzz.sh
