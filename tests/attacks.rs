@@ -314,7 +314,13 @@ async fn client(sc: &Scene, cmd: Vec<String>, log: &Path) -> McpClient {
     ];
     opts.stderr = StderrMode::File(log.to_path_buf());
     opts.timeout = Duration::from_secs(60);
-    McpClient::spawn(opts).await.expect("start the MCP server")
+    match McpClient::spawn(opts).await {
+        Ok(c) => c,
+        Err(e) => panic!(
+            "start the MCP server: {e}\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        ),
+    }
 }
 
 /// Calls one attack tool; an error or an `isError` result counts as blocked.
@@ -534,7 +540,9 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
 /// servers are up and the peer's own root works.
 async fn behind_serve(sc: &Scene, backend: &str, log: &Path) -> BTreeMap<String, (bool, String)> {
     sc.reset();
+    // A fresh log per tier, and its head file with it (the head anchors the old log's end).
     let _ = std::fs::remove_file(sc.audit_log());
+    let _ = std::fs::remove_file(palisade::audit::anchor::head_path(&sc.audit_log()));
     let config = write_config(sc, backend);
     let serve = vec![
         env!("CARGO_BIN_EXE_palisade").to_string(),
