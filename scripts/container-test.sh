@@ -99,8 +99,10 @@ try: r=json.loads(sys.stdin.read())
 except ValueError: print("ERROR no report"); sys.exit()
 if "error" in r: print("ERROR", r["error"][:150]); sys.exit()
 c=r["calls"]
-w="ok" if c[0].get("ok") else "refused"
-rd="read" if c[1].get("ok") else "refused"
+# A refusal by the policy is a result with isError, not a protocol error: judge both.
+done = lambda x: x.get("ok") and not x.get("is_error")
+w="ok" if done(c[0]) else "refused"
+rd="read" if done(c[1]) and "DENIED" not in str(c[1].get("text","")) else "refused"
 print("SESSION tools=%d write-in-sandbox=%s read-/etc/palisade/tokens=%s" % (len(r["tools"]), w, rd))
 print("FIRST", str(c[0].get("text",""))[:110].replace("\n"," "))' 2>&1)
   first=$(printf '%s\n' "$summary" | sed -n 's/^FIRST //p')
