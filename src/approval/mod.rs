@@ -10,7 +10,7 @@
 //! approval (`Answer::ApproveAndRemember`); the gateway keeps accepted scopes per session.
 
 mod chain;
-mod dir;
+pub(crate) mod dir;
 mod display;
 mod elicit;
 mod exec;
