@@ -22,9 +22,11 @@ use crate::policy::{Policy, PolicyOptions, PolicyPaths, Scope};
 /// Serve MCP on stdio, aggregating every configured server, each in its own sandbox.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Server configuration (`{"mcpServers": {...}}`).
+    /// Server configuration (`{"mcpServers": {...}}`). Or give one server's command after
+    /// `--` instead: `palisade serve [FLAGS] -- CMD ARGS...` serves it alone, its tools and
+    /// prompts under their own names (transparent one-server mode).
     #[arg(long)]
-    pub config: std::path::PathBuf,
+    pub config: Option<std::path::PathBuf>,
     /// compiled-policy.json (default: the built-in safe policy).
     #[arg(long)]
     pub policy: Option<std::path::PathBuf>,
@@ -86,6 +88,101 @@ pub struct ServeArgs {
     /// A scope a JWT access token must grant (repeatable).
     #[arg(long = "jwt-scope")]
     pub jwt_scopes: Vec<String>,
+    /// The one server to serve (after `--`), instead of --config.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// The config to serve: the file, or one server from the command after `--`.
+fn load_config(args: &ServeArgs) -> anyhow::Result<crate::config::GatewayConfig> {
+    match (&args.config, args.command.split_first()) {
+        (Some(_), Some(_)) => anyhow::bail!(
+            "give either --config FILE or `-- COMMAND ARGS...` (one server), not both"
+        ),
+        (Some(path), None) => Ok(crate::config::load_file(path)?),
+        (None, Some((command, rest))) => {
+            let config = one_server_config(command, rest);
+            Ok(crate::config::parse_str(
+                &config.to_string(),
+                "(the command after --)",
+            )?)
+        }
+        (None, None) => anyhow::bail!(
+            "nothing to serve: give --config FILE (servers under mcpServers) or \
+             `-- COMMAND ARGS...` for one server"
+        ),
+    }
+}
+
+/// `{"mcpServers": {NAME: {command, args, "prefix": false}}}` for `serve -- CMD ARGS`.
+pub fn one_server_config(command: &str, args: &[String]) -> serde_json::Value {
+    let mut servers = serde_json::Map::new();
+    servers.insert(
+        one_server_name(command, args),
+        serde_json::json!({"command": command, "args": args, "prefix": false}),
+    );
+    serde_json::json!({ "mcpServers": servers })
+}
+
+/// The name audit records and logs give a server started from a command line: the package
+/// or script it runs (past launchers such as `npx -y` or `python3 -m`), as a valid server
+/// name.
+pub fn one_server_name(command: &str, args: &[String]) -> String {
+    const LAUNCHERS: &[&str] = &[
+        "npx", "npm", "exec", "uvx", "uv", "tool", "run", "pipx", "node", "deno", "bun", "python",
+        "python3", "env",
+    ];
+    let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+    let candidate = std::iter::once(command)
+        .chain(args.iter().map(String::as_str))
+        .find(|a| !a.starts_with('-') && !LAUNCHERS.contains(&base(a).as_str()))
+        .unwrap_or(command);
+    // `@scope/pkg@1.2` -> `pkg`; `server.py` -> `server`; `pkg/dist/index.js` -> `pkg` (an
+    // entry point named like every other package's says less than its package directory).
+    const GENERIC_FILES: &[&str] = &["index", "main", "cli", "__main__"];
+    const BUILD_DIRS: &[&str] = &["dist", "build", "lib", "src", "bin", "out"];
+    let stem = |s: &str| {
+        let s = s.split('@').next().unwrap_or_default();
+        let s = s.strip_suffix(".py").or(s.strip_suffix(".js")).unwrap_or(s);
+        s.strip_suffix(".mjs").unwrap_or(s).to_string()
+    };
+    let parts: Vec<&str> = candidate
+        .trim_start_matches('@')
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    let file = parts.last().map(|f| stem(f)).unwrap_or_default();
+    let name = if GENERIC_FILES.contains(&file.as_str()) {
+        parts
+            .iter()
+            .rev()
+            .skip(1)
+            .find(|d| !BUILD_DIRS.contains(d))
+            .map(|d| d.to_string())
+            .unwrap_or(file)
+    } else {
+        file
+    };
+    let name = name.as_str();
+    let clean: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect::<String>()
+        .replace("__", "_")
+        .chars()
+        .take(48)
+        .collect();
+    if clean.trim_matches('-').is_empty() {
+        "server".into()
+    } else {
+        clean
+    }
 }
 
 /// The HTTP front's options from the flags and the `http` settings (flags win); `None`
@@ -167,7 +264,7 @@ fn http_options(
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let settings = crate::config::load_file(&args.config)?.settings;
+    let settings = load_config(&args)?.settings;
     let http = http_options(&args, &settings)?;
     let opts = options(args)?;
     let rt = super::runtime()?;
@@ -196,7 +293,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 
 /// Merges the config file's `palisade` block with the flags (flags win).
 pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
-    let mut config = crate::config::load_file(&args.config)?;
+    let mut config = load_config(&args)?;
     let s = &mut config.settings;
     macro_rules! flag {
         ($field:ident) => {
@@ -219,7 +316,7 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
     let default_policy = s.sandbox_policy;
     let escalation = s.escalation.clone();
     let timeout_s = s.escalation_timeout.unwrap_or(DEFAULT_ESCALATION_TIMEOUT);
-    let protected = protected_paths(&args.config, s);
+    let protected = protected_paths(args.config.as_deref(), s);
     let policy_paths = PolicyPaths {
         policy: s.policy.clone(),
         annotations: s.annotations.clone(),
@@ -278,10 +375,10 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
 /// Palisade's own files, which no call may touch and no sandbox shows: the config, policy,
 /// annotations, lists, audit log and the head file anchoring its chain, plus the configured
 /// `protectedPaths`.
-fn protected_paths(config_file: &Path, s: &crate::config::Settings) -> Vec<PathBuf> {
+fn protected_paths(config_file: Option<&Path>, s: &crate::config::Settings) -> Vec<PathBuf> {
     let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let mut out: Vec<PathBuf> = [
-        Some(config_file),
+        config_file,
         s.policy.as_deref(),
         s.annotations.as_deref(),
         s.lists.as_deref(),
@@ -342,4 +439,49 @@ fn approval_chain(
         Arc::new(UpstreamElicitor::new(opts.upstream.clone()));
     build_chain(&specs, Some(elicitor), Duration::from_secs(timeout_s))
         .map_err(|e| anyhow::anyhow!("--escalation: {e}"))
+}
+
+#[cfg(test)]
+mod one_server_tests {
+    use super::*;
+
+    fn name(cmd: &str, args: &[&str]) -> String {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        one_server_name(cmd, &args)
+    }
+
+    #[test]
+    fn a_command_line_server_is_named_after_what_it_runs() {
+        assert_eq!(
+            name(
+                "npx",
+                &["-y", "@modelcontextprotocol/server-filesystem", "/srv"]
+            ),
+            "server-filesystem"
+        );
+        assert_eq!(name("uvx", &["mcp-server-git"]), "mcp-server-git");
+        assert_eq!(name("python3", &["-m", "server.py"]), "server");
+        assert_eq!(name("/usr/local/bin/my.server", &[]), "my-server");
+        assert_eq!(name("npx", &["-y", "@scope/pkg@1.2.3"]), "pkg");
+        assert_eq!(name("node", &[]), "node");
+        assert_eq!(
+            name(
+                "node",
+                &[
+                    "/x/node_modules/@m/server-everything/dist/index.js",
+                    "stdio"
+                ]
+            ),
+            "server-everything"
+        );
+    }
+
+    #[test]
+    fn one_server_config_keeps_names_and_parses() {
+        let v = one_server_config("node", &["s.js".to_string()]);
+        let c = crate::config::parse_str(&v.to_string(), "t").unwrap();
+        assert_eq!(c.servers.len(), 1);
+        assert_eq!(c.servers[0].0, "s");
+        assert_eq!(c.servers[0].1.prefix, Some(false));
+    }
 }

@@ -111,6 +111,21 @@ pub fn parse_str(text: &str, file: &str) -> Result<GatewayConfig, ConfigError> {
         }
         servers.push((name, server));
     }
+    let unprefixed: Vec<&str> = servers
+        .iter()
+        .filter(|(_, s)| s.prefix == Some(false))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    if unprefixed.len() > 1 {
+        return Err(field_err(
+            &format!("mcpServers.{}.prefix", unprefixed[1]),
+            format!(
+                "only one server may keep its own names; {} all say \"prefix\": false and \
+                 their names could collide: keep it on one of them",
+                unprefixed.join(", ")
+            ),
+        ));
+    }
     Ok(GatewayConfig { servers, settings })
 }
 
@@ -311,5 +326,19 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("network"), "{e}");
+    }
+
+    #[test]
+    fn two_servers_keeping_their_own_names_are_refused_by_name() {
+        let text = r#"{"mcpServers": {
+            "a": {"command": "x", "prefix": false},
+            "b": {"command": "y", "prefix": false},
+            "c": {"command": "z"}}}"#;
+        let e = parse_str(text, "servers.json").unwrap_err().to_string();
+        assert!(e.contains("mcpServers.b.prefix"), "{e}");
+        assert!(e.contains("a, b"), "{e}");
+        let one =
+            r#"{"mcpServers": {"a": {"command": "x", "prefix": false}, "c": {"command": "z"}}}"#;
+        assert!(parse_str(one, "servers.json").is_ok());
     }
 }

@@ -63,6 +63,10 @@ pub struct ServerConfig {
     /// Which of the server's prompts the agent sees and may get (globs; deny wins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompts: Option<super::NameFilter>,
+    /// `false`: its tools and prompts keep their own names (no `SERVER__` prefix), so Palisade
+    /// can stand in for this one server unseen. At most one server may say so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<bool>,
 }
 
 /// The per-server `relay` key: which server-to-client requests reach the agent, and how many.

@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult, Tool};
+use rmcp::model::{CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, Tool};
 
 use super::downstream::Connection;
 use super::roots::RootsCell;
@@ -94,9 +94,9 @@ pub async fn announce_and_wait(
     want: &[PathBuf],
 ) -> Applied {
     let introspection = Introspection::find(tools);
-    if let Err(e) = conn.peer.notify_roots_list_changed().await {
-        tracing::debug!(server = %conn.server, "roots/list_changed not sent: {e}");
-    }
+    conn.peer
+        .notify("notifications/roots/list_changed", None)
+        .await;
     let Some(intro) = introspection else {
         let fetched = roots.wait_fetched(version, QUIET_FETCH_WAIT).await;
         if fetched {
@@ -132,8 +132,14 @@ async fn report(conn: &Connection, intro: Introspection) -> Vec<PathBuf> {
     let req = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new(
         intro.tool(),
     )));
-    match conn.request(req, PROBE_TIMEOUT, None, None).await {
-        Ok(ServerResult::CallToolResult(r)) if r.is_error != Some(true) => {
+    let result = conn
+        .request(req, PROBE_TIMEOUT, None, None)
+        .await
+        .and_then(|raw| {
+            super::downstream::parse::<CallToolResult>(&conn.server, "tools/call", &raw)
+        });
+    match result {
+        Ok(r) if r.is_error != Some(true) => {
             let text: String = r
                 .content
                 .iter()

@@ -1,29 +1,33 @@
-//! One MCP client per downstream server: its `ClientHandler` (answers `roots/list` from the
-//! server's current root set, relays progress, logging and list changes, hands sampling and
-//! elicitation requests to `relay/`) and the request helper every
+//! One downstream server's client side: the handler for what the server sends us (answers
+//! `roots/list` from the server's current root set, relays progress, logging and list
+//! changes, hands sampling and elicitation requests to `relay/`) and the request helper every
 //! forward goes through (timeout on every request, cancellation, progress-token mapping).
+//! The wire is `peer.rs`: results come back as the bytes the server sent.
 //!
-//! Never: send a request without a timeout (rmcp has none by default and a silent server would
-//! hang the call forever, e.g. when it writes a line over rmcp's 16 MiB limit, which rmcp
-//! drops silently); trust `RunningService::is_closed` for liveness (use
-//! `peer.is_transport_closed`).
+//! Never: send a request without a timeout (a silent server would hang the call forever);
+//! forward a server's progress under its own token (the agent only knows its own).
 #![allow(deprecated)] // roots and logging are deprecated in rmcp (SEP-2577) but still used.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ClientRequest, CreateMessageRequestParams,
-    CreateMessageResult, ElicitRequestParams, ElicitResult, ElicitationCapability,
-    FormElicitationCapability, Implementation, ListRootsResult, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestMetaObject,
-    ResourceUpdatedNotificationParam, ServerResult,
+    ClientCapabilities, ClientRequest, CreateMessageRequestParams, ElicitRequestParams,
+    ElicitationCapability, ErrorCode, FormElicitationCapability, Implementation, InitializeResult,
+    ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion, RequestId, RequestMetaObject, ResourceUpdatedNotificationParam,
 };
-use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RequestContext};
-use rmcp::{ClientHandler, ErrorData, RoleClient, RoleServer, ServiceError};
+use rmcp::service::Peer;
+use rmcp::{ErrorData, RoleServer};
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::peer::{Inbound, NoReply, Reply, ServerPeer};
 use super::progress::ProgressMap;
 use super::roots::RootsCell;
 use super::upstream_link::UpstreamLink;
@@ -47,7 +51,7 @@ pub enum ListKind {
     Resources,
 }
 
-/// The client side of one downstream connection.
+/// What the gateway does with what one downstream server sends it.
 pub struct DownstreamHandler {
     pub server: String,
     /// The server's current roots: `roots/list` always answers the newest version, whole
@@ -61,8 +65,15 @@ pub struct DownstreamHandler {
     pub relay: super::relay::Relayer,
 }
 
-impl ClientHandler for DownstreamHandler {
-    fn get_info(&self) -> ClientConfig {
+/// A request a downstream server sent the gateway: its id and its cancellation.
+pub struct FromServer {
+    pub id: RequestId,
+    pub ct: CancellationToken,
+}
+
+impl DownstreamHandler {
+    /// The `initialize` params the gateway sends this server.
+    pub fn initialize_params(&self) -> Value {
         let mut caps = ClientCapabilities::builder()
             .enable_roots()
             .enable_roots_list_changed()
@@ -78,77 +89,129 @@ impl ClientHandler for DownstreamHandler {
             caps.elicitation =
                 Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
         }
-        ClientConfig::new(
-            caps,
-            Implementation::new("palisade", env!("CARGO_PKG_VERSION")),
-        )
-        .with_protocol_version(PROTOCOL)
+        serde_json::json!({
+            "protocolVersion": PROTOCOL,
+            "capabilities": caps,
+            "clientInfo": Implementation::new("palisade", env!("CARGO_PKG_VERSION")),
+        })
     }
 
-    async fn list_roots(
-        &self,
-        _context: RequestContext<RoleClient>,
-    ) -> Result<ListRootsResult, ErrorData> {
+    fn list_roots(&self) -> ListRootsResult {
         let set = self.roots.current();
         self.roots.mark_fetched(set.version);
         tracing::debug!(server = %self.server, "roots/list answered with v{}", set.version);
-        Ok(ListRootsResult::new(set.mcp_roots()))
+        ListRootsResult::new(set.mcp_roots())
     }
 
-    async fn create_message(
-        &self,
-        params: CreateMessageRequestParams,
-        context: RequestContext<RoleClient>,
-    ) -> Result<CreateMessageResult, ErrorData> {
-        self.relay.sampling(params, &context).await
-    }
-
-    async fn create_elicitation(
-        &self,
-        params: ElicitRequestParams,
-        context: RequestContext<RoleClient>,
-    ) -> Result<ElicitResult, ErrorData> {
-        self.relay.elicitation(params, &context).await
-    }
-
-    // No `on_progress`: progress never reaches rmcp; `tap.rs` forwards it in stream order.
-
-    async fn on_logging_message(
-        &self,
-        mut params: LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
+    fn on_logging_message(&self, mut params: LoggingMessageNotificationParam) {
         params.logger = Some(match params.logger.take() {
             Some(l) => format!("{}/{l}", self.server),
             None => self.server.clone(),
         });
         // Bounded: dropped when the agent is not keeping up (see `UpstreamLink::for_relay`).
+        // Sent on its own task: an agent that does not read must not stall this server's
+        // reader (the call results behind the notification would wait with it).
         let size = serde_json::to_vec(&params.data).map_or(0, |v| v.len());
-        if let Some((peer, _permit)) = self.upstream.for_relay(size) {
-            let _ = peer.notify_logging_message(params).await;
+        if let Some((peer, permit)) = self.upstream.for_relay(size) {
+            tokio::spawn(async move {
+                let _ = peer.notify_logging_message(params).await;
+                drop(permit);
+            });
         }
     }
 
-    async fn on_resource_updated(
-        &self,
-        params: ResourceUpdatedNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        if let Some((peer, _permit)) = self.upstream.for_relay(params.uri.len()) {
-            let _ = peer.notify_resource_updated(params).await;
+    fn on_resource_updated(&self, params: ResourceUpdatedNotificationParam) {
+        if let Some((peer, permit)) = self.upstream.for_relay(params.uri.len()) {
+            tokio::spawn(async move {
+                let _ = peer.notify_resource_updated(params).await;
+                drop(permit);
+            });
         }
     }
+}
 
-    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        let _ = self.list_changed.send(ListKind::Tools);
+fn view<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, ErrorData> {
+    let text = params.map_or("{}", RawValue::get);
+    serde_json::from_str(text).map_err(|e| ErrorData::invalid_params(e.to_string(), None))
+}
+
+fn to_value<T: serde::Serialize>(v: Result<T, ErrorData>) -> Result<Value, ErrorData> {
+    v.and_then(|v| {
+        serde_json::to_value(v).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    })
+}
+
+impl Inbound for DownstreamHandler {
+    fn request<'a>(
+        &'a self,
+        method: &'a str,
+        params: Option<&'a RawValue>,
+        id: RequestId,
+        cancel: CancellationToken,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, ErrorData>> + Send + 'a>> {
+        Box::pin(async move {
+            let ctx = FromServer { id, ct: cancel };
+            match method {
+                "roots/list" => to_value(Ok(self.list_roots())),
+                "ping" => Ok(Value::Object(Map::new())),
+                "sampling/createMessage" => {
+                    let p: CreateMessageRequestParams = view(params)?;
+                    to_value(self.relay.sampling(p, &ctx).await)
+                }
+                "elicitation/create" => {
+                    let p: ElicitRequestParams = view(params)?;
+                    to_value(self.relay.elicitation(p, &ctx).await)
+                }
+                other => Err(ErrorData::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    other.to_string(),
+                    None,
+                )),
+            }
+        })
     }
 
-    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        let _ = self.list_changed.send(ListKind::Prompts);
+    fn notification<'a>(
+        &'a self,
+        method: &'a str,
+        params: Option<&'a RawValue>,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move {
+            match method {
+                "notifications/tools/list_changed" => {
+                    let _ = self.list_changed.send(ListKind::Tools);
+                }
+                "notifications/prompts/list_changed" => {
+                    let _ = self.list_changed.send(ListKind::Prompts);
+                }
+                "notifications/resources/list_changed" => {
+                    let _ = self.list_changed.send(ListKind::Resources);
+                }
+                "notifications/message" => {
+                    if let Ok(p) = view(params) {
+                        self.on_logging_message(p);
+                    }
+                }
+                "notifications/resources/updated" => {
+                    if let Ok(p) = view(params) {
+                        self.on_resource_updated(p);
+                    }
+                }
+                other => {
+                    tracing::debug!(server = %self.server, "notification {other} not relayed")
+                }
+            }
+        })
     }
 
-    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        let _ = self.list_changed.send(ListKind::Resources);
+    fn progress<'a>(&'a self, line: &'a [u8]) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move {
+            if let Some(params) = super::tap::progress_params(line) {
+                if let Some(target) = self.progress.route(&params) {
+                    forward_progress(&target, params).await;
+                }
+            }
+        })
     }
 }
 
@@ -177,11 +240,13 @@ pub enum ForwardError {
     Other { server: String, message: String },
 }
 
-/// A live connection's request side. Cheap to clone (a peer and an `Arc`).
+/// A live connection's request side. Cheap to clone (`Arc`s).
 #[derive(Clone)]
 pub struct Connection {
     pub server: String,
-    pub peer: Peer<RoleClient>,
+    pub peer: Arc<ServerPeer>,
+    /// The server's answer to `initialize` (typed view).
+    pub info: Arc<InitializeResult>,
     pub progress: Arc<ProgressMap<UpTarget>>,
     /// The process's faults and end: a call the process left unanswered says why.
     pub faults: Arc<super::fault::ProcessFaults>,
@@ -190,16 +255,28 @@ pub struct Connection {
 /// How long a call cut short by its server's end waits for the supervisor to say why.
 const END_REASON_WAIT: Duration = Duration::from_secs(2);
 
+/// A typed view of a raw result; an error naming the server when it does not fit.
+pub fn parse<T: DeserializeOwned>(
+    server: &str,
+    what: &str,
+    raw: &RawValue,
+) -> Result<T, ForwardError> {
+    serde_json::from_str(raw.get()).map_err(|e| ForwardError::Other {
+        server: server.to_string(),
+        message: format!("its answer to {what} is not a valid result ({e})"),
+    })
+}
+
 impl Connection {
     /// Sends one request with `timeout`; cancels it downstream when `cancel` fires; routes its
-    /// progress to `progress_to` while it runs.
+    /// progress to `progress_to` while it runs. The result comes back as the server sent it.
     pub async fn request(
         &self,
         request: ClientRequest,
         timeout: Duration,
         cancel: Option<&CancellationToken>,
         progress_to: Option<UpTarget>,
-    ) -> Result<ServerResult, ForwardError> {
+    ) -> Result<Box<RawValue>, ForwardError> {
         self.request_with_meta(request, timeout, cancel, progress_to, None)
             .await
     }
@@ -212,53 +289,73 @@ impl Connection {
         cancel: Option<&CancellationToken>,
         progress_to: Option<UpTarget>,
         meta: Option<RequestMetaObject>,
-    ) -> Result<ServerResult, ForwardError> {
-        if self.peer.is_transport_closed() {
+    ) -> Result<Box<RawValue>, ForwardError> {
+        let method = request.method().to_string();
+        let mut params = match serde_json::to_value(&request) {
+            Ok(Value::Object(mut m)) => match m.remove("params") {
+                Some(Value::Object(p)) => p,
+                _ => Map::new(),
+            },
+            _ => Map::new(),
+        };
+        if let Some(meta) = meta {
+            if let Ok(Value::Object(extra)) = serde_json::to_value(meta) {
+                let entry = params
+                    .entry("_meta")
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if let Value::Object(m) = entry {
+                    m.extend(extra);
+                }
+            }
+        }
+        self.send(&method, params, timeout, cancel, progress_to)
+            .await
+    }
+
+    /// Sends `method` with `params` (a `progressToken` is added to its `_meta` when
+    /// `progress_to` is given).
+    pub async fn send(
+        &self,
+        method: &str,
+        mut params: Map<String, Value>,
+        timeout: Duration,
+        cancel: Option<&CancellationToken>,
+        progress_to: Option<UpTarget>,
+    ) -> Result<Box<RawValue>, ForwardError> {
+        if self.peer.is_closed() {
             return Err(self.stopped(self.server.clone()).await);
         }
-        let mut options = PeerRequestOptions::with_timeout(timeout);
-        if let Some(meta) = meta {
-            options = options.with_meta(meta);
-        }
-        let handle = match self.peer.send_request_with_option(request, options).await {
-            Ok(handle) => handle,
-            Err(e) => {
-                return Err(match self.map_err(e, timeout) {
-                    ForwardError::Closed { server } => self.stopped(server).await,
-                    other => other,
-                })
+        let id = self.peer.next_id();
+        let token = ServerPeer::progress_token(id);
+        if let Some(target) = &progress_to {
+            let entry = params
+                .entry("_meta")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(m) = entry {
+                m.insert("progressToken".into(), Value::from(id));
             }
-        };
-        let token = handle.progress_token.clone();
-        let id = handle.id.clone();
-        if let Some(target) = progress_to {
+            // Registered before the request is sent: no notification can overtake it.
             for early in self.progress.register(token.clone(), target.clone()) {
-                forward_progress(&target, early).await;
+                forward_progress(target, early).await;
             }
         }
-        let outcome = match cancel {
-            Some(ct) => tokio::select! {
-                r = handle.await_response() => r.map_err(|e| self.map_err(e, timeout)),
-                _ = ct.cancelled() => {
-                    let _ = self
-                        .peer
-                        .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
-                            Some(id),
-                            Some("cancelled by the client".into()),
-                        ))
-                        .await;
-                    Err(ForwardError::Cancelled)
-                }
-            },
-            None => handle
-                .await_response()
-                .await
-                .map_err(|e| self.map_err(e, timeout)),
-        };
-        self.progress.unregister(&token);
+        let params = (!params.is_empty()).then_some(Value::Object(params));
+        let outcome = self
+            .peer
+            .request(id, method, params.as_ref(), timeout, cancel)
+            .await;
+        if progress_to.is_some() {
+            self.progress.unregister(&token);
+        }
         match outcome {
-            Err(ForwardError::Closed { server }) => Err(self.stopped(server).await),
-            other => other,
+            Ok(Reply::Result(raw)) => Ok(raw),
+            Ok(Reply::Error(e)) => Err(ForwardError::Server(e)),
+            Err(NoReply::Timeout) => Err(ForwardError::Timeout {
+                server: self.server.clone(),
+                timeout,
+            }),
+            Err(NoReply::Cancelled) => Err(ForwardError::Cancelled),
+            Err(NoReply::Closed) => Err(self.stopped(self.server.clone()).await),
         }
     }
 
@@ -267,28 +364,6 @@ impl Connection {
         match self.faults.ended(END_REASON_WAIT).await {
             Some(reason) => ForwardError::Stopped { server, reason },
             None => ForwardError::Closed { server },
-        }
-    }
-
-    fn closed(&self) -> ForwardError {
-        ForwardError::Closed {
-            server: self.server.clone(),
-        }
-    }
-
-    fn map_err(&self, e: ServiceError, timeout: Duration) -> ForwardError {
-        match e {
-            ServiceError::Timeout { .. } => ForwardError::Timeout {
-                server: self.server.clone(),
-                timeout,
-            },
-            ServiceError::TransportClosed | ServiceError::TransportSend(_) => self.closed(),
-            ServiceError::McpError(err) => ForwardError::Server(err),
-            ServiceError::Cancelled { .. } => ForwardError::Cancelled,
-            other => ForwardError::Other {
-                server: self.server.clone(),
-                message: other.to_string(),
-            },
         }
     }
 }

@@ -8,22 +8,23 @@
 //! keep running. Never: kill from `Drop` via a spawned task, or leave a child unreaped.
 #![allow(deprecated)]
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    ClientRequest, ListPromptsRequest, ListResourceTemplatesRequest, ListResourcesRequest,
-    ListToolsRequest, PaginatedRequestParams, ServerResult,
+    ClientRequest, InitializeResult, ListPromptsRequest, ListPromptsResult,
+    ListResourceTemplatesRequest, ListResourceTemplatesResult, ListResourcesRequest,
+    ListResourcesResult, ListToolsRequest, ListToolsResult, PaginatedRequestParams,
 };
-use rmcp::service::{serve_client, RunningService};
-use rmcp::RoleClient;
 use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 
-use super::downstream::{Connection, DownstreamHandler, ForwardError, ListKind};
+use super::downstream::{parse, Connection, DownstreamHandler, ForwardError, ListKind};
 use super::fault::ProcessFaults;
+use super::peer::ServerPeer;
 use super::progress::ProgressMap;
-use super::registry::ServerLists;
+use super::registry::{JsonObject, RawItems, ServerLists};
 use super::spawn::{self, PreparedGuard, SpawnError};
 use super::state::{Live, Relaunch, Shared, Slot, Status};
 use crate::sandbox::launch::LaunchError;
@@ -57,7 +58,6 @@ enum StartError {
 /// A started server, owned by its supervisor.
 struct Running {
     child: Child,
-    service: RunningService<RoleClient, DownstreamHandler>,
     conn: Connection,
     list_rx: mpsc::UnboundedReceiver<ListKind>,
     /// The root-set version this process was launched with (its mounts).
@@ -312,45 +312,39 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         },
     };
     let timeout = shared.limits.startup_timeout;
-    // Progress is taken off the stream in order (see tap.rs); everything else goes to rmcp.
-    let stdout = super::tap::start(
-        slot.name.clone(),
+    let init_params = handler.initialize_params();
+    let peer = ServerPeer::start(
+        &slot.name,
         spawned.stdout,
-        progress.clone(),
+        spawned.stdin,
         faults.clone(),
+        Arc::new(handler),
     );
     let init = tokio::select! {
-        r = tokio::time::timeout(timeout, serve_client(handler, (stdout, super::stdin_watch::Watched::new(spawned.stdin, faults.stdin.clone())))) => r,
+        r = initialize(&peer, &init_params, timeout) => r,
         _ = shared.shutdown.cancelled() => {
+            peer.close();
             reap_now(&mut child, &slot.name).await;
             return Err(StartError::Shutdown);
         }
     };
-    let service = match init {
-        Ok(Ok(service)) => service,
-        Ok(Err(e)) => {
+    let info = match init {
+        Ok(info) => info,
+        Err(e) => {
+            peer.close();
             reap_now(&mut child, &slot.name).await;
-            return Err(StartError::Init(e.to_string()));
-        }
-        Err(_) => {
-            reap_now(&mut child, &slot.name).await;
-            return Err(StartError::InitTimeout(timeout));
+            return Err(e);
         }
     };
-    // The gateway must see every list as the server has it now: no client-side cache.
-    service
-        .peer()
-        .set_response_cache_config(rmcp::service::ClientCacheConfig::disabled())
-        .await;
     let conn = Connection {
         server: slot.name.clone(),
-        peer: service.peer().clone(),
+        peer,
+        info: Arc::new(info),
         progress,
         faults: faults.clone(),
     };
     let mut running = Running {
         child,
-        service,
         conn,
         list_rx,
         roots_version: roots.version,
@@ -398,6 +392,32 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         })
     });
     Ok(running)
+}
+
+/// The handshake: `initialize` within `timeout`, then `notifications/initialized`.
+async fn initialize(
+    peer: &ServerPeer,
+    params: &serde_json::Value,
+    timeout: Duration,
+) -> Result<InitializeResult, StartError> {
+    let id = peer.next_id();
+    let reply = peer
+        .request(id, "initialize", Some(params), timeout, None)
+        .await;
+    let raw = match reply {
+        Ok(super::peer::Reply::Result(raw)) => raw,
+        Ok(super::peer::Reply::Error(e)) => return Err(StartError::Init(e.message.to_string())),
+        Err(super::peer::NoReply::Timeout) => return Err(StartError::InitTimeout(timeout)),
+        Err(_) => {
+            return Err(StartError::Init(
+                "the server closed its connection before answering".into(),
+            ))
+        }
+    };
+    let info: InitializeResult = serde_json::from_str(raw.get())
+        .map_err(|e| StartError::Init(format!("its answer is not an initialize result ({e})")))?;
+    peer.notify("notifications/initialized", None).await;
+    Ok(info)
 }
 
 /// The most one server's lists may hold, all kinds together (issue 23, finding 5: pages
@@ -478,35 +498,27 @@ impl ListBudget {
     }
 }
 
-/// The size of `v` as JSON (what the gateway keeps of it).
-fn json_len<T: serde::Serialize>(v: &T) -> usize {
-    serde_json::to_vec(v).map_or(usize::MAX, |b| b.len())
-}
-
 /// Lists what the server's capabilities say it has, all kinds within one deadline and caps.
 async fn fetch_lists(running: &Running, timeout: Duration) -> Result<ServerLists, StartError> {
     let mut budget = ListBudget::new(timeout);
-    let caps = running
-        .service
-        .peer()
-        .peer_info()
-        .map(|i| i.capabilities.clone())
-        .unwrap_or_default();
+    let caps = running.conn.info.capabilities.clone();
     let mut lists = ServerLists::default();
     if caps.tools.is_some() {
-        lists.tools = list_all(&running.conn, ListKind::Tools, &mut budget)
-            .await?
-            .tools;
+        let r = list_all(&running.conn, ListKind::Tools, &mut budget).await?;
+        lists.tools = r.tools;
+        lists.raw.tools = r.raw.tools;
     }
     if caps.prompts.is_some() {
-        lists.prompts = list_all(&running.conn, ListKind::Prompts, &mut budget)
-            .await?
-            .prompts;
+        let r = list_all(&running.conn, ListKind::Prompts, &mut budget).await?;
+        lists.prompts = r.prompts;
+        lists.raw.prompts = r.raw.prompts;
     }
     if caps.resources.is_some() {
         let r = list_all(&running.conn, ListKind::Resources, &mut budget).await?;
         lists.resources = r.resources;
         lists.templates = r.templates;
+        lists.raw.resources = r.raw.resources;
+        lists.raw.templates = r.raw.templates;
     }
     Ok(lists)
 }
@@ -518,6 +530,7 @@ async fn list_all(
     budget: &mut ListBudget,
 ) -> Result<ServerLists, StartError> {
     let mut out = ServerLists::default();
+    let mut raw = RawPages::default();
     let passes: &[&'static str] = match kind {
         ListKind::Tools => &["tools"],
         ListKind::Prompts => &["prompts"],
@@ -563,37 +576,38 @@ async fn list_all(
                         }
                         source => StartError::List { what, source },
                     })?;
-            let next = match result {
-                ServerResult::ListToolsResult(r) => {
-                    budget.charge(&conn.server, what, r.tools.len(), json_len(&r.tools))?;
+            let server = conn.server.as_str();
+            raw.add(what, &result);
+            let next = match what {
+                "tools" => {
+                    let r: ListToolsResult = parse(server, "tools/list", &result)
+                        .map_err(|source| StartError::List { what, source })?;
+                    budget.charge(server, what, r.tools.len(), result.get().len())?;
                     out.tools.extend(r.tools);
                     r.next_cursor
                 }
-                ServerResult::ListPromptsResult(r) => {
-                    budget.charge(&conn.server, what, r.prompts.len(), json_len(&r.prompts))?;
+                "prompts" => {
+                    let r: ListPromptsResult = parse(server, "prompts/list", &result)
+                        .map_err(|source| StartError::List { what, source })?;
+                    budget.charge(server, what, r.prompts.len(), result.get().len())?;
                     out.prompts.extend(r.prompts);
                     r.next_cursor
                 }
-                ServerResult::ListResourcesResult(r) => {
-                    let (n, b) = (r.resources.len(), json_len(&r.resources));
-                    budget.charge(&conn.server, what, n, b)?;
+                "resources" => {
+                    let r: ListResourcesResult = parse(server, "resources/list", &result)
+                        .map_err(|source| StartError::List { what, source })?;
+                    budget.charge(server, what, r.resources.len(), result.get().len())?;
                     out.resources.extend(r.resources);
                     r.next_cursor
                 }
-                ServerResult::ListResourceTemplatesResult(r) => {
-                    let (n, b) = (r.resource_templates.len(), json_len(&r.resource_templates));
-                    budget.charge(&conn.server, what, n, b)?;
+                _ => {
+                    let r: ListResourceTemplatesResult =
+                        parse(server, "resources/templates/list", &result)
+                            .map_err(|source| StartError::List { what, source })?;
+                    let n = r.resource_templates.len();
+                    budget.charge(server, what, n, result.get().len())?;
                     out.templates.extend(r.resource_templates);
                     r.next_cursor
-                }
-                other => {
-                    return Err(StartError::List {
-                        what,
-                        source: ForwardError::Other {
-                            server: conn.server.clone(),
-                            message: format!("unexpected answer: {other:?}"),
-                        },
-                    })
                 }
             };
             match next {
@@ -602,7 +616,52 @@ async fn list_all(
             }
         }
     }
+    out.raw = raw.into_items();
     Ok(out)
+}
+
+/// The entries of each page as the server sent them, kept by key (see `RawItems`).
+#[derive(Default)]
+struct RawPages {
+    tools: HashMap<String, JsonObject>,
+    prompts: HashMap<String, JsonObject>,
+    resources: HashMap<String, JsonObject>,
+    templates: HashMap<String, JsonObject>,
+}
+
+impl RawPages {
+    /// Keeps the entries of one page of `what`; entries without their key are left to the
+    /// typed view (which refuses them anyway).
+    fn add(&mut self, what: &str, page: &serde_json::value::RawValue) {
+        let Ok(mut page) = serde_json::from_str::<JsonObject>(page.get()) else {
+            return;
+        };
+        let (list, key, into) = match what {
+            "tools" => ("tools", "name", &mut self.tools),
+            "prompts" => ("prompts", "name", &mut self.prompts),
+            "resources" => ("resources", "uri", &mut self.resources),
+            _ => ("resourceTemplates", "uriTemplate", &mut self.templates),
+        };
+        let Some(serde_json::Value::Array(items)) = page.remove(list) else {
+            return;
+        };
+        for item in items {
+            if let serde_json::Value::Object(o) = item {
+                if let Some(k) = o.get(key).and_then(|v| v.as_str()) {
+                    into.insert(k.to_string(), o);
+                }
+            }
+        }
+    }
+
+    fn into_items(self) -> RawItems {
+        RawItems {
+            tools: Arc::new(self.tools),
+            prompts: Arc::new(self.prompts),
+            resources: Arc::new(self.resources),
+            templates: Arc::new(self.templates),
+        }
+    }
 }
 
 /// Waits until the server ends, the gateway shuts down or its roots outgrow its mounts;
@@ -649,11 +708,19 @@ async fn watch(
                             if let Some(live) = &mut s.live {
                                 let mut lists = (*live.lists).clone();
                                 match kind {
-                                    ListKind::Tools => lists.tools = fresh.tools,
-                                    ListKind::Prompts => lists.prompts = fresh.prompts,
+                                    ListKind::Tools => {
+                                        lists.tools = fresh.tools;
+                                        lists.raw.tools = fresh.raw.tools;
+                                    }
+                                    ListKind::Prompts => {
+                                        lists.prompts = fresh.prompts;
+                                        lists.raw.prompts = fresh.raw.prompts;
+                                    }
                                     ListKind::Resources => {
                                         lists.resources = fresh.resources;
                                         lists.templates = fresh.templates;
+                                        lists.raw.resources = fresh.raw.resources;
+                                        lists.raw.templates = fresh.raw.templates;
                                     }
                                 }
                                 live.lists = Arc::new(lists);
@@ -678,7 +745,7 @@ async fn watch(
                 if let Some(why) = over {
                     return End::Fault(why);
                 }
-                if running.conn.peer.is_transport_closed() {
+                if running.conn.peer.is_closed() {
                     return End::Exited("the server closed its MCP connection".into());
                 }
             }
@@ -691,12 +758,12 @@ async fn watch(
 async fn stop(running: Running, limits: &super::state::Limits, name: &str) -> String {
     let Running {
         mut child,
-        service,
+        conn,
         _guard,
         ..
     } = running;
-    // Cancelling the service ends its task and drops the transport, closing the child's stdin.
-    let _ = tokio::time::timeout(limits.shutdown_grace, service.cancel()).await;
+    // Closing the connection closes the child's stdin: a well-behaved server exits.
+    conn.peer.close();
     if let Ok(Ok(status)) = tokio::time::timeout(limits.shutdown_grace, child.wait()).await {
         return format!("{status}");
     }
@@ -736,10 +803,11 @@ fn exit_reason(status: std::process::ExitStatus, slot: &Slot) -> String {
 /// flooding its pipes). Closes its connection, SIGKILLs it and reaps it.
 async fn kill(running: Running, limits: &super::state::Limits, name: &str) {
     let Running {
-        mut child, service, ..
+        mut child, conn, ..
     } = running;
     reap_now(&mut child, name).await;
-    let _ = tokio::time::timeout(limits.shutdown_grace, service.cancel()).await;
+    conn.peer.close();
+    let _ = tokio::time::timeout(limits.shutdown_grace, conn.peer.closed()).await;
 }
 
 /// SIGKILL and reap (a child that never got as far as a connection).

@@ -20,6 +20,7 @@ pub mod fault;
 pub mod http;
 pub mod lifecycle;
 pub mod network;
+pub mod peer;
 pub mod pinning;
 pub mod pipeline;
 pub mod progress;
@@ -351,9 +352,9 @@ impl Gateway {
         T: IntoTransport<RoleServer, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let handler = upstream::Upstream {
+        let handler = upstream::RelayingService(upstream::Upstream {
             shared: self.shared.clone(),
-        };
+        });
         // A stop during the handshake counts too: a client may give up before it completes.
         tokio::pin!(shutdown_signal);
         let started = tokio::select! {

@@ -58,10 +58,15 @@ impl PinGate {
     /// `lists` less the tools held back, plus the audit records of what this review newly
     /// pinned or found changed. Reads and may write the pins file (small; under its lock).
     pub fn review(&self, server: &str, lists: &ServerLists) -> (ServerLists, Vec<CallRecord>) {
+        // The definition as the server sent it: a field the typed model does not know is
+        // pinned too, so changing it is a change.
         let defs: Vec<Value> = lists
             .tools
             .iter()
-            .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
+            .map(|t| match lists.raw.tools.get(t.name.as_ref()) {
+                Some(raw) => Value::Object(raw.clone()),
+                None => serde_json::to_value(t).unwrap_or(Value::Null),
+            })
             .collect();
         let at = crate::audit::now_rfc3339();
         let (mode, new_servers) = (self.mode, self.new_servers);

@@ -14,9 +14,12 @@
 use std::borrow::Cow;
 use std::time::Instant;
 
+use serde_json::value::RawValue;
+use serde_json::Value;
+
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ContentBlock,
-    RequestMetaObject, ServerResult,
+    RequestMetaObject,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -44,12 +47,46 @@ enum Answer {
     Error(ErrorData),
 }
 
-/// Runs one `tools/call` through every stage.
+/// What a server answered a forwarded call: the typed view the stages read, and the result
+/// as the server sent it (what the agent gets unless a stage changed the view).
+struct Received {
+    view: CallToolResult,
+    raw: Box<RawValue>,
+}
+
+/// The result the agent is sent: the server's own JSON when no stage changed the view; else
+/// that JSON with the fields the stages rewrite (`content`, `isError`) taken from the view.
+fn result_json(answer: CallToolResult, received: Option<Received>) -> Value {
+    let typed = |r: &CallToolResult| serde_json::to_value(r).unwrap_or(Value::Null);
+    let Some(received) = received else {
+        return typed(&answer);
+    };
+    let Ok(Value::Object(mut out)) = serde_json::from_str::<Value>(received.raw.get()) else {
+        return typed(&answer);
+    };
+    if received.view != answer {
+        if let Value::Object(view) = typed(&answer) {
+            for key in ["content", "isError"] {
+                match view.get(key) {
+                    Some(v) => {
+                        out.insert(key.into(), v.clone());
+                    }
+                    None => {
+                        out.remove(key);
+                    }
+                }
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+/// Runs one `tools/call` through every stage; the result is the JSON the agent is sent.
 pub async fn call_tool(
     shared: &Shared,
     params: CallToolRequestParams,
     ctx: RequestContext<RoleServer>,
-) -> Result<CallToolResult, ErrorData> {
+) -> Result<Value, ErrorData> {
     let started = Instant::now();
 
     // Stage 1: route. A call to a server that is (re)starting waits for it, bounded by the
@@ -57,7 +94,7 @@ pub async fn call_tool(
     let Route { server, name: tool } = match route_waiting(shared, &params.name).await {
         Ok(route) => route,
         Err((e, rule)) => {
-            let record = unroutable_record(&params, &ctx, &e, rule, started);
+            let record = unroutable_record(shared, &params, &ctx, &e, rule, started);
             if let Err(audit) = shared.stages.audit.record(&record) {
                 tracing::error!(tool = %params.name, "audit write failed: {audit}");
                 return Err(audit_failed(&audit));
@@ -177,6 +214,7 @@ pub async fn call_tool(
     let mut refused = denial.is_some();
     let mut enforcement = slot.snapshot().enforcement;
     let mut network_refusals = Vec::new();
+    let mut received = None;
     let answer = if let Some(text) = denial {
         Answer::Result(CallToolResult::error(vec![ContentBlock::text(text)]))
     } else {
@@ -221,7 +259,9 @@ pub async fn call_tool(
                                     .as_ref()
                                     .filter(|_| slot.egress_allowed())
                                     .map(|p| p.subscribe());
-                                let answer = forward(shared, &conn, &tool, params, &ctx).await;
+                                let (answer, got) =
+                                    forward(shared, &conn, &tool, params, &ctx).await;
+                                received = got;
                                 if let Some(rx) = events.as_mut() {
                                     network_refusals = super::network::drain(rx, &slot.name);
                                 }
@@ -266,7 +306,7 @@ pub async fn call_tool(
         return Err(audit_failed(&e));
     }
     match answer {
-        Answer::Result(r) => Ok(r),
+        Answer::Result(r) => Ok(result_json(r, received)),
         Answer::Error(e) => Err(e),
     }
 }
@@ -277,7 +317,7 @@ async fn forward(
     tool: &str,
     mut params: CallToolRequestParams,
     ctx: &RequestContext<RoleServer>,
-) -> Answer {
+) -> (Answer, Option<Received>) {
     // The agent's progress token is mapped, not forwarded (rmcp sets its own downstream);
     // any other _meta the agent sent travels on.
     let mut meta = params.meta.take().unwrap_or_default();
@@ -301,17 +341,20 @@ async fn forward(
         )
         .await
     {
-        Ok(ServerResult::CallToolResult(r)) => Answer::Result(r),
-        Ok(other) => Answer::Error(ErrorData::internal_error(
-            format!(
-                "server `{}` answered tools/call with something that is not a tool result: {}",
-                conn.server,
-                serde_json::to_string(&other).unwrap_or_default()
-            ),
+        Ok(raw) => {
+            match super::downstream::parse::<CallToolResult>(&conn.server, "tools/call", &raw) {
+                Ok(view) => (Answer::Result(view.clone()), Some(Received { view, raw })),
+                Err(e) => (
+                    Answer::Error(ErrorData::internal_error(e.to_string(), None)),
+                    None,
+                ),
+            }
+        }
+        Err(ForwardError::Server(e)) => (Answer::Error(e), None),
+        Err(e) => (
+            Answer::Error(ErrorData::internal_error(e.to_string(), None)),
             None,
-        )),
-        Err(ForwardError::Server(e)) => Answer::Error(e),
-        Err(e) => Answer::Error(ErrorData::internal_error(e.to_string(), None)),
+        ),
     }
 }
 
@@ -347,7 +390,8 @@ const ROUTE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 /// waits until it runs (or fails), at most the start timeout. A refusal comes with the rule
 /// it is audited under.
 async fn route_waiting(shared: &Shared, name: &str) -> Result<Route, (ErrorData, &'static str)> {
-    if let Some((server, tool)) = super::registry::split_name(name) {
+    if let Some((slot, tool)) = owner(shared, name) {
+        let server = slot.name.as_str();
         if let Some(pins) = shared.pins.as_ref().filter(|p| p.is_held(server, tool)) {
             // Approved since the last review? A rebuild reads the pins file again.
             shared.refresh_catalog().await;
@@ -358,8 +402,7 @@ async fn route_waiting(shared: &Shared, name: &str) -> Result<Route, (ErrorData,
                 ));
             }
         }
-        let slot = shared.slots.iter().find(|s| s.name == server);
-        if let Some(why) = slot.and_then(|s| s.filters.hides_tool(tool)) {
+        if let Some(why) = slot.filters.hides_tool(tool) {
             return Err((
                 ErrorData::invalid_params(
                     format!(
@@ -380,9 +423,7 @@ async fn route_waiting(shared: &Shared, name: &str) -> Result<Route, (ErrorData,
             Ok(route) => return Ok(route.clone()),
             Err(e) => e,
         };
-        let status = super::registry::split_name(name)
-            .and_then(|(server, _)| shared.slots.iter().find(|s| s.name == server))
-            .map(|slot| slot.snapshot().status);
+        let status = owner(shared, name).map(|(slot, _)| slot.snapshot().status);
         let waiting = match &status {
             Some(Status::Starting | Status::Restarting { .. }) => true,
             Some(Status::Running) => {
@@ -398,16 +439,37 @@ async fn route_waiting(shared: &Shared, name: &str) -> Result<Route, (ErrorData,
     }
 }
 
+/// The configured server a tool name belongs to, and the tool's own name: by its
+/// `SERVER__` prefix, else the server that keeps its own names (`"prefix": false`).
+fn owner<'a>(shared: &'a Shared, name: &'a str) -> Option<(&'a Slot, &'a str)> {
+    let prefixed = super::registry::split_name(name).and_then(|(server, tool)| {
+        shared
+            .slots
+            .iter()
+            .find(|s| s.name == server && !s.filters.unprefixed)
+            .map(|s| (&**s, tool))
+    });
+    prefixed.or_else(|| {
+        shared
+            .slots
+            .iter()
+            .find(|s| s.filters.unprefixed)
+            .map(|s| (&**s, name))
+    })
+}
+
 /// The audit record of a call that reached no server.
 fn unroutable_record(
+    shared: &Shared,
     params: &CallToolRequestParams,
     ctx: &RequestContext<RoleServer>,
     error: &ErrorData,
     rule: &str,
     started: Instant,
 ) -> CallRecord {
-    let (server, tool) =
-        super::registry::split_name(&params.name).unwrap_or(("", params.name.as_ref()));
+    let (server, tool) = owner(shared, &params.name)
+        .map(|(slot, tool)| (slot.name.as_str(), tool))
+        .unwrap_or(("", params.name.as_ref()));
     CallRecord {
         duration_ms: started.elapsed().as_millis() as u64,
         ..CallRecord::new(
@@ -426,12 +488,10 @@ fn unroutable_record(
 /// The error for a name the catalog does not know: when its prefix names a configured server
 /// that is down, say why it is down rather than "unknown tool".
 fn unroutable(shared: &Shared, full: &str, e: super::registry::RouteError) -> ErrorData {
-    if let Some((server, _)) = super::registry::split_name(full) {
-        if let Some(slot) = shared.slots.iter().find(|s| s.name == server) {
-            let status = slot.snapshot().status;
-            if status != Status::Running {
-                return not_running(server, &status);
-            }
+    if let Some((slot, _)) = owner(shared, full) {
+        let status = slot.snapshot().status;
+        if status != Status::Running {
+            return not_running(&slot.name, &status);
         }
     }
     ErrorData::invalid_params(e.to_string(), None)

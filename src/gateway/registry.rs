@@ -13,19 +13,61 @@
 //!   servers is refused as ambiguous.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
 
 use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
 
 /// The separator between server and tool/prompt name.
 pub const SEP: &str = "__";
 
-/// One server's lists as it last reported them.
+/// One server's lists as it last reported them: typed views for routing and policy, and
+/// each entry's JSON as the server sent it (`raw`), which is what the agent is shown.
 #[derive(Debug, Clone, Default)]
 pub struct ServerLists {
     pub tools: Vec<Tool>,
     pub prompts: Vec<Prompt>,
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
+    pub raw: RawItems,
+}
+
+/// A JSON object as a server sent it (key order kept; numbers as written, within what
+/// `serde_json` keeps: `1` stays `1` and `1.0` stays `1.0`).
+pub type JsonObject = serde_json::Map<String, Value>;
+
+/// The server's own JSON of each listed entry, by its key (tool and prompt name, resource
+/// URI, template URI template). The typed models drop fields they do not know (a tool's
+/// `execution`, a future field); these do not.
+#[derive(Debug, Clone, Default)]
+pub struct RawItems {
+    pub tools: Arc<HashMap<String, JsonObject>>,
+    pub prompts: Arc<HashMap<String, JsonObject>>,
+    pub resources: Arc<HashMap<String, JsonObject>>,
+    pub templates: Arc<HashMap<String, JsonObject>>,
+}
+
+/// `item` as the server sent it (found under `key` in `raw`), else as the typed model
+/// writes it; with `name` set to `rename` when given.
+fn shown<T: serde::Serialize>(
+    raw: &HashMap<String, JsonObject>,
+    key: &str,
+    item: &T,
+    rename: Option<&str>,
+) -> Value {
+    let mut obj = match raw.get(key) {
+        Some(o) => o.clone(),
+        None => match serde_json::to_value(item) {
+            Ok(Value::Object(o)) => o,
+            _ => JsonObject::new(),
+        },
+    };
+    if let Some(name) = rename {
+        // An existing key keeps its place (`preserve_order`): only the value changes.
+        obj.insert("name".into(), Value::String(name.to_string()));
+    }
+    Value::Object(obj)
 }
 
 /// A server's name filters from its config (`tools`, `prompts`): what is filtered out never
@@ -34,6 +76,8 @@ pub struct ServerLists {
 pub struct ListFilters {
     pub tools: Option<crate::config::NameFilter>,
     pub prompts: Option<crate::config::NameFilter>,
+    /// `"prefix": false`: the server's names are shown as its own, not `SERVER__NAME`.
+    pub unprefixed: bool,
 }
 
 impl ListFilters {
@@ -41,6 +85,7 @@ impl ListFilters {
         ListFilters {
             tools: server.tools.clone(),
             prompts: server.prompts.clone(),
+            unprefixed: server.prefix == Some(false),
         }
     }
 
@@ -64,6 +109,7 @@ impl ListFilters {
                 .collect(),
             resources: lists.resources.clone(),
             templates: lists.templates.clone(),
+            raw: lists.raw.clone(),
         }
     }
 
@@ -100,6 +146,12 @@ pub struct Catalog {
     pub prompts: Vec<Prompt>,
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
+    /// The list results the agent is given, built once per catalog from the servers' own
+    /// JSON (`RawItems`), names rewritten: `{"tools": [...]}` and so on.
+    pub tools_result: Arc<Value>,
+    pub prompts_result: Arc<Value>,
+    pub resources_result: Arc<Value>,
+    pub templates_result: Arc<Value>,
     tool_routes: HashMap<String, Route>,
     prompt_routes: HashMap<String, Route>,
     uri_routes: HashMap<String, Vec<usize>>,
@@ -121,14 +173,41 @@ pub fn join_name(server: &str, name: &str) -> String {
 impl Catalog {
     /// Builds the catalog. `servers[i]` is `(name, Some(lists))` when server `i` is running.
     pub fn build(servers: &[(String, Option<&ServerLists>)]) -> Catalog {
+        Catalog::build_with(servers, &[])
+    }
+
+    /// As `build`; `unprefixed[i]` true shows server `i`'s names as its own. A name that
+    /// would then be offered twice goes to the server first in config order; the other is
+    /// left out and the collision logged with both servers named.
+    pub fn build_with(servers: &[(String, Option<&ServerLists>)], unprefixed: &[bool]) -> Catalog {
         let mut c = Catalog {
             names: servers.iter().map(|(n, _)| n.clone()).collect(),
             ..Catalog::default()
         };
+        let (mut tools, mut prompts, mut resources, mut templates) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (idx, (server, lists)) in servers.iter().enumerate() {
             let Some(lists) = lists else { continue };
+            let raw = &lists.raw;
+            let own = unprefixed.get(idx).copied().unwrap_or(false);
+            let shown_as = |name: &str| {
+                if own {
+                    name.to_string()
+                } else {
+                    join_name(server, name)
+                }
+            };
             for tool in &lists.tools {
-                let full = join_name(server, &tool.name);
+                let full = shown_as(&tool.name);
+                if let Some(first) = c.tool_routes.get(&full) {
+                    tracing::error!(
+                        "tool `{full}` of server `{server}` is not offered: server `{}` offers \
+                         a tool of that name (\"prefix\": false)",
+                        c.names[first.server]
+                    );
+                    continue;
+                }
+                tools.push(shown(&raw.tools, &tool.name, tool, Some(&full)));
                 let mut t = tool.clone();
                 t.name = full.clone().into();
                 c.tools.push(t);
@@ -141,7 +220,16 @@ impl Catalog {
                 );
             }
             for prompt in &lists.prompts {
-                let full = join_name(server, &prompt.name);
+                let full = shown_as(&prompt.name);
+                if let Some(first) = c.prompt_routes.get(&full) {
+                    tracing::error!(
+                        "prompt `{full}` of server `{server}` is not offered: server `{}` \
+                         offers a prompt of that name (\"prefix\": false)",
+                        c.names[first.server]
+                    );
+                    continue;
+                }
+                prompts.push(shown(&raw.prompts, &prompt.name, prompt, Some(&full)));
                 let mut p = prompt.clone();
                 p.name = full.clone();
                 c.prompts.push(p);
@@ -158,6 +246,7 @@ impl Catalog {
                 if !owners.contains(&idx) {
                     owners.push(idx);
                 }
+                resources.push(shown(&raw.resources, &res.uri, res, None));
                 c.resources.push(res.clone());
             }
             for tpl in &lists.templates {
@@ -168,9 +257,14 @@ impl Catalog {
                     .unwrap_or_default()
                     .to_string();
                 c.template_prefixes.push((prefix, idx));
+                templates.push(shown(&raw.templates, &tpl.uri_template, tpl, None));
                 c.templates.push(tpl.clone());
             }
         }
+        c.tools_result = Arc::new(serde_json::json!({ "tools": tools }));
+        c.prompts_result = Arc::new(serde_json::json!({ "prompts": prompts }));
+        c.resources_result = Arc::new(serde_json::json!({ "resources": resources }));
+        c.templates_result = Arc::new(serde_json::json!({ "resourceTemplates": templates }));
         c
     }
 
@@ -257,12 +351,14 @@ mod tests {
             prompts: vec![prompt("summarise")],
             resources: vec![res("file:///a.txt"), res("mem://shared")],
             templates: vec![tpl("demo://a/{id}")],
+            raw: RawItems::default(),
         };
         let b = ServerLists {
             tools: vec![tool("read")],
             prompts: vec![prompt("summarise")],
             resources: vec![res("file:///b.txt"), res("mem://shared")],
             templates: vec![tpl("demo://{x}"), tpl("demo://b/{id}")],
+            raw: RawItems::default(),
         };
         Catalog::build(&[
             ("a".into(), Some(&a)),
@@ -343,5 +439,32 @@ mod tests {
             .cloned()
             .collect();
         assert_eq!(keys, ["z", "a"]);
+    }
+
+    #[test]
+    fn a_server_keeping_its_own_names_is_routed_by_them_and_never_shadows_another() {
+        let own = ServerLists {
+            tools: vec![tool("read"), tool("b__read")],
+            ..Default::default()
+        };
+        let b = ServerLists {
+            tools: vec![tool("read")],
+            ..Default::default()
+        };
+        let c = Catalog::build_with(
+            &[("b".into(), Some(&b)), ("own".into(), Some(&own))],
+            &[false, true],
+        );
+        assert_eq!(
+            c.tool("read").unwrap(),
+            &Route {
+                server: 1,
+                name: "read".into()
+            }
+        );
+        // `b__read` is b's (first in config order); the unprefixed server's copy is left out.
+        assert_eq!(c.tool("b__read").unwrap().server, 0);
+        assert_eq!(c.tools.len(), 2);
+        assert_eq!(c.tools_result["tools"].as_array().unwrap().len(), 2);
     }
 }

@@ -357,7 +357,8 @@ impl Shared {
                 .zip(&lists)
                 .map(|(slot, l)| (slot.name.clone(), l.as_ref()))
                 .collect();
-            let new = Arc::new(Catalog::build(&servers));
+            let unprefixed: Vec<bool> = self.slots.iter().map(|s| s.filters.unprefixed).collect();
+            let new = Arc::new(Catalog::build_with(&servers, &unprefixed));
             (std::mem::replace(&mut *guard, new.clone()), new)
         };
         drop(serial);

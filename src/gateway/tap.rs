@@ -1,98 +1,80 @@
-//! The line tap between a downstream server's stdout and its rmcp client.
+//! The line reader over a downstream server's stdout, in front of the peer's dispatch
+//! (`peer.rs`).
 //!
-//! Why: rmcp handles each incoming notification on its own task, so a server's last
-//! `notifications/progress` could be handled after the response that follows it and reach the
-//! agent after the result (or not at all). The tap reads the server's messages in order and
-//! forwards progress upstream (awaiting the write) before it passes on the next line, so the
-//! agent always sees a call's progress before its result.
+//! Why: it is where a server's stdout is policed: every byte is charged to the process's
+//! output-rate budget (`fault.rs`), and a line longer than the 16 MiB limit of one JSON-RPC
+//! message is a protocol fault of the server (recorded in its `ProcessFaults`; the supervisor
+//! kills and restarts it, and calls in flight are told why) rather than a message silently
+//! dropped whose request would only time out. The reader never buffers more than the cap,
+//! however long the line, and hands lines on one at a time, awaiting each, so a call's
+//! progress is always delivered before its result.
 //!
-//! It is also where a server's stdout is policed: every byte is charged to the process's
-//! output-rate budget (`fault.rs`), and a line longer than rmcp's 16 MiB limit is a protocol
-//! fault of the server (recorded in its `ProcessFaults`; the supervisor kills and restarts
-//! it, and calls in flight are told why) rather than a message silently dropped whose request
-//! would only time out. The tap never buffers more than the cap, however long the line.
-//!
-//! Never: reorder, alter or delay any other line; parse anything but progress notifications.
+//! Never: reorder, alter or delay a line beyond the backpressure below; parse anything here.
 
-use std::sync::Arc;
+use std::future::Future;
 
 use rmcp::model::ProgressNotificationParam;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 
-use super::downstream::{forward_progress, UpTarget};
 use super::fault::ProcessFaults;
-use super::progress::ProgressMap;
 
-/// rmcp's own limit for one JSON-RPC line.
+/// The limit of one JSON-RPC line (rmcp's, kept so both directions agree).
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
 /// The line buffer kept between messages.
 const KEEP_CAPACITY: usize = 64 * 1024;
 
-/// Starts the tap; returns the stream rmcp reads the server's messages from. The stream
-/// ends (rmcp sees the server gone) at the server's EOF or at its first fault.
-pub fn start<R>(
-    server: String,
-    input: R,
-    progress: Arc<ProgressMap<UpTarget>>,
-    faults: Arc<ProcessFaults>,
-) -> DuplexStream
+/// Where the reader hands each complete line (with its newline).
+pub trait LineSink: Send + Sync {
+    fn line(&self, line: &[u8]) -> impl Future<Output = ()> + Send;
+}
+
+/// Reads the server's stdout until EOF or its first fault, handing each line to `sink`.
+pub async fn read_lines<R, S>(server: &str, input: R, faults: &ProcessFaults, sink: &S)
 where
-    R: AsyncRead + Unpin + Send + 'static,
+    R: AsyncRead + Unpin + Send,
+    S: LineSink,
 {
-    let (mut to_rmcp, for_rmcp) = tokio::io::duplex(256 * 1024);
-    tokio::spawn(async move {
-        let mut reader = BufReader::with_capacity(64 * 1024, input);
-        let mut line = Vec::with_capacity(4096);
-        loop {
-            line.clear();
-            match read_line_capped(&mut reader, &mut line, MAX_LINE).await {
-                Ok(Line::Eof) => break,
-                Ok(Line::TooLong(n)) => {
-                    faults.protocol_fault(format!(
-                        "it sent a message longer than {n} bytes, over the {MAX_LINE}-byte limit \
-                         of one JSON-RPC line (protocol fault)"
-                    ));
-                    break;
-                }
-                Ok(Line::Complete) => {
-                    if !faults.charge(line.len()) {
-                        break;
-                    }
-                    // A large message leaves a large buffer: give it back.
-                    if line.capacity() > KEEP_CAPACITY {
-                        line.shrink_to(KEEP_CAPACITY);
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!(server = %server, "reading the server's stdout failed: {e}");
-                    break;
-                }
-            }
-            // A request from the server is held while its stdin is full: rmcp would queue
-            // the answer for a writer that cannot write (see stdin_watch.rs).
-            if faults.stdin.is_stalled()
-                && is_request(&line)
-                && !faults.stdin.wait_flowing(faults.stall_limit).await
-            {
+    let mut reader = BufReader::with_capacity(64 * 1024, input);
+    let mut line = Vec::with_capacity(4096);
+    loop {
+        line.clear();
+        match read_line_capped(&mut reader, &mut line, MAX_LINE).await {
+            Ok(Line::Eof) => break,
+            Ok(Line::TooLong(n)) => {
                 faults.protocol_fault(format!(
-                    "it kept sending requests without reading its stdin for {}s (protocol fault)",
-                    faults.stall_limit.as_secs()
+                    "it sent a message longer than {n} bytes, over the {MAX_LINE}-byte limit \
+                     of one JSON-RPC line (protocol fault)"
                 ));
                 break;
             }
-            if let Some(params) = progress_params(&line) {
-                if let Some(target) = progress.route(&params) {
-                    forward_progress(&target, params).await;
+            Ok(Line::Complete) => {
+                if !faults.charge(line.len()) {
+                    break;
                 }
-                continue;
             }
-            if to_rmcp.write_all(&line).await.is_err() {
+            Err(e) => {
+                tracing::debug!(server = %server, "reading the server's stdout failed: {e}");
                 break;
             }
         }
-        // Dropping `to_rmcp` gives rmcp end-of-stream: the server is gone.
-    });
-    for_rmcp
+        // A request from the server is held while its stdin is full: its answer would queue
+        // for a writer that cannot write (see stdin_watch.rs).
+        if faults.stdin.is_stalled()
+            && is_request(&line)
+            && !faults.stdin.wait_flowing(faults.stall_limit).await
+        {
+            faults.protocol_fault(format!(
+                "it kept sending requests without reading its stdin for {}s (protocol fault)",
+                faults.stall_limit.as_secs()
+            ));
+            break;
+        }
+        sink.line(&line).await;
+        // A large message leaves a large buffer: give it back.
+        if line.capacity() > KEEP_CAPACITY {
+            line.shrink_to(KEEP_CAPACITY);
+        }
+    }
 }
 
 pub(crate) enum Line {
@@ -189,24 +171,33 @@ mod tests {
         .is_none());
     }
 
+    /// Collects the lines handed on, for the tests.
+    #[derive(Default)]
+    struct Collect(std::sync::Mutex<Vec<u8>>);
+    impl LineSink for Collect {
+        async fn line(&self, line: &[u8]) {
+            self.0.lock().unwrap().extend_from_slice(line);
+        }
+    }
+
     #[tokio::test]
     async fn lines_pass_in_order_until_an_over_long_one_which_is_a_fault() {
+        use tokio::io::AsyncWriteExt;
         let (mut server_out, tap_in) = tokio::io::duplex(1 << 20);
-        let map = Arc::new(ProgressMap::default());
-        let faults = Arc::new(ProcessFaults::new("t", u64::MAX / 16));
-        let mut rmcp_in = start("t".into(), tap_in, map, faults.clone());
+        let faults = ProcessFaults::new("t", u64::MAX / 16);
         let writer = tokio::spawn(async move {
             server_out.write_all(b"{\"a\":1}\n").await.unwrap();
             let long = vec![b'x'; MAX_LINE + 10];
-            // The tap stops reading at the cap: the rest of the write may fail.
+            // The reader stops at the cap: the rest of the write may fail.
             let _ = server_out.write_all(&long).await;
             let _ = server_out.write_all(b"\n{\"b\":2}\n").await;
         });
-        let mut got = String::new();
-        rmcp_in.read_to_string(&mut got).await.unwrap();
+        let got = Collect::default();
+        read_lines("t", tap_in, &faults, &got).await;
         assert_eq!(
-            got, "{\"a\":1}\n",
-            "nothing after the over-long line reaches rmcp"
+            String::from_utf8(got.0.into_inner().unwrap()).unwrap(),
+            "{\"a\":1}\n",
+            "nothing after the over-long line is handed on"
         );
         let fault = faults.fault().unwrap();
         assert!(fault.contains("protocol fault"), "{fault}");
@@ -215,11 +206,10 @@ mod tests {
 
     #[tokio::test]
     async fn output_over_the_rate_limit_is_a_fault() {
+        use tokio::io::AsyncWriteExt;
         let (mut server_out, tap_in) = tokio::io::duplex(1 << 20);
-        let map = Arc::new(ProgressMap::default());
         // 1 byte/s: the burst is one line cap, so 17 MiB of small lines trips it.
-        let faults = Arc::new(ProcessFaults::new("t", 1));
-        let mut rmcp_in = start("t".into(), tap_in, map, faults.clone());
+        let faults = ProcessFaults::new("t", 1);
         let writer = tokio::spawn(async move {
             let line = [b"{\"n\":\"".as_slice(), &[b'y'; 1000], b"\"}\n"].concat();
             for _ in 0..(17 * 1024) {
@@ -228,9 +218,10 @@ mod tests {
                 }
             }
         });
-        let mut sink = Vec::new();
-        rmcp_in.read_to_end(&mut sink).await.unwrap();
-        assert!(sink.len() <= MAX_LINE + 1, "{}", sink.len());
+        let got = Collect::default();
+        read_lines("t", tap_in, &faults, &got).await;
+        let n = got.0.into_inner().unwrap().len();
+        assert!(n <= MAX_LINE + 1, "{n}");
         assert!(faults.fault().unwrap().contains("output-rate limit"));
         writer.abort();
     }

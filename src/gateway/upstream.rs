@@ -16,6 +16,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
+use rmcp::model::CustomResult;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientRequest, CompleteRequest, CompleteRequestParams,
     CompleteResult, GetPromptRequest, GetPromptRequestParams, GetPromptResponse, Implementation,
@@ -26,7 +27,10 @@ use rmcp::model::{
     SubscribeRequest, SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext as NoteCtx, Service};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::value::RawValue;
+use serde_json::Value;
 
 use super::downstream::{ForwardError, UpTarget, PROTOCOL};
 use super::pipeline::{self, forwarded_meta};
@@ -47,7 +51,7 @@ impl Upstream {
         idx: usize,
         request: ClientRequest,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<ServerResult, ErrorData> {
+    ) -> Result<Box<RawValue>, ErrorData> {
         let slot = &self.shared.slots[idx];
         // Not forwarded while the server's roots are widening (it is being relaunched).
         let _permit = slot.gate.read().await;
@@ -188,7 +192,7 @@ impl Upstream {
         request: ClientRequest,
         audit: Audited,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<ServerResult, ErrorData> {
+    ) -> Result<Box<RawValue>, ErrorData> {
         let started = Instant::now();
         let answer = self.forward(idx, request, ctx).await;
         let slot = &self.shared.slots[idx];
@@ -222,6 +226,81 @@ impl Upstream {
         answer
     }
 
+    /// `prompts/get`, routed, checked and audited; the result as the server sent it.
+    async fn get_prompt_raw(
+        &self,
+        mut request: GetPromptRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Box<RawValue>, ErrorData> {
+        let route = self
+            .shared
+            .catalog()
+            .prompt(&request.name)
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?
+            .clone();
+        request.name = route.name;
+        self.check_prompt_arguments(route.server, &request, context)?;
+        request.meta = None;
+        let audit = Audited::new(
+            RecordKind::PromptsGet,
+            serde_json::json!({"name": request.name, "arguments": request.arguments}),
+        );
+        let req = ClientRequest::GetPromptRequest(GetPromptRequest::new(request));
+        self.forward_audited(route.server, req, audit, context)
+            .await
+    }
+
+    /// `resources/read`, routed, checked and audited; the result as the server sent it.
+    async fn read_resource_raw(
+        &self,
+        mut request: ReadResourceRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Box<RawValue>, ErrorData> {
+        let idx = self.resource_owner(&request.uri)?;
+        self.check_resource_uri(idx, RecordKind::ResourcesRead, &request.uri, context)?;
+        request.meta = None;
+        let audit = Audited::new(
+            RecordKind::ResourcesRead,
+            serde_json::json!({"uri": request.uri}),
+        );
+        let req = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(request));
+        self.forward_audited(idx, req, audit, context).await
+    }
+
+    /// `completion/complete`, routed and audited; the result as the server sent it.
+    async fn complete_raw(
+        &self,
+        mut request: CompleteRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Box<RawValue>, ErrorData> {
+        let idx = match &mut request.r#ref {
+            Reference::Prompt(p) => {
+                let route = self
+                    .shared
+                    .catalog()
+                    .prompt(&p.name)
+                    .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?
+                    .clone();
+                p.name = route.name;
+                route.server
+            }
+            Reference::Resource(r) => self.resource_owner(&r.uri)?,
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    "unsupported completion reference",
+                    None,
+                ))
+            }
+        };
+        request.meta = None;
+        let audit = Audited::new(
+            RecordKind::Completion,
+            serde_json::json!({"ref": request.r#ref, "argument": request.argument}),
+        );
+        let req = ClientRequest::CompleteRequest(CompleteRequest::new(request));
+        self.forward_audited(idx, req, audit, context).await
+    }
+
     fn resource_owner(&self, uri: &str) -> Result<usize, ErrorData> {
         self.shared
             .catalog()
@@ -253,14 +332,14 @@ fn audit_failed(e: &super::stages::AuditError) -> ErrorData {
     )
 }
 
-fn unexpected(what: &str, got: &ServerResult) -> ErrorData {
-    ErrorData::internal_error(
-        format!(
-            "a downstream server answered {what} with an unexpected result: {}",
-            serde_json::to_string(got).unwrap_or_default()
-        ),
-        None,
-    )
+/// A typed view of a forwarded result; an error naming the method when it does not fit.
+fn typed<T: serde::de::DeserializeOwned>(what: &str, raw: &RawValue) -> Result<T, ErrorData> {
+    serde_json::from_str(raw.get()).map_err(|e| {
+        ErrorData::internal_error(
+            format!("a downstream server answered {what} with an unexpected result ({e})"),
+            None,
+        )
+    })
 }
 
 impl ServerHandler for Upstream {
@@ -350,9 +429,10 @@ impl ServerHandler for Upstream {
     ) -> Result<CallToolResponse, ErrorData> {
         // Counted while it runs: shutdown waits for it so that its audit record is written.
         let _in_flight = self.shared.calls.token();
-        pipeline::call_tool(&self.shared, request, context)
-            .await
+        let result = pipeline::call_tool(&self.shared, request, context).await?;
+        serde_json::from_value(result)
             .map(CallToolResponse::Complete)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))
     }
 
     async fn list_prompts(
@@ -367,30 +447,11 @@ impl ServerHandler for Upstream {
 
     async fn get_prompt(
         &self,
-        mut request: GetPromptRequestParams,
+        request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        let route = self
-            .shared
-            .catalog()
-            .prompt(&request.name)
-            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?
-            .clone();
-        request.name = route.name;
-        self.check_prompt_arguments(route.server, &request, &context)?;
-        request.meta = None;
-        let audit = Audited::new(
-            RecordKind::PromptsGet,
-            serde_json::json!({"name": request.name, "arguments": request.arguments}),
-        );
-        let req = ClientRequest::GetPromptRequest(GetPromptRequest::new(request));
-        match self
-            .forward_audited(route.server, req, audit, &context)
-            .await?
-        {
-            ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
-            other => Err(unexpected("prompts/get", &other)),
-        }
+        let raw = self.get_prompt_raw(request, &context).await?;
+        typed("prompts/get", &raw).map(GetPromptResponse::Complete)
     }
 
     async fn list_resources(
@@ -415,21 +476,11 @@ impl ServerHandler for Upstream {
 
     async fn read_resource(
         &self,
-        mut request: ReadResourceRequestParams,
+        request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let idx = self.resource_owner(&request.uri)?;
-        self.check_resource_uri(idx, RecordKind::ResourcesRead, &request.uri, &context)?;
-        request.meta = None;
-        let audit = Audited::new(
-            RecordKind::ResourcesRead,
-            serde_json::json!({"uri": request.uri}),
-        );
-        let req = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(request));
-        match self.forward_audited(idx, req, audit, &context).await? {
-            ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
-            other => Err(unexpected("resources/read", &other)),
-        }
+        let raw = self.read_resource_raw(request, &context).await?;
+        typed("resources/read", &raw).map(ReadResourceResponse::Complete)
     }
 
     async fn subscribe(
@@ -469,38 +520,11 @@ impl ServerHandler for Upstream {
 
     async fn complete(
         &self,
-        mut request: CompleteRequestParams,
+        request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        let idx = match &mut request.r#ref {
-            Reference::Prompt(p) => {
-                let route = self
-                    .shared
-                    .catalog()
-                    .prompt(&p.name)
-                    .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?
-                    .clone();
-                p.name = route.name;
-                route.server
-            }
-            Reference::Resource(r) => self.resource_owner(&r.uri)?,
-            _ => {
-                return Err(ErrorData::invalid_params(
-                    "unsupported completion reference",
-                    None,
-                ))
-            }
-        };
-        request.meta = None;
-        let audit = Audited::new(
-            RecordKind::Completion,
-            serde_json::json!({"ref": request.r#ref, "argument": request.argument}),
-        );
-        let req = ClientRequest::CompleteRequest(CompleteRequest::new(request));
-        match self.forward_audited(idx, req, audit, &context).await? {
-            ServerResult::CompleteResult(r) => Ok(r),
-            other => Err(unexpected("completion/complete", &other)),
-        }
+        let raw = self.complete_raw(request, &context).await?;
+        typed("completion/complete", &raw)
     }
 
     /// Sets the level on every running server that logs; the first error is reported after
@@ -515,11 +539,7 @@ impl ServerHandler for Upstream {
             let Some(live) = slot.snapshot().live else {
                 continue;
             };
-            let logs = live
-                .conn
-                .peer
-                .peer_info()
-                .is_some_and(|i| i.capabilities.logging.is_some());
+            let logs = live.conn.info.capabilities.logging.is_some();
             if !logs {
                 continue;
             }
@@ -529,5 +549,88 @@ impl ServerHandler for Upstream {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+}
+
+/// The service the agent's connection runs: rmcp's session machinery (handshake, framing,
+/// ids, cancellation) around `Upstream`, except for the answers Palisade relays rather than
+/// makes: the lists, tool results, prompts, resource reads and completions go to the agent as
+/// the servers' own JSON (names rewritten), never re-encoded through rmcp's typed models,
+/// which drop what they do not know (a tool's `execution`) and re-spell numbers.
+#[derive(Clone)]
+pub struct RelayingService(pub Upstream);
+
+/// A list result of the catalog (`{"tools": [...]}`…), or an empty one under `key`.
+fn list_result(v: &Value, key: &str) -> ServerResult {
+    let v = if v.is_null() {
+        serde_json::json!({ key: [] })
+    } else {
+        v.clone()
+    };
+    ServerResult::CustomResult(CustomResult(v))
+}
+
+fn relayed(raw: &RawValue) -> Result<ServerResult, ErrorData> {
+    serde_json::from_str::<Value>(raw.get())
+        .map(|v| ServerResult::CustomResult(CustomResult(v)))
+        .map_err(|e| ErrorData::internal_error(format!("unreadable result: {e}"), None))
+}
+
+impl Service<RoleServer> for RelayingService {
+    async fn handle_request(
+        &self,
+        request: ClientRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ServerResult, ErrorData> {
+        let up = &self.0;
+        match request {
+            ClientRequest::ListToolsRequest(_) => {
+                Ok(list_result(&up.shared.catalog().tools_result, "tools"))
+            }
+            ClientRequest::ListPromptsRequest(_) => {
+                Ok(list_result(&up.shared.catalog().prompts_result, "prompts"))
+            }
+            ClientRequest::ListResourcesRequest(_) => Ok(list_result(
+                &up.shared.catalog().resources_result,
+                "resources",
+            )),
+            ClientRequest::ListResourceTemplatesRequest(_) => Ok(list_result(
+                &up.shared.catalog().templates_result,
+                "resourceTemplates",
+            )),
+            ClientRequest::CallToolRequest(r) => {
+                // Counted while it runs: shutdown waits for it so its audit record is written.
+                let _in_flight = up.shared.calls.token();
+                pipeline::call_tool(&up.shared, r.params, context)
+                    .await
+                    .map(|v| ServerResult::CustomResult(CustomResult(v)))
+            }
+            ClientRequest::GetPromptRequest(r) => {
+                relayed(&up.get_prompt_raw(r.params, &context).await?)
+            }
+            ClientRequest::ReadResourceRequest(r) => {
+                relayed(&up.read_resource_raw(r.params, &context).await?)
+            }
+            ClientRequest::CompleteRequest(r) => {
+                relayed(&up.complete_raw(r.params, &context).await?)
+            }
+            other => <Upstream as Service<RoleServer>>::handle_request(up, other, context).await,
+        }
+    }
+
+    async fn handle_notification(
+        &self,
+        notification: rmcp::model::ClientNotification,
+        context: NoteCtx<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        <Upstream as Service<RoleServer>>::handle_notification(&self.0, notification, context).await
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        <Upstream as Service<RoleServer>>::get_info(&self.0)
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        <Upstream as Service<RoleServer>>::supported_protocol_versions(&self.0)
     }
 }

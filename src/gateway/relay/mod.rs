@@ -34,8 +34,7 @@ use rmcp::model::{
     ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorCode,
     RequestMetaObject, ServerRequest,
 };
-use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleClient};
+use rmcp::ErrorData;
 use serde_json::{json, Map, Value};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -81,7 +80,7 @@ impl Relayer {
     pub async fn sampling(
         &self,
         mut params: CreateMessageRequestParams,
-        ctx: &RequestContext<RoleClient>,
+        ctx: &super::downstream::FromServer,
     ) -> Result<CreateMessageResult, ErrorData> {
         let started = Instant::now();
         let kind = Kind::Sampling;
@@ -125,7 +124,7 @@ impl Relayer {
     pub async fn elicitation(
         &self,
         params: ElicitRequestParams,
-        ctx: &RequestContext<RoleClient>,
+        ctx: &super::downstream::FromServer,
     ) -> Result<ElicitResult, ErrorData> {
         let started = Instant::now();
         let kind = Kind::Elicitation;
@@ -216,7 +215,7 @@ impl Relayer {
     /// first, when it is).
     fn refuse_mode(
         &self,
-        ctx: &RequestContext<RoleClient>,
+        ctx: &super::downstream::FromServer,
         args: impl FnOnce() -> Map<String, Value>,
         what: &'static str,
     ) -> ErrorData {
@@ -241,7 +240,7 @@ impl Relayer {
     fn refuse(
         &self,
         kind: Kind,
-        ctx: &RequestContext<RoleClient>,
+        ctx: &super::downstream::FromServer,
         args: impl FnOnce() -> Map<String, Value>,
         refusal: Refusal,
     ) -> ErrorData {
@@ -275,7 +274,7 @@ impl Relayer {
     fn audit_relayed(
         &self,
         kind: Kind,
-        ctx: &RequestContext<RoleClient>,
+        ctx: &super::downstream::FromServer,
         args: Map<String, Value>,
         outcome: CallOutcome,
         started: Instant,
@@ -302,7 +301,7 @@ impl Relayer {
     fn record(
         &self,
         kind: Kind,
-        ctx: &RequestContext<RoleClient>,
+        ctx: &super::downstream::FromServer,
         arguments: Map<String, Value>,
         policy_decision: PolicyVerdict,
         result: CallOutcome,

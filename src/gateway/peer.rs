@@ -1,0 +1,620 @@
+//! The gateway's JSON-RPC client for one downstream server: Palisade's own, not rmcp's.
+//!
+//! Why our own: rmcp's client parses every message into its typed models, which drop what
+//! they do not know (a tool's `execution`, a future result field) and re-encode what they
+//! keep (`"priority": 1` became `1.0`, keys re-ordered). The gateway must relay what it does
+//! not police as it was sent, so this peer parses only the envelope of each line (`id`,
+//! `method`, and borrowed raw `params`/`result`) and hands results on as the bytes received
+//! (`Box<RawValue>`); callers take typed views of the few they police. It also removes two
+//! hops per message (rmcp's service task and the tap's pipe to it).
+//!
+//! Shape: `start` spawns a writer task (lines from a bounded queue to the server's stdin,
+//! watched for stalls) and a reader task (`tap::read_lines` charges and polices each line,
+//! then `dispatch` routes it: a response to the request waiting for it, progress in stream
+//! order, other notifications and the server's own requests to the `Inbound` handler).
+//!
+//! Never: send a request without a timeout; leave a waiting request unanswered when the
+//! server goes (every pending sender is dropped, which the waiter reads as "closed"); hold a
+//! lock across an await; write anything on stdout of our own.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{ErrorCode, ErrorData, NumberOrString, ProgressToken, RequestId};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::fault::ProcessFaults;
+
+/// Lines queued for the server's stdin before senders wait (backpressure, not a buffer:
+/// a server that stops reading stalls its callers, whose requests time out).
+const WRITE_QUEUE: usize = 256;
+
+/// What a request got back.
+#[derive(Debug)]
+pub enum Reply {
+    /// The `result`, as the bytes the server sent.
+    Result(Box<RawValue>),
+    /// The server's JSON-RPC error.
+    Error(ErrorData),
+}
+
+/// Why a request got no reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoReply {
+    Timeout,
+    Cancelled,
+    /// The server's connection ended (or was never writable).
+    Closed,
+}
+
+/// What the server sends the gateway besides responses, handled by the owner.
+pub trait Inbound: Send + Sync + 'static {
+    /// A request from the server (`roots/list`, sampling, elicitation, `ping`…). `cancel`
+    /// fires when the server cancels it or goes away.
+    fn request<'a>(
+        &'a self,
+        method: &'a str,
+        params: Option<&'a RawValue>,
+        id: RequestId,
+        cancel: CancellationToken,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, ErrorData>> + Send + 'a>>;
+
+    /// A notification other than progress (which the reader routes itself, in order).
+    fn notification<'a>(
+        &'a self,
+        method: &'a str,
+        params: Option<&'a RawValue>,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+    /// A progress notification, awaited before the next line is read so that a call's
+    /// progress always reaches the agent before its result.
+    fn progress<'a>(&'a self, line: &'a [u8]) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+}
+
+/// One downstream connection's request side. Shared by every caller (`Arc`).
+pub struct ServerPeer {
+    server: String,
+    out: mpsc::Sender<Vec<u8>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Reply>>>,
+    /// Requests the server sent us that are still being answered, by id (as JSON text).
+    inbound: Mutex<HashMap<String, CancellationToken>>,
+    next_id: AtomicU64,
+    /// Fires when the connection ends (reader at EOF or fault, writer failed or stopped).
+    closed: CancellationToken,
+    /// Fires to close the server's stdin (a graceful stop).
+    stop: CancellationToken,
+}
+
+impl std::fmt::Debug for ServerPeer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerPeer")
+            .field("server", &self.server)
+            .field("closed", &self.closed.is_cancelled())
+            .finish()
+    }
+}
+
+#[derive(Serialize)]
+struct OutRequest<'a> {
+    jsonrpc: &'static str,
+    id: u64,
+    method: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a Value>,
+}
+
+#[derive(Serialize)]
+struct OutNotification<'a> {
+    jsonrpc: &'static str,
+    method: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a Value>,
+}
+
+#[derive(Serialize)]
+struct OutResponse<'a> {
+    jsonrpc: &'static str,
+    id: &'a RequestId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a ErrorData>,
+}
+
+/// The parts of a line the peer reads; everything else stays unparsed.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    jsonrpc: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    /// Borrowed: a method name with escapes in it is not one we know (the line is invalid).
+    #[serde(borrow, default)]
+    method: Option<&'a str>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(default)]
+    error: Option<ErrorData>,
+}
+
+/// What one line is, once its envelope is read.
+#[derive(Debug)]
+pub enum Kind<'a> {
+    Response { id: &'a RawValue },
+    Request { id: &'a RawValue, method: &'a str },
+    Notification { method: &'a str },
+    Invalid(String),
+}
+
+/// Classifies a line (pure; the fuzz target and unit tests call it directly).
+pub fn classify(line: &[u8]) -> Kind<'_> {
+    let text = match std::str::from_utf8(line) {
+        Ok(t) => t,
+        Err(_) => return Kind::Invalid("not UTF-8".into()),
+    };
+    match serde_json::from_str::<Envelope<'_>>(text) {
+        Err(e) => Kind::Invalid(e.to_string()),
+        Ok(env) if env.jsonrpc != "2.0" => Kind::Invalid("jsonrpc is not \"2.0\"".into()),
+        Ok(env) => match (env.id, env.method) {
+            (Some(id), Some(method)) => Kind::Request { id, method },
+            (None, Some(method)) => Kind::Notification { method },
+            (Some(id), None) if env.result.is_some() || env.error.is_some() => {
+                Kind::Response { id }
+            }
+            _ => Kind::Invalid("neither a request, a notification nor a response".into()),
+        },
+    }
+}
+
+/// The id we gave a request, from the id the server echoes (a number, or its decimal string).
+fn our_id(id: &RawValue) -> Option<u64> {
+    let text = id.get();
+    text.parse::<u64>()
+        .ok()
+        .or_else(|| serde_json::from_str::<String>(text).ok()?.parse().ok())
+}
+
+impl ServerPeer {
+    /// Starts the reader and writer tasks over a server's pipes.
+    pub fn start<R, W>(
+        server: &str,
+        stdout: R,
+        stdin: W,
+        faults: Arc<ProcessFaults>,
+        inbound: Arc<dyn Inbound>,
+    ) -> Arc<ServerPeer>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (out, rx) = mpsc::channel(WRITE_QUEUE);
+        let peer = Arc::new(ServerPeer {
+            server: server.to_string(),
+            out,
+            pending: Mutex::new(HashMap::new()),
+            inbound: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            closed: CancellationToken::new(),
+            stop: CancellationToken::new(),
+        });
+        let stdin = super::stdin_watch::Watched::new(stdin, faults.stdin.clone());
+        tokio::spawn(write_loop(
+            rx,
+            stdin,
+            peer.stop.clone(),
+            peer.closed.clone(),
+        ));
+        let reader_peer = peer.clone();
+        tokio::spawn(async move {
+            let sink = Dispatch {
+                peer: reader_peer.clone(),
+                inbound,
+            };
+            super::tap::read_lines(&reader_peer.server, stdout, &faults, &sink).await;
+            reader_peer.end();
+        });
+        peer
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// True once the connection has ended.
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    /// Resolves when the connection ends.
+    pub async fn closed(&self) {
+        self.closed.cancelled().await
+    }
+
+    /// Closes the server's stdin (it should exit); waiting requests end as closed.
+    pub fn close(&self) {
+        self.stop.cancel();
+    }
+
+    /// The connection ended: every waiting request is told (its sender dropped).
+    fn end(&self) {
+        self.closed.cancel();
+        let waiting: Vec<_> = self.lock_pending().drain().collect();
+        drop(waiting);
+        for (_, ct) in self.lock_inbound().drain() {
+            ct.cancel();
+        }
+    }
+
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<Reply>>> {
+        // Plain map edits: a poisoned lock still holds a consistent map.
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_inbound(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+        self.inbound.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The id the next request will carry (a progress token is minted from it before sending).
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The progress token a request with `id` carries downstream.
+    pub fn progress_token(id: u64) -> ProgressToken {
+        ProgressToken(NumberOrString::Number(id as i64))
+    }
+
+    /// Sends request `id` (from `next_id`) and waits for its reply, at most `timeout`;
+    /// `cancel` abandons it. Either way the server is told (`notifications/cancelled`).
+    pub async fn request(
+        &self,
+        id: u64,
+        method: &str,
+        params: Option<&Value>,
+        timeout: Duration,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<Reply, NoReply> {
+        if self.is_closed() {
+            return Err(NoReply::Closed);
+        }
+        let line = encode(&OutRequest {
+            jsonrpc: "2.0",
+            id,
+            method,
+            params,
+        });
+        let (tx, rx) = oneshot::channel();
+        self.lock_pending().insert(id, tx);
+        let never = CancellationToken::new();
+        let cancel = cancel.unwrap_or(&never);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let outcome = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(NoReply::Cancelled),
+            _ = tokio::time::sleep_until(deadline) => Err(NoReply::Timeout),
+            r = async {
+                if self.out.send(line).await.is_err() {
+                    return Err(NoReply::Closed);
+                }
+                rx.await.map_err(|_| NoReply::Closed)
+            } => r,
+        };
+        if outcome.is_err() {
+            self.lock_pending().remove(&id);
+        }
+        match outcome {
+            Err(why @ (NoReply::Timeout | NoReply::Cancelled)) => {
+                let reason = if why == NoReply::Timeout {
+                    "timed out"
+                } else {
+                    "cancelled by the client"
+                };
+                let params = serde_json::json!({"requestId": id, "reason": reason});
+                self.notify("notifications/cancelled", Some(&params)).await;
+                Err(why)
+            }
+            other => other,
+        }
+    }
+
+    /// Sends a notification; dropped (with a debug line) when the connection is gone or the
+    /// write queue stays full for a second.
+    pub async fn notify(&self, method: &str, params: Option<&Value>) {
+        let line = encode(&OutNotification {
+            jsonrpc: "2.0",
+            method,
+            params,
+        });
+        match tokio::time::timeout(Duration::from_secs(1), self.out.send(line)).await {
+            Ok(Ok(())) => {}
+            _ => {
+                tracing::debug!(server = %self.server, "{method} not sent: the connection is gone or not reading")
+            }
+        }
+    }
+
+    async fn respond(&self, id: &RequestId, answer: Result<Value, ErrorData>) {
+        let (result, error) = match &answer {
+            Ok(v) => (Some(v), None),
+            Err(e) => (None, Some(e)),
+        };
+        let line = encode(&OutResponse {
+            jsonrpc: "2.0",
+            id,
+            result,
+            error,
+        });
+        if self.out.send(line).await.is_err() {
+            tracing::debug!(server = %self.server, "answer to the server's request not sent: the connection is gone");
+        }
+    }
+}
+
+fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    // Serializing our own structs of strings, numbers and `Value`s cannot fail.
+    let mut line = serde_json::to_vec(msg).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    mut stdin: W,
+    stop: CancellationToken,
+    closed: CancellationToken,
+) {
+    loop {
+        let line = tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            _ = closed.cancelled() => break,
+            line = rx.recv() => match line {
+                Some(l) => l,
+                None => break,
+            },
+        };
+        let written = tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            r = async {
+                stdin.write_all(&line).await?;
+                stdin.flush().await
+            } => r,
+        };
+        if written.is_err() {
+            break;
+        }
+    }
+    let _ = stdin.shutdown().await;
+    drop(stdin);
+    // The server may still answer after its stdin closes; the reader ends the connection
+    // at its EOF. A failed write already means the server is gone.
+    if !stop.is_cancelled() {
+        closed.cancel();
+    }
+}
+
+/// Routes each line the tap passes on.
+struct Dispatch {
+    peer: Arc<ServerPeer>,
+    inbound: Arc<dyn Inbound>,
+}
+
+impl super::tap::LineSink for Dispatch {
+    async fn line(&self, line: &[u8]) {
+        match classify(line) {
+            Kind::Response { id } => {
+                let Some(id) = our_id(id) else {
+                    tracing::debug!(server = %self.peer.server, "response to an id we never sent: {}", id.get());
+                    return;
+                };
+                let Some(tx) = self.peer.lock_pending().remove(&id) else {
+                    // Timed out or cancelled already.
+                    return;
+                };
+                let reply = match serde_json::from_slice::<Envelope<'_>>(line) {
+                    Ok(Envelope { error: Some(e), .. }) => Reply::Error(e),
+                    Ok(Envelope {
+                        result: Some(r), ..
+                    }) => Reply::Result(r.to_owned()),
+                    _ => Reply::Error(ErrorData::new(
+                        ErrorCode::INTERNAL_ERROR,
+                        "the server's response could not be read",
+                        None,
+                    )),
+                };
+                let _ = tx.send(reply);
+            }
+            Kind::Notification { method } => {
+                if method == "notifications/progress" {
+                    self.inbound.progress(line).await;
+                    return;
+                }
+                let params = params_of(line);
+                if method == "notifications/cancelled" {
+                    let id = params
+                        .and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
+                        .and_then(|m| m.get("requestId").map(Value::to_string));
+                    if let Some(ct) = id.and_then(|id| self.peer.lock_inbound().remove(&id)) {
+                        ct.cancel();
+                    }
+                    return;
+                }
+                self.inbound.notification(method, params).await;
+            }
+            Kind::Request { id, method } => {
+                let Ok(id) = serde_json::from_str::<RequestId>(id.get()) else {
+                    tracing::debug!(server = %self.peer.server, "request with an unusable id ignored");
+                    return;
+                };
+                let key = serde_json::to_string(&id).unwrap_or_default();
+                let ct = self.peer.closed.child_token();
+                self.peer.lock_inbound().insert(key.clone(), ct.clone());
+                let method = method.to_string();
+                let line = line.to_vec();
+                let peer = self.peer.clone();
+                let inbound = self.inbound.clone();
+                tokio::spawn(async move {
+                    let params = params_of(&line);
+                    let answer = inbound
+                        .request(&method, params, id.clone(), ct.clone())
+                        .await;
+                    peer.lock_inbound().remove(&key);
+                    // A request the server cancelled (or a connection gone) gets no answer.
+                    if !ct.is_cancelled() {
+                        peer.respond(&id, answer).await;
+                    }
+                });
+            }
+            Kind::Invalid(why) => {
+                tracing::debug!(server = %self.peer.server, "unreadable message ignored: {why}");
+            }
+        }
+    }
+}
+
+/// The raw `params` of a line already classified as a request or notification.
+fn params_of(line: &[u8]) -> Option<&RawValue> {
+    serde_json::from_slice::<Envelope<'_>>(line).ok()?.params
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_classified_by_their_envelope_only() {
+        assert!(matches!(
+            classify(br#"{"jsonrpc":"2.0","id":3,"result":{"x":1.0,"a":1}}"#),
+            Kind::Response { .. }
+        ));
+        assert!(matches!(
+            classify(br#"{"jsonrpc":"2.0","id":"r1","method":"roots/list"}"#),
+            Kind::Request {
+                method: "roots/list",
+                ..
+            }
+        ));
+        assert!(matches!(
+            classify(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#),
+            Kind::Notification {
+                method: "notifications/tools/list_changed"
+            }
+        ));
+        assert!(matches!(classify(b"not json"), Kind::Invalid(_)));
+        assert!(matches!(
+            classify(br#"{"jsonrpc":"1.0","method":"x"}"#),
+            Kind::Invalid(_)
+        ));
+        assert!(matches!(
+            classify(br#"{"jsonrpc":"2.0","id":1}"#),
+            Kind::Invalid(_)
+        ));
+    }
+
+    #[test]
+    fn echoed_ids_are_ours_as_numbers_or_decimal_strings() {
+        let n = serde_json::value::to_raw_value(&7).unwrap();
+        let s = serde_json::value::to_raw_value(&"7").unwrap();
+        let x = serde_json::value::to_raw_value(&"seven").unwrap();
+        assert_eq!(our_id(&n), Some(7));
+        assert_eq!(our_id(&s), Some(7));
+        assert_eq!(our_id(&x), None);
+    }
+
+    struct Quiet;
+    impl Inbound for Quiet {
+        fn request<'a>(
+            &'a self,
+            method: &'a str,
+            _params: Option<&'a RawValue>,
+            _id: RequestId,
+            _cancel: CancellationToken,
+        ) -> Pin<Box<dyn Future<Output = Result<Value, ErrorData>> + Send + 'a>> {
+            Box::pin(async move {
+                Err(ErrorData::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    method.to_string(),
+                    None,
+                ))
+            })
+        }
+        fn notification<'a>(
+            &'a self,
+            _method: &'a str,
+            _params: Option<&'a RawValue>,
+        ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+            Box::pin(async {})
+        }
+        fn progress<'a>(
+            &'a self,
+            _line: &'a [u8],
+        ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+            Box::pin(async {})
+        }
+    }
+
+    /// A result arrives as the bytes the server wrote: number spellings, key order and
+    /// fields no model knows survive (the reason this peer exists).
+    #[tokio::test]
+    async fn results_are_relayed_as_the_bytes_received() {
+        use tokio::io::{AsyncBufReadExt, BufReader};
+        let (server_in, gateway_out) = tokio::io::duplex(1 << 16);
+        let (mut server_out, gateway_in) = tokio::io::duplex(1 << 16);
+        let faults = Arc::new(ProcessFaults::new("t", u64::MAX / 16));
+        let peer = ServerPeer::start("t", gateway_in, gateway_out, faults, Arc::new(Quiet));
+        let server = tokio::spawn(async move {
+            let mut lines = BufReader::new(server_in).lines();
+            let req = lines.next_line().await.unwrap().unwrap();
+            let v: Value = serde_json::from_str(&req).unwrap();
+            let reply = format!(
+                r#"{{"jsonrpc":"2.0","id":{},"result":{{"z":1,"priority":1.0,"execution":{{"taskSupport":"required"}}}}}}"#,
+                v["id"]
+            );
+            server_out.write_all(reply.as_bytes()).await.unwrap();
+            server_out.write_all(b"\n").await.unwrap();
+            server_out
+        });
+        let id = peer.next_id();
+        let got = peer
+            .request(id, "tools/list", None, Duration::from_secs(5), None)
+            .await
+            .unwrap();
+        let Reply::Result(raw) = got else {
+            panic!("{got:?}")
+        };
+        assert_eq!(
+            raw.get(),
+            r#"{"z":1,"priority":1.0,"execution":{"taskSupport":"required"}}"#
+        );
+        let _ = server.await;
+    }
+
+    #[tokio::test]
+    async fn a_request_to_a_server_that_goes_away_ends_as_closed() {
+        let (server_in, gateway_out) = tokio::io::duplex(1 << 16);
+        let (server_out, gateway_in) = tokio::io::duplex(1 << 16);
+        let faults = Arc::new(ProcessFaults::new("t", u64::MAX / 16));
+        let peer = ServerPeer::start("t", gateway_in, gateway_out, faults, Arc::new(Quiet));
+        let id = peer.next_id();
+        let call = peer.request(id, "tools/list", None, Duration::from_secs(30), None);
+        let gone = async {
+            tokio::task::yield_now().await;
+            drop(server_out);
+            drop(server_in);
+        };
+        let (got, ()) = tokio::join!(call, gone);
+        assert_eq!(got.unwrap_err(), NoReply::Closed);
+        assert!(peer.is_closed());
+    }
+}

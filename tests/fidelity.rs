@@ -1,0 +1,341 @@
+//! Fidelity: what a real server sends reaches the agent as the server sent it.
+//!
+//! The same requests go to server-everything and server-filesystem (from npm) directly and
+//! through `palisade serve`; each result's raw JSON text through Palisade must equal the
+//! direct one byte for byte once the names Palisade namespaces (`SERVER__NAME`) are
+//! rewritten the same way. rmcp's typed models dropped a tool's `execution` and re-spelled
+//! numbers (`1` as `1.0`) before the gateway relayed raw JSON (issue 18); a tool with
+//! `execution` is asserted outright so the test cannot pass on a list that lost it.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use support::{node_server, palisade, Workspace};
+
+/// Guards against a hung peer; never a timing assertion.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A JSON-RPC line client over any child's stdio that keeps each response's raw text.
+struct Lines {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    rx: mpsc::Receiver<String>,
+    next: u64,
+}
+
+impl Lines {
+    fn spawn(cmd: &mut Command) -> Lines {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let stdin = child.stdin.take();
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut me = Lines {
+            child,
+            stdin,
+            rx,
+            next: 1,
+        };
+        let init = me.request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25",
+                   // What Palisade declares to its servers, so both see the same tool set.
+                   "capabilities": {"roots": {"listChanged": true}},
+                   "clientInfo": {"name": "fidelity", "version": "1"}}),
+        );
+        assert!(init.contains("protocolVersion"), "{init}");
+        me.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        me
+    }
+
+    fn send(&mut self, v: &Value) {
+        let stdin = self.stdin.as_mut().expect("open");
+        writeln!(stdin, "{v}").expect("write");
+        stdin.flush().expect("flush");
+    }
+
+    /// The raw text of the request's `result` (panics on an error response).
+    fn request(&mut self, method: &str, params: Value) -> String {
+        let id = self.next;
+        self.next += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let line = self
+                .rx
+                .recv_timeout(PATIENCE)
+                .unwrap_or_else(|_| panic!("no answer to {method}"));
+            #[derive(serde::Deserialize)]
+            struct Msg<'a> {
+                id: Option<Value>,
+                method: Option<String>,
+                #[serde(borrow)]
+                result: Option<&'a RawValue>,
+                error: Option<Value>,
+            }
+            let msg: Msg<'_> = serde_json::from_str(&line).expect("JSON line");
+            if msg.method.as_deref() == Some("roots/list") {
+                let id = msg.id.clone().unwrap_or(Value::Null);
+                self.send(&json!({"jsonrpc": "2.0", "id": id, "result": {"roots": []}}));
+                continue;
+            }
+            if msg.method.is_some() || msg.id != Some(json!(id)) {
+                continue;
+            }
+            if let Some(e) = msg.error {
+                panic!("{method} failed: {e}");
+            }
+            return msg.result.expect("a result").get().to_string();
+        }
+    }
+}
+
+impl Drop for Lines {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The direct result with each entry of `list` renamed `SERVER__NAME`, re-serialized (key
+/// order kept): what Palisade must send byte for byte.
+fn renamed(direct: &str, list: &str, server: &str) -> String {
+    let mut v: Value = serde_json::from_str(direct).expect("JSON");
+    for item in v[list].as_array_mut().expect("a list") {
+        let name = item["name"].as_str().expect("a name").to_string();
+        item["name"] = Value::String(format!("{server}__{name}"));
+    }
+    v.to_string()
+}
+
+/// Re-serialized unchanged: proves the server's own spelling survives a serde round trip,
+/// so a difference through Palisade is Palisade's.
+fn same(direct: &str) -> String {
+    let v: Value = serde_json::from_str(direct).expect("JSON");
+    let again = v.to_string();
+    assert_eq!(again, direct, "the server's JSON does not round-trip as is");
+    again
+}
+
+fn everything_cmd() -> Command {
+    let mut c = Command::new("node");
+    c.arg(node_server("server-everything"))
+        .arg("stdio")
+        .stderr(Stdio::null());
+    c
+}
+
+fn serve(ws: &Workspace, servers: Value) -> Lines {
+    let config = ws.config(servers, json!({}));
+    let mut c = Command::new(palisade());
+    c.arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .stderr(std::fs::File::create(ws.errlog()).expect("errlog"));
+    Lines::spawn(&mut c)
+}
+
+#[test]
+fn server_everything_through_palisade_is_its_own_json() {
+    let ws = Workspace::new();
+    let mut direct = Lines::spawn(&mut everything_cmd());
+    let mut through = serve(
+        &ws,
+        json!({"everything": {"command": "node",
+                              "args": [node_server("server-everything"), "stdio"]}}),
+    );
+
+    // Lists: every entry as the server wrote it, names rewritten.
+    let tools = direct.request("tools/list", json!({}));
+    let got = through.request("tools/list", json!({}));
+    assert_eq!(got, renamed(&tools, "tools", "everything"), "tools/list");
+    let listed: Value = serde_json::from_str(&got).expect("JSON");
+    assert!(
+        listed["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .any(|t| t["execution"]["taskSupport"].is_string()),
+        "no tool kept its `execution` field: {got}"
+    );
+    let prompts = direct.request("prompts/list", json!({}));
+    assert_eq!(
+        through.request("prompts/list", json!({})),
+        renamed(&prompts, "prompts", "everything"),
+        "prompts/list"
+    );
+    for method in ["resources/list", "resources/templates/list"] {
+        let d = direct.request(method, json!({}));
+        assert_eq!(through.request(method, json!({})), same(&d), "{method}");
+    }
+
+    // Tool results, including annotations whose numbers rmcp used to re-spell.
+    for (tool, args) in [
+        ("echo", json!({"message": "fidelity ✓ \"quoted\" \u{2028}"})),
+        ("get-sum", json!({"a": 1, "b": 2.5})),
+        (
+            "get-annotated-message",
+            json!({"messageType": "error", "includeImage": true}),
+        ),
+        ("get-annotated-message", json!({"messageType": "success"})),
+        ("get-tiny-image", json!({})),
+        ("get-resource-links", json!({"count": 3})),
+        ("get-structured-content", json!({"location": "New York"})),
+    ] {
+        let d = direct.request("tools/call", json!({"name": tool, "arguments": args}));
+        let t = through.request(
+            "tools/call",
+            json!({"name": format!("everything__{tool}"), "arguments": args}),
+        );
+        assert_eq!(t, same(&d), "tools/call {tool}");
+    }
+
+    // Prompts, resource reads and completions.
+    for (name, args) in [
+        ("simple-prompt", json!({})),
+        ("args-prompt", json!({"city": "Lyon", "state": "Rhône"})),
+    ] {
+        let d = direct.request("prompts/get", json!({"name": name, "arguments": args}));
+        let t = through.request(
+            "prompts/get",
+            json!({"name": format!("everything__{name}"), "arguments": args}),
+        );
+        assert_eq!(t, same(&d), "prompts/get {name}");
+    }
+    for uri in [
+        "demo://resource/static/document/features.md",
+        "demo://resource/dynamic/text/3",
+        "demo://resource/dynamic/blob/4",
+    ] {
+        let d = direct.request("resources/read", json!({"uri": uri}));
+        let t = through.request("resources/read", json!({"uri": uri}));
+        assert_eq!(t, same(&d), "resources/read {uri}");
+    }
+    let d = direct.request(
+        "completion/complete",
+        json!({"ref": {"type": "ref/prompt", "name": "completable-prompt"},
+               "argument": {"name": "department", "value": "E"}}),
+    );
+    let t = through.request(
+        "completion/complete",
+        json!({"ref": {"type": "ref/prompt", "name": "everything__completable-prompt"},
+               "argument": {"name": "department", "value": "E"}}),
+    );
+    assert_eq!(t, same(&d), "completion/complete");
+}
+
+#[test]
+fn server_filesystem_tools_through_palisade_are_its_own_json() {
+    let ws = Workspace::new();
+    let dir = ws.path().join("files");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let dir = std::fs::canonicalize(&dir).expect("canonical");
+    let args = json!([node_server("server-filesystem"), dir.display().to_string()]);
+    let mut cmd = Command::new("node");
+    cmd.args(
+        args.as_array()
+            .expect("args")
+            .iter()
+            .filter_map(Value::as_str),
+    )
+    .stderr(Stdio::null());
+    let mut direct = Lines::spawn(&mut cmd);
+    let mut through = serve(&ws, json!({"files": {"command": "node", "args": args}}));
+    let tools = direct.request("tools/list", json!({}));
+    let got = through.request("tools/list", json!({}));
+    assert_eq!(got, renamed(&tools, "tools", "files"), "tools/list");
+}
+
+/// `palisade serve -- CMD ARGS`: one server, its names its own, its JSON unchanged; and
+/// still policed and audited (the call is in the audit log under the server's name).
+#[test]
+fn one_server_mode_is_the_server_itself() {
+    let ws = Workspace::new();
+    let mut direct = Lines::spawn(&mut everything_cmd());
+    let audit = ws.path().join("audit.jsonl");
+    let mut c = Command::new(palisade());
+    c.arg("serve")
+        .arg("--sandbox-policy")
+        .arg("warn")
+        .arg("--sandbox-dir")
+        .arg(ws.path().join("sandbox"))
+        .arg("--policy")
+        .arg(support::allow_all_policy())
+        .arg("--audit-log")
+        .arg(&audit)
+        .arg("--")
+        .arg("node")
+        .arg(node_server("server-everything"))
+        .arg("stdio")
+        .env_remove("RUST_LOG")
+        .stderr(std::fs::File::create(ws.errlog()).expect("errlog"));
+    let mut through = Lines::spawn(&mut c);
+    for method in ["tools/list", "prompts/list", "resources/list"] {
+        let d = direct.request(method, json!({}));
+        assert_eq!(through.request(method, json!({})), same(&d), "{method}");
+    }
+    let args = json!({"name": "echo", "arguments": {"message": "one server"}});
+    let d = direct.request("tools/call", args.clone());
+    assert_eq!(
+        through.request("tools/call", args),
+        same(&d),
+        "tools/call echo"
+    );
+    drop(through);
+    let records = support::read_jsonl(&audit);
+    let call = records
+        .iter()
+        .find(|r| r["toolName"] == "echo")
+        .unwrap_or_else(|| panic!("no audit record of the call: {records:?}"));
+    assert_eq!(call["serverName"], "server-everything", "{call}");
+}
+
+#[test]
+fn serve_refuses_a_config_and_a_command_together_and_neither() {
+    let ws = Workspace::new();
+    let config = ws.config(json!({}), json!({}));
+    let both = Command::new(palisade())
+        .args(["serve", "--config"])
+        .arg(&config)
+        .args(["--", "node", "x.js"])
+        .output()
+        .expect("run");
+    assert!(!both.status.success());
+    assert!(
+        String::from_utf8_lossy(&both.stderr).contains("not both"),
+        "{}",
+        String::from_utf8_lossy(&both.stderr)
+    );
+    let neither = Command::new(palisade()).arg("serve").output().expect("run");
+    assert!(!neither.status.success());
+    assert!(
+        String::from_utf8_lossy(&neither.stderr).contains("nothing to serve"),
+        "{}",
+        String::from_utf8_lossy(&neither.stderr)
+    );
+}
