@@ -888,6 +888,44 @@ fn a_client_that_disconnects_mid_call_gets_its_call_audited_and_every_child_reap
     );
 }
 
+/// Issue 23, finding 5 (regression: `serve` answered the agent's `initialize` only once every
+/// server was up, so one slow server held up the healthy ones). With `readyTimeout` 1 the
+/// agent is answered while a server that lists for about 6 s is still starting: the healthy
+/// server's tools are there, the slow one's are not, and it joins later, announced with
+/// `notifications/tools/list_changed`. The control: without `readyTimeout` the agent waits,
+/// and its first list has the slow server's tools.
+#[test]
+fn a_slow_server_joins_late_instead_of_holding_up_the_agent() {
+    let slow = json!({"FAULTY_PAGES": "20", "FAULTY_PAGE_DELAY": "0.3"});
+    let mut gw = Gw::start_with(
+        Value::Null,
+        json!({"startupTimeout": 30, "readyTimeout": 1}),
+        slow.clone(),
+        false,
+    );
+    let first = gw.tools();
+    assert!(first.iter().any(|t| t == "fs__list_roots"), "{first:?}");
+    assert!(
+        !first.iter().any(|t| t.starts_with("faulty__")),
+        "the slow server was waited for: {first:?}"
+    );
+    gw.wait_listed("faulty__page19");
+    assert!(
+        gw.from_gateway
+            .iter()
+            .any(|m| m["method"] == "notifications/tools/list_changed"),
+        "the late server's tools were not announced: {:?}",
+        gw.from_gateway
+    );
+    gw.finish();
+
+    // Control: the default waits for every server.
+    let mut gw = Gw::start_with(Value::Null, json!({"startupTimeout": 30}), slow, false);
+    let first = gw.tools();
+    assert!(first.iter().any(|t| t == "faulty__page19"), "{first:?}");
+    gw.finish();
+}
+
 /// Issue 23, finding 5 (regression: `startupTimeout` applied per page of a listing, so a
 /// slow-paging server took as long as it liked, and pages piled up without bound). A server
 /// paging 40 slow pages (12 s in all, each page well within the 3 s startupTimeout) is cut

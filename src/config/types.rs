@@ -300,6 +300,11 @@ pub struct Settings {
     /// Timeout for a downstream server's initialize handshake, in seconds.
     #[serde(default)]
     pub startup_timeout: Option<u64>,
+    /// How long the gateway waits for its servers before it answers the agent, in seconds
+    /// (default: `startupTimeout`); servers still starting then join late, with
+    /// `notifications/tools/list_changed`.
+    #[serde(default)]
+    pub ready_timeout: Option<u64>,
     /// Directory holding sandbox profiles that override the built-in ones.
     #[serde(default)]
     pub profiles_dir: Option<PathBuf>,

@@ -44,7 +44,7 @@ pub struct UpTarget {
 }
 
 /// A downstream server told us one of its lists changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ListKind {
     Tools,
     Prompts,

@@ -673,6 +673,10 @@ async fn watch(
     relaunch_rx: &mut mpsc::UnboundedReceiver<Relaunch>,
 ) -> End {
     let mut tick = tokio::time::interval(LIVENESS_TICK);
+    // Re-lists in flight (aborted when this process's watch ends), by kind.
+    let mut relists = tokio::task::JoinSet::new();
+    let mut in_flight = std::collections::HashSet::new();
+    let mut again = std::collections::HashSet::new();
     loop {
         tokio::select! {
             Some(r) = relaunch_rx.recv() => {
@@ -693,13 +697,24 @@ async fn watch(
             why = running.faults.tripped() => return End::Fault(why),
             _ = shared.shutdown.cancelled() => return End::Shutdown,
             Some(kind) = running.list_rx.recv() => {
-                match list_all(
-                    &running.conn,
-                    kind,
-                    &mut ListBudget::new(shared.limits.call_timeout),
-                )
-                .await
-                {
+                // Re-listed on its own task, so the supervisor keeps watching exits and
+                // shutdown meanwhile; a change announced during a re-list of the same kind
+                // is listed once more after it.
+                if in_flight.contains(&kind) {
+                    again.insert(kind);
+                } else {
+                    in_flight.insert(kind);
+                    spawn_relist(&mut relists, running.conn.clone(), kind, shared.limits.call_timeout);
+                }
+            }
+            Some(joined) = relists.join_next(), if !relists.is_empty() => {
+                let Ok((kind, listed)) = joined else { continue };
+                in_flight.remove(&kind);
+                if again.remove(&kind) {
+                    in_flight.insert(kind);
+                    spawn_relist(&mut relists, running.conn.clone(), kind, shared.limits.call_timeout);
+                }
+                match listed {
                     Ok(fresh) => {
                         if kind == ListKind::Tools {
                             shared.stages.policy.tools_listed(&slot.name, &fresh.tools);
@@ -751,6 +766,19 @@ async fn watch(
             }
         }
     }
+}
+
+/// Re-lists one kind of a server's lists on its own task, within `timeout` for all its pages.
+fn spawn_relist(
+    relists: &mut tokio::task::JoinSet<(ListKind, Result<ServerLists, StartError>)>,
+    conn: Connection,
+    kind: ListKind,
+    timeout: Duration,
+) {
+    relists.spawn(async move {
+        let listed = list_all(&conn, kind, &mut ListBudget::new(timeout)).await;
+        (kind, listed)
+    });
 }
 
 /// Stops a started server: close its stdin (by closing rmcp's transport), wait, SIGTERM,

@@ -100,6 +100,9 @@ impl GatewayOptions {
         if let Some(s) = config.settings.startup_timeout {
             limits.startup_timeout = Duration::from_secs(s.max(1));
         }
+        if let Some(s) = config.settings.ready_timeout {
+            limits.ready_timeout = Some(Duration::from_secs(s));
+        }
         let sandbox_dir = match &config.settings.sandbox_dir {
             Some(d) => d.clone(),
             None => default_sandbox_dir()?,
@@ -313,9 +316,27 @@ impl Gateway {
             supervisors.push(tokio::spawn(lifecycle::supervise(shared.clone(), idx, tx)));
             settled.push(rx);
         }
-        for rx in settled {
-            // A dropped sender means the supervisor ended; either way the start has settled.
-            let _ = rx.await;
+        // A dropped sender means the supervisor ended; either way the start has settled.
+        // Past the ready timeout the agent is answered with the servers that are up; the
+        // others join when they are (the catalog's change is announced with list_changed,
+        // and a call to a server still starting waits for it).
+        let ready = shared
+            .limits
+            .ready_timeout
+            .unwrap_or(shared.limits.startup_timeout);
+        let all_settled = futures::future::join_all(settled);
+        if tokio::time::timeout(ready, all_settled).await.is_err() {
+            let late: Vec<String> = shared
+                .slots
+                .iter()
+                .filter(|s| matches!(s.snapshot().status, Status::Starting))
+                .map(|s| s.name.clone())
+                .collect();
+            tracing::info!(
+                "ready after {}s without {}: they join when started (readyTimeout)",
+                ready.as_secs(),
+                late.join(", ")
+            );
         }
         Ok(Gateway {
             shared,

@@ -25,6 +25,9 @@ pub struct Limits {
     pub call_timeout: Duration,
     /// A server's initialize handshake (and its first list requests).
     pub startup_timeout: Duration,
+    /// How long `Gateway::start` waits for every server's first start before it returns;
+    /// `None`: `startup_timeout`.
+    pub ready_timeout: Option<Duration>,
     /// Restarts after a crash or failed start before the server is given up.
     pub max_restarts: u32,
     /// First restart delay; doubles per attempt.
@@ -39,6 +42,7 @@ impl Default for Limits {
         Limits {
             call_timeout: Duration::from_secs(60),
             startup_timeout: Duration::from_secs(30),
+            ready_timeout: None,
             max_restarts: 5,
             backoff_base: Duration::from_millis(500),
             backoff_max: Duration::from_secs(30),
