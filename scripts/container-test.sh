@@ -206,9 +206,9 @@ print(",".join(t))' 2>/dev/null)
       counts="no table written"
     fi
     if [ $attacks_rc -eq 0 ] && [ -f "$work/attacks/table.md" ]; then
-      row "attack table in the container ($tiers)" PASS "$counts; ${secs} s"
+      row "attack table in container ($tiers)" PASS "$counts; ${secs} s"
     else
-      row "attack table in the container ($tiers)" FAIL "harness exit $attacks_rc; $counts"; fail=1
+      row "attack table in container ($tiers)" FAIL "harness exit $attacks_rc; $counts"; fail=1
     fi
   fi
 fi
