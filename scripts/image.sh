@@ -5,7 +5,8 @@
 # (as root) and moves the hugetlb cgroup controller off the v2 hierarchy when crun would refuse
 # the hybrid layout (idempotent).
 # Usage: scripts/image.sh [IMAGE (default localhost/palisade:latest)]
-# Env: PALISADE_BIN=path (skip `cargo build --release`), IMAGE_KEEP_SHELL=1 (keep /bin/sh etc.),
+# Env: PALISADE_BIN=path (skip `cargo build --release`), IMAGE_KEEP_SHELL=1 (keep /bin/sh and
+#      every program: an image to debug in, not the runtime image),
 #      MIRROR=http://deb.debian.org/debian
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,8 +39,10 @@ trap 'rm -rf "$work"' EXIT
 # The hooks below remove what nothing run in the image needs (palisade, bwrap, socat and their
 # libraries, per ldd): apt, perl, docs, locales, gconv, the libraries only apt/gpgv/systemd
 # tools use, and the shells. The package database stays (status) for scanners.
+# deploy/trim-rootfs.sh then keeps only the programs the image runs and the libraries they load.
+trim="$PWD/deploy/trim-rootfs.sh \"\$1\""
 strip_shell='rm -f "$1"/bin/sh "$1"/bin/bash "$1"/bin/dash "$1"/bin/rbash "$1"/usr/bin/sh "$1"/usr/bin/bash "$1"/usr/bin/dash "$1"/usr/bin/rbash'
-[ -n "${IMAGE_KEEP_SHELL:-}" ] && strip_shell=true
+[ -n "${IMAGE_KEEP_SHELL:-}" ] && strip_shell=true && trim=true
 log "mmdebstrap bookworm (minbase + bubblewrap socat ca-certificates libgcc-s1)"
 mmdebstrap --quiet --variant=minbase --mode=root --format=tar \
   --include=bubblewrap,socat,ca-certificates,libgcc-s1 \
@@ -52,6 +55,7 @@ mmdebstrap --quiet --variant=minbase --mode=root --format=tar \
   --customize-hook='rm -rf "$1"/usr/bin/apt* "$1"/usr/lib/apt "$1"/usr/lib/x86_64-linux-gnu/libapt* "$1"/usr/share/perl* "$1"/usr/bin/perl* "$1"/usr/lib/x86_64-linux-gnu/perl* "$1"/usr/lib/x86_64-linux-gnu/gconv "$1"/var/lib/dpkg/info/*.md5sums' \
   --customize-hook='cd "$1"/usr/lib/x86_64-linux-gnu && rm -f libperl.so* libgnutls.so* libstdc++.so* libdb-5.3.so libunistring.so* libgcrypt.so* libp11-kit.so* libsystemd.so* libsepol.so* libgmp.so* libext2fs.so* libhogweed.so* libnettle.so* libtasn1.so* libidn2.so*' \
   --customize-hook='rm -f "$1"/usr/bin/gpgv "$1"/usr/bin/tar "$1"/usr/bin/openssl "$1"/var/cache/debconf/templates.dat* "$1"/var/lib/dpkg/info/*.symbols' \
+  --customize-hook="$trim" \
   --customize-hook="$strip_shell" \
   bookworm "$work/rootfs.tar" "${MIRROR:-http://deb.debian.org/debian}"
 log "podman import -> $base"

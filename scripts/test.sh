@@ -59,7 +59,9 @@ scripts/bench.sh --quick >/dev/null
 
 # The runtime image, built from Debian's packages, proven in an unprivileged container
 # (default seccomp, non-root, caps dropped, read-only root); says SKIPPED and passes only where
-# podman cannot run. Then the scale-out test behind HAProxy. About 50 s together.
+# podman cannot run; it also runs the attack suite's serve table inside such a container. Then
+# the scale-out test behind HAProxy. About 75 s together (plus ~2 min once per machine for the
+# attack image's python3 base).
 log "container (scripts/container-test.sh)"
 REBUILD=1 PALISADE_BIN="$PWD/target/release/palisade" scripts/container-test.sh
 log "scale-out (scripts/scale-test.sh)"
