@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::{ErrorCode, ErrorData, NumberOrString, ProgressToken, RequestId};
+use rmcp::model::{ErrorData, NumberOrString, ProgressToken, RequestId};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -150,9 +150,18 @@ struct Envelope<'a> {
 /// What one line is, once its envelope is read.
 #[derive(Debug)]
 pub enum Kind<'a> {
-    Response { id: &'a RawValue },
-    Request { id: &'a RawValue, method: &'a str },
-    Notification { method: &'a str },
+    Response {
+        id: &'a RawValue,
+        /// The raw `result`, or the `error`, as the envelope read them (parsed once).
+        reply: Result<&'a RawValue, ErrorData>,
+    },
+    Request {
+        id: &'a RawValue,
+        method: &'a str,
+    },
+    Notification {
+        method: &'a str,
+    },
     Invalid(String),
 }
 
@@ -168,9 +177,11 @@ pub fn classify(line: &[u8]) -> Kind<'_> {
         Ok(env) => match (env.id, env.method) {
             (Some(id), Some(method)) => Kind::Request { id, method },
             (None, Some(method)) => Kind::Notification { method },
-            (Some(id), None) if env.result.is_some() || env.error.is_some() => {
-                Kind::Response { id }
-            }
+            (Some(id), None) => match (env.result, env.error) {
+                (_, Some(e)) => Kind::Response { id, reply: Err(e) },
+                (Some(r), None) => Kind::Response { id, reply: Ok(r) },
+                (None, None) => Kind::Invalid("a response with neither result nor error".into()),
+            },
             _ => Kind::Invalid("neither a request, a notification nor a response".into()),
         },
     }
@@ -413,7 +424,7 @@ struct Dispatch {
 impl super::tap::LineSink for Dispatch {
     async fn line(&self, line: &[u8]) {
         match classify(line) {
-            Kind::Response { id } => {
+            Kind::Response { id, reply } => {
                 let Some(id) = our_id(id) else {
                     tracing::debug!(server = %self.peer.server, "response to an id we never sent: {}", id.get());
                     return;
@@ -422,18 +433,10 @@ impl super::tap::LineSink for Dispatch {
                     // Timed out or cancelled already.
                     return;
                 };
-                let reply = match serde_json::from_slice::<Envelope<'_>>(line) {
-                    Ok(Envelope { error: Some(e), .. }) => Reply::Error(e),
-                    Ok(Envelope {
-                        result: Some(r), ..
-                    }) => Reply::Result(r.to_owned()),
-                    _ => Reply::Error(ErrorData::new(
-                        ErrorCode::INTERNAL_ERROR,
-                        "the server's response could not be read",
-                        None,
-                    )),
-                };
-                let _ = tx.send(reply);
+                let _ = tx.send(match reply {
+                    Ok(raw) => Reply::Result(raw.to_owned()),
+                    Err(e) => Reply::Error(e),
+                });
             }
             Kind::Notification { method } => {
                 if method == "notifications/progress" {
@@ -491,6 +494,7 @@ fn params_of(line: &[u8]) -> Option<&RawValue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rmcp::model::ErrorCode;
 
     #[test]
     fn lines_are_classified_by_their_envelope_only() {

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Two palisade binaries side by side, interleaved, against the fs-server run directly:
+per-call latency and throughput through `palisade serve` (fs-server `stat`, 1 and 16 callers;
+a 1 MiB `read`). For before/after figures of a change to the gateway's call path.
+
+Usage (from the repository root, both binaries built with --release):
+    python3 scripts/compare_binaries.py OLD_BINARY [NEW_BINARY]
+NEW_BINARY defaults to target/release/palisade, whose bench-client drives every run.
+A benchmark, not a test: it prints medians over 5 interleaved repetitions and asserts nothing.
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+OLD = os.path.abspath(sys.argv[1])
+NEW = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else "target/release/palisade")
+ALLOW = os.path.abspath("tests/fixtures/allow-all-policy.json")
+
+
+def main():
+    d = os.path.abspath(tempfile.mkdtemp(prefix="compare-", dir="target"))
+    try:
+        data = os.path.join(d, "data")
+        os.makedirs(data)
+        with open(os.path.join(data, "f.txt"), "w") as f:
+            f.write("x" * 100)
+        with open(os.path.join(data, "big.txt"), "w") as f:
+            f.write("y" * (1 << 20))
+
+        def serve(binary, name):
+            path = os.path.join(d, name + ".json")
+            with open(path, "w") as f:
+                json.dump({"mcpServers": {"fs0": {
+                    "command": binary, "args": ["fs-server", "--root", data],
+                    "sandbox": {"filesystem": {"allowRead": [data]}}}},
+                    "palisade": {"sandboxPolicy": "warn", "policy": ALLOW,
+                                 "sandboxDir": os.path.join(d, "sandbox-" + name)}}, f)
+            return [binary, "serve", "--config", path]
+
+        variants = {"direct": ([NEW, "fs-server", "--root", data], ""),
+                    "old": (serve(OLD, "old"), "fs0__"), "new": (serve(NEW, "new"), "fs0__")}
+
+        def run(cmd, tool, args, calls, conc, warm):
+            r = subprocess.run([NEW, "bench-client", "--calls", str(calls), "--concurrency",
+                                str(conc), "--warmup", str(warm), "--tool", tool,
+                                "--args", json.dumps(args), "--"] + cmd,
+                               capture_output=True, text=True)
+            if r.returncode:
+                raise SystemExit(r.stderr[-800:])
+            out = json.loads(r.stdout)
+            if out["ok"] != calls:
+                raise SystemExit("only %d of %d calls ok" % (out["ok"], calls))
+            return out
+
+        def series(label, tool, args, calls, conc, warm=50, reps=5):
+            runs = {k: [] for k in variants}
+            for _ in range(reps):
+                for k, (cmd, prefix) in variants.items():
+                    runs[k].append(run(cmd, prefix + tool, args, calls, conc, warm))
+            print("==", label)
+            for k, v in runs.items():
+                med = statistics.median(r["latencyUs"]["median"] for r in v)
+                p99 = statistics.median(r["latencyUs"]["p99"] for r in v)
+                thr = statistics.median(r["throughputPerSec"] for r in v)
+                print("  %-6s median %8.1f us  p99 %8.1f us  throughput %7.0f/s" % (k, med, p99, thr))
+
+        small = {"path": os.path.join(data, "f.txt")}
+        series("stat, 1 caller", "stat", small, 2000, 1)
+        series("stat, 16 callers", "stat", small, 4000, 16)
+        series("read 1 MiB, 1 caller", "read",
+               {"path": os.path.join(data, "big.txt"), "maxBytes": 1 << 20}, 100, 1, warm=3)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
