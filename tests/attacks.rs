@@ -1,6 +1,7 @@
 //! The hostile MCP server (tests/attacks/hostile_server.py) behind `palisade serve` under
-//! enforce, once per native tier (bubblewrap, Landlock), driven by palisade's own rmcp
-//! client, and the same server launched directly as the control. Every attack must succeed in the control
+//! enforce, once per native tier (bubblewrap, Landlock) and once under srt where the test
+//! dependencies hold it, driven by palisade's own rmcp client, and the same server launched
+//! directly as the control. Every attack must succeed in the control
 //! (so the suite cannot pass vacuously) and fail behind palisade; the table is printed and
 //! written to target/ (and into docs/security.md with PALISADE_UPDATE_DOCS=1, see
 //! scripts/security-report.sh).
@@ -95,8 +96,38 @@ const ATTACKS: &[(&str, &str)] = &[
     ("read_audit_log", "read palisade's audit log"),
 ];
 
-/// The sandbox tiers the suite runs behind, each a `backend` value.
+/// The native sandbox tiers the suite runs behind, each a `backend` value; srt joins them
+/// where it is installed (see `tiers`).
 const TIERS: &[&str] = &["bwrap", "landlock"];
+
+/// The srt binary of the test dependencies, if installed (scripts/install-test-deps.sh).
+fn srt_path() -> Option<PathBuf> {
+    let p = deps().join("node_modules/.bin/srt");
+    p.exists().then_some(p)
+}
+
+/// The tiers of this run: the native ones, then srt when installed (said when not).
+fn tiers() -> Vec<&'static str> {
+    let mut out = TIERS.to_vec();
+    if srt_path().is_some() {
+        out.push("srt");
+    } else {
+        eprintln!("skipped the srt column: srt is not installed in the test dependencies");
+    }
+    out
+}
+
+/// Attacks srt does not stop, by its own design (docs/security.md, "Known gaps of the
+/// launcher"), with why: listed so the table says so; under srt they may succeed or fail
+/// without failing the suite. Every other attack must be blocked under srt too.
+const BEYOND_SRT: &[(&str, &str)] = &[
+    ("read_secret", "reads are open outside denyRead"),
+    ("read_other_server_state", "reads are open outside denyRead"),
+    ("read_sys", "/sys is visible"),
+    ("sethostname", "UTS is shared"),
+    ("kernel_keyring", "no palisade seccomp filter inside srt"),
+    ("inherited_fd", "a pipe of srt's own reaches the command"),
+];
 
 /// Attacks the Landlock tier does not stop, by design (docs/security.md says why): it has no
 /// PID namespace, so a host process's command line is visible in /proc.
@@ -312,6 +343,10 @@ async fn client(sc: &Scene, cmd: Vec<String>, log: &Path) -> McpClient {
         ("HOME".into(), sc.p("home").into()),
         ("PALISADE_LOG_LEVEL".into(), "warn".into()),
     ];
+    if let Some(srt) = srt_path() {
+        // Where `backend: srt` finds it (it is installed outside PATH).
+        opts.env.push(("PALISADE_SRT".into(), srt.into()));
+    }
     opts.stderr = StderrMode::File(log.to_path_buf());
     opts.timeout = Duration::from_secs(60);
     match McpClient::spawn(opts).await {
@@ -453,14 +488,15 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
 
     // Behind palisade: enforce, once per tier.
     let mut boxed = Vec::new();
-    for tier in TIERS {
+    let tiers = tiers();
+    for tier in &tiers {
         boxed.push(behind_serve(&sc, tier, &log).await);
     }
 
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     let mut controls = 0;
-    let mut succeeded = vec![0; TIERS.len()];
+    let mut succeeded = vec![0; tiers.len()];
     for (name, what) in ATTACKS {
         let (c_ok, c_detail) = plain[*name].clone();
         if c_ok {
@@ -476,12 +512,16 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
             format!("fails ({c_detail})")
         };
         let mut cells = vec![control_cell];
-        for (i, tier) in TIERS.iter().enumerate() {
+        for (i, tier) in tiers.iter().enumerate() {
             let (s_ok, s_detail) = boxed[i][*name].clone();
+            let beyond_srt = BEYOND_SRT
+                .iter()
+                .find(|(n, _)| *tier == "srt" && n == name)
+                .map(|(_, why)| *why);
             let beyond = *tier == "landlock" && BEYOND_LANDLOCK.contains(name);
             if s_ok {
                 succeeded[i] += 1;
-                if !beyond {
+                if !beyond && beyond_srt.is_none() {
                     failures.push(format!("ESCAPE through serve ({tier}) {name}: {s_detail}"));
                 }
             } else if let Some(why) = not_a_sandbox_refusal(name, &s_detail) {
@@ -494,6 +534,10 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
                 ));
             }
             cells.push(match (s_ok, beyond) {
+                (true, _) if beyond_srt.is_some() => format!(
+                    "succeeds: srt's model ({}) ({s_detail})",
+                    beyond_srt.unwrap_or_default()
+                ),
                 (true, true) => {
                     format!("succeeds: beyond this tier (no PID namespace) ({s_detail})")
                 }
@@ -503,23 +547,29 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
         }
         rows.push(format!("| {what} | {} |", cells.join(" | ")));
     }
-    let headers: Vec<String> = TIERS
+    let headers: Vec<String> = tiers
         .iter()
         .map(|t| format!("behind `palisade serve` (enforce, {t})"))
         .collect();
-    let totals: Vec<String> = TIERS
+    let totals: Vec<String> = tiers
         .iter()
         .zip(&succeeded)
         .map(|(t, n)| format!("{n} under {t}"))
         .collect();
     let table = format!(
-        "| attack (hostile MCP server) | launched directly (control) | {} |\n|---|---|{}\n{}\n\n{} attacks; control succeeded for {controls}; succeeded behind palisade: {} (beyond Landlock by design: {}).\n",
+        "| attack (hostile MCP server) | launched directly (control) | {} |\n|---|---|{}\n{}\n\n{} attacks; control succeeded for {controls}; succeeded behind palisade: {} (beyond Landlock by design: {}{}).\n",
         headers.join(" | "),
-        "---|".repeat(TIERS.len()),
+        "---|".repeat(tiers.len()),
         rows.join("\n"),
         ATTACKS.len(),
         totals.join(", "),
         BEYOND_LANDLOCK.join(", "),
+        if tiers.contains(&"srt") {
+            let names: Vec<&str> = BEYOND_SRT.iter().map(|(n, _)| *n).collect();
+            format!("; beyond srt by its design: {}", names.join(", "))
+        } else {
+            String::new()
+        },
     )
     .replace(&sc.dir.path().display().to_string(), "$SCENE")
     .replace(&sc.host_tmp.display().to_string(), "/tmp/palisade-hostile-ID")

@@ -133,6 +133,13 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
         }
         Some(_) if plan.srt => {
             spec.share_pid = share_pid;
+            // srt does not keep the write-protected files found in read-write grants
+            // read-only on its own (tests/attacks.rs, srt column): name them as denyWrite.
+            let mut req = req.into_owned();
+            if req.write_protect {
+                req.deny_write
+                    .extend(protect::write_protected(&req.name, &spec));
+            }
             super::srt::prepare(&spec, &req, caps, enforcement)
         }
         Some(path) => {
