@@ -99,18 +99,18 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
         }
         Decision::Contain { plan, enforcement } => (plan, enforcement),
     };
-    let bwrap_path = if plan.landlock {
-        None
-    } else {
-        // resolve only plans bwrap (and srt, which runs it) when it was found; fail closed
-        // if that ever changes.
-        let Some(info) = &caps.bwrap else {
+    // The tier that renders it. resolve only plans bwrap (and srt, which runs it) when it was
+    // found; fail closed if that ever changes.
+    let tier = match (&caps.bwrap, plan.landlock, plan.srt) {
+        (_, true, _) => Tier::Landlock,
+        (Some(_), false, true) => Tier::Srt,
+        (Some(info), false, false) => Tier::Bwrap(info.path.as_path()),
+        (None, false, _) => {
             return Err(LaunchError::Refused {
                 name: req.name.clone(),
                 reasons: vec!["bubblewrap is not available".into()],
-            });
-        };
-        Some(info.path.as_path())
+            })
+        }
     };
 
     // The spec, then the tier's rendering.
@@ -126,12 +126,12 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
         &plan,
         caps,
     )?;
-    match bwrap_path {
-        None => {
+    match tier {
+        Tier::Landlock => {
             let why = resolve::tier(caps, req.backend).1;
             landlock::prepare(&spec, &req, enforcement, caps, &why)
         }
-        Some(_) if plan.srt => {
+        Tier::Srt => {
             spec.share_pid = share_pid;
             // srt does not keep the write-protected files found in read-write grants
             // read-only on its own (tests/attacks.rs, srt column): name them as denyWrite.
@@ -142,9 +142,17 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
             }
             super::srt::prepare(&spec, &req, caps, enforcement)
         }
-        Some(path) => {
+        Tier::Bwrap(bwrap_path) => {
             spec.share_pid = share_pid;
-            bwrap::prepare(&spec, path, &req, enforcement)
+            bwrap::prepare(&spec, bwrap_path, &req, enforcement)
         }
     }
+}
+
+/// The tier that renders a contained launch.
+enum Tier<'a> {
+    Landlock,
+    Srt,
+    /// Palisade's own bubblewrap sandbox, with bwrap's path.
+    Bwrap(&'a std::path::Path),
 }
