@@ -14,6 +14,8 @@ ROOT = os.environ["ROOT"]
 PALISADE = os.environ["PALISADE"]
 DEPS = os.environ["DEPS"]
 QUICK = os.environ.get("QUICK") == "1"
+# PALISADE_BEFORE: another palisade binary whose launch rows are measured beside PALISADE's.
+BEFORE = os.environ.get("PALISADE_BEFORE")
 SRT = os.path.join(DEPS, "node_modules/.bin/srt")
 SERVER_FS = os.path.join(DEPS, "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
 ALLOW_ALL = os.path.join(ROOT, "tests/fixtures/allow-all-policy.json")
@@ -214,6 +216,12 @@ def bench_true(s, with_srt):
             "true"]
     if with_srt:
         variants["srt -c true"] = s.srt(["true"])
+    if BEFORE:
+        # An older palisade binary, measured in the same rounds (see docs/benchmarks.md).
+        variants["palisade run -- true (before)"] = [BEFORE, "run", "--backend", "bwrap",
+                                                     "--", "true"]
+        variants["palisade run --backend landlock -- true (before)"] = [
+            BEFORE, "run", "--backend", "landlock", "--", "true"]
     samples = {k: [] for k in variants}
     for cmd in variants.values():
         subprocess.run(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

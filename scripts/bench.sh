@@ -11,6 +11,8 @@
 #            target/bench/benchmarks.md and docs/ is left alone.
 # Test dependencies (srt, server-filesystem) come from $PALISADE_TEST_DEPS when set, else
 # scripts/install-test-deps.sh installs them under target/test-deps (idempotent).
+# PALISADE_BEFORE=/path/to/an/older/palisade adds that binary's launch rows to the `true`
+# table, measured in the same rounds (before/after comparisons, docs/benchmarks.md).
 # A benchmark, not a test: nothing here asserts a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."

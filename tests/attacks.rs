@@ -1,6 +1,7 @@
 //! The hostile MCP server (tests/attacks/hostile_server.py) behind `palisade serve` under
-//! enforce, once per native tier (bubblewrap, Landlock), driven by palisade's own rmcp
-//! client, and the same server launched directly as the control. Every attack must succeed in the control
+//! enforce, once per native tier (bubblewrap, Landlock) and once under srt where the test
+//! dependencies hold it, driven by palisade's own rmcp client, and the same server launched
+//! directly as the control. Every attack must succeed in the control
 //! (so the suite cannot pass vacuously) and fail behind palisade; the table is printed and
 //! written to target/ (and into docs/security.md with PALISADE_UPDATE_DOCS=1, see
 //! scripts/security-report.sh).
@@ -99,20 +100,35 @@ const ATTACKS: &[(&str, &str)] = &[
     ("read_audit_log", "read palisade's audit log"),
 ];
 
-/// The sandbox tiers the suite runs behind, each a `backend` value.
+/// The native sandbox tiers the suite runs behind, each a `backend` value; srt joins them
+/// where it is installed (see `tiers`).
 const TIERS: &[&str] = &["bwrap", "landlock"];
 
-/// The tiers of this run: all of TIERS, or the comma-separated subset in
-/// PALISADE_ATTACK_TIERS (an unknown or empty name fails the run rather than shrink it).
+/// The srt binary of the test dependencies, if installed (scripts/install-test-deps.sh).
+fn srt_path() -> Option<PathBuf> {
+    let p = deps().join("node_modules/.bin/srt");
+    p.exists().then_some(p)
+}
+
+/// The tiers of this run: the native ones, then srt when installed (said when not); or the
+/// comma-separated subset in PALISADE_ATTACK_TIERS (an unknown or empty name fails the run
+/// rather than shrink it).
 fn tiers() -> Vec<&'static str> {
     let Ok(list) = std::env::var("PALISADE_ATTACK_TIERS") else {
-        return TIERS.to_vec();
+        let mut out = TIERS.to_vec();
+        if srt_path().is_some() {
+            out.push("srt");
+        } else {
+            eprintln!("skipped the srt column: srt is not installed in the test dependencies");
+        }
+        return out;
     };
     let picked: Vec<&'static str> = list
         .split(',')
         .map(|t| {
             *TIERS
                 .iter()
+                .chain(["srt"].iter())
                 .find(|k| **k == t.trim())
                 .unwrap_or_else(|| panic!("PALISADE_ATTACK_TIERS: unknown tier {t:?}"))
         })
@@ -126,6 +142,18 @@ fn tiers() -> Vec<&'static str> {
 fn palisade_bin() -> String {
     std::env::var("PALISADE_ATTACK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_palisade").into())
 }
+
+/// Attacks srt does not stop, by its own design (docs/security.md, "Known gaps of the
+/// launcher"), with why: listed so the table says so; under srt they may succeed or fail
+/// without failing the suite. Every other attack must be blocked under srt too.
+const BEYOND_SRT: &[(&str, &str)] = &[
+    ("read_secret", "reads are open outside denyRead"),
+    ("read_other_server_state", "reads are open outside denyRead"),
+    ("read_sys", "/sys is visible"),
+    ("sethostname", "UTS is shared"),
+    ("kernel_keyring", "no palisade seccomp filter inside srt"),
+    ("inherited_fd", "a pipe of srt's own reaches the command"),
+];
 
 /// Attacks the Landlock tier does not stop, by design (docs/security.md says why): it has no
 /// PID namespace, so a host process's command line is visible in /proc.
@@ -343,6 +371,10 @@ async fn client(sc: &Scene, cmd: Vec<String>, log: &Path) -> McpClient {
         ("HOME".into(), sc.p("home").into()),
         ("PALISADE_LOG_LEVEL".into(), "warn".into()),
     ];
+    if let Some(srt) = srt_path() {
+        // Where `backend: srt` finds it (it is installed outside PATH).
+        opts.env.push(("PALISADE_SRT".into(), srt.into()));
+    }
     opts.stderr = StderrMode::File(log.to_path_buf());
     opts.timeout = Duration::from_secs(60);
     match McpClient::spawn(opts).await {
@@ -510,10 +542,14 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
         let mut cells = vec![control_cell];
         for (i, tier) in tiers.iter().enumerate() {
             let (s_ok, s_detail) = boxed[i][*name].clone();
+            let beyond_srt = BEYOND_SRT
+                .iter()
+                .find(|(n, _)| *tier == "srt" && n == name)
+                .map(|(_, why)| *why);
             let beyond = *tier == "landlock" && BEYOND_LANDLOCK.contains(name);
             if s_ok {
                 succeeded[i] += 1;
-                if !beyond {
+                if !beyond && beyond_srt.is_none() {
                     failures.push(format!("ESCAPE through serve ({tier}) {name}: {s_detail}"));
                 }
             } else if let Some(why) = not_a_sandbox_refusal(name, &s_detail) {
@@ -526,6 +562,10 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
                 ));
             }
             cells.push(match (s_ok, beyond) {
+                (true, _) if beyond_srt.is_some() => format!(
+                    "succeeds: srt's model ({}) ({s_detail})",
+                    beyond_srt.unwrap_or_default()
+                ),
                 (true, true) => {
                     format!("succeeds: beyond this tier (no PID namespace) ({s_detail})")
                 }
@@ -545,13 +585,19 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
         .map(|(t, n)| format!("{n} under {t}"))
         .collect();
     let table = format!(
-        "| attack (hostile MCP server) | launched directly (control) | {} |\n|---|---|{}\n{}\n\n{} attacks; control succeeded for {controls}; succeeded behind palisade: {} (beyond Landlock by design: {}).\n",
+        "| attack (hostile MCP server) | launched directly (control) | {} |\n|---|---|{}\n{}\n\n{} attacks; control succeeded for {controls}; succeeded behind palisade: {} (beyond Landlock by design: {}{}).\n",
         headers.join(" | "),
         "---|".repeat(tiers.len()),
         rows.join("\n"),
         ATTACKS.len(),
         totals.join(", "),
         BEYOND_LANDLOCK.join(", "),
+        if tiers.contains(&"srt") {
+            let names: Vec<&str> = BEYOND_SRT.iter().map(|(n, _)| *n).collect();
+            format!("; beyond srt by its design: {}", names.join(", "))
+        } else {
+            String::new()
+        },
     )
     .replace(&sc.dir.path().display().to_string(), "$SCENE")
     .replace(&sc.host_tmp.display().to_string(), "/tmp/palisade-hostile-ID")

@@ -145,8 +145,12 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     if prepared.owns_files() {
         // The Landlock tier's private HOME/TMPDIR must be removed afterwards: spawn and
-        // wait instead of exec'ing.
-        let rt = super::runtime()?;
+        // wait instead of exec'ing. One child to wait for and three signals to forward need
+        // no worker threads: a single-threaded runtime saves starting and joining them (part
+        // of the Landlock tier's launch cost, docs/benchmarks.md).
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         let code = rt.block_on(supervise(prepared));
         rt.shutdown_timeout(std::time::Duration::from_millis(200));
         return Ok(ExitCode::from(code?));

@@ -2,7 +2,7 @@
 //! read-only inside the read-write grants, and the placeholders that let a path that does
 //! not exist yet be protected too.
 //!
-//! Sits between `launch::build_spec` (the mounts) and `bwrap::render` (which emits the
+//! Sits between `launch::spec::build_spec` (the mounts) and `bwrap::render` (which emits the
 //! re-binds after every grant, exactly like the write-protected dangerous files). A denied
 //! path outside every read-write grant needs nothing: it is read-only or invisible already.
 //!

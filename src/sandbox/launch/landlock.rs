@@ -1,0 +1,208 @@
+//! The Landlock tier rendered and made a command: the private HOME and TMPDIR, the paths that
+//! stay read-only, the Landlock rules (`sandbox::landlock::plan`, pure) and their gaps, the
+//! ruleset built before fork, the seccomp filter, and the command with its limits attached;
+//! the child only calls restrict-self and installs the filter right before exec (`sys`).
+//!
+//! Effects: the scratch directory, the ruleset descriptor, the cgroup (`limits`), the search
+//! for write-protected files; nothing is spawned. `scratch_env`, `scratch_cwd` and `sockets`
+//! are pure. Never: drop a deny silently (a gap refuses under enforce and is a stated
+//! degradation under warn), or run a command this tier cannot restrict.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::decide::with_gaps;
+use super::limits;
+use super::prepared::{argv_of, Enforcement, LaunchError, Prepared};
+use super::protect::write_protected;
+use super::request::LaunchRequest;
+use super::scratch::Scratch;
+use crate::config::Backend;
+use crate::sandbox::capabilities::Capabilities;
+use crate::sandbox::landlock::{self as ll, Net};
+use crate::sandbox::{seccomp, sys, NetworkSpec, SandboxSpec};
+
+/// What the Landlock tier never enforces, whatever the configuration (launch log, `check`,
+/// docs/security.md).
+pub const LANDLOCK_NOT_ENFORCED: &[&str] = &[
+    "no PID namespace: host processes are visible in /proc (their command lines; not their \
+     environment, memory or descriptors)",
+    "no private hostname or IPC namespace",
+    "no private /tmp: TMPDIR and HOME are private scratch directories, /tmp itself is closed",
+    "the server's child processes are not killed with it when palisade dies abruptly",
+];
+
+/// The Landlock command for `spec`: ruleset built here, restrict-self and seccomp in the
+/// child right before exec. `why` says why this tier was chosen (for the launch log).
+pub(super) fn prepare(
+    spec: &SandboxSpec,
+    req: &LaunchRequest,
+    enforcement: Enforcement,
+    caps: &Capabilities,
+    why: &str,
+) -> Result<Prepared, LaunchError> {
+    let refuse = |reasons: Vec<String>| LaunchError::Refused {
+        name: req.name.clone(),
+        reasons,
+    };
+    let Some(abi) = caps.landlock.abi() else {
+        // resolve only plans Landlock when the kernel has it; fail closed if that changes.
+        return Err(refuse(vec!["Landlock is not available".into()]));
+    };
+    if req.trace_log.is_some() {
+        return Err(LaunchError::Invalid(
+            "--trace-denials works under the bwrap backend only; run with --backend bwrap".into(),
+        ));
+    }
+    let canon = |p: &PathBuf| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+    let scratch = Scratch::create(&req.name)?;
+    let (home, tmp) = (canon(&scratch.home()), canon(&scratch.tmp()));
+    let env = scratch_env(&spec.env, &req.env, &home, &tmp);
+    let cwd = scratch_cwd(spec, &req.env, &home);
+    let mut read_only = if req.write_protect {
+        write_protected(&req.name, spec)
+    } else {
+        Vec::new()
+    };
+    read_only.extend(req.deny_write.iter().map(|p| {
+        std::fs::canonicalize(p).unwrap_or_else(|_| crate::roots::canon::resolve_existing_prefix(p))
+    }));
+    let net = if spec.network == NetworkSpec::Host {
+        Net::Host
+    } else {
+        Net::Closed
+    };
+    let mut plan = ll::plan(
+        &ll::Inputs {
+            spec,
+            read_only: &read_only,
+            scratch: &[home.clone(), tmp.clone()],
+            net,
+        },
+        &ll::list_dir,
+        &|p: &Path| p.is_dir(),
+    );
+    for note in &plan.notes {
+        tracing::info!(server = %req.name, "landlock: {note}");
+    }
+    let gaps = plan.gaps.iter().map(ToString::to_string).collect();
+    let enforcement = with_gaps(&req.name, req.policy, Backend::Landlock, enforcement, gaps)?;
+    // warn: the grants that could not be carved are granted whole, as the reasons say.
+    let uncarved = std::mem::take(&mut plan.uncarved);
+    plan.rules.extend(uncarved);
+    let ruleset = ll::build(&plan, abi).map_err(|e| refuse(vec![e.to_string()]))?;
+    let filter = if spec.seccomp {
+        Some(
+            seccomp::program_with(std::env::consts::ARCH, sockets(net))
+                .map_err(|e| refuse(vec![e.to_string()]))?,
+        )
+    } else {
+        None
+    };
+    tracing::info!(
+        server = %req.name,
+        abi,
+        why,
+        "sandboxed by landlock; not enforced by this tier: {}",
+        LANDLOCK_NOT_ENFORCED.join("; ")
+    );
+    let mut cmd = std::process::Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .env_clear()
+        .envs(&env)
+        .current_dir(&cwd);
+    let attached = limits::attach(&mut cmd, &req.name, &spec.limits, None);
+    sys::install_landlock(
+        &mut cmd,
+        sys::raw(&ruleset),
+        filter,
+        nix::unistd::geteuid().is_root(),
+    );
+    Ok(Prepared {
+        command: tokio::process::Command::from(cmd),
+        enforcement,
+        argv: argv_of(&spec.program, &spec.args),
+        held: vec![ruleset],
+        files: Vec::new(),
+        cgroup: attached.cgroup,
+        task_watch: attached.task_watch,
+        scratch: Some(scratch),
+    })
+}
+
+/// The spec's environment with HOME and TMPDIR moved to the scratch directories, unless the
+/// user set them (`asked`: the request's own variables).
+fn scratch_env(
+    env: &BTreeMap<String, String>,
+    asked: &BTreeMap<String, String>,
+    home: &Path,
+    tmp: &Path,
+) -> BTreeMap<String, String> {
+    let mut env = env.clone();
+    if !asked.contains_key("HOME") {
+        env.insert("HOME".into(), home.display().to_string());
+    }
+    if !asked.contains_key("TMPDIR") {
+        env.insert("TMPDIR".into(), tmp.display().to_string());
+    }
+    env
+}
+
+/// The working directory: the scratch HOME where the spec would start in a HOME the user did
+/// not set, else the spec's.
+fn scratch_cwd(spec: &SandboxSpec, asked: &BTreeMap<String, String>, home: &Path) -> PathBuf {
+    if spec.cwd == spec.home && !asked.contains_key("HOME") {
+        home.to_path_buf()
+    } else {
+        spec.cwd.clone()
+    }
+}
+
+/// The sockets seccomp allows under Landlock: no internet socket with a closed network, any
+/// with the host's.
+fn sockets(net: Net) -> seccomp::Sockets {
+    let inet = match net {
+        Net::Closed => seccomp::Inet::None,
+        Net::Host => seccomp::Inet::Any,
+    };
+    seccomp::Sockets::Landlock { inet }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_and_tmpdir_move_to_scratch_unless_the_user_set_them() {
+        let spec_env: BTreeMap<String, String> =
+            [("HOME", "/root"), ("TMPDIR", "/tmp"), ("PATH", "/usr/bin")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let (home, tmp) = (Path::new("/s/home"), Path::new("/s/tmp"));
+        let env = scratch_env(&spec_env, &BTreeMap::new(), home, tmp);
+        assert_eq!(env["HOME"], "/s/home");
+        assert_eq!(env["TMPDIR"], "/s/tmp");
+        assert_eq!(env["PATH"], "/usr/bin");
+        let asked: BTreeMap<String, String> = [("HOME".to_string(), "/root".to_string())].into();
+        let env = scratch_env(&spec_env, &asked, home, tmp);
+        assert_eq!(env["HOME"], "/root", "the user's HOME stays");
+        assert_eq!(env["TMPDIR"], "/s/tmp");
+    }
+
+    #[test]
+    fn a_closed_network_allows_no_internet_socket() {
+        assert_eq!(
+            sockets(Net::Closed),
+            seccomp::Sockets::Landlock {
+                inet: seccomp::Inet::None
+            }
+        );
+        assert_eq!(
+            sockets(Net::Host),
+            seccomp::Sockets::Landlock {
+                inet: seccomp::Inet::Any
+            }
+        );
+    }
+}
