@@ -445,3 +445,243 @@ fn jwt_access_tokens_are_checked_and_the_resource_metadata_is_served() {
         assert_eq!(r["principal"], json!(dirs[0]), "{r}");
     }
 }
+
+/// A server config with the faulty test server (its `sleep` tool is a slow call that costs
+/// nothing) under the allow-all policy; `tag` is an extra argument it ignores, so that its
+/// processes can be found on the host.
+fn faulty_config(ws: &Workspace, http: Value) -> (PathBuf, PathBuf, String) {
+    let audit = ws.path().join("audit.jsonl");
+    let tag = format!("faulty-tag-{}", ws.path().display());
+    let config = ws.config(
+        json!({"faulty": {
+            "command": support::deps().join("venv/bin/python"),
+            "args": [support::repo("tests/servers/faulty_server.py"), tag],
+        }}),
+        json!({"auditLog": audit, "http": http}),
+    );
+    (config, audit, tag)
+}
+
+/// Processes on the host whose command line carries `tag`.
+fn processes_tagged(tag: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if text.contains(tag) {
+            found.push(format!("{}: {text}", entry.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
+/// Waits (bounded) until the log holds `n` lines containing `what`.
+fn wait_log(ws: &Workspace, what: &str, n: usize) -> bool {
+    for _ in 0..1200 {
+        if ws.stderr_text().matches(what).count() >= n {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    false
+}
+
+/// One raw POST of `body` to `addr` with `token` and, when given, the session id: (status,
+/// the whole response text). An SSE response is read to its end.
+fn post(addr: SocketAddr, token: &str, session: Option<&str>, body: &Value) -> (u16, String) {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let body = body.to_string();
+    let mut req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         MCP-Protocol-Version: 2025-11-25\r\n",
+        addr
+    );
+    if let Some(id) = session {
+        req.push_str(&format!("Mcp-Session-Id: {id}\r\n"));
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    if s.write_all(req.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, out)
+}
+
+impl Front {
+    fn post(&self, token: &str, session: Option<&str>, body: &Value) -> (u16, String) {
+        post(self.addr, token, session, body)
+    }
+
+    /// A raw 2025-11-25 session: initialize, then `notifications/initialized`; its id.
+    fn session(&self, token: &str) -> String {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
+            {"protocolVersion": "2025-11-25", "capabilities": {},
+             "clientInfo": {"name": "raw", "version": "1"}}});
+        let (status, text) = self.post(token, None, &init);
+        assert_eq!(status, 200, "{text}");
+        let id = text
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("mcp-session-id")
+                    .then(|| v.trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("no session id: {text}"));
+        let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let (status, text) = self.post(token, Some(&id), &done);
+        assert_eq!(status, 202, "{text}");
+        id
+    }
+}
+
+fn sleep_call(id: u64, after: f64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": "faulty__sleep", "arguments": {"after": after}}})
+}
+
+// One principal floods (maxRequestsPerPrincipal 2: two slow calls hold its slots, five more
+// follow): the five get 429 with Retry-After and a JSON-RPC error carrying their id, each is
+// audited under its principal, and none reaches the server; meanwhile another principal's
+// calls go through. A notification over the cap still passes (it answers nothing).
+// Fails without the cap: the five are accepted and wait in line behind the slow calls.
+#[test]
+fn one_principals_flood_is_refused_while_another_principal_is_served() {
+    let ws = Workspace::new();
+    let (config, audit, _) = faulty_config(
+        &ws,
+        json!({"maxRequestsPerPrincipal": 2, "shutdownGrace": 1}),
+    );
+    let tokens = tokens_file(&ws);
+    let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let session = front.session(ALICE);
+    let slow: Vec<_> = (1..=2)
+        .map(|id| {
+            let (addr, session) = (front.addr, session.clone());
+            std::thread::spawn(move || post(addr, ALICE, Some(&session), &sleep_call(id, 15.0)))
+        })
+        .collect();
+    let both_started = wait_log(&ws, "sleep: started", 2);
+    let flood: Vec<(u16, String)> = (10..15)
+        .map(|id| front.post(ALICE, Some(&session), &sleep_call(id, 0.0)))
+        .collect();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"requestId": 99}});
+    let (note_status, note_text) = front.post(ALICE, Some(&session), &note);
+    let bob = front.client(
+        BOB,
+        json!([{"tool": "faulty__echo", "args": {"text": "hi"}}]),
+    );
+    let bearer = format!("Bearer {ALICE}");
+    let (_, metrics) = front.raw("GET", "/metrics", &[("Authorization", &bearer)]);
+    let started_before_stop = ws.stderr_text().matches("sleep: started").count();
+    front.stop();
+    for t in slow {
+        let _ = t.join();
+    }
+    let err = ws.stderr_text();
+    assert!(both_started, "the slow calls did not start:\n{err}");
+    for (i, (status, text)) in flood.iter().enumerate() {
+        assert_eq!(*status, 429, "flood call {i}: {text}");
+        let lower = text.to_ascii_lowercase();
+        assert!(lower.contains("retry-after: 1"), "{text}");
+        let body: Value = serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert_eq!(body["id"], json!(10 + i), "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("maxRequestsPerPrincipal 2"),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        note_status, 202,
+        "a notification is never refused: {note_text}"
+    );
+    assert_eq!(bob["calls"][0]["ok"], true, "{bob}\n{err}");
+    assert_eq!(bob["calls"][0]["text"], "echo: hi", "{bob}");
+    assert_eq!(
+        started_before_stop, 2,
+        "a refused call reached the server:\n{err}"
+    );
+    assert!(
+        metrics.contains("palisade_http_refusals_total{reason=\"principal_busy\"} 5"),
+        "{metrics}"
+    );
+    let records = support::read_jsonl(&audit);
+    let refused: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["policyDecision"]["rule"] == "http-request-cap")
+        .collect();
+    assert_eq!(refused.len(), 5, "{records:?}");
+    for r in &refused {
+        assert_eq!(r["principal"], "alice", "{r}");
+        assert_eq!(
+            (&r["serverName"], &r["toolName"]),
+            (&json!("faulty"), &json!("sleep"))
+        );
+    }
+    assert!(
+        records
+            .iter()
+            .any(|r| r["principal"] == "bob" && r["toolName"] == "echo"),
+        "{records:?}"
+    );
+}
+
+// SIGTERM while a slow call is in flight: new requests get 503, the call completes with its
+// result (within shutdownGrace), every server process is reaped and palisade exits 0.
+#[test]
+fn sigterm_mid_call_lets_the_call_finish_refuses_new_requests_and_reaps_every_server() {
+    let ws = Workspace::new();
+    let (config, _, tag) = faulty_config(&ws, json!({"shutdownGrace": 60}));
+    let tokens = tokens_file(&ws);
+    let mut front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    // Bob's servers run too, idle: they must be reaped as well.
+    let bob = front.client(BOB, json!([]));
+    let session = front.session(ALICE);
+    let addr = front.addr;
+    let call = std::thread::spawn(move || post(addr, ALICE, Some(&session), &sleep_call(1, 3.0)));
+    let started = wait_log(&ws, "sleep: started", 1);
+    let servers_running = processes_tagged(&tag).len();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(front.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let draining = wait_log(&ws, "shutdown requested", 1);
+    let (refused, refused_text) = front.post(BOB, None, &sleep_call(2, 0.0));
+    let (call_status, call_text) = call.join().unwrap();
+    let status = support::raw::wait_bounded(&mut front.child);
+    let err = ws.stderr_text();
+    assert!(bob.get("error").is_none(), "{bob}\n{err}");
+    assert!(started && draining, "{err}");
+    assert!(servers_running >= 2, "alice's and bob's servers run");
+    assert_eq!(call_status, 200, "{call_text}\n{err}");
+    assert!(
+        call_text.contains("slept"),
+        "the call in flight completed with its result: {call_text}\n{err}"
+    );
+    assert_eq!(
+        refused, 503,
+        "a new request during the drain: {refused_text}"
+    );
+    assert!(status.success(), "exit {status}\n{err}");
+    assert_eq!(
+        processes_tagged(&tag),
+        Vec::<String>::new(),
+        "servers left running"
+    );
+}

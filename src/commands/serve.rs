@@ -148,6 +148,8 @@ fn http_options(
         ),
         max_principals: block.max_principals.unwrap_or(200),
         max_body_bytes: block.max_body_bytes.unwrap_or(4 << 20),
+        max_requests_per_principal: block.max_requests_per_principal.unwrap_or(16),
+        shutdown_grace: std::time::Duration::from_secs(block.shutdown_grace.unwrap_or(10)),
     };
     http.validate().map_err(anyhow::Error::msg)?;
     let escalation = args.escalation.clone().or(s.escalation.clone());

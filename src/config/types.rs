@@ -344,6 +344,12 @@ pub struct HttpSettings {
     /// Largest request body in bytes (default 4 MiB).
     #[serde(default)]
     pub max_body_bytes: Option<usize>,
+    /// One principal's requests in flight at once (default 16); more get 429.
+    #[serde(default)]
+    pub max_requests_per_principal: Option<usize>,
+    /// Seconds the requests in flight get to finish on SIGTERM (default 10).
+    #[serde(default)]
+    pub shutdown_grace: Option<u64>,
     /// JWKS file whose keys sign accepted JWT access tokens (`--jwks`).
     #[serde(default)]
     pub jwks: Option<PathBuf>,

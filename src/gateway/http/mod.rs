@@ -1,35 +1,42 @@
 //! Why: agents on other machines, and many agents at once, reach Palisade over MCP Streamable
 //! HTTP (`serve --http ADDR`) at `/mcp`. Each request is checked in this order, and a refusal
 //! never reaches a server: the `Origin` (403; DNS rebinding), the bearer token (401, with
-//! `WWW-Authenticate`), the principal cap (503). Each principal then gets a gateway of its
-//! own: its own server processes, session sandbox directory, roots, remembered approvals and
-//! relay budgets, started on first use and stopped after `idleTimeout` without requests.
-//! Every audit record carries the principal. rmcp's Streamable HTTP service speaks the
-//! protocol (sessions, SSE, DELETE) inside each principal's gateway.
+//! `WWW-Authenticate`), the principal cap (503), the principal's request cap (429, see
+//! `limits`). Each principal then gets a gateway of its own: its own server processes,
+//! session sandbox directory, roots, remembered approvals and relay budgets, started on
+//! first use and stopped after `idleTimeout` without requests. Every audit record carries
+//! the principal. rmcp's Streamable HTTP service speaks the protocol (sessions, SSE, DELETE)
+//! inside each principal's gateway. On SIGTERM or SIGINT new requests are refused (503),
+//! requests in flight get `shutdownGrace` to finish, then every principal's servers stop and
+//! are reaped.
 //!
 //! Never: log a token, serve without authentication on a non-loopback address, or let one
 //! principal's requests reach another principal's servers.
 
 pub mod jwt;
+pub mod limits;
 pub mod metrics;
 pub mod origin;
 pub mod tokens;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, Request, StatusCode};
+use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::stages::{AuditError, AuditSink, CallRecord};
+use super::stages::{
+    request_id_string, AuditError, AuditSink, CallOutcome, CallRecord, PolicyVerdict,
+};
 use super::upstream::Upstream;
 use super::{Gateway, GatewayOptions};
 pub use tokens::TokenTable;
@@ -61,6 +68,10 @@ pub struct HttpOptions {
     pub max_principals: usize,
     /// The largest request body accepted (413 beyond).
     pub max_body_bytes: usize,
+    /// At most this many of one principal's requests in flight at once (429 beyond).
+    pub max_requests_per_principal: usize,
+    /// On SIGTERM, how long requests in flight get to finish before the servers stop.
+    pub shutdown_grace: Duration,
 }
 
 impl HttpOptions {
@@ -75,6 +86,9 @@ impl HttpOptions {
         }
         if self.max_principals == 0 {
             return Err("maxPrincipals must be at least 1".into());
+        }
+        if self.max_requests_per_principal == 0 {
+            return Err("maxRequestsPerPrincipal must be at least 1".into());
         }
         Ok(())
     }
@@ -100,7 +114,8 @@ struct Principal {
     /// Ends the principal's MCP sessions (SSE streams included) when it is reaped.
     sessions: CancellationToken,
     last_used: Mutex<Instant>,
-    in_flight: AtomicUsize,
+    /// Its POSTs in flight, each holding a slot until its response body ends.
+    cap: limits::RequestCap,
 }
 
 impl Principal {
@@ -115,8 +130,9 @@ impl Principal {
             .elapsed()
     }
 
+    /// Stops its servers (a call still in flight then ends with the gateway's error), then
+    /// ends its MCP sessions.
     async fn stop(&self) {
-        self.sessions.cancel();
         let gateway = self
             .gateway
             .lock()
@@ -125,6 +141,20 @@ impl Principal {
         if let Some(g) = gateway {
             g.shutdown().await;
         }
+        self.sessions.cancel();
+    }
+}
+
+/// A POST's slot: given back, and the principal marked used, when its response body ends
+/// (an SSE stream ends after the last response it carries) or is dropped.
+struct Slot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    principal: Arc<Principal>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.principal.touch();
     }
 }
 
@@ -138,6 +168,8 @@ struct Front {
     /// gateways, and no other principal waits for them).
     principals: tokio::sync::Mutex<HashMap<String, Arc<Cell>>>,
     stopping: CancellationToken,
+    /// Parent of every principal's session token: cancelled when the drain is over.
+    sessions_end: CancellationToken,
     metrics: Arc<metrics::Metrics>,
 }
 
@@ -156,6 +188,7 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         http,
         principals: Default::default(),
         stopping: CancellationToken::new(),
+        sessions_end: CancellationToken::new(),
         metrics: Arc::default(),
     });
     let router = axum::Router::new()
@@ -170,27 +203,26 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         .with_state(Arc::clone(&front));
     let reaper = tokio::spawn(reap_idle(Arc::clone(&front)));
     let signal = super::termination();
+    // Cancelled once the drain is over: from then on the connections left get
+    // `CONNECTIONS_BOUND` to close.
+    let drained = CancellationToken::new();
     let stop = {
         let front = Arc::clone(&front);
+        let drained = drained.clone();
         async move {
             signal.await;
-            tracing::info!("shutdown requested: no new requests; ending sessions");
-            front.stopping.cancel();
-            for p in front
-                .principals
-                .lock()
-                .await
-                .values()
-                .filter_map(|c| c.get())
-            {
-                p.sessions.cancel();
-            }
+            drain(&front).await;
+            drained.cancel();
         }
     };
-    let served = axum::serve(listener, router)
-        .with_graceful_shutdown(stop)
-        .await
-        .map_err(HttpError::Serve);
+    let served = axum::serve(listener, router).with_graceful_shutdown(stop);
+    let served = tokio::select! {
+        r = served => r.map_err(HttpError::Serve),
+        _ = async { drained.cancelled().await; tokio::time::sleep(CONNECTIONS_BOUND).await } => {
+            tracing::warn!("connections still open {CONNECTIONS_BOUND:?} after the drain; closed");
+            Ok(())
+        }
+    };
     reaper.abort();
     let all: Vec<Arc<Principal>> = front
         .principals
@@ -202,8 +234,59 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
     for p in all {
         p.stop().await;
     }
+    tracing::info!("every principal's servers stopped");
     served
 }
+
+/// After the drain, how long open connections (a client that keeps one open) get to close.
+const CONNECTIONS_BOUND: Duration = Duration::from_secs(3);
+
+/// Shutdown, first part: refuse new requests (503, `/readyz` too), give the requests in
+/// flight `shutdownGrace` to finish; past it, stop the servers of those still busy, so that
+/// their calls end with the gateway's error rather than a cut stream; then end every MCP
+/// session (SSE streams included).
+async fn drain(front: &Front) {
+    front.stopping.cancel();
+    let grace = front.http.shutdown_grace;
+    let busy = |principals: &[Arc<Principal>]| -> usize {
+        principals.iter().map(|p| p.cap.in_flight()).sum()
+    };
+    let principals: Vec<Arc<Principal>> = front
+        .principals
+        .lock()
+        .await
+        .values()
+        .filter_map(|c| c.get().cloned())
+        .collect();
+    tracing::info!(
+        in_flight = busy(&principals),
+        "shutdown requested: new requests refused; waiting up to {grace:?} for those in flight"
+    );
+    let deadline = tokio::time::Instant::now() + grace;
+    while busy(&principals) > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+    let left = busy(&principals);
+    if left > 0 {
+        tracing::warn!(
+            in_flight = left,
+            "shutdownGrace ({grace:?}) is over: stopping the servers of the requests still in flight"
+        );
+        for p in principals.iter().filter(|p| p.cap.in_flight() > 0) {
+            p.stop().await;
+        }
+        // Their calls now fail inside the gateway; give those answers a moment to be sent.
+        let deadline = tokio::time::Instant::now() + ERRORS_BOUND;
+        while busy(&principals) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+    }
+    front.sessions_end.cancel();
+}
+
+const DRAIN_POLL: Duration = Duration::from_millis(20);
+/// How long calls cut by shutdown get for their error to reach the client.
+const ERRORS_BOUND: Duration = Duration::from_secs(1);
 
 async fn readyz(State(front): State<Arc<Front>>) -> Response {
     if front.stopping.is_cancelled() {
@@ -288,12 +371,135 @@ async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
         Ok(e) => e,
         Err(r) => return r,
     };
-    entry.in_flight.fetch_add(1, Ordering::SeqCst);
+    let mut req = req;
+    let mut slot = None;
+    // GET (a standalone SSE stream, long-lived by design) and DELETE take no slot.
+    if req.method() == Method::POST {
+        match entry.cap.try_enter() {
+            Some(permit) => {
+                slot = Some(Slot {
+                    _permit: permit,
+                    principal: Arc::clone(&entry),
+                })
+            }
+            None => {
+                let (parts, body) = req.into_parts();
+                let Ok(bytes) = axum::body::to_bytes(body, front.http.max_body_bytes).await else {
+                    return refusal(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        &format!(
+                            "the request body is over maxBodyBytes ({})",
+                            front.http.max_body_bytes
+                        ),
+                    );
+                };
+                match limits::classify(&bytes) {
+                    limits::Carried::Replies => req = Request::from_parts(parts, Body::from(bytes)),
+                    limits::Carried::Requests(asked) => {
+                        return busy(&front, &principal, entry.cap.max(), &asked)
+                    }
+                }
+            }
+        }
+    }
     entry.touch();
     let response = entry.service.handle(req).await;
     entry.touch();
-    entry.in_flight.fetch_sub(1, Ordering::SeqCst);
-    response.map(Body::new)
+    let response = response.map(Body::new);
+    match slot {
+        None => response,
+        Some(slot) => response.map(|body| {
+            Body::from_stream(body.into_data_stream().map(move |chunk| {
+                let _held = &slot;
+                chunk
+            }))
+        }),
+    }
+}
+
+/// The refusal of a principal's request over `maxRequestsPerPrincipal`: 429 with
+/// `Retry-After`, one JSON-RPC error per request (with its id), one audit record each.
+fn busy(front: &Front, principal: &str, max: usize, asked: &[limits::Asked]) -> Response {
+    front.metrics.refused("principal_busy");
+    let why = format!(
+        "too many requests in flight for principal {principal} (maxRequestsPerPrincipal \
+         {max}); retry when one of them has finished"
+    );
+    tracing::warn!(principal, "refused a request: {why}");
+    let records: Vec<CallRecord> = if asked.is_empty() {
+        vec![busy_record(principal, None, &why)]
+    } else {
+        asked
+            .iter()
+            .map(|a| busy_record(principal, Some(a), &why))
+            .collect()
+    };
+    for rec in &records {
+        if let Err(e) = front.template.stages.audit.record(rec) {
+            tracing::error!(principal, "cannot audit a refused request: {e}");
+        }
+    }
+    let error = |id: Value| {
+        serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {"code": BUSY_CODE, "message": why, "data": {"retryAfterSeconds": 1}},
+        })
+    };
+    let body = match asked {
+        [one] => error(one.id.clone()),
+        [] => error(Value::Null),
+        many => Value::Array(many.iter().map(|a| error(a.id.clone())).collect()),
+    };
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::RETRY_AFTER, "1"),
+        ],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The JSON-RPC error code of a request refused by the principal's request cap (the
+/// implementation-defined server-error range).
+pub const BUSY_CODE: i64 = -32005;
+
+/// `policyDecision.rule` of a request refused by the principal's request cap.
+pub const BUSY_RULE: &str = "http-request-cap";
+
+/// The audit record of a refused request: a call names its server and tool; another
+/// request its method as the tool; a body that is not JSON-RPC `(not JSON-RPC)`.
+fn busy_record(principal: &str, asked: Option<&limits::Asked>, why: &str) -> CallRecord {
+    let (server, tool, id, args) = match asked {
+        Some(a) => {
+            let (server, tool) = match &a.tool {
+                Some(t) => super::registry::split_name(t).unwrap_or(("", t.as_str())),
+                None => ("", a.method.as_str()),
+            };
+            let id = serde_json::from_value::<rmcp::model::RequestId>(a.id.clone())
+                .map(|id| request_id_string(&id))
+                .unwrap_or_else(|_| a.id.to_string());
+            (server, tool, id, a.arguments.clone())
+        }
+        None => ("", "(not JSON-RPC)", String::new(), Default::default()),
+    };
+    let mut rec = CallRecord::new(
+        server,
+        tool,
+        id,
+        args,
+        PolicyVerdict {
+            rule: Some(BUSY_RULE.into()),
+            ..PolicyVerdict::deny(why)
+        },
+        CallOutcome::Denied {
+            reason: why.to_string(),
+        },
+    );
+    rec.principal = Some(principal.to_string());
+    rec
 }
 
 /// The request's principal, or why it has none. Never logs the token.
@@ -409,7 +615,7 @@ async fn start_principal(front: &Front, name: &str) -> Result<Arc<Principal>, Re
         )
     })?;
     let shared = Arc::clone(&gateway.shared);
-    let sessions = front.stopping.child_token();
+    let sessions = front.sessions_end.child_token();
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(sessions.clone())
         .with_max_request_body_bytes(front.http.max_body_bytes)
@@ -431,7 +637,7 @@ async fn start_principal(front: &Front, name: &str) -> Result<Arc<Principal>, Re
         service,
         sessions,
         last_used: Mutex::new(Instant::now()),
-        in_flight: AtomicUsize::new(0),
+        cap: limits::RequestCap::new(front.http.max_requests_per_principal),
     }))
 }
 
@@ -447,8 +653,7 @@ async fn reap_idle(front: Arc<Front>) {
                 .iter()
                 .filter(|(_, c)| {
                     c.get().is_some_and(|p| {
-                        p.in_flight.load(Ordering::SeqCst) == 0
-                            && p.idle_for() > front.http.idle_timeout
+                        p.cap.in_flight() == 0 && p.idle_for() > front.http.idle_timeout
                     })
                 })
                 .map(|(n, _)| n.clone())
