@@ -685,3 +685,94 @@ fn sigterm_mid_call_lets_the_call_finish_refuses_new_requests_and_reaps_every_se
         "servers left running"
     );
 }
+
+// OAuth resource-server mode with the JWKS at a URL (a real HTTP server, Python's
+// http.server): while the URL cannot be fetched a valid token gets 503 naming the reason (fail
+// closed; nothing reaches a server); once it serves, the token is accepted; after a key
+// rotation a token signed by the new key (an unknown kid) makes palisade fetch again and is
+// accepted, while a token claiming the old kid but signed by another key stays refused.
+#[test]
+fn a_jwks_url_fails_closed_while_unreachable_and_is_fetched_again_for_a_new_key() {
+    let ws = Workspace::new();
+    let (config, sandbox, _) = fs_config(&ws);
+    support::merge_settings(&config, json!({"http": {"jwksRefetch": 0}}));
+    let site = ws.path().join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    let jwks = site.join("jwks.json");
+    let (iss, aud) = ("https://issuer.example", "https://palisade.example/mcp");
+    let out = support::driver("tests/clients/mint_jwt.py")
+        .arg(&jwks)
+        .args([iss, aud])
+        .output()
+        .unwrap();
+    let minted: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/jwks.json");
+    let front = Front::start(
+        &ws,
+        &config,
+        &[
+            "--jwks-url",
+            &url,
+            "--jwt-issuer",
+            iss,
+            "--jwt-audience",
+            aud,
+        ],
+    );
+    let bearer = |name: &str| format!("Bearer {}", minted[name].as_str().unwrap());
+    let (down, down_text) = front.raw("POST", "/mcp", &[("Authorization", &bearer("good"))]);
+    let reached_while_down = sandbox.join("principals").exists();
+    let mut server = Command::new(support::python())
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .arg("--directory")
+        .arg(&site)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut serving = false;
+    for _ in 0..400 {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            serving = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let (up, up_text) = front.raw("POST", "/mcp", &[("Authorization", &bearer("good"))]);
+    let (early_rotated, _) = front.raw("POST", "/mcp", &[("Authorization", &bearer("rotated"))]);
+    std::fs::rename(site.join("jwks.json.rotated"), &jwks).unwrap();
+    let (rotated, rotated_text) =
+        front.raw("POST", "/mcp", &[("Authorization", &bearer("rotated"))]);
+    let (forged, _) = front.raw("POST", "/mcp", &[("Authorization", &bearer("wrong_key"))]);
+    let status = front.stop();
+    let _ = server.kill();
+    let _ = server.wait();
+    let err = ws.stderr_text();
+    assert!(serving, "the JWKS server did not come up");
+    assert_eq!(down, 503, "{down_text}");
+    assert!(down_text.contains("could not be fetched"), "{down_text}");
+    assert!(
+        err.contains("cannot fetch the JWKS"),
+        "the reason is logged:\n{err}"
+    );
+    assert!(
+        !reached_while_down,
+        "a principal's servers started while no key was known"
+    );
+    assert_eq!(up, 200, "{up_text}\n{err}");
+    assert_eq!(early_rotated, 401, "k2 is not served yet");
+    assert_eq!(
+        rotated, 200,
+        "the rotated key was fetched: {rotated_text}\n{err}"
+    );
+    assert_eq!(forged, 401, "a token claiming k1, signed by another key");
+    assert!(status.success(), "{status}\n{err}");
+}

@@ -77,6 +77,10 @@ pub struct ServeArgs {
     /// resource server); needs --jwt-issuer and --jwt-audience.
     #[arg(long)]
     pub jwks: Option<std::path::PathBuf>,
+    /// With --http: like --jwks, from a loopback http:// URL, fetched at start and again when
+    /// a token names an unknown key id (at most every `jwksRefetch` seconds).
+    #[arg(long, value_name = "URL")]
+    pub jwks_url: Option<String>,
     /// The `iss` a JWT access token must carry.
     #[arg(long)]
     pub jwt_issuer: Option<String>,
@@ -109,20 +113,17 @@ fn http_options(
         Some(path) => Some(TokenTable::load(&path).map_err(anyhow::Error::msg)?),
         None => None,
     };
-    let jwt = match args.jwks.clone().or(block.jwks.clone()) {
-        Some(path) => {
-            let issuer = args.jwt_issuer.clone().or(block.jwt_issuer.clone());
-            let audience = args.jwt_audience.clone().or(block.jwt_audience.clone());
-            let (Some(issuer), Some(audience)) = (issuer, audience) else {
-                anyhow::bail!("--jwks needs --jwt-issuer and --jwt-audience (this resource's URL)");
-            };
-            let mut scopes = block.jwt_scopes.clone();
-            scopes.extend(args.jwt_scopes.iter().cloned());
-            Some(
-                crate::gateway::http::jwt::JwtVerifier::load(&path, issuer, audience, scopes)
-                    .map_err(anyhow::Error::msg)?,
-            )
-        }
+    let jwks = match (
+        args.jwks.clone().or(block.jwks.clone()),
+        args.jwks_url.clone().or(block.jwks_url.clone()),
+    ) {
+        (None, None) => None,
+        (Some(_), Some(_)) => anyhow::bail!("give --jwks FILE or --jwks-url URL, not both"),
+        (Some(path), None) => Some(JwksFrom::File(path)),
+        (None, Some(url)) => Some(JwksFrom::Url(url)),
+    };
+    let jwt = match jwks {
+        Some(from) => Some(jwt_verifier(args, &block, from)?),
         None => None,
     };
     let auth = match (tokens.is_some() || jwt.is_some(), args.no_auth) {
@@ -166,6 +167,39 @@ fn http_options(
         );
     }
     Ok(Some(http))
+}
+
+enum JwksFrom {
+    File(PathBuf),
+    Url(String),
+}
+
+/// Resource-server mode: the JWT verifier for a JWKS file or URL, with the issuer, audience
+/// and scopes of the flags and the `http` block.
+fn jwt_verifier(
+    args: &ServeArgs,
+    block: &crate::config::HttpSettings,
+    from: JwksFrom,
+) -> anyhow::Result<crate::gateway::http::jwt::JwtVerifier> {
+    use crate::gateway::http::{jwks, jwt::JwtVerifier};
+    let issuer = args.jwt_issuer.clone().or(block.jwt_issuer.clone());
+    let audience = args.jwt_audience.clone().or(block.jwt_audience.clone());
+    let (Some(issuer), Some(audience)) = (issuer, audience) else {
+        anyhow::bail!(
+            "--jwks/--jwks-url need --jwt-issuer and --jwt-audience (this resource's URL)"
+        );
+    };
+    let mut scopes = block.jwt_scopes.clone();
+    scopes.extend(args.jwt_scopes.iter().cloned());
+    let verifier = match from {
+        JwksFrom::File(path) => JwtVerifier::load(&path, issuer, audience, scopes),
+        JwksFrom::Url(url) => {
+            let url = jwks::JwksUrl::parse(&url).map_err(|e| anyhow::anyhow!("--jwks-url {e}"))?;
+            let every = Duration::from_secs(block.jwks_refetch.unwrap_or(30));
+            JwtVerifier::from_url(jwks::JwksSource::new(url, every), issuer, audience, scopes)
+        }
+    };
+    verifier.map_err(anyhow::Error::msg)
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {

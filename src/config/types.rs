@@ -353,6 +353,12 @@ pub struct HttpSettings {
     /// JWKS file whose keys sign accepted JWT access tokens (`--jwks`).
     #[serde(default)]
     pub jwks: Option<PathBuf>,
+    /// A loopback `http://` URL serving that JWKS instead of a file (`--jwks-url`).
+    #[serde(default)]
+    pub jwks_url: Option<String>,
+    /// Seconds between two fetches of `jwksUrl` at least (default 30).
+    #[serde(default)]
+    pub jwks_refetch: Option<u64>,
     /// The `iss` of accepted JWT access tokens.
     #[serde(default)]
     pub jwt_issuer: Option<String>,

@@ -13,6 +13,7 @@
 //! Never: log a token, serve without authentication on a non-loopback address, or let one
 //! principal's requests reach another principal's servers.
 
+pub mod jwks;
 pub mod jwt;
 pub mod limits;
 pub mod metrics;
@@ -177,6 +178,9 @@ struct Front {
 /// stops every principal's servers.
 pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(), HttpError> {
     http.validate().map_err(HttpError::Invalid)?;
+    if let Auth::Bearer { jwt: Some(v), .. } = &http.auth {
+        v.prefetch().await;
+    }
     let listener = tokio::net::TcpListener::bind(http.listen)
         .await
         .map_err(|source| HttpError::Bind {
@@ -298,7 +302,7 @@ async fn readyz(State(front): State<Arc<Front>>) -> Response {
 
 /// `/metrics`: the same checks as `/mcp` (tool names and counts are not for everyone).
 async fn metrics_page(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
-    if let Err(r) = admit(&front, req.headers()) {
+    if let Err(r) = admit(&front, req.headers()).await {
         return *r;
     }
     let map = front.principals.lock().await;
@@ -332,7 +336,7 @@ fn status_label(s: &super::state::Status) -> &'static str {
 
 /// The front's checks, in order: shutting down, Origin/Host, the bearer token. The
 /// request's principal, or the refusal to send (counted by reason).
-fn admit(front: &Front, headers: &HeaderMap) -> Result<String, Box<Response>> {
+async fn admit(front: &Front, headers: &HeaderMap) -> Result<String, Box<Response>> {
     if front.stopping.is_cancelled() {
         front.metrics.refused("stopping");
         return Err(Box::new(refusal(
@@ -345,25 +349,35 @@ fn admit(front: &Front, headers: &HeaderMap) -> Result<String, Box<Response>> {
         front.metrics.refused("forbidden_origin_or_host");
         return Err(Box::new(refusal(StatusCode::FORBIDDEN, &why)));
     }
-    authenticate(&front.http.auth, headers).map_err(|why| {
-        front.metrics.refused("unauthorized");
-        let mut r = refusal(StatusCode::UNAUTHORIZED, &why);
-        let challenge = match &front.http.auth {
-            Auth::Bearer { jwt: Some(_), .. } => format!(
-                "Bearer realm=\"palisade\", resource_metadata=\"{}\"",
-                metadata_url(headers)
-            ),
-            _ => "Bearer realm=\"palisade\"".to_string(),
-        };
-        if let Ok(v) = header::HeaderValue::from_str(&challenge) {
-            r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-        }
-        Box::new(r)
-    })
+    authenticate(&front.http.auth, headers)
+        .await
+        .map_err(|refused| {
+            let why = match refused {
+                Refused::Unauthorized(why) => why,
+                Refused::Unavailable(why) => {
+                    tracing::warn!("refused a request: {why}");
+                    front.metrics.refused("jwks_unavailable");
+                    return Box::new(refusal(StatusCode::SERVICE_UNAVAILABLE, &why));
+                }
+            };
+            front.metrics.refused("unauthorized");
+            let mut r = refusal(StatusCode::UNAUTHORIZED, &why);
+            let challenge = match &front.http.auth {
+                Auth::Bearer { jwt: Some(_), .. } => format!(
+                    "Bearer realm=\"palisade\", resource_metadata=\"{}\"",
+                    metadata_url(headers)
+                ),
+                _ => "Bearer realm=\"palisade\"".to_string(),
+            };
+            if let Ok(v) = header::HeaderValue::from_str(&challenge) {
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+            }
+            Box::new(r)
+        })
 }
 
 async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
-    let principal = match admit(&front, req.headers()) {
+    let principal = match admit(&front, req.headers()).await {
         Ok(p) => p,
         Err(r) => return *r,
     };
@@ -502,29 +516,43 @@ fn busy_record(principal: &str, asked: Option<&limits::Asked>, why: &str) -> Cal
     rec
 }
 
+/// Why a request has no principal.
+enum Refused {
+    /// 401: no token, or not a valid one.
+    Unauthorized(String),
+    /// 503: a JWT that cannot be checked now (the JWKS URL could not be fetched).
+    Unavailable(String),
+}
+
 /// The request's principal, or why it has none. Never logs the token.
-fn authenticate(auth: &Auth, headers: &HeaderMap) -> Result<String, String> {
+async fn authenticate(auth: &Auth, headers: &HeaderMap) -> Result<String, Refused> {
     let (tokens, jwt) = match auth {
         Auth::Anonymous => return Ok("anonymous".into()),
         Auth::Bearer { tokens, jwt } => (tokens, jwt),
     };
+    let unauthorized = |why: &str| Refused::Unauthorized(why.to_string());
     let value = headers
         .get(header::AUTHORIZATION)
-        .ok_or("authentication required: send Authorization: Bearer TOKEN")?;
+        .ok_or_else(|| unauthorized("authentication required: send Authorization: Bearer TOKEN"))?;
     let token = value
         .to_str()
         .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
-        .ok_or("the Authorization header is not `Bearer TOKEN`")?;
+        .ok_or_else(|| unauthorized("the Authorization header is not `Bearer TOKEN`"))?;
     if let Some(p) = tokens.as_ref().and_then(|t| t.principal(token)) {
         return Ok(p.to_string());
     }
     match jwt {
-        Some(v) => v
-            .verify(token)
-            .map_err(|why| format!("the access token is not valid: {why}")),
-        None => Err("the bearer token is not valid".into()),
+        Some(v) => v.verify(token).await.map_err(|e| match e {
+            jwt::JwtError::Invalid(why) => {
+                Refused::Unauthorized(format!("the access token is not valid: {why}"))
+            }
+            unavailable @ jwt::JwtError::Unavailable(_) => {
+                Refused::Unavailable(unavailable.to_string())
+            }
+        }),
+        None => Err(unauthorized("the bearer token is not valid")),
     }
 }
 
