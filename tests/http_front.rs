@@ -776,3 +776,66 @@ fn a_jwks_url_fails_closed_while_unreachable_and_is_fetched_again_for_a_new_key(
     assert_eq!(forged, 401, "a token claiming k1, signed by another key");
     assert!(status.success(), "{status}\n{err}");
 }
+
+// `--escalation elicit` over HTTP: an escalated call's question goes to the agent of the
+// principal whose call it is. Both agents are connected (Bob's last); Alice's agent approves
+// every question, Bob's declines: Alice's call runs, Bob's is refused, and each agent was asked
+// exactly once, about its own call. Fails if questions go to one process-wide link (no agent
+// there: both refused) or to the latest agent (Bob would be asked about Alice's call).
+#[test]
+fn elicit_approvals_reach_the_agent_of_the_principal_whose_call_escalated() {
+    let ws = Workspace::new();
+    let policy = ws.path().join("compiled-policy.json");
+    support::write_policy(
+        &policy,
+        json!([
+            {"name": "ask-about-echo", "description": "echo asks", "principle": "test",
+             "if": {"server": ["faulty"], "tool": ["echo"]},
+             "then": "escalate", "reason": "echo needs a yes"},
+            {"name": "allow-the-rest", "description": "the rest", "principle": "test",
+             "if": {}, "then": "allow", "reason": "test"}
+        ]),
+    );
+    let (config, audit, _) = faulty_config(&ws, json!({}));
+    support::merge_settings(
+        &config,
+        json!({"policy": policy, "escalation": "elicit", "escalationTimeout": 30}),
+    );
+    let tokens = tokens_file(&ws);
+    let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let out = support::driver("tests/clients/http_elicit.py")
+        .args([&front.url(), ALICE, BOB])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let status = front.stop();
+    let err = ws.stderr_text();
+    let r: Value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|_| panic!("{text}\n{}\n{err}", String::from_utf8_lossy(&out.stderr)));
+    assert!(r.get("error").is_none(), "{r}\n{err}");
+    assert_eq!(r["alice"]["call"]["text"], "echo: from alice", "{r}\n{err}");
+    assert_eq!(r["alice"]["call"]["is_error"], false, "{r}");
+    let bob_text = r["bob"]["call"]["text"].as_str().unwrap_or("");
+    assert!(
+        bob_text.contains("ESCALATION REQUIRED") && !bob_text.contains("from bob"),
+        "{r}"
+    );
+    for who in ["alice", "bob"] {
+        let asked = r[who]["asked"].as_array().unwrap();
+        assert_eq!(asked.len(), 1, "{who} was asked once: {r}");
+    }
+    let records = support::read_jsonl(&audit);
+    let echo = |p: &str| {
+        records
+            .iter()
+            .find(|rec| rec["principal"] == p && rec["toolName"] == "echo")
+            .cloned()
+            .unwrap_or_else(|| panic!("no record for {p}: {records:?}"))
+    };
+    assert_eq!(echo("alice")["escalationResult"], "approved", "{records:?}");
+    assert_eq!(echo("bob")["escalationResult"], "denied", "{records:?}");
+    for p in ["alice", "bob"] {
+        assert_eq!(echo(p)["escalationDecidedBy"], "elicit", "{records:?}");
+    }
+    assert!(status.success(), "{status}\n{err}");
+}

@@ -151,20 +151,37 @@ fn http_options(
         max_body_bytes: block.max_body_bytes.unwrap_or(4 << 20),
         max_requests_per_principal: block.max_requests_per_principal.unwrap_or(16),
         shutdown_grace: std::time::Duration::from_secs(block.shutdown_grace.unwrap_or(10)),
+        approver_for: None,
     };
     http.validate().map_err(anyhow::Error::msg)?;
+    let mut http = http;
     let escalation = args.escalation.clone().or(s.escalation.clone());
+    let mut asks_the_agent = false;
     for approver in escalation.iter().flat_map(|e| e.split(',')).map(str::trim) {
         let why = match approver {
             "tty" | "auto" => "no terminal belongs to a remote agent",
-            // The approver is built once for the process; asking one principal's agent
-            // about another principal's call must never happen.
-            "elicit" => "asking the calling agent is not yet wired per principal over HTTP",
+            "elicit" => {
+                asks_the_agent = true;
+                continue;
+            }
             _ => continue,
         };
         anyhow::bail!(
-            "--escalation {approver} cannot serve --http: {why}; use dir:PATH or exec:CMD"
+            "--escalation {approver} cannot serve --http: {why}; use elicit, dir:PATH or exec:CMD"
         );
+    }
+    if let (Some(spec), true) = (escalation, asks_the_agent) {
+        // Each principal's chain asks that principal's agent: the process-wide chain
+        // (built around a link no agent connects to) is replaced per principal.
+        let timeout_s = args
+            .escalation_timeout
+            .or(s.escalation_timeout)
+            .unwrap_or(DEFAULT_ESCALATION_TIMEOUT);
+        http.approver_for = Some(Arc::new(move |link| {
+            let chain =
+                approval_chain_with(&spec, timeout_s, link).map_err(|e| format!("{e:#}"))?;
+            Ok(Arc::new(chain) as Arc<dyn crate::gateway::stages::ApprovalStage>)
+        }));
     }
     Ok(Some(http))
 }
@@ -366,16 +383,25 @@ fn approval_chain(
     timeout_s: u64,
     opts: &GatewayOptions,
 ) -> anyhow::Result<crate::approval::ApprovalChain> {
-    use crate::approval::{build_chain, parse_escalation, TIMEOUT_RANGE};
+    use crate::approval::TIMEOUT_RANGE;
     anyhow::ensure!(
         TIMEOUT_RANGE.contains(&timeout_s),
         "--escalation-timeout {timeout_s}: must be within {}-{} seconds",
         TIMEOUT_RANGE.start(),
         TIMEOUT_RANGE.end()
     );
+    approval_chain_with(spec, timeout_s, opts.upstream.clone())
+}
+
+/// `approval_chain`, with `elicit` asking the agent at the end of `link`.
+fn approval_chain_with(
+    spec: &str,
+    timeout_s: u64,
+    link: crate::gateway::upstream_link::UpstreamLink,
+) -> anyhow::Result<crate::approval::ApprovalChain> {
+    use crate::approval::{build_chain, parse_escalation};
     let specs = parse_escalation(spec).context("--escalation")?;
-    let elicitor: Arc<dyn crate::approval::Elicitor> =
-        Arc::new(UpstreamElicitor::new(opts.upstream.clone()));
+    let elicitor: Arc<dyn crate::approval::Elicitor> = Arc::new(UpstreamElicitor::new(link));
     build_chain(&specs, Some(elicitor), Duration::from_secs(timeout_s))
         .map_err(|e| anyhow::anyhow!("--escalation: {e}"))
 }

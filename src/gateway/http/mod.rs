@@ -55,8 +55,18 @@ pub enum Auth {
     Anonymous,
 }
 
+/// Builds a principal's approval chain around its own link to its agent, so that an
+/// `elicit` approver asks the agent of the principal whose call escalated, never another's.
+pub type ApproverFactory = Arc<
+    dyn Fn(
+            super::upstream_link::UpstreamLink,
+        ) -> Result<Arc<dyn super::stages::ApprovalStage>, String>
+        + Send
+        + Sync,
+>;
+
 /// The HTTP front's settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpOptions {
     pub listen: SocketAddr,
     pub auth: Auth,
@@ -73,6 +83,27 @@ pub struct HttpOptions {
     pub max_requests_per_principal: usize,
     /// On SIGTERM, how long requests in flight get to finish before the servers stop.
     pub shutdown_grace: Duration,
+    /// When the escalation chain asks the agent (`elicit`): each principal's chain.
+    pub approver_for: Option<ApproverFactory>,
+}
+
+impl std::fmt::Debug for HttpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpOptions")
+            .field("listen", &self.listen)
+            .field("auth", &self.auth)
+            .field("allowed_origins", &self.allowed_origins)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_principals", &self.max_principals)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field(
+                "max_requests_per_principal",
+                &self.max_requests_per_principal,
+            )
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("approver_for", &self.approver_for.is_some())
+            .finish()
+    }
 }
 
 impl HttpOptions {
@@ -627,6 +658,18 @@ async fn start_principal(front: &Front, name: &str) -> Result<Arc<Principal>, Re
     // Its own link to its own agent: notifications and relayed requests of its servers
     // never go to another principal's session.
     opts.upstream = super::upstream_link::UpstreamLink::default();
+    if let Some(factory) = &front.http.approver_for {
+        opts.stages.approver = factory(opts.upstream.clone()).map_err(|e| {
+            tracing::error!(
+                principal = name,
+                "cannot build the principal's approvers: {e}"
+            );
+            refusal(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("cannot build your approvers: {e}"),
+            )
+        })?;
+    }
     opts.stages.audit = Arc::new(PrincipalAudit {
         inner: Arc::clone(&opts.stages.audit),
         principal: name.to_string(),
