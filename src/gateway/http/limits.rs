@@ -69,6 +69,32 @@ pub enum Carried {
     Replies,
 }
 
+/// The ids of the requests a POST body carries (responses and notifications have none to
+/// answer), read without building the rest: what a call cut at shutdown is answered with.
+pub fn request_ids(body: &[u8]) -> Vec<Value> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        id: Option<Value>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Messages {
+        One(Head),
+        Many(Vec<Head>),
+    }
+    let heads = match serde_json::from_slice::<Messages>(body) {
+        Ok(Messages::One(h)) => vec![h],
+        Ok(Messages::Many(hs)) => hs,
+        Err(_) => Vec::new(),
+    };
+    heads
+        .into_iter()
+        .filter(|h| h.method.is_some())
+        .filter_map(|h| h.id)
+        .collect()
+}
+
 /// Reads a POST body (one message, or a batch) for the cap.
 pub fn classify(body: &[u8]) -> Carried {
     let Ok(value) = serde_json::from_slice::<Value>(body) else {
@@ -152,6 +178,18 @@ mod tests {
                 "{reply}"
             );
         }
+    }
+
+    #[test]
+    fn request_ids_are_the_ids_of_requests_only() {
+        let call = json!({"jsonrpc": "2.0", "id": "c-1", "method": "tools/call",
+            "params": {"name": "x", "arguments": {"big": "y"}}});
+        assert_eq!(request_ids(call.to_string().as_bytes()), vec![json!("c-1")]);
+        let mixed = json!([{"jsonrpc": "2.0", "id": 3, "result": {}},
+                           {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                           {"jsonrpc": "2.0", "id": 4, "method": "ping"}]);
+        assert_eq!(request_ids(mixed.to_string().as_bytes()), vec![json!(4)]);
+        assert!(request_ids(b"not json").is_empty());
     }
 
     #[test]

@@ -202,6 +202,8 @@ struct Front {
     stopping: CancellationToken,
     /// Parent of every principal's session token: cancelled when the drain is over.
     sessions_end: CancellationToken,
+    /// Cancelled when `shutdownGrace` is over: responses still open end with an error.
+    cut: CancellationToken,
     metrics: Arc<metrics::Metrics>,
 }
 
@@ -224,6 +226,7 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         principals: Default::default(),
         stopping: CancellationToken::new(),
         sessions_end: CancellationToken::new(),
+        cut: CancellationToken::new(),
         metrics: Arc::default(),
     });
     let router = axum::Router::new()
@@ -277,9 +280,9 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
 const CONNECTIONS_BOUND: Duration = Duration::from_secs(3);
 
 /// Shutdown, first part: refuse new requests (503, `/readyz` too), give the requests in
-/// flight `shutdownGrace` to finish; past it, stop the servers of those still busy, so that
-/// their calls end with the gateway's error rather than a cut stream; then end every MCP
-/// session (SSE streams included).
+/// flight `shutdownGrace` to finish; past it, end the responses still open with a JSON-RPC
+/// error saying so (not a silently cut stream) and stop the servers of those principals;
+/// then end every MCP session (SSE streams included).
 async fn drain(front: &Front) {
     front.stopping.cancel();
     let grace = front.http.shutdown_grace;
@@ -305,15 +308,20 @@ async fn drain(front: &Front) {
     if left > 0 {
         tracing::warn!(
             in_flight = left,
-            "shutdownGrace ({grace:?}) is over: stopping the servers of the requests still in flight"
+            "shutdownGrace ({grace:?}) is over: ending the requests still in flight with an error"
         );
-        for p in principals.iter().filter(|p| p.cap.in_flight() > 0) {
-            p.stop().await;
-        }
-        // Their calls now fail inside the gateway; give those answers a moment to be sent.
+        let still: Vec<&Arc<Principal>> = principals
+            .iter()
+            .filter(|p| p.cap.in_flight() > 0)
+            .collect();
+        front.cut.cancel();
+        // Give those errors a moment to be sent.
         let deadline = tokio::time::Instant::now() + ERRORS_BOUND;
         while busy(&principals) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(DRAIN_POLL).await;
+        }
+        for p in still {
+            p.stop().await;
         }
     }
     front.sessions_end.cancel();
@@ -418,49 +426,96 @@ async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
     };
     let mut req = req;
     let mut slot = None;
+    let mut ids = Vec::new();
     // GET (a standalone SSE stream, long-lived by design) and DELETE take no slot.
     if req.method() == Method::POST {
+        let (parts, body) = req.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, front.http.max_body_bytes).await else {
+            return refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!(
+                    "the request body is over maxBodyBytes ({})",
+                    front.http.max_body_bytes
+                ),
+            );
+        };
         match entry.cap.try_enter() {
             Some(permit) => {
                 slot = Some(Slot {
                     _permit: permit,
                     principal: Arc::clone(&entry),
-                })
+                });
+                ids = limits::request_ids(&bytes);
             }
             None => {
-                let (parts, body) = req.into_parts();
-                let Ok(bytes) = axum::body::to_bytes(body, front.http.max_body_bytes).await else {
-                    return refusal(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        &format!(
-                            "the request body is over maxBodyBytes ({})",
-                            front.http.max_body_bytes
-                        ),
-                    );
-                };
-                match limits::classify(&bytes) {
-                    limits::Carried::Replies => req = Request::from_parts(parts, Body::from(bytes)),
-                    limits::Carried::Requests(asked) => {
-                        return busy(&front, &principal, entry.cap.max(), &asked)
-                    }
+                if let limits::Carried::Requests(asked) = limits::classify(&bytes) {
+                    return busy(&front, &principal, entry.cap.max(), &asked);
                 }
             }
         }
+        req = Request::from_parts(parts, Body::from(bytes));
     }
     entry.touch();
     let response = entry.service.handle(req).await;
     entry.touch();
     let response = response.map(Body::new);
+    let sse = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
     match slot {
         None => response,
-        Some(slot) => response.map(|body| {
-            Body::from_stream(body.into_data_stream().map(move |chunk| {
-                let _held = &slot;
-                chunk
-            }))
-        }),
+        Some(slot) => {
+            let cut = CutAnswer {
+                ids: if sse { ids } else { Vec::new() },
+                cut: front.cut.clone(),
+                grace: front.http.shutdown_grace,
+            };
+            response.map(|body| held(body, slot, cut))
+        }
     }
 }
+
+/// What a response stream cut at shutdown ends with: an SSE event per request it was to
+/// answer, a JSON-RPC error saying why.
+struct CutAnswer {
+    ids: Vec<Value>,
+    cut: CancellationToken,
+    grace: Duration,
+}
+
+/// The response body, holding the request's slot until it ends, and ended early (with
+/// `CutAnswer`'s errors) when the shutdown grace is over.
+fn held(body: Body, slot: Slot, cut: CutAnswer) -> Body {
+    let stream = body
+        .into_data_stream()
+        .take_until(cut.cut.clone().cancelled_owned());
+    let tail = futures::stream::once(async move {
+        let _slot = slot;
+        if !cut.cut.is_cancelled() || cut.ids.is_empty() {
+            return None;
+        }
+        let message = format!(
+            "palisade is shutting down: the call did not finish within shutdownGrace ({:?})",
+            cut.grace
+        );
+        let events: String = cut
+            .ids
+            .iter()
+            .map(|id| {
+                let e = serde_json::json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": SHUTDOWN_CODE, "message": message}});
+                format!("event: message\ndata: {e}\n\n")
+            })
+            .collect();
+        Some(Ok(axum::body::Bytes::from(events)))
+    })
+    .filter_map(futures::future::ready);
+    Body::from_stream(stream.chain(tail))
+}
+
+/// The JSON-RPC error code of a call cut by shutdown after `shutdownGrace`.
+pub const SHUTDOWN_CODE: i64 = -32006;
 
 /// The refusal of a principal's request over `maxRequestsPerPrincipal`: 429 with
 /// `Retry-After`, one JSON-RPC error per request (with its id), one audit record each.
