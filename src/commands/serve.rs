@@ -127,12 +127,15 @@ fn http_options(
         None => None,
     };
     let auth = match (tokens.is_some() || jwt.is_some(), args.no_auth) {
-        (true, true) => anyhow::bail!("--tokens/--jwks and --no-auth exclude each other"),
+        (true, true) => {
+            anyhow::bail!("--tokens/--jwks/--jwks-url and --no-auth exclude each other")
+        }
         (true, false) => Auth::Bearer { tokens, jwt },
         (false, true) => Auth::Anonymous,
         (false, false) => anyhow::bail!(
             "--http needs authentication: give --tokens FILE (lines `PRINCIPAL SHA256HEX`), \
-             --jwks FILE with --jwt-issuer and --jwt-audience, or --no-auth on a loopback address"
+             --jwks FILE or --jwks-url URL with --jwt-issuer and --jwt-audience, or --no-auth \
+             on a loopback address"
         ),
     };
     let mut allowed_origins = block.allow_origins.clone();
