@@ -889,3 +889,55 @@ fn sigterm_past_the_grace_ends_the_call_with_an_error_and_reaps_every_server() {
         "servers left running"
     );
 }
+
+// requestsPerMinute 1 with a burst of 3: Alice's initialize and two calls use the burst, her
+// next two calls get 429 with a Retry-After of the refill time and are audited; Bob's bucket
+// is his own and his calls go through. Fails without the rate limit (all answered 200).
+#[test]
+fn a_principal_over_its_request_rate_is_refused_and_another_is_not() {
+    let ws = Workspace::new();
+    let (config, audit, _) = faulty_config(&ws, json!({"requestsPerMinute": 1, "requestBurst": 3}));
+    let tokens = tokens_file(&ws);
+    let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let echo = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "faulty__echo", "arguments": {"text": "hi"}}})
+    };
+    let session = front.session(ALICE);
+    let alice: Vec<(u16, String)> = (1..=4)
+        .map(|id| front.post(ALICE, Some(&session), &echo(id)))
+        .collect();
+    let bob_session = front.session(BOB);
+    let (bob, bob_text) = front.post(BOB, Some(&bob_session), &echo(1));
+    front.stop();
+    let err = ws.stderr_text();
+    let statuses: Vec<u16> = alice.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses, [200, 200, 429, 429], "{alice:?}\n{err}");
+    for (_, text) in &alice[..2] {
+        assert!(text.contains("echo: hi"), "{text}");
+    }
+    for (_, text) in &alice[2..] {
+        let retry: u64 = text
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("retry-after:")
+                    .map(|v| v.trim().to_string())
+            })
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        assert!((1..=60).contains(&retry), "{text}");
+        assert!(text.contains("requestsPerMinute 1"), "{text}");
+    }
+    assert_eq!(bob, 200, "{bob_text}");
+    assert!(bob_text.contains("echo: hi"), "{bob_text}");
+    let records = support::read_jsonl(&audit);
+    let refused: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["policyDecision"]["rule"] == "http-request-cap")
+        .collect();
+    assert_eq!(refused.len(), 2, "{records:?}");
+    assert!(refused
+        .iter()
+        .all(|r| r["principal"] == "alice" && r["toolName"] == "echo"));
+}

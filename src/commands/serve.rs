@@ -155,6 +155,9 @@ fn http_options(
         max_requests_per_principal: block.max_requests_per_principal.unwrap_or(16),
         shutdown_grace: std::time::Duration::from_secs(block.shutdown_grace.unwrap_or(10)),
         approver_for: None,
+        rate: block
+            .requests_per_minute
+            .map(|n| (n, block.request_burst.unwrap_or(n))),
     };
     http.validate().map_err(anyhow::Error::msg)?;
     let mut http = http;

@@ -347,6 +347,13 @@ pub struct HttpSettings {
     /// One principal's requests in flight at once (default 16); more get 429.
     #[serde(default)]
     pub max_requests_per_principal: Option<usize>,
+    /// One principal's requests per minute (default: no rate limit; the cap above applies).
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    /// How many requests a principal may send at once under `requestsPerMinute` (default:
+    /// one minute's worth).
+    #[serde(default)]
+    pub request_burst: Option<u32>,
     /// Seconds the requests in flight get to finish on SIGTERM (default 10).
     #[serde(default)]
     pub shutdown_grace: Option<u64>,

@@ -7,12 +7,17 @@
 //! responses or notifications passes, since refusing an answer to a server's own request
 //! (an elicitation, a roots listing) would stall the very calls holding the slots.
 //!
-//! Pure apart from the semaphore: `classify` reads a body, it never touches the network.
+//! Optionally (`requestsPerMinute`, with a burst of `requestBurst`) a principal's requests
+//! are also rate-limited by a token bucket of its own, with the same refusal.
+//!
+//! Pure apart from the semaphore: `classify` reads a body, it never touches the network;
+//! the bucket takes the time from its caller.
 //!
 //! Never: refuse a principal for another principal's load, or let a refused request reach
 //! a server.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -44,6 +49,48 @@ impl RequestCap {
 
     pub fn max(&self) -> usize {
         self.max
+    }
+}
+
+/// A token bucket: `burst` requests at once, refilled at `per_minute`.
+#[derive(Debug)]
+pub struct RateLimit {
+    per_minute: u32,
+    burst: u32,
+    /// Tokens left and when they were counted.
+    state: Mutex<(f64, Instant)>,
+}
+
+impl RateLimit {
+    pub fn new(per_minute: u32, burst: u32, now: Instant) -> RateLimit {
+        RateLimit {
+            per_minute,
+            burst: burst.max(1),
+            state: Mutex::new((f64::from(burst.max(1)), now)),
+        }
+    }
+
+    pub fn per_minute(&self) -> u32 {
+        self.per_minute
+    }
+
+    /// Takes `n` tokens at `now`, or says how long until they would be there.
+    pub fn take(&self, n: usize, now: Instant) -> Result<(), Duration> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let rate = f64::from(self.per_minute) / 60.0;
+        let elapsed = now.saturating_duration_since(st.1).as_secs_f64();
+        let tokens = (st.0 + elapsed * rate).min(f64::from(self.burst));
+        st.1 = now;
+        let want = n as f64;
+        if tokens >= want {
+            st.0 = tokens - want;
+            return Ok(());
+        }
+        st.0 = tokens;
+        if rate <= 0.0 || want > f64::from(self.burst) {
+            return Err(Duration::from_secs(60));
+        }
+        Err(Duration::from_secs_f64((want - tokens) / rate))
     }
 }
 
@@ -203,6 +250,28 @@ mod tests {
             classify(batch.to_string().as_bytes()),
             Carried::Requests(a) if a.len() == 1
         ));
+    }
+
+    #[test]
+    fn the_bucket_allows_its_burst_then_its_rate() {
+        let t0 = Instant::now();
+        let r = RateLimit::new(60, 3, t0);
+        assert!(r.take(1, t0).is_ok());
+        assert!(r.take(2, t0).is_ok());
+        let wait = r.take(1, t0).unwrap_err();
+        assert!(
+            wait > Duration::from_millis(900) && wait <= Duration::from_secs(1),
+            "{wait:?}"
+        );
+        assert!(r.take(1, t0 + Duration::from_secs(1)).is_ok());
+        assert!(r.take(1, t0 + Duration::from_secs(1)).is_err());
+        // Idle time refills only up to the burst.
+        assert!(r.take(3, t0 + Duration::from_secs(100)).is_ok());
+        assert!(r.take(1, t0 + Duration::from_secs(100)).is_err());
+        assert!(
+            r.take(4, t0 + Duration::from_secs(1000)).is_err(),
+            "more than the burst"
+        );
     }
 
     #[test]

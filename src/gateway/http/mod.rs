@@ -83,6 +83,8 @@ pub struct HttpOptions {
     pub max_requests_per_principal: usize,
     /// On SIGTERM, how long requests in flight get to finish before the servers stop.
     pub shutdown_grace: Duration,
+    /// Each principal's requests per minute and burst (429 beyond); `None`: no rate limit.
+    pub rate: Option<(u32, u32)>,
     /// When the escalation chain asks the agent (`elicit`): each principal's chain.
     pub approver_for: Option<ApproverFactory>,
 }
@@ -101,6 +103,7 @@ impl std::fmt::Debug for HttpOptions {
                 &self.max_requests_per_principal,
             )
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("rate", &self.rate)
             .field("approver_for", &self.approver_for.is_some())
             .finish()
     }
@@ -121,6 +124,11 @@ impl HttpOptions {
         }
         if self.max_requests_per_principal == 0 {
             return Err("maxRequestsPerPrincipal must be at least 1".into());
+        }
+        if let Some((per_minute, burst)) = self.rate {
+            if per_minute == 0 || burst == 0 {
+                return Err("requestsPerMinute and requestBurst must be at least 1".into());
+            }
         }
         Ok(())
     }
@@ -148,6 +156,8 @@ struct Principal {
     last_used: Mutex<Instant>,
     /// Its POSTs in flight, each holding a slot until its response body ends.
     cap: limits::RequestCap,
+    /// Its request rate, when limited.
+    rate: Option<limits::RateLimit>,
 }
 
 impl Principal {
@@ -439,17 +449,38 @@ async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
                 ),
             );
         };
+        ids = limits::request_ids(&bytes);
+        if let (Some(rate), false) = (&entry.rate, ids.is_empty()) {
+            if let Err(wait) = rate.take(ids.len(), Instant::now()) {
+                let asked = match limits::classify(&bytes) {
+                    limits::Carried::Requests(asked) => asked,
+                    limits::Carried::Replies => Vec::new(),
+                };
+                let why = format!(
+                    "too many requests from principal {principal} (requestsPerMinute {}); \
+                     retry in {}s",
+                    rate.per_minute(),
+                    wait.as_secs().max(1)
+                );
+                return too_many(&front, &principal, "principal_rate", &why, wait, &asked);
+            }
+        }
         match entry.cap.try_enter() {
             Some(permit) => {
                 slot = Some(Slot {
                     _permit: permit,
                     principal: Arc::clone(&entry),
                 });
-                ids = limits::request_ids(&bytes);
             }
             None => {
                 if let limits::Carried::Requests(asked) = limits::classify(&bytes) {
-                    return busy(&front, &principal, entry.cap.max(), &asked);
+                    let why = format!(
+                        "too many requests in flight for principal {principal} \
+                         (maxRequestsPerPrincipal {}); retry when one of them has finished",
+                        entry.cap.max()
+                    );
+                    let wait = Duration::from_secs(1);
+                    return too_many(&front, &principal, "principal_busy", &why, wait, &asked);
                 }
             }
         }
@@ -517,21 +548,25 @@ fn held(body: Body, slot: Slot, cut: CutAnswer) -> Body {
 /// The JSON-RPC error code of a call cut by shutdown after `shutdownGrace`.
 pub const SHUTDOWN_CODE: i64 = -32006;
 
-/// The refusal of a principal's request over `maxRequestsPerPrincipal`: 429 with
-/// `Retry-After`, one JSON-RPC error per request (with its id), one audit record each.
-fn busy(front: &Front, principal: &str, max: usize, asked: &[limits::Asked]) -> Response {
-    front.metrics.refused("principal_busy");
-    let why = format!(
-        "too many requests in flight for principal {principal} (maxRequestsPerPrincipal \
-         {max}); retry when one of them has finished"
-    );
+/// The refusal of a principal's request over `maxRequestsPerPrincipal` or its rate: 429
+/// with `Retry-After`, one JSON-RPC error per request (with its id), one audit record each.
+fn too_many(
+    front: &Front,
+    principal: &str,
+    reason: &'static str,
+    why: &str,
+    wait: Duration,
+    asked: &[limits::Asked],
+) -> Response {
+    front.metrics.refused(reason);
+    let retry = wait.as_secs().max(1);
     tracing::warn!(principal, "refused a request: {why}");
     let records: Vec<CallRecord> = if asked.is_empty() {
-        vec![busy_record(principal, None, &why)]
+        vec![busy_record(principal, None, why)]
     } else {
         asked
             .iter()
-            .map(|a| busy_record(principal, Some(a), &why))
+            .map(|a| busy_record(principal, Some(a), why))
             .collect()
     };
     for rec in &records {
@@ -543,7 +578,7 @@ fn busy(front: &Front, principal: &str, max: usize, asked: &[limits::Asked]) -> 
         serde_json::json!({
             "jsonrpc": "2.0",
             "id": id,
-            "error": {"code": BUSY_CODE, "message": why, "data": {"retryAfterSeconds": 1}},
+            "error": {"code": BUSY_CODE, "message": why, "data": {"retryAfterSeconds": retry}},
         })
     };
     let body = match asked {
@@ -554,19 +589,19 @@ fn busy(front: &Front, principal: &str, max: usize, asked: &[limits::Asked]) -> 
     (
         StatusCode::TOO_MANY_REQUESTS,
         [
-            (header::CONTENT_TYPE, "application/json"),
-            (header::RETRY_AFTER, "1"),
+            (header::CONTENT_TYPE, "application/json".to_string()),
+            (header::RETRY_AFTER, retry.to_string()),
         ],
         body.to_string(),
     )
         .into_response()
 }
 
-/// The JSON-RPC error code of a request refused by the principal's request cap (the
+/// The JSON-RPC error code of a request refused by the principal's request cap or rate (the
 /// implementation-defined server-error range).
 pub const BUSY_CODE: i64 = -32005;
 
-/// `policyDecision.rule` of a request refused by the principal's request cap.
+/// `policyDecision.rule` of a request refused by the principal's request cap or rate.
 pub const BUSY_RULE: &str = "http-request-cap";
 
 /// The audit record of a refused request: a call names its server and tool; another
@@ -764,6 +799,10 @@ async fn start_principal(front: &Front, name: &str) -> Result<Arc<Principal>, Re
         sessions,
         last_used: Mutex::new(Instant::now()),
         cap: limits::RequestCap::new(front.http.max_requests_per_principal),
+        rate: front
+            .http
+            .rate
+            .map(|(per_minute, burst)| limits::RateLimit::new(per_minute, burst, Instant::now())),
     }))
 }
 
