@@ -1,14 +1,14 @@
 //! Why: agents on other machines, and many agents at once, reach Palisade over MCP Streamable
 //! HTTP (`serve --http ADDR`) at `/mcp`. Each request is checked in this order, and a refusal
 //! never reaches a server: the `Origin` (403; DNS rebinding), the bearer token (401, with
-//! `WWW-Authenticate`), the principal cap (503), the principal's request cap (429, see
-//! `limits`). Each principal then gets a gateway of its own: its own server processes,
-//! session sandbox directory, roots, remembered approvals and relay budgets, started on
-//! first use and stopped after `idleTimeout` without requests. Every audit record carries
+//! `WWW-Authenticate`), the principal cap (503), the principal's request rate and cap
+//! (429, see `limits`). Each principal then gets a gateway of its own: its own server
+//! processes, session sandbox directory, roots, remembered approvals, approval chain and
+//! relay budgets, started on first use and stopped after `idleTimeout` without requests. Every audit record carries
 //! the principal. rmcp's Streamable HTTP service speaks the protocol (sessions, SSE, DELETE)
 //! inside each principal's gateway. On SIGTERM or SIGINT new requests are refused (503),
-//! requests in flight get `shutdownGrace` to finish, then every principal's servers stop and
-//! are reaped.
+//! requests in flight get `shutdownGrace` to finish (past it they end with an error), then
+//! every principal's servers stop and are reaped.
 //!
 //! Never: log a token, serve without authentication on a non-loopback address, or let one
 //! principal's requests reach another principal's servers.
@@ -434,58 +434,15 @@ async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
         Ok(e) => e,
         Err(r) => return r,
     };
-    let mut req = req;
-    let mut slot = None;
-    let mut ids = Vec::new();
     // GET (a standalone SSE stream, long-lived by design) and DELETE take no slot.
-    if req.method() == Method::POST {
-        let (parts, body) = req.into_parts();
-        let Ok(bytes) = axum::body::to_bytes(body, front.http.max_body_bytes).await else {
-            return refusal(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &format!(
-                    "the request body is over maxBodyBytes ({})",
-                    front.http.max_body_bytes
-                ),
-            );
-        };
-        ids = limits::request_ids(&bytes);
-        if let (Some(rate), false) = (&entry.rate, ids.is_empty()) {
-            if let Err(wait) = rate.take(ids.len(), Instant::now()) {
-                let asked = match limits::classify(&bytes) {
-                    limits::Carried::Requests(asked) => asked,
-                    limits::Carried::Replies => Vec::new(),
-                };
-                let why = format!(
-                    "too many requests from principal {principal} (requestsPerMinute {}); \
-                     retry in {}s",
-                    rate.per_minute(),
-                    wait.as_secs().max(1)
-                );
-                return too_many(&front, &principal, "principal_rate", &why, wait, &asked);
-            }
+    let (req, slot, ids) = if req.method() == Method::POST {
+        match admit_post(&front, &principal, &entry, req).await {
+            Ok(admitted) => admitted,
+            Err(r) => return *r,
         }
-        match entry.cap.try_enter() {
-            Some(permit) => {
-                slot = Some(Slot {
-                    _permit: permit,
-                    principal: Arc::clone(&entry),
-                });
-            }
-            None => {
-                if let limits::Carried::Requests(asked) = limits::classify(&bytes) {
-                    let why = format!(
-                        "too many requests in flight for principal {principal} \
-                         (maxRequestsPerPrincipal {}); retry when one of them has finished",
-                        entry.cap.max()
-                    );
-                    let wait = Duration::from_secs(1);
-                    return too_many(&front, &principal, "principal_busy", &why, wait, &asked);
-                }
-            }
-        }
-        req = Request::from_parts(parts, Body::from(bytes));
-    }
+    } else {
+        (req, None, Vec::new())
+    };
     entry.touch();
     let response = entry.service.handle(req).await;
     entry.touch();
@@ -505,6 +462,76 @@ async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
             response.map(|body| held(body, slot, cut))
         }
     }
+}
+
+/// A POST admitted under the principal's rate and request cap: the request (its body read,
+/// at most `maxBodyBytes`), its slot (none for a body of replies over the cap), and the ids
+/// of the requests it carries; or the refusal.
+async fn admit_post(
+    front: &Front,
+    principal: &str,
+    entry: &Arc<Principal>,
+    req: Request<Body>,
+) -> Result<(Request<Body>, Option<Slot>, Vec<Value>), Box<Response>> {
+    let (parts, body) = req.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, front.http.max_body_bytes).await else {
+        return Err(Box::new(refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!(
+                "the request body is over maxBodyBytes ({})",
+                front.http.max_body_bytes
+            ),
+        )));
+    };
+    let ids = limits::request_ids(&bytes);
+    if let (Some(rate), false) = (&entry.rate, ids.is_empty()) {
+        if let Err(wait) = rate.take(ids.len(), Instant::now()) {
+            let asked = match limits::classify(&bytes) {
+                limits::Carried::Requests(asked) => asked,
+                limits::Carried::Replies => Vec::new(),
+            };
+            let why = format!(
+                "too many requests from principal {principal} (requestsPerMinute {}); \
+                 retry in {}s",
+                rate.per_minute(),
+                wait.as_secs().max(1)
+            );
+            return Err(Box::new(too_many(
+                front,
+                principal,
+                "principal_rate",
+                &why,
+                wait,
+                &asked,
+            )));
+        }
+    }
+    let slot = match entry.cap.try_enter() {
+        Some(permit) => Some(Slot {
+            _permit: permit,
+            principal: Arc::clone(entry),
+        }),
+        None => {
+            if let limits::Carried::Requests(asked) = limits::classify(&bytes) {
+                let why = format!(
+                    "too many requests in flight for principal {principal} \
+                     (maxRequestsPerPrincipal {}); retry when one of them has finished",
+                    entry.cap.max()
+                );
+                let wait = Duration::from_secs(1);
+                return Err(Box::new(too_many(
+                    front,
+                    principal,
+                    "principal_busy",
+                    &why,
+                    wait,
+                    &asked,
+                )));
+            }
+            None
+        }
+    };
+    Ok((Request::from_parts(parts, Body::from(bytes)), slot, ids))
 }
 
 /// What a response stream cut at shutdown ends with: an SSE event per request it was to
