@@ -445,3 +445,499 @@ fn jwt_access_tokens_are_checked_and_the_resource_metadata_is_served() {
         assert_eq!(r["principal"], json!(dirs[0]), "{r}");
     }
 }
+
+/// A server config with the faulty test server (its `sleep` tool is a slow call that costs
+/// nothing) under the allow-all policy; `tag` is an extra argument it ignores, so that its
+/// processes can be found on the host.
+fn faulty_config(ws: &Workspace, http: Value) -> (PathBuf, PathBuf, String) {
+    let audit = ws.path().join("audit.jsonl");
+    let tag = format!("faulty-tag-{}", ws.path().display());
+    let config = ws.config(
+        json!({"faulty": {
+            "command": support::deps().join("venv/bin/python"),
+            "args": [support::repo("tests/servers/faulty_server.py"), tag],
+        }}),
+        json!({"auditLog": audit, "http": http}),
+    );
+    (config, audit, tag)
+}
+
+/// Processes on the host whose command line carries `tag`.
+fn processes_tagged(tag: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if text.contains(tag) {
+            found.push(format!("{}: {text}", entry.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
+/// Waits (bounded) until the log holds `n` lines containing `what`.
+fn wait_log(ws: &Workspace, what: &str, n: usize) -> bool {
+    for _ in 0..1200 {
+        if ws.stderr_text().matches(what).count() >= n {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    false
+}
+
+/// One raw POST of `body` to `addr` with `token` and, when given, the session id: (status,
+/// the whole response text). An SSE response is read to its end.
+fn post(addr: SocketAddr, token: &str, session: Option<&str>, body: &Value) -> (u16, String) {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let body = body.to_string();
+    let mut req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         MCP-Protocol-Version: 2025-11-25\r\n",
+        addr
+    );
+    if let Some(id) = session {
+        req.push_str(&format!("Mcp-Session-Id: {id}\r\n"));
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    if s.write_all(req.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, out)
+}
+
+impl Front {
+    fn post(&self, token: &str, session: Option<&str>, body: &Value) -> (u16, String) {
+        post(self.addr, token, session, body)
+    }
+
+    /// A raw 2025-11-25 session: initialize, then `notifications/initialized`; its id.
+    fn session(&self, token: &str) -> String {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
+            {"protocolVersion": "2025-11-25", "capabilities": {},
+             "clientInfo": {"name": "raw", "version": "1"}}});
+        let (status, text) = self.post(token, None, &init);
+        assert_eq!(status, 200, "{text}");
+        let id = text
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("mcp-session-id")
+                    .then(|| v.trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("no session id: {text}"));
+        let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let (status, text) = self.post(token, Some(&id), &done);
+        assert_eq!(status, 202, "{text}");
+        id
+    }
+}
+
+fn sleep_call(id: u64, after: f64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": "faulty__sleep", "arguments": {"after": after}}})
+}
+
+// One principal floods (maxRequestsPerPrincipal 2: two slow calls hold its slots, five more
+// follow): the five get 429 with Retry-After and a JSON-RPC error carrying their id, each is
+// audited under its principal, and none reaches the server; meanwhile another principal's
+// calls go through. A notification over the cap still passes (it answers nothing).
+// Fails without the cap: the five are accepted and wait in line behind the slow calls.
+#[test]
+fn one_principals_flood_is_refused_while_another_principal_is_served() {
+    let ws = Workspace::new();
+    let (config, audit, _) = faulty_config(
+        &ws,
+        json!({"maxRequestsPerPrincipal": 2, "shutdownGrace": 1}),
+    );
+    let tokens = tokens_file(&ws);
+    let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let session = front.session(ALICE);
+    let slow: Vec<_> = (1..=2)
+        .map(|id| {
+            let (addr, session) = (front.addr, session.clone());
+            std::thread::spawn(move || post(addr, ALICE, Some(&session), &sleep_call(id, 15.0)))
+        })
+        .collect();
+    let both_started = wait_log(&ws, "sleep: started", 2);
+    let flood: Vec<(u16, String)> = (10..15)
+        .map(|id| front.post(ALICE, Some(&session), &sleep_call(id, 0.0)))
+        .collect();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"requestId": 99}});
+    let (note_status, note_text) = front.post(ALICE, Some(&session), &note);
+    let bob = front.client(
+        BOB,
+        json!([{"tool": "faulty__echo", "args": {"text": "hi"}}]),
+    );
+    let bearer = format!("Bearer {ALICE}");
+    let (_, metrics) = front.raw("GET", "/metrics", &[("Authorization", &bearer)]);
+    let started_before_stop = ws.stderr_text().matches("sleep: started").count();
+    front.stop();
+    for t in slow {
+        let _ = t.join();
+    }
+    let err = ws.stderr_text();
+    assert!(both_started, "the slow calls did not start:\n{err}");
+    for (i, (status, text)) in flood.iter().enumerate() {
+        assert_eq!(*status, 429, "flood call {i}: {text}");
+        let lower = text.to_ascii_lowercase();
+        assert!(lower.contains("retry-after: 1"), "{text}");
+        let body: Value = serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert_eq!(body["id"], json!(10 + i), "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("maxRequestsPerPrincipal 2"),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        note_status, 202,
+        "a notification is never refused: {note_text}"
+    );
+    assert_eq!(bob["calls"][0]["ok"], true, "{bob}\n{err}");
+    assert_eq!(bob["calls"][0]["text"], "echo: hi", "{bob}");
+    assert_eq!(
+        started_before_stop, 2,
+        "a refused call reached the server:\n{err}"
+    );
+    assert!(
+        metrics.contains("palisade_http_refusals_total{reason=\"principal_busy\"} 5"),
+        "{metrics}"
+    );
+    let records = support::read_jsonl(&audit);
+    let refused: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["policyDecision"]["rule"] == "http-request-cap")
+        .collect();
+    assert_eq!(refused.len(), 5, "{records:?}");
+    for r in &refused {
+        assert_eq!(r["principal"], "alice", "{r}");
+        assert_eq!(
+            (&r["serverName"], &r["toolName"]),
+            (&json!("faulty"), &json!("sleep"))
+        );
+    }
+    assert!(
+        records
+            .iter()
+            .any(|r| r["principal"] == "bob" && r["toolName"] == "echo"),
+        "{records:?}"
+    );
+}
+
+// SIGTERM while a slow call is in flight: new requests get 503, the call completes with its
+// result (within shutdownGrace), every server process is reaped and palisade exits 0.
+#[test]
+fn sigterm_mid_call_lets_the_call_finish_refuses_new_requests_and_reaps_every_server() {
+    let ws = Workspace::new();
+    let (config, _, tag) = faulty_config(&ws, json!({"shutdownGrace": 60}));
+    let tokens = tokens_file(&ws);
+    let mut front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    // Bob's servers run too, idle: they must be reaped as well.
+    let bob = front.client(BOB, json!([]));
+    let session = front.session(ALICE);
+    let addr = front.addr;
+    let call = std::thread::spawn(move || post(addr, ALICE, Some(&session), &sleep_call(1, 3.0)));
+    let started = wait_log(&ws, "sleep: started", 1);
+    let servers_running = processes_tagged(&tag).len();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(front.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let draining = wait_log(&ws, "shutdown requested", 1);
+    let (refused, refused_text) = front.post(BOB, None, &sleep_call(2, 0.0));
+    let (call_status, call_text) = call.join().unwrap();
+    let status = support::raw::wait_bounded(&mut front.child);
+    let err = ws.stderr_text();
+    assert!(bob.get("error").is_none(), "{bob}\n{err}");
+    assert!(started && draining, "{err}");
+    assert!(servers_running >= 2, "alice's and bob's servers run");
+    assert_eq!(call_status, 200, "{call_text}\n{err}");
+    assert!(
+        call_text.contains("slept"),
+        "the call in flight completed with its result: {call_text}\n{err}"
+    );
+    assert_eq!(
+        refused, 503,
+        "a new request during the drain: {refused_text}"
+    );
+    assert!(status.success(), "exit {status}\n{err}");
+    assert_eq!(
+        processes_tagged(&tag),
+        Vec::<String>::new(),
+        "servers left running"
+    );
+}
+
+// OAuth resource-server mode with the JWKS at a URL (a real HTTP server, Python's
+// http.server): while the URL cannot be fetched a valid token gets 503 naming the reason (fail
+// closed; nothing reaches a server); once it serves, the token is accepted; after a key
+// rotation a token signed by the new key (an unknown kid) makes palisade fetch again and is
+// accepted, while a token claiming the old kid but signed by another key stays refused.
+#[test]
+fn a_jwks_url_fails_closed_while_unreachable_and_is_fetched_again_for_a_new_key() {
+    let ws = Workspace::new();
+    let (config, sandbox, _) = fs_config(&ws);
+    support::merge_settings(&config, json!({"http": {"jwksRefetch": 0}}));
+    let site = ws.path().join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    let jwks = site.join("jwks.json");
+    let (iss, aud) = ("https://issuer.example", "https://palisade.example/mcp");
+    let out = support::driver("tests/clients/mint_jwt.py")
+        .arg(&jwks)
+        .args([iss, aud])
+        .output()
+        .unwrap();
+    let minted: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/jwks.json");
+    let front = Front::start(
+        &ws,
+        &config,
+        &[
+            "--jwks-url",
+            &url,
+            "--jwt-issuer",
+            iss,
+            "--jwt-audience",
+            aud,
+        ],
+    );
+    let bearer = |name: &str| format!("Bearer {}", minted[name].as_str().unwrap());
+    let (down, down_text) = front.raw("POST", "/mcp", &[("Authorization", &bearer("good"))]);
+    let reached_while_down = sandbox.join("principals").exists();
+    let mut server = Command::new(support::python())
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .arg("--directory")
+        .arg(&site)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut serving = false;
+    for _ in 0..400 {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            serving = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let (up, up_text) = front.raw("POST", "/mcp", &[("Authorization", &bearer("good"))]);
+    let (early_rotated, _) = front.raw("POST", "/mcp", &[("Authorization", &bearer("rotated"))]);
+    std::fs::rename(site.join("jwks.json.rotated"), &jwks).unwrap();
+    let (rotated, rotated_text) =
+        front.raw("POST", "/mcp", &[("Authorization", &bearer("rotated"))]);
+    let (forged, _) = front.raw("POST", "/mcp", &[("Authorization", &bearer("wrong_key"))]);
+    let status = front.stop();
+    let _ = server.kill();
+    let _ = server.wait();
+    let err = ws.stderr_text();
+    assert!(serving, "the JWKS server did not come up");
+    assert_eq!(down, 503, "{down_text}");
+    assert!(down_text.contains("could not be fetched"), "{down_text}");
+    assert!(
+        err.contains("cannot fetch the JWKS"),
+        "the reason is logged:\n{err}"
+    );
+    assert!(
+        !reached_while_down,
+        "a principal's servers started while no key was known"
+    );
+    assert_eq!(up, 200, "{up_text}\n{err}");
+    assert_eq!(early_rotated, 401, "k2 is not served yet");
+    assert_eq!(
+        rotated, 200,
+        "the rotated key was fetched: {rotated_text}\n{err}"
+    );
+    assert_eq!(forged, 401, "a token claiming k1, signed by another key");
+    assert!(status.success(), "{status}\n{err}");
+}
+
+// `--escalation elicit` over HTTP: an escalated call's question goes to the agent of the
+// principal whose call it is. Both agents are connected (Bob's last); Alice's agent approves
+// every question, Bob's declines: Alice's call runs, Bob's is refused, and each agent was asked
+// exactly once, about its own call. Fails if questions go to one process-wide link (no agent
+// there: both refused) or to the latest agent (Bob would be asked about Alice's call).
+#[test]
+fn elicit_approvals_reach_the_agent_of_the_principal_whose_call_escalated() {
+    let ws = Workspace::new();
+    let policy = ws.path().join("compiled-policy.json");
+    support::write_policy(
+        &policy,
+        json!([
+            {"name": "ask-about-echo", "description": "echo asks", "principle": "test",
+             "if": {"server": ["faulty"], "tool": ["echo"]},
+             "then": "escalate", "reason": "echo needs a yes"},
+            {"name": "allow-the-rest", "description": "the rest", "principle": "test",
+             "if": {}, "then": "allow", "reason": "test"}
+        ]),
+    );
+    let (config, audit, _) = faulty_config(&ws, json!({}));
+    support::merge_settings(
+        &config,
+        json!({"policy": policy, "escalation": "elicit", "escalationTimeout": 30}),
+    );
+    let tokens = tokens_file(&ws);
+    let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let out = support::driver("tests/clients/http_elicit.py")
+        .args([&front.url(), ALICE, BOB])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let status = front.stop();
+    let err = ws.stderr_text();
+    let r: Value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|_| panic!("{text}\n{}\n{err}", String::from_utf8_lossy(&out.stderr)));
+    assert!(r.get("error").is_none(), "{r}\n{err}");
+    assert_eq!(r["alice"]["call"]["text"], "echo: from alice", "{r}\n{err}");
+    assert_eq!(r["alice"]["call"]["is_error"], false, "{r}");
+    let bob_text = r["bob"]["call"]["text"].as_str().unwrap_or("");
+    assert!(
+        bob_text.contains("ESCALATION REQUIRED") && !bob_text.contains("from bob"),
+        "{r}"
+    );
+    for who in ["alice", "bob"] {
+        let asked = r[who]["asked"].as_array().unwrap();
+        assert_eq!(asked.len(), 1, "{who} was asked once: {r}");
+    }
+    let records = support::read_jsonl(&audit);
+    let echo = |p: &str| {
+        records
+            .iter()
+            .find(|rec| rec["principal"] == p && rec["toolName"] == "echo")
+            .cloned()
+            .unwrap_or_else(|| panic!("no record for {p}: {records:?}"))
+    };
+    assert_eq!(echo("alice")["escalationResult"], "approved", "{records:?}");
+    assert_eq!(echo("bob")["escalationResult"], "denied", "{records:?}");
+    for p in ["alice", "bob"] {
+        assert_eq!(echo(p)["escalationDecidedBy"], "elicit", "{records:?}");
+    }
+    assert!(status.success(), "{status}\n{err}");
+}
+
+// SIGTERM while a call runs longer than shutdownGrace: past the grace the call ends with an
+// error saying why (not a cut stream), every server process is reaped and palisade exits 0.
+#[test]
+fn sigterm_past_the_grace_ends_the_call_with_an_error_and_reaps_every_server() {
+    let ws = Workspace::new();
+    let (config, _, tag) = faulty_config(&ws, json!({"shutdownGrace": 1}));
+    let tokens = tokens_file(&ws);
+    let mut front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let session = front.session(ALICE);
+    let addr = front.addr;
+    let call = std::thread::spawn(move || post(addr, ALICE, Some(&session), &sleep_call(1, 600.0)));
+    let started = wait_log(&ws, "sleep: started", 1);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(front.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let (call_status, call_text) = call.join().unwrap();
+    let status = support::raw::wait_bounded(&mut front.child);
+    let err = ws.stderr_text();
+    assert!(started, "{err}");
+    assert_eq!(call_status, 200, "{call_text}\n{err}");
+    let answer: Value = call_text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|m| m["id"] == 1)
+        .unwrap_or_else(|| panic!("the call got no answer: {call_text}\n{err}"));
+    assert!(
+        answer.get("error").is_some() || answer["result"]["isError"] == true,
+        "the cut call ends with an error: {answer}"
+    );
+    assert!(!call_text.contains("slept"), "{call_text}");
+    assert!(err.contains("shutdownGrace (1s) is over"), "{err}");
+    assert_eq!(answer["error"]["code"], -32006, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("did not finish within shutdownGrace"),
+        "{answer}"
+    );
+    assert!(status.success(), "exit {status}\n{err}");
+    assert_eq!(
+        processes_tagged(&tag),
+        Vec::<String>::new(),
+        "servers left running"
+    );
+}
+
+// requestsPerMinute 1 with a burst of 3: Alice's initialize and two calls use the burst, her
+// next two calls get 429 with a Retry-After of the refill time and are audited; Bob's bucket
+// is his own and his calls go through. Fails without the rate limit (all answered 200).
+#[test]
+fn a_principal_over_its_request_rate_is_refused_and_another_is_not() {
+    let ws = Workspace::new();
+    let (config, audit, _) = faulty_config(&ws, json!({"requestsPerMinute": 1, "requestBurst": 3}));
+    let tokens = tokens_file(&ws);
+    let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let echo = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "faulty__echo", "arguments": {"text": "hi"}}})
+    };
+    let session = front.session(ALICE);
+    let alice: Vec<(u16, String)> = (1..=4)
+        .map(|id| front.post(ALICE, Some(&session), &echo(id)))
+        .collect();
+    let bob_session = front.session(BOB);
+    let (bob, bob_text) = front.post(BOB, Some(&bob_session), &echo(1));
+    front.stop();
+    let err = ws.stderr_text();
+    let statuses: Vec<u16> = alice.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses, [200, 200, 429, 429], "{alice:?}\n{err}");
+    for (_, text) in &alice[..2] {
+        assert!(text.contains("echo: hi"), "{text}");
+    }
+    for (_, text) in &alice[2..] {
+        let retry: u64 = text
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("retry-after:")
+                    .map(|v| v.trim().to_string())
+            })
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        assert!((1..=60).contains(&retry), "{text}");
+        assert!(text.contains("requestsPerMinute 1"), "{text}");
+    }
+    assert_eq!(bob, 200, "{bob_text}");
+    assert!(bob_text.contains("echo: hi"), "{bob_text}");
+    let records = support::read_jsonl(&audit);
+    let refused: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["policyDecision"]["rule"] == "http-request-cap")
+        .collect();
+    assert_eq!(refused.len(), 2, "{records:?}");
+    assert!(refused
+        .iter()
+        .all(|r| r["principal"] == "alice" && r["toolName"] == "echo"));
+}

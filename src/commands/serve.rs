@@ -79,6 +79,10 @@ pub struct ServeArgs {
     /// resource server); needs --jwt-issuer and --jwt-audience.
     #[arg(long)]
     pub jwks: Option<std::path::PathBuf>,
+    /// With --http: like --jwks, from a loopback http:// URL, fetched at start and again when
+    /// a token names an unknown key id (at most every `jwksRefetch` seconds).
+    #[arg(long, value_name = "URL")]
+    pub jwks_url: Option<String>,
     /// The `iss` a JWT access token must carry.
     #[arg(long)]
     pub jwt_issuer: Option<String>,
@@ -206,29 +210,29 @@ fn http_options(
         Some(path) => Some(TokenTable::load(&path).map_err(anyhow::Error::msg)?),
         None => None,
     };
-    let jwt = match args.jwks.clone().or(block.jwks.clone()) {
-        Some(path) => {
-            let issuer = args.jwt_issuer.clone().or(block.jwt_issuer.clone());
-            let audience = args.jwt_audience.clone().or(block.jwt_audience.clone());
-            let (Some(issuer), Some(audience)) = (issuer, audience) else {
-                anyhow::bail!("--jwks needs --jwt-issuer and --jwt-audience (this resource's URL)");
-            };
-            let mut scopes = block.jwt_scopes.clone();
-            scopes.extend(args.jwt_scopes.iter().cloned());
-            Some(
-                crate::gateway::http::jwt::JwtVerifier::load(&path, issuer, audience, scopes)
-                    .map_err(anyhow::Error::msg)?,
-            )
-        }
+    let jwks = match (
+        args.jwks.clone().or(block.jwks.clone()),
+        args.jwks_url.clone().or(block.jwks_url.clone()),
+    ) {
+        (None, None) => None,
+        (Some(_), Some(_)) => anyhow::bail!("give --jwks FILE or --jwks-url URL, not both"),
+        (Some(path), None) => Some(JwksFrom::File(path)),
+        (None, Some(url)) => Some(JwksFrom::Url(url)),
+    };
+    let jwt = match jwks {
+        Some(from) => Some(jwt_verifier(args, &block, from)?),
         None => None,
     };
     let auth = match (tokens.is_some() || jwt.is_some(), args.no_auth) {
-        (true, true) => anyhow::bail!("--tokens/--jwks and --no-auth exclude each other"),
+        (true, true) => {
+            anyhow::bail!("--tokens/--jwks/--jwks-url and --no-auth exclude each other")
+        }
         (true, false) => Auth::Bearer { tokens, jwt },
         (false, true) => Auth::Anonymous,
         (false, false) => anyhow::bail!(
             "--http needs authentication: give --tokens FILE (lines `PRINCIPAL SHA256HEX`), \
-             --jwks FILE with --jwt-issuer and --jwt-audience, or --no-auth on a loopback address"
+             --jwks FILE or --jwks-url URL with --jwt-issuer and --jwt-audience, or --no-auth \
+             on a loopback address"
         ),
     };
     let mut allowed_origins = block.allow_origins.clone();
@@ -245,22 +249,77 @@ fn http_options(
         ),
         max_principals: block.max_principals.unwrap_or(200),
         max_body_bytes: block.max_body_bytes.unwrap_or(4 << 20),
+        max_requests_per_principal: block.max_requests_per_principal.unwrap_or(16),
+        shutdown_grace: std::time::Duration::from_secs(block.shutdown_grace.unwrap_or(10)),
+        approver_for: None,
+        rate: block
+            .requests_per_minute
+            .map(|n| (n, block.request_burst.unwrap_or(n))),
     };
     http.validate().map_err(anyhow::Error::msg)?;
+    let mut http = http;
     let escalation = args.escalation.clone().or(s.escalation.clone());
+    let mut asks_the_agent = false;
     for approver in escalation.iter().flat_map(|e| e.split(',')).map(str::trim) {
         let why = match approver {
             "tty" | "auto" => "no terminal belongs to a remote agent",
-            // The approver is built once for the process; asking one principal's agent
-            // about another principal's call must never happen.
-            "elicit" => "asking the calling agent is not yet wired per principal over HTTP",
+            "elicit" => {
+                asks_the_agent = true;
+                continue;
+            }
             _ => continue,
         };
         anyhow::bail!(
-            "--escalation {approver} cannot serve --http: {why}; use dir:PATH or exec:CMD"
+            "--escalation {approver} cannot serve --http: {why}; use elicit, dir:PATH or exec:CMD"
         );
     }
+    if let (Some(spec), true) = (escalation, asks_the_agent) {
+        // Each principal's chain asks that principal's agent: the process-wide chain
+        // (built around a link no agent connects to) is replaced per principal.
+        let timeout_s = args
+            .escalation_timeout
+            .or(s.escalation_timeout)
+            .unwrap_or(DEFAULT_ESCALATION_TIMEOUT);
+        http.approver_for = Some(Arc::new(move |link| {
+            let chain =
+                approval_chain_with(&spec, timeout_s, link).map_err(|e| format!("{e:#}"))?;
+            Ok(Arc::new(chain) as Arc<dyn crate::gateway::stages::ApprovalStage>)
+        }));
+    }
     Ok(Some(http))
+}
+
+enum JwksFrom {
+    File(PathBuf),
+    Url(String),
+}
+
+/// Resource-server mode: the JWT verifier for a JWKS file or URL, with the issuer, audience
+/// and scopes of the flags and the `http` block.
+fn jwt_verifier(
+    args: &ServeArgs,
+    block: &crate::config::HttpSettings,
+    from: JwksFrom,
+) -> anyhow::Result<crate::gateway::http::jwt::JwtVerifier> {
+    use crate::gateway::http::{jwks, jwt::JwtVerifier};
+    let issuer = args.jwt_issuer.clone().or(block.jwt_issuer.clone());
+    let audience = args.jwt_audience.clone().or(block.jwt_audience.clone());
+    let (Some(issuer), Some(audience)) = (issuer, audience) else {
+        anyhow::bail!(
+            "--jwks/--jwks-url need --jwt-issuer and --jwt-audience (this resource's URL)"
+        );
+    };
+    let mut scopes = block.jwt_scopes.clone();
+    scopes.extend(args.jwt_scopes.iter().cloned());
+    let verifier = match from {
+        JwksFrom::File(path) => JwtVerifier::load(&path, issuer, audience, scopes),
+        JwksFrom::Url(url) => {
+            let url = jwks::JwksUrl::parse(&url).map_err(|e| anyhow::anyhow!("--jwks-url {e}"))?;
+            let every = Duration::from_secs(block.jwks_refetch.unwrap_or(30));
+            JwtVerifier::from_url(jwks::JwksSource::new(url, every), issuer, audience, scopes)
+        }
+    };
+    verifier.map_err(anyhow::Error::msg)
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -427,16 +486,25 @@ fn approval_chain(
     timeout_s: u64,
     opts: &GatewayOptions,
 ) -> anyhow::Result<crate::approval::ApprovalChain> {
-    use crate::approval::{build_chain, parse_escalation, TIMEOUT_RANGE};
+    use crate::approval::TIMEOUT_RANGE;
     anyhow::ensure!(
         TIMEOUT_RANGE.contains(&timeout_s),
         "--escalation-timeout {timeout_s}: must be within {}-{} seconds",
         TIMEOUT_RANGE.start(),
         TIMEOUT_RANGE.end()
     );
+    approval_chain_with(spec, timeout_s, opts.upstream.clone())
+}
+
+/// `approval_chain`, with `elicit` asking the agent at the end of `link`.
+fn approval_chain_with(
+    spec: &str,
+    timeout_s: u64,
+    link: crate::gateway::upstream_link::UpstreamLink,
+) -> anyhow::Result<crate::approval::ApprovalChain> {
+    use crate::approval::{build_chain, parse_escalation};
     let specs = parse_escalation(spec).context("--escalation")?;
-    let elicitor: Arc<dyn crate::approval::Elicitor> =
-        Arc::new(UpstreamElicitor::new(opts.upstream.clone()));
+    let elicitor: Arc<dyn crate::approval::Elicitor> = Arc::new(UpstreamElicitor::new(link));
     build_chain(&specs, Some(elicitor), Duration::from_secs(timeout_s))
         .map_err(|e| anyhow::anyhow!("--escalation: {e}"))
 }

@@ -353,9 +353,28 @@ pub struct HttpSettings {
     /// Largest request body in bytes (default 4 MiB).
     #[serde(default)]
     pub max_body_bytes: Option<usize>,
+    /// One principal's requests in flight at once (default 16); more get 429.
+    #[serde(default)]
+    pub max_requests_per_principal: Option<usize>,
+    /// One principal's requests per minute (default: no rate limit; the cap above applies).
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    /// How many requests a principal may send at once under `requestsPerMinute` (default:
+    /// one minute's worth).
+    #[serde(default)]
+    pub request_burst: Option<u32>,
+    /// Seconds the requests in flight get to finish on SIGTERM (default 10).
+    #[serde(default)]
+    pub shutdown_grace: Option<u64>,
     /// JWKS file whose keys sign accepted JWT access tokens (`--jwks`).
     #[serde(default)]
     pub jwks: Option<PathBuf>,
+    /// A loopback `http://` URL serving that JWKS instead of a file (`--jwks-url`).
+    #[serde(default)]
+    pub jwks_url: Option<String>,
+    /// Seconds between two fetches of `jwksUrl` at least (default 30).
+    #[serde(default)]
+    pub jwks_refetch: Option<u64>,
     /// The `iss` of accepted JWT access tokens.
     #[serde(default)]
     pub jwt_issuer: Option<String>,

@@ -23,6 +23,8 @@ The handshake and `tools/list` are correct; each tool then triggers one fault on
 - hog {mb}: allocates and touches mb MiB, then answers (a memory-limit fault).
 - spin {after}: burns CPU for `after` seconds, then answers (a CPU-time-limit fault).
 - pid: this process's pid (inside its PID namespace when sandboxed).
+- sleep {after}: writes `sleep: started` on stderr, then answers `after` seconds later (a
+  slow call that costs nothing).
 
 `tools/list` pages when FAULTY_PAGES is set: that many pages of filler tools (each with a
 description of FAULTY_PAGE_BYTES bytes, default 10), each answered after FAULTY_PAGE_DELAY
@@ -74,7 +76,7 @@ def ask(method: str, params) -> dict:
 
 
 TOOLS = ["echo", "garbage", "notify_flood", "stderr_flood", "invalid_json", "huge_line",
-         "unknown_ids", "sampling", "roots_flood", "crash", "hang", "rate_flood", "hog", "spin", "roots_flood_deaf", "pid"]
+         "unknown_ids", "sampling", "roots_flood", "crash", "hang", "rate_flood", "hog", "spin", "roots_flood_deaf", "pid", "sleep"]
 
 
 # Every argument any tool takes, declared so that the gateway's policy knows each one.
@@ -199,6 +201,11 @@ def run_tool(req_id, name: str, args: dict) -> None:
         os._exit(3)
     elif name == "hang":
         time.sleep(3600)
+    elif name == "sleep":
+        sys.stderr.write("sleep: started\n")
+        sys.stderr.flush()
+        time.sleep(float(args.get("after", 1)))
+        answer(req_id, "slept")
     elif name == "rate_flood":
         note = json.dumps({"jsonrpc": "2.0", "method": "notifications/message",
                            "params": {"level": "debug", "data": "z" * 4000}}).encode() + b"\n"

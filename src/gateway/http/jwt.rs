@@ -4,9 +4,13 @@
 //! `sub`. Only asymmetric algorithms: a shared-secret (`HS*`) or unsigned (`none`) token is
 //! refused, as is a key whose own `alg` disagrees with the token's header.
 //!
-//! Pure once loaded (`load` reads the JWKS file).
+//! The keys come from a JWKS file read at start (`load`) or from a URL (`jwks::JwksSource`,
+//! fetched at start and again for an unknown key id).
+//!
+//! Pure once loaded (`load` reads the JWKS file), apart from the URL source's fetches.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
@@ -15,10 +19,52 @@ use sha2::{Digest, Sha256};
 
 use super::tokens::valid_principal;
 
+/// The signing keys of a JWKS, each with its `kid` and `alg` when it names them.
+pub struct KeySet(Vec<(Option<String>, Option<Algorithm>, DecodingKey)>);
+
+impl KeySet {
+    /// A JWKS document's keys; every key must be usable, and there must be one.
+    pub fn parse(text: &str) -> Result<KeySet, String> {
+        let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
+        if set.keys.is_empty() {
+            return Err("the JWKS holds no key".into());
+        }
+        let mut keys = Vec::new();
+        for jwk in &set.keys {
+            let kid = jwk.common.key_id.clone();
+            let key = DecodingKey::from_jwk(jwk)
+                .map_err(|e| format!("key {}: {e}", kid.as_deref().unwrap_or("(no kid)")))?;
+            let alg = jwk
+                .common
+                .key_algorithm
+                .and_then(|a| Algorithm::try_from(a).ok());
+            keys.push((kid, alg, key));
+        }
+        Ok(KeySet(keys))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Where the keys come from.
+#[derive(Clone)]
+enum Keys {
+    /// A JWKS file, read at start.
+    Fixed(Arc<KeySet>),
+    /// A JWKS URL, fetched at start and on an unknown key id.
+    Url(Arc<super::jwks::JwksSource>),
+}
+
 /// What the front checks an access token against.
 #[derive(Clone)]
 pub struct JwtVerifier {
-    keys: Vec<(Option<String>, Option<Algorithm>, DecodingKey)>,
+    keys: Keys,
     pub issuer: String,
     pub audience: String,
     pub scopes: Vec<String>,
@@ -26,13 +72,35 @@ pub struct JwtVerifier {
 
 impl std::fmt::Debug for JwtVerifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys = match &self.keys {
+            Keys::Fixed(set) => format!("{} keys", set.len()),
+            Keys::Url(source) => source.url.url.clone(),
+        };
         f.debug_struct("JwtVerifier")
-            .field("keys", &self.keys.len())
+            .field("keys", &keys)
             .field("issuer", &self.issuer)
             .field("audience", &self.audience)
             .field("scopes", &self.scopes)
             .finish()
     }
+}
+
+/// Why a token was not accepted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum JwtError {
+    /// The token is not valid (401).
+    #[error("{0}")]
+    Invalid(String),
+    /// No key set is known to check it against (503): the JWKS URL could not be fetched.
+    #[error("cannot check access tokens now: {0}")]
+    Unavailable(String),
+}
+
+/// One check against one key set.
+enum Check {
+    Valid(String),
+    UnknownKid,
+    Invalid(String),
 }
 
 #[derive(Deserialize)]
@@ -75,21 +143,26 @@ impl JwtVerifier {
         audience: String,
         scopes: Vec<String>,
     ) -> Result<JwtVerifier, String> {
-        let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
-        if set.keys.is_empty() {
-            return Err("the JWKS holds no key".into());
-        }
-        let mut keys = Vec::new();
-        for jwk in &set.keys {
-            let kid = jwk.common.key_id.clone();
-            let key = DecodingKey::from_jwk(jwk)
-                .map_err(|e| format!("key {}: {e}", kid.as_deref().unwrap_or("(no kid)")))?;
-            let alg = jwk
-                .common
-                .key_algorithm
-                .and_then(|a| Algorithm::try_from(a).ok());
-            keys.push((kid, alg, key));
-        }
+        let set = KeySet::parse(text)?;
+        JwtVerifier::new(Keys::Fixed(Arc::new(set)), issuer, audience, scopes)
+    }
+
+    /// Keys from a JWKS URL, fetched on first need (see `prefetch`).
+    pub fn from_url(
+        source: super::jwks::JwksSource,
+        issuer: String,
+        audience: String,
+        scopes: Vec<String>,
+    ) -> Result<JwtVerifier, String> {
+        JwtVerifier::new(Keys::Url(Arc::new(source)), issuer, audience, scopes)
+    }
+
+    fn new(
+        keys: Keys,
+        issuer: String,
+        audience: String,
+        scopes: Vec<String>,
+    ) -> Result<JwtVerifier, String> {
         if issuer.is_empty() || audience.is_empty() {
             return Err("an issuer and an audience (this resource) are required".into());
         }
@@ -101,34 +174,80 @@ impl JwtVerifier {
         })
     }
 
-    /// The principal of a valid token, or why it is not valid (never the token itself).
-    pub fn verify(&self, token: &str) -> Result<String, String> {
-        let header = decode_header(token).map_err(|_| "not a JWT".to_string())?;
-        if !ASYMMETRIC.contains(&header.alg) {
-            return Err(format!("algorithm {:?} is not accepted", header.alg));
+    /// The first fetch of a URL's keys, at start; a failure is logged (requests are refused
+    /// until a later fetch succeeds), not fatal.
+    pub async fn prefetch(&self) {
+        if let Keys::Url(source) = &self.keys {
+            let _ = source.refresh().await;
         }
-        let key = match (&header.kid, self.keys.len()) {
-            (Some(kid), _) => self.keys.iter().find(|(k, _, _)| k.as_deref() == Some(kid)),
-            (None, 1) => self.keys.first(),
+    }
+
+    /// The principal of a valid token, or why it is not accepted (never the token itself).
+    pub async fn verify(&self, token: &str) -> Result<String, JwtError> {
+        let source = match &self.keys {
+            Keys::Fixed(set) => return self.verify_with(set, token),
+            Keys::Url(source) => source,
+        };
+        let set = match source.keys() {
+            Some(set) => set,
+            None => source.refresh().await.map_err(JwtError::Unavailable)?,
+        };
+        match self.check(&set, token) {
+            Check::Valid(p) => Ok(p),
+            Check::Invalid(why) => Err(JwtError::Invalid(why)),
+            // Perhaps a rotated key: fetch again (rate-limited) and check once more.
+            Check::UnknownKid => match source.refresh().await {
+                Ok(newer) if !Arc::ptr_eq(&newer, &set) => self.verify_with(&newer, token),
+                _ => Err(JwtError::Invalid(UNKNOWN_KID.into())),
+            },
+        }
+    }
+
+    fn verify_with(&self, set: &KeySet, token: &str) -> Result<String, JwtError> {
+        match self.check(set, token) {
+            Check::Valid(p) => Ok(p),
+            Check::Invalid(why) => Err(JwtError::Invalid(why)),
+            Check::UnknownKid => Err(JwtError::Invalid(UNKNOWN_KID.into())),
+        }
+    }
+
+    fn check(&self, set: &KeySet, token: &str) -> Check {
+        match self.check_inner(set, token) {
+            Ok(p) => Check::Valid(p),
+            Err(None) => Check::UnknownKid,
+            Err(Some(why)) => Check::Invalid(why),
+        }
+    }
+
+    /// `Err(None)`: no key of the set matches the token's kid.
+    fn check_inner(&self, set: &KeySet, token: &str) -> Result<String, Option<String>> {
+        let header = decode_header(token).map_err(|_| Some("not a JWT".to_string()))?;
+        if !ASYMMETRIC.contains(&header.alg) {
+            return Err(Some(format!("algorithm {:?} is not accepted", header.alg)));
+        }
+        let keys = &set.0;
+        let key = match (&header.kid, keys.len()) {
+            (Some(kid), _) => keys.iter().find(|(k, _, _)| k.as_deref() == Some(kid)),
+            (None, 1) => keys.first(),
             (None, _) => None,
         }
-        .ok_or_else(|| "no key of the JWKS matches the token's kid".to_string())?;
+        .ok_or(None)?;
         if key.1.is_some_and(|a| a != header.alg) {
-            return Err("the token's algorithm is not its key's".into());
+            return Err(Some("the token's algorithm is not its key's".into()));
         }
         let mut v = Validation::new(header.alg);
         v.set_issuer(&[&self.issuer]);
         v.set_audience(&[&self.audience]);
         v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         v.leeway = 30;
-        let data = decode::<Claims>(token, &key.2, &v).map_err(|e| format!("{e}"))?;
+        let data = decode::<Claims>(token, &key.2, &v).map_err(|e| Some(format!("{e}")))?;
         let granted: Vec<String> = match (data.claims.scope, data.claims.scp) {
             (Some(s), _) => s.split_whitespace().map(str::to_string).collect(),
             (None, Some(v)) => v,
             (None, None) => Vec::new(),
         };
         if let Some(missing) = self.scopes.iter().find(|s| !granted.contains(s)) {
-            return Err(format!("the token lacks the scope `{missing}`"));
+            return Err(Some(format!("the token lacks the scope `{missing}`")));
         }
         Ok(principal_of(&data.claims.sub))
     }
@@ -143,6 +262,8 @@ impl JwtVerifier {
         })
     }
 }
+
+const UNKNOWN_KID: &str = "no key of the JWKS matches the token's kid";
 
 /// A `sub` as a principal name: as it is when it is a safe directory name, else `sub-` and
 /// the start of its SHA-256 (`auth0|123` must not name a path).

@@ -1,35 +1,43 @@
 //! Why: agents on other machines, and many agents at once, reach Palisade over MCP Streamable
 //! HTTP (`serve --http ADDR`) at `/mcp`. Each request is checked in this order, and a refusal
 //! never reaches a server: the `Origin` (403; DNS rebinding), the bearer token (401, with
-//! `WWW-Authenticate`), the principal cap (503). Each principal then gets a gateway of its
-//! own: its own server processes, session sandbox directory, roots, remembered approvals and
-//! relay budgets, started on first use and stopped after `idleTimeout` without requests.
-//! Every audit record carries the principal. rmcp's Streamable HTTP service speaks the
-//! protocol (sessions, SSE, DELETE) inside each principal's gateway.
+//! `WWW-Authenticate`), the principal cap (503), the principal's request rate and cap
+//! (429, see `limits`). Each principal then gets a gateway of its own: its own server
+//! processes, session sandbox directory, roots, remembered approvals, approval chain and
+//! relay budgets, started on first use and stopped after `idleTimeout` without requests. Every audit record carries
+//! the principal. rmcp's Streamable HTTP service speaks the protocol (sessions, SSE, DELETE)
+//! inside each principal's gateway. On SIGTERM or SIGINT new requests are refused (503),
+//! requests in flight get `shutdownGrace` to finish (past it they end with an error), then
+//! every principal's servers stop and are reaped.
 //!
 //! Never: log a token, serve without authentication on a non-loopback address, or let one
 //! principal's requests reach another principal's servers.
 
+pub mod jwks;
 pub mod jwt;
+pub mod limits;
 pub mod metrics;
 pub mod origin;
 pub mod tokens;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, Request, StatusCode};
+use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::stages::{AuditError, AuditSink, CallRecord};
+use super::stages::{
+    request_id_string, AuditError, AuditSink, CallOutcome, CallRecord, PolicyVerdict,
+};
 use super::upstream::Upstream;
 use super::{Gateway, GatewayOptions};
 pub use tokens::TokenTable;
@@ -47,8 +55,18 @@ pub enum Auth {
     Anonymous,
 }
 
+/// Builds a principal's approval chain around its own link to its agent, so that an
+/// `elicit` approver asks the agent of the principal whose call escalated, never another's.
+pub type ApproverFactory = Arc<
+    dyn Fn(
+            super::upstream_link::UpstreamLink,
+        ) -> Result<Arc<dyn super::stages::ApprovalStage>, String>
+        + Send
+        + Sync,
+>;
+
 /// The HTTP front's settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpOptions {
     pub listen: SocketAddr,
     pub auth: Auth,
@@ -61,6 +79,34 @@ pub struct HttpOptions {
     pub max_principals: usize,
     /// The largest request body accepted (413 beyond).
     pub max_body_bytes: usize,
+    /// At most this many of one principal's requests in flight at once (429 beyond).
+    pub max_requests_per_principal: usize,
+    /// On SIGTERM, how long requests in flight get to finish before the servers stop.
+    pub shutdown_grace: Duration,
+    /// Each principal's requests per minute and burst (429 beyond); `None`: no rate limit.
+    pub rate: Option<(u32, u32)>,
+    /// When the escalation chain asks the agent (`elicit`): each principal's chain.
+    pub approver_for: Option<ApproverFactory>,
+}
+
+impl std::fmt::Debug for HttpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpOptions")
+            .field("listen", &self.listen)
+            .field("auth", &self.auth)
+            .field("allowed_origins", &self.allowed_origins)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_principals", &self.max_principals)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field(
+                "max_requests_per_principal",
+                &self.max_requests_per_principal,
+            )
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("rate", &self.rate)
+            .field("approver_for", &self.approver_for.is_some())
+            .finish()
+    }
 }
 
 impl HttpOptions {
@@ -75,6 +121,14 @@ impl HttpOptions {
         }
         if self.max_principals == 0 {
             return Err("maxPrincipals must be at least 1".into());
+        }
+        if self.max_requests_per_principal == 0 {
+            return Err("maxRequestsPerPrincipal must be at least 1".into());
+        }
+        if let Some((per_minute, burst)) = self.rate {
+            if per_minute == 0 || burst == 0 {
+                return Err("requestsPerMinute and requestBurst must be at least 1".into());
+            }
         }
         Ok(())
     }
@@ -100,7 +154,10 @@ struct Principal {
     /// Ends the principal's MCP sessions (SSE streams included) when it is reaped.
     sessions: CancellationToken,
     last_used: Mutex<Instant>,
-    in_flight: AtomicUsize,
+    /// Its POSTs in flight, each holding a slot until its response body ends.
+    cap: limits::RequestCap,
+    /// Its request rate, when limited.
+    rate: Option<limits::RateLimit>,
 }
 
 impl Principal {
@@ -115,8 +172,9 @@ impl Principal {
             .elapsed()
     }
 
+    /// Stops its servers (a call still in flight then ends with the gateway's error), then
+    /// ends its MCP sessions.
     async fn stop(&self) {
-        self.sessions.cancel();
         let gateway = self
             .gateway
             .lock()
@@ -125,6 +183,20 @@ impl Principal {
         if let Some(g) = gateway {
             g.shutdown().await;
         }
+        self.sessions.cancel();
+    }
+}
+
+/// A POST's slot: given back, and the principal marked used, when its response body ends
+/// (an SSE stream ends after the last response it carries) or is dropped.
+struct Slot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    principal: Arc<Principal>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.principal.touch();
     }
 }
 
@@ -138,6 +210,10 @@ struct Front {
     /// gateways, and no other principal waits for them).
     principals: tokio::sync::Mutex<HashMap<String, Arc<Cell>>>,
     stopping: CancellationToken,
+    /// Parent of every principal's session token: cancelled when the drain is over.
+    sessions_end: CancellationToken,
+    /// Cancelled when `shutdownGrace` is over: responses still open end with an error.
+    cut: CancellationToken,
     metrics: Arc<metrics::Metrics>,
 }
 
@@ -145,6 +221,9 @@ struct Front {
 /// stops every principal's servers.
 pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(), HttpError> {
     http.validate().map_err(HttpError::Invalid)?;
+    if let Auth::Bearer { jwt: Some(v), .. } = &http.auth {
+        v.prefetch().await;
+    }
     let listener = tokio::net::TcpListener::bind(http.listen)
         .await
         .map_err(|source| HttpError::Bind {
@@ -156,6 +235,8 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         http,
         principals: Default::default(),
         stopping: CancellationToken::new(),
+        sessions_end: CancellationToken::new(),
+        cut: CancellationToken::new(),
         metrics: Arc::default(),
     });
     let router = axum::Router::new()
@@ -170,27 +251,26 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         .with_state(Arc::clone(&front));
     let reaper = tokio::spawn(reap_idle(Arc::clone(&front)));
     let signal = super::termination();
+    // Cancelled once the drain is over: from then on the connections left get
+    // `CONNECTIONS_BOUND` to close.
+    let drained = CancellationToken::new();
     let stop = {
         let front = Arc::clone(&front);
+        let drained = drained.clone();
         async move {
             signal.await;
-            tracing::info!("shutdown requested: no new requests; ending sessions");
-            front.stopping.cancel();
-            for p in front
-                .principals
-                .lock()
-                .await
-                .values()
-                .filter_map(|c| c.get())
-            {
-                p.sessions.cancel();
-            }
+            drain(&front).await;
+            drained.cancel();
         }
     };
-    let served = axum::serve(listener, router)
-        .with_graceful_shutdown(stop)
-        .await
-        .map_err(HttpError::Serve);
+    let served = axum::serve(listener, router).with_graceful_shutdown(stop);
+    let served = tokio::select! {
+        r = served => r.map_err(HttpError::Serve),
+        _ = async { drained.cancelled().await; tokio::time::sleep(CONNECTIONS_BOUND).await } => {
+            tracing::warn!("connections still open {CONNECTIONS_BOUND:?} after the drain; closed");
+            Ok(())
+        }
+    };
     reaper.abort();
     let all: Vec<Arc<Principal>> = front
         .principals
@@ -202,8 +282,64 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
     for p in all {
         p.stop().await;
     }
+    tracing::info!("every principal's servers stopped");
     served
 }
+
+/// After the drain, how long open connections (a client that keeps one open) get to close.
+const CONNECTIONS_BOUND: Duration = Duration::from_secs(3);
+
+/// Shutdown, first part: refuse new requests (503, `/readyz` too), give the requests in
+/// flight `shutdownGrace` to finish; past it, end the responses still open with a JSON-RPC
+/// error saying so (not a silently cut stream) and stop the servers of those principals;
+/// then end every MCP session (SSE streams included).
+async fn drain(front: &Front) {
+    front.stopping.cancel();
+    let grace = front.http.shutdown_grace;
+    let busy = |principals: &[Arc<Principal>]| -> usize {
+        principals.iter().map(|p| p.cap.in_flight()).sum()
+    };
+    let principals: Vec<Arc<Principal>> = front
+        .principals
+        .lock()
+        .await
+        .values()
+        .filter_map(|c| c.get().cloned())
+        .collect();
+    tracing::info!(
+        in_flight = busy(&principals),
+        "shutdown requested: new requests refused; waiting up to {grace:?} for those in flight"
+    );
+    let deadline = tokio::time::Instant::now() + grace;
+    while busy(&principals) > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+    let left = busy(&principals);
+    if left > 0 {
+        tracing::warn!(
+            in_flight = left,
+            "shutdownGrace ({grace:?}) is over: ending the requests still in flight with an error"
+        );
+        let still: Vec<&Arc<Principal>> = principals
+            .iter()
+            .filter(|p| p.cap.in_flight() > 0)
+            .collect();
+        front.cut.cancel();
+        // Give those errors a moment to be sent.
+        let deadline = tokio::time::Instant::now() + ERRORS_BOUND;
+        while busy(&principals) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+        for p in still {
+            p.stop().await;
+        }
+    }
+    front.sessions_end.cancel();
+}
+
+const DRAIN_POLL: Duration = Duration::from_millis(20);
+/// How long calls cut by shutdown get for their error to reach the client.
+const ERRORS_BOUND: Duration = Duration::from_secs(1);
 
 async fn readyz(State(front): State<Arc<Front>>) -> Response {
     if front.stopping.is_cancelled() {
@@ -215,7 +351,7 @@ async fn readyz(State(front): State<Arc<Front>>) -> Response {
 
 /// `/metrics`: the same checks as `/mcp` (tool names and counts are not for everyone).
 async fn metrics_page(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
-    if let Err(r) = admit(&front, req.headers()) {
+    if let Err(r) = admit(&front, req.headers()).await {
         return *r;
     }
     let map = front.principals.lock().await;
@@ -249,7 +385,7 @@ fn status_label(s: &super::state::Status) -> &'static str {
 
 /// The front's checks, in order: shutting down, Origin/Host, the bearer token. The
 /// request's principal, or the refusal to send (counted by reason).
-fn admit(front: &Front, headers: &HeaderMap) -> Result<String, Box<Response>> {
+async fn admit(front: &Front, headers: &HeaderMap) -> Result<String, Box<Response>> {
     if front.stopping.is_cancelled() {
         front.metrics.refused("stopping");
         return Err(Box::new(refusal(
@@ -262,25 +398,35 @@ fn admit(front: &Front, headers: &HeaderMap) -> Result<String, Box<Response>> {
         front.metrics.refused("forbidden_origin_or_host");
         return Err(Box::new(refusal(StatusCode::FORBIDDEN, &why)));
     }
-    authenticate(&front.http.auth, headers).map_err(|why| {
-        front.metrics.refused("unauthorized");
-        let mut r = refusal(StatusCode::UNAUTHORIZED, &why);
-        let challenge = match &front.http.auth {
-            Auth::Bearer { jwt: Some(_), .. } => format!(
-                "Bearer realm=\"palisade\", resource_metadata=\"{}\"",
-                metadata_url(headers)
-            ),
-            _ => "Bearer realm=\"palisade\"".to_string(),
-        };
-        if let Ok(v) = header::HeaderValue::from_str(&challenge) {
-            r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-        }
-        Box::new(r)
-    })
+    authenticate(&front.http.auth, headers)
+        .await
+        .map_err(|refused| {
+            let why = match refused {
+                Refused::Unauthorized(why) => why,
+                Refused::Unavailable(why) => {
+                    tracing::warn!("refused a request: {why}");
+                    front.metrics.refused("jwks_unavailable");
+                    return Box::new(refusal(StatusCode::SERVICE_UNAVAILABLE, &why));
+                }
+            };
+            front.metrics.refused("unauthorized");
+            let mut r = refusal(StatusCode::UNAUTHORIZED, &why);
+            let challenge = match &front.http.auth {
+                Auth::Bearer { jwt: Some(_), .. } => format!(
+                    "Bearer realm=\"palisade\", resource_metadata=\"{}\"",
+                    metadata_url(headers)
+                ),
+                _ => "Bearer realm=\"palisade\"".to_string(),
+            };
+            if let Ok(v) = header::HeaderValue::from_str(&challenge) {
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+            }
+            Box::new(r)
+        })
 }
 
 async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
-    let principal = match admit(&front, req.headers()) {
+    let principal = match admit(&front, req.headers()).await {
         Ok(p) => p,
         Err(r) => return *r,
     };
@@ -288,37 +434,273 @@ async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
         Ok(e) => e,
         Err(r) => return r,
     };
-    entry.in_flight.fetch_add(1, Ordering::SeqCst);
+    // GET (a standalone SSE stream, long-lived by design) and DELETE take no slot.
+    let (req, slot, ids) = if req.method() == Method::POST {
+        match admit_post(&front, &principal, &entry, req).await {
+            Ok(admitted) => admitted,
+            Err(r) => return *r,
+        }
+    } else {
+        (req, None, Vec::new())
+    };
     entry.touch();
     let response = entry.service.handle(req).await;
     entry.touch();
-    entry.in_flight.fetch_sub(1, Ordering::SeqCst);
-    response.map(Body::new)
+    let response = response.map(Body::new);
+    let sse = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    match slot {
+        None => response,
+        Some(slot) => {
+            let cut = CutAnswer {
+                ids: if sse { ids } else { Vec::new() },
+                cut: front.cut.clone(),
+                grace: front.http.shutdown_grace,
+            };
+            response.map(|body| held(body, slot, cut))
+        }
+    }
+}
+
+/// A POST admitted under the principal's rate and request cap: the request (its body read,
+/// at most `maxBodyBytes`), its slot (none for a body of replies over the cap), and the ids
+/// of the requests it carries; or the refusal.
+async fn admit_post(
+    front: &Front,
+    principal: &str,
+    entry: &Arc<Principal>,
+    req: Request<Body>,
+) -> Result<(Request<Body>, Option<Slot>, Vec<Value>), Box<Response>> {
+    let (parts, body) = req.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, front.http.max_body_bytes).await else {
+        return Err(Box::new(refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!(
+                "the request body is over maxBodyBytes ({})",
+                front.http.max_body_bytes
+            ),
+        )));
+    };
+    let ids = limits::request_ids(&bytes);
+    if let (Some(rate), false) = (&entry.rate, ids.is_empty()) {
+        if let Err(wait) = rate.take(ids.len(), Instant::now()) {
+            let asked = match limits::classify(&bytes) {
+                limits::Carried::Requests(asked) => asked,
+                limits::Carried::Replies => Vec::new(),
+            };
+            let why = format!(
+                "too many requests from principal {principal} (requestsPerMinute {}); \
+                 retry in {}s",
+                rate.per_minute(),
+                wait.as_secs().max(1)
+            );
+            return Err(Box::new(too_many(
+                front,
+                principal,
+                "principal_rate",
+                &why,
+                wait,
+                &asked,
+            )));
+        }
+    }
+    let slot = match entry.cap.try_enter() {
+        Some(permit) => Some(Slot {
+            _permit: permit,
+            principal: Arc::clone(entry),
+        }),
+        None => {
+            if let limits::Carried::Requests(asked) = limits::classify(&bytes) {
+                let why = format!(
+                    "too many requests in flight for principal {principal} \
+                     (maxRequestsPerPrincipal {}); retry when one of them has finished",
+                    entry.cap.max()
+                );
+                let wait = Duration::from_secs(1);
+                return Err(Box::new(too_many(
+                    front,
+                    principal,
+                    "principal_busy",
+                    &why,
+                    wait,
+                    &asked,
+                )));
+            }
+            None
+        }
+    };
+    Ok((Request::from_parts(parts, Body::from(bytes)), slot, ids))
+}
+
+/// What a response stream cut at shutdown ends with: an SSE event per request it was to
+/// answer, a JSON-RPC error saying why.
+struct CutAnswer {
+    ids: Vec<Value>,
+    cut: CancellationToken,
+    grace: Duration,
+}
+
+/// The response body, holding the request's slot until it ends, and ended early (with
+/// `CutAnswer`'s errors) when the shutdown grace is over.
+fn held(body: Body, slot: Slot, cut: CutAnswer) -> Body {
+    let stream = body
+        .into_data_stream()
+        .take_until(cut.cut.clone().cancelled_owned());
+    let tail = futures::stream::once(async move {
+        let _slot = slot;
+        if !cut.cut.is_cancelled() || cut.ids.is_empty() {
+            return None;
+        }
+        let message = format!(
+            "palisade is shutting down: the call did not finish within shutdownGrace ({:?})",
+            cut.grace
+        );
+        let events: String = cut
+            .ids
+            .iter()
+            .map(|id| {
+                let e = serde_json::json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": SHUTDOWN_CODE, "message": message}});
+                format!("event: message\ndata: {e}\n\n")
+            })
+            .collect();
+        Some(Ok(axum::body::Bytes::from(events)))
+    })
+    .filter_map(futures::future::ready);
+    Body::from_stream(stream.chain(tail))
+}
+
+/// The JSON-RPC error code of a call cut by shutdown after `shutdownGrace`.
+pub const SHUTDOWN_CODE: i64 = -32006;
+
+/// The refusal of a principal's request over `maxRequestsPerPrincipal` or its rate: 429
+/// with `Retry-After`, one JSON-RPC error per request (with its id), one audit record each.
+fn too_many(
+    front: &Front,
+    principal: &str,
+    reason: &'static str,
+    why: &str,
+    wait: Duration,
+    asked: &[limits::Asked],
+) -> Response {
+    front.metrics.refused(reason);
+    let retry = wait.as_secs().max(1);
+    tracing::warn!(principal, "refused a request: {why}");
+    let records: Vec<CallRecord> = if asked.is_empty() {
+        vec![busy_record(principal, None, why)]
+    } else {
+        asked
+            .iter()
+            .map(|a| busy_record(principal, Some(a), why))
+            .collect()
+    };
+    for rec in &records {
+        if let Err(e) = front.template.stages.audit.record(rec) {
+            tracing::error!(principal, "cannot audit a refused request: {e}");
+        }
+    }
+    let error = |id: Value| {
+        serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {"code": BUSY_CODE, "message": why, "data": {"retryAfterSeconds": retry}},
+        })
+    };
+    let body = match asked {
+        [one] => error(one.id.clone()),
+        [] => error(Value::Null),
+        many => Value::Array(many.iter().map(|a| error(a.id.clone())).collect()),
+    };
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [
+            (header::CONTENT_TYPE, "application/json".to_string()),
+            (header::RETRY_AFTER, retry.to_string()),
+        ],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The JSON-RPC error code of a request refused by the principal's request cap or rate (the
+/// implementation-defined server-error range).
+pub const BUSY_CODE: i64 = -32005;
+
+/// `policyDecision.rule` of a request refused by the principal's request cap or rate.
+pub const BUSY_RULE: &str = "http-request-cap";
+
+/// The audit record of a refused request: a call names its server and tool; another
+/// request its method as the tool; a body that is not JSON-RPC `(not JSON-RPC)`.
+fn busy_record(principal: &str, asked: Option<&limits::Asked>, why: &str) -> CallRecord {
+    let (server, tool, id, args) = match asked {
+        Some(a) => {
+            let (server, tool) = match &a.tool {
+                Some(t) => super::registry::split_name(t).unwrap_or(("", t.as_str())),
+                None => ("", a.method.as_str()),
+            };
+            let id = serde_json::from_value::<rmcp::model::RequestId>(a.id.clone())
+                .map(|id| request_id_string(&id))
+                .unwrap_or_else(|_| a.id.to_string());
+            (server, tool, id, a.arguments.clone())
+        }
+        None => ("", "(not JSON-RPC)", String::new(), Default::default()),
+    };
+    let mut rec = CallRecord::new(
+        server,
+        tool,
+        id,
+        args,
+        PolicyVerdict {
+            rule: Some(BUSY_RULE.into()),
+            ..PolicyVerdict::deny(why)
+        },
+        CallOutcome::Denied {
+            reason: why.to_string(),
+        },
+    );
+    rec.principal = Some(principal.to_string());
+    rec
+}
+
+/// Why a request has no principal.
+enum Refused {
+    /// 401: no token, or not a valid one.
+    Unauthorized(String),
+    /// 503: a JWT that cannot be checked now (the JWKS URL could not be fetched).
+    Unavailable(String),
 }
 
 /// The request's principal, or why it has none. Never logs the token.
-fn authenticate(auth: &Auth, headers: &HeaderMap) -> Result<String, String> {
+async fn authenticate(auth: &Auth, headers: &HeaderMap) -> Result<String, Refused> {
     let (tokens, jwt) = match auth {
         Auth::Anonymous => return Ok("anonymous".into()),
         Auth::Bearer { tokens, jwt } => (tokens, jwt),
     };
+    let unauthorized = |why: &str| Refused::Unauthorized(why.to_string());
     let value = headers
         .get(header::AUTHORIZATION)
-        .ok_or("authentication required: send Authorization: Bearer TOKEN")?;
+        .ok_or_else(|| unauthorized("authentication required: send Authorization: Bearer TOKEN"))?;
     let token = value
         .to_str()
         .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
-        .ok_or("the Authorization header is not `Bearer TOKEN`")?;
+        .ok_or_else(|| unauthorized("the Authorization header is not `Bearer TOKEN`"))?;
     if let Some(p) = tokens.as_ref().and_then(|t| t.principal(token)) {
         return Ok(p.to_string());
     }
     match jwt {
-        Some(v) => v
-            .verify(token)
-            .map_err(|why| format!("the access token is not valid: {why}")),
-        None => Err("the bearer token is not valid".into()),
+        Some(v) => v.verify(token).await.map_err(|e| match e {
+            jwt::JwtError::Invalid(why) => {
+                Refused::Unauthorized(format!("the access token is not valid: {why}"))
+            }
+            unavailable @ jwt::JwtError::Unavailable(_) => {
+                Refused::Unavailable(unavailable.to_string())
+            }
+        }),
+        None => Err(unauthorized("the bearer token is not valid")),
     }
 }
 
@@ -393,6 +775,18 @@ async fn start_principal(front: &Front, name: &str) -> Result<Arc<Principal>, Re
     // Its own link to its own agent: notifications and relayed requests of its servers
     // never go to another principal's session.
     opts.upstream = super::upstream_link::UpstreamLink::default();
+    if let Some(factory) = &front.http.approver_for {
+        opts.stages.approver = factory(opts.upstream.clone()).map_err(|e| {
+            tracing::error!(
+                principal = name,
+                "cannot build the principal's approvers: {e}"
+            );
+            refusal(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("cannot build your approvers: {e}"),
+            )
+        })?;
+    }
     opts.stages.audit = Arc::new(PrincipalAudit {
         inner: Arc::clone(&opts.stages.audit),
         principal: name.to_string(),
@@ -409,7 +803,7 @@ async fn start_principal(front: &Front, name: &str) -> Result<Arc<Principal>, Re
         )
     })?;
     let shared = Arc::clone(&gateway.shared);
-    let sessions = front.stopping.child_token();
+    let sessions = front.sessions_end.child_token();
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(sessions.clone())
         .with_max_request_body_bytes(front.http.max_body_bytes)
@@ -431,7 +825,11 @@ async fn start_principal(front: &Front, name: &str) -> Result<Arc<Principal>, Re
         service,
         sessions,
         last_used: Mutex::new(Instant::now()),
-        in_flight: AtomicUsize::new(0),
+        cap: limits::RequestCap::new(front.http.max_requests_per_principal),
+        rate: front
+            .http
+            .rate
+            .map(|(per_minute, burst)| limits::RateLimit::new(per_minute, burst, Instant::now())),
     }))
 }
 
@@ -447,8 +845,7 @@ async fn reap_idle(front: Arc<Front>) {
                 .iter()
                 .filter(|(_, c)| {
                     c.get().is_some_and(|p| {
-                        p.in_flight.load(Ordering::SeqCst) == 0
-                            && p.idle_for() > front.http.idle_timeout
+                        p.cap.in_flight() == 0 && p.idle_for() > front.http.idle_timeout
                     })
                 })
                 .map(|(n, _)| n.clone())
