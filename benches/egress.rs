@@ -10,6 +10,7 @@
 //! Bulk: bytes pushed one way into a discarding origin that reports the count at the end.
 //! Memory: one socat bridge listener (RSS, PSS over ten, private; two per proxied server) and
 //! the proxy's own cost per registered server.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};

@@ -1,5 +1,6 @@
 //! Policy evaluation and audit append throughput.
 //! Run: `cargo bench --bench policy` (figures go to docs/policy.md).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 use std::path::{Path, PathBuf};
 

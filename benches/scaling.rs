@@ -8,6 +8,7 @@
 //! A plain program rather than criterion so the script reads one JSON object instead of
 //! parsing criterion's text. Each point is the median (and minimum) over batches of the mean
 //! per-operation time inside a batch. It measures; it asserts nothing about time.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 use std::hint::black_box;
 use std::path::PathBuf;

@@ -1,6 +1,7 @@
 //! `palisade annotate` against the real built-in fs-server, started in its real sandbox: the
 //! draft names each tool's path argument with the right roles, loads back into the policy
 //! engine, and an existing (possibly reviewed) file is never overwritten silently.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 use std::process::Command;
 

@@ -9,6 +9,7 @@
 //! (written per test) allows reads in WORK and escalates writes there; nothing else is allowed.
 //! Every test checks the audit log: `escalationResult` and who decided (`escalationDecidedBy`).
 //! No timing is asserted anywhere: ordering is observed, bounds only guard against hangs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod support;
 

@@ -12,6 +12,7 @@
 //! scripts/container-test.sh runs the serve table inside the unprivileged container, where
 //! bubblewrap cannot run: there PALISADE_ATTACK_TIERS names the tiers (`landlock`),
 //! PALISADE_ATTACK_BIN the image's palisade, and PALISADE_ATTACK_TABLE where the table goes.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

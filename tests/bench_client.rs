@@ -1,5 +1,6 @@
 //! `palisade bench-client` drives a real server and reports well-formed figures (the values
 //! themselves are for scripts/bench.sh; no timing is asserted here).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod support;
 

@@ -10,6 +10,7 @@
 //! reported as GAP; a listed gap that passes fails the test too, so the list stays true.
 //!
 //! Needs bubblewrap and the test dependencies ($PALISADE_TEST_DEPS, scripts/test.sh).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod support;
 

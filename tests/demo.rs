@@ -1,6 +1,7 @@
 //! `palisade demo` end to end: the real gateway, the real fs-server, the real sandbox when
 //! bubblewrap works here. Proves each step's outcome from the transcript's verdicts and the
 //! facts they report, not from the steps' titles.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod support;
 

@@ -2,6 +2,7 @@
 //! `allowed.test` / `denied.test` reach the origins through the proxy's resolver override.
 //! Every refusal test also shows the same target reachable where policy permits it (directly
 //! or through a server that allows it), so no refusal can pass because the target was dead.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod egress_support;
 

@@ -7,6 +7,7 @@
 //!
 //! Each "cannot" has a control: the same probe run by a server whose sandbox was degraded to
 //! the host network (warn mode, no socat) succeeds, so the refusals are the sandbox's.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod egress_support;
 #[path = "support/skip.rs"]

@@ -6,6 +6,7 @@
 //!
 //! The bwrap argv is built here by `sandbox_argv`; when the native launcher lands, replace
 //! that one function with the launcher's rendering of a `NetworkSpec::Proxied` spec.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod egress_support;
 #[path = "support/skip.rs"]

@@ -9,6 +9,7 @@
 //! holds exactly one record per call that reached the pipeline (`palisade audit verify`
 //! passes too). Every test reaps serve, and serve reaps its servers; everything lives in a
 //! temporary directory that is removed.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};

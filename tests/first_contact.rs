@@ -4,6 +4,7 @@
 //!
 //! The client here is a raw JSON-RPC line client over the gateway's stdio: it sees exactly the
 //! bytes a client sees, stderr included.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod support;
 

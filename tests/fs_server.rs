@@ -2,6 +2,7 @@
 //! `tokio::io::duplex`, and the official Python SDK driving `palisade fs-server` as a
 //! subprocess. Every refusal is paired with proof that the same access works without the
 //! server in the way, so no check passes vacuously.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};

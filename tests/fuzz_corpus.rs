@@ -2,6 +2,7 @@
 //! fuzz/regressions/<target>/*) through the same checks the cargo-fuzz targets run
 //! (fuzz/checks/), on the stable toolchain, so an input that once crashed stays fixed and
 //! the invariants are exercised even where cargo-fuzz cannot build.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 #[path = "../fuzz/checks/mod.rs"]
 mod checks;

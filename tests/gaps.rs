@@ -3,6 +3,7 @@
 //! `[SANDBOX BLOCKED]` on errors of sandboxed servers that write or read places their call
 //! arguments never name (tests/servers/blocked_probe.py), never on ordinary tool errors nor on
 //! unsandboxed servers. Every attack has an unprotected control that must succeed.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 use std::path::{Path, PathBuf};
 

@@ -2,6 +2,7 @@
 //! a raw JSON-RPC line client, an rmcp client in-process) against real downstream servers
 //! (`@modelcontextprotocol/server-filesystem`, `server-everything`, and a small Python MCP
 //! server, tests/servers/probe_server.py). Scenario drivers live in tests/clients/drive.py.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 #[path = "gateway/support.rs"]
 mod support;

@@ -1,5 +1,6 @@
 //! `palisade serve --http`: the Streamable HTTP front, against the Python `mcp` SDK's HTTP
 //! client and raw HTTP for the refusals, with the real fs-server sandboxed behind it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod support;
 

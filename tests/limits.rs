@@ -15,6 +15,7 @@
 //! Each attack runs first against the same server launched directly (the control must reach
 //! its target, so the test cannot pass vacuously), then through `palisade serve` under
 //! enforce with the native bubblewrap backend, driven by palisade's rmcp client.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod support;
 

@@ -8,6 +8,7 @@
 //! ($PALISADE_TEST_DEPS/venv/bin/uv, scripts/install-test-deps.sh). Every test has its own
 //! HOME and XDG_CACHE_HOME, so no two share a cache. "Unreachable" is a registry URL on a
 //! loopback port nothing listens on (the client's own configuration, as a user would set it).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod support;
 

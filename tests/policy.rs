@@ -1,5 +1,6 @@
 //! The policy engine against IronCurtain's corpus and against small policies written to
 //! exercise one rule of the semantics each.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 use std::path::{Path, PathBuf};
 

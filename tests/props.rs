@@ -4,6 +4,7 @@
 //! loading, and the gateway's JSON-RPC line framing. Path canonicalisation
 //! and file URIs have their own properties in src/roots/canon.rs and src/roots/uri.rs.
 //! Case counts and run times are recorded in docs/security.md.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 #[path = "../fuzz/checks/mod.rs"]
 mod checks;

@@ -8,6 +8,7 @@
 //! allowed, does reach the client, so no check can pass because nothing worked at all.
 //!
 //! Needs bubblewrap and the test dependencies ($PALISADE_TEST_DEPS, scripts/test.sh).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod support;
 

@@ -7,6 +7,7 @@
 //! D/locked. One approval remembered for a write in D lets later writes in D by the same tool
 //! through without a request; a sibling directory, another tool, a symlink or `..` out of D,
 //! and a policy deny inside D are not covered; a new `serve` run remembers nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod support;
 

@@ -5,6 +5,7 @@
 //! answered through the file-IPC approver the way a person's tool would.
 //!
 //! The policy (written per test) allows reads in A and escalates reads elsewhere.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod support;
 

@@ -6,6 +6,7 @@
 //! Needs bwrap 0.8+ with working user namespaces and /usr/bin/python3 (the hostile program);
 //! attacks the host itself refuses (no vsock, io_uring disabled, ...) are reported as skipped,
 //! never passed silently.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 #[path = "support/skip.rs"]
 mod skip;

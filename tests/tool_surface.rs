@@ -1,5 +1,6 @@
 //! What of a server's tool surface reaches the agent: per-server `tools` / `prompts` filters
 //! in the config, against real servers (server-filesystem).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod support;
 
