@@ -126,153 +126,57 @@ pub async fn call_tool(
     // Stage 2: policy.
     let verdict = shared.stages.policy.decide(&call);
 
-    // Stage 3: approval. An escalation a remembered scope covers is approved without asking
-    // (a deny is never looked up); otherwise the approver is asked, offered the scope this
-    // call could remember.
-    let mut escalation = None;
-    let mut remembered_scope = None;
-    let mut approved_by_scope = None;
-    let denial = match (&narrowed, verdict.decision) {
-        (Some(why), _) => Some(why.clone()),
-        (None, Decision::Allow) => None,
-        (None, Decision::Deny) => Some(format!("DENIED by policy: {}", verdict.reason)),
+    // Stage 3: approval (escalations only).
+    let approval = match (&narrowed, verdict.decision) {
+        (Some(why), _) => Approved::refused(why.clone()),
+        (None, Decision::Allow) => Approved::default(),
+        (None, Decision::Deny) => {
+            Approved::refused(format!("DENIED by policy: {}", verdict.reason))
+        }
         (None, Decision::Escalate) => {
-            let url_args = shared.stages.policy.url_arguments(&call);
-            let unscoped = shared.stages.policy.unscoped_arguments(&call);
-            let subject = remembered::subject(
-                &slot.name,
-                &tool,
-                &remembered::CallArgs {
-                    paths: path_args.as_deref(),
-                    urls: url_args.as_deref(),
-                    unscoped: unscoped.as_deref(),
-                },
-                cwd,
-                slot.roots.options().home.as_deref(),
-            );
-            let known = subject.as_ref().and_then(|s| shared.remembered.find(s));
-            let outcome = if let Some(scope) = known {
-                tracing::info!(server = %slot.name, tool = %tool, "approved by a remembered scope");
-                approved_by_scope = Some(scope);
-                ApprovalOutcome::Approved {
-                    by: REMEMBERED.into(),
-                }
-            } else if let Some(why) = refused_grant(&slot, path_args.as_deref(), cwd) {
-                // What an approval would have to grant is never granted: not asked.
-                ApprovalOutcome::Denied {
-                    reason: format!("not asked: {why}"),
-                    by: "deny".into(),
-                }
-            } else {
-                let offer = subject.as_ref().and_then(RememberScope::offer);
-                let grants = shown_grants(&slot, path_args.as_deref(), cwd);
-                // The agent may cancel while a person is being asked: rmcp only cancels the
-                // request's token, so stop asking (the approver's question is withdrawn as its
-                // future is dropped) rather than keep a person answering for nobody.
-                let approval = tokio::select! {
-                    approval = shared
-                        .stages
-                        .approver
-                        .approve_offering(&call, &verdict, offer.as_ref(), &grants) => approval,
-                    _ = ctx.ct.cancelled() => Approval {
-                        remember: false,
-                        outcome: ApprovalOutcome::Denied {
-                            reason: "the agent cancelled the call while it waited for approval"
-                                .into(),
-                            by: "cancelled".into(),
-                        },
-                    },
-                };
-                if approval.remember && matches!(approval.outcome, ApprovalOutcome::Approved { .. })
-                {
-                    if let Some(scope) = offer {
-                        shared.remembered.add(scope.clone());
-                        remembered_scope = Some(scope);
-                    }
-                }
-                approval.outcome
-            };
-            let denial = match &outcome {
-                ApprovalOutcome::Approved { .. } => None,
-                ApprovalOutcome::Denied { reason, .. } => Some(format!(
-                    "ESCALATION REQUIRED: {}. Denied: {reason}.",
-                    verdict.reason
-                )),
-            };
-            escalation = Some(outcome);
-            denial
+            approve(shared, &slot, &call, &verdict, path_args.as_deref(), &ctx).await
         }
     };
 
     // The record names the stage that decided: a refusal by the agent's own roots is not
     // the policy's "allow".
-    let mut decided = match &narrowed {
+    let decided = match &narrowed {
         Some(why) => stage_refusal(AGENT_ROOTS_RULE, why),
         None => verdict.clone(),
     };
-    let mut approved_roots = Vec::new();
-    let mut refused = denial.is_some();
-    let mut enforcement = slot.snapshot().enforcement;
-    let mut network_refusals = Vec::new();
-    let mut received = None;
-    let answer = if let Some(text) = denial {
-        Answer::Result(CallToolResult::error(vec![ContentBlock::text(text)]))
-    } else {
-        // Stage 4: widen roots/sandbox (approved escalations only), then hold the server's
-        // gate for reading: a widening waits for this call, and this call waits for one in
-        // progress, so the roots check below and the forward see the same server.
-        let approved = matches!(escalation, Some(ApprovalOutcome::Approved { .. }));
-        let gate = if approved {
-            match widen::for_approved(&slot, path_args.as_deref().unwrap_or(&[]), cwd).await {
-                Ok((permit, added)) => {
-                    approved_roots = added;
-                    Ok(permit)
-                }
-                Err(e) => Err(e),
-            }
-        } else {
-            Ok(slot.gate.read().await)
-        };
-        match gate {
-            Err(e) => Answer::Error(ErrorData::internal_error(e, None)),
-            Ok(_permit) => {
-                // Stage 4b: every path argument inside the server's CURRENT roots, after
-                // canonicalising on the host (symlinks, `..`, `~`, file:// URIs).
-                let set = slot.roots.current();
-                match check_paths(&set, path_args.as_deref(), &slot.name, &tool) {
-                    Err(text) => {
-                        refused = true;
-                        decided = stage_refusal(ROOTS_CHECK_RULE, &text);
-                        Answer::Result(CallToolResult::error(vec![ContentBlock::text(text)]))
-                    }
-                    Ok(()) => {
-                        // Stage 5: forward (to the process the gate admitted us to).
-                        let snapshot = slot.snapshot();
-                        enforcement = snapshot.enforcement.clone();
-                        match snapshot.live.as_ref().map(|l| l.conn.clone()) {
-                            None => Answer::Error(not_running(&slot.name, &snapshot.status)),
-                            Some(conn) => {
-                                // Watch the egress proxy for refusals on this server while
-                                // the call is in flight: they are attributed to it.
-                                let mut events = shared
-                                    .egress
-                                    .as_ref()
-                                    .filter(|_| slot.egress_allowed())
-                                    .map(|p| p.subscribe());
-                                let (answer, got) =
-                                    forward(shared, &conn, &tool, params, &ctx).await;
-                                received = got;
-                                if let Some(rx) = events.as_mut() {
-                                    network_refusals = super::network::drain(rx, &slot.name);
-                                }
-                                answer
-                            }
-                        }
-                    }
-                }
-            }
+    // Stages 4 and 5: widen (approved escalations), check the paths, forward.
+    let run = match &approval.denial {
+        Some(text) => Forwarded::refused(text.clone(), decided, slot.snapshot().enforcement),
+        None => {
+            let approved = matches!(approval.escalation, Some(ApprovalOutcome::Approved { .. }));
+            widen_and_forward(
+                shared,
+                &slot,
+                &tool,
+                params,
+                path_args.as_deref(),
+                approved,
+                decided,
+                &ctx,
+            )
+            .await
         }
     };
+    let Approved {
+        escalation,
+        remembered_scope,
+        approved_by_scope,
+        ..
+    } = approval;
+    let Forwarded {
+        answer,
+        received,
+        refused,
+        decided,
+        enforcement,
+        approved_roots,
+        network_refusals,
+    } = run;
 
     // Stage 6: annotate sandbox-caused errors; network refusals first (they are certain).
     let answer = mark_refusals(&network_refusals, answer);
@@ -356,6 +260,207 @@ async fn forward(
             None,
         ),
     }
+}
+
+/// What the approval stage decided for one call.
+#[derive(Default)]
+struct Approved {
+    /// Why the call is refused (`None`: it goes on).
+    denial: Option<String>,
+    /// The approver's outcome, for an escalation.
+    escalation: Option<ApprovalOutcome>,
+    /// The scope the person chose to remember with this approval.
+    remembered_scope: Option<RememberScope>,
+    /// The remembered scope that approved this call without asking.
+    approved_by_scope: Option<RememberScope>,
+}
+
+impl Approved {
+    fn refused(why: String) -> Approved {
+        Approved {
+            denial: Some(why),
+            ..Approved::default()
+        }
+    }
+}
+
+/// Stage 3 for an escalation: a remembered scope that covers it approves it without asking
+/// (a deny is never looked up); a grant Palisade would never make is refused unasked;
+/// otherwise the approver is asked, offered the scope this call could remember.
+async fn approve(
+    shared: &Shared,
+    slot: &Slot,
+    call: &CallInfo<'_>,
+    verdict: &super::stages::PolicyVerdict,
+    path_args: Option<&[PathArg<'_>]>,
+    ctx: &RequestContext<RoleServer>,
+) -> Approved {
+    let cwd = call.cwd;
+    let url_args = shared.stages.policy.url_arguments(call);
+    let unscoped = shared.stages.policy.unscoped_arguments(call);
+    let subject = remembered::subject(
+        &slot.name,
+        call.tool,
+        &remembered::CallArgs {
+            paths: path_args,
+            urls: url_args.as_deref(),
+            unscoped: unscoped.as_deref(),
+        },
+        cwd,
+        slot.roots.options().home.as_deref(),
+    );
+    let mut out = Approved::default();
+    let known = subject.as_ref().and_then(|s| shared.remembered.find(s));
+    let outcome = if let Some(scope) = known {
+        tracing::info!(server = %slot.name, tool = %call.tool, "approved by a remembered scope");
+        out.approved_by_scope = Some(scope);
+        ApprovalOutcome::Approved {
+            by: REMEMBERED.into(),
+        }
+    } else if let Some(why) = refused_grant(slot, path_args, cwd) {
+        // What an approval would have to grant is never granted: not asked.
+        ApprovalOutcome::Denied {
+            reason: format!("not asked: {why}"),
+            by: "deny".into(),
+        }
+    } else {
+        let offer = subject.as_ref().and_then(RememberScope::offer);
+        let grants = shown_grants(slot, path_args, cwd);
+        // The agent may cancel while a person is being asked: rmcp only cancels the
+        // request's token, so stop asking (the approver's question is withdrawn as its
+        // future is dropped) rather than keep a person answering for nobody.
+        let approval = tokio::select! {
+            approval = shared
+                .stages
+                .approver
+                .approve_offering(call, verdict, offer.as_ref(), &grants) => approval,
+            _ = ctx.ct.cancelled() => Approval {
+                remember: false,
+                outcome: ApprovalOutcome::Denied {
+                    reason: "the agent cancelled the call while it waited for approval".into(),
+                    by: "cancelled".into(),
+                },
+            },
+        };
+        if approval.remember && matches!(approval.outcome, ApprovalOutcome::Approved { .. }) {
+            if let Some(scope) = offer {
+                shared.remembered.add(scope.clone());
+                out.remembered_scope = Some(scope);
+            }
+        }
+        approval.outcome
+    };
+    if let ApprovalOutcome::Denied { reason, .. } = &outcome {
+        out.denial = Some(format!(
+            "ESCALATION REQUIRED: {}. Denied: {reason}.",
+            verdict.reason
+        ));
+    }
+    out.escalation = Some(outcome);
+    out
+}
+
+/// What stages 4 and 5 did with one call.
+struct Forwarded {
+    answer: Answer,
+    /// The server's own result, when it answered.
+    received: Option<Received>,
+    /// Refused by a stage (audited as denied).
+    refused: bool,
+    /// The verdict the record names (a roots-check refusal replaces the policy's).
+    decided: super::stages::PolicyVerdict,
+    enforcement: Option<Enforcement>,
+    approved_roots: Vec<(std::path::PathBuf, crate::sandbox::spec::Access)>,
+    network_refusals: Vec<crate::egress::RefusalEvent>,
+}
+
+impl Forwarded {
+    fn refused(
+        text: String,
+        decided: super::stages::PolicyVerdict,
+        enforcement: Option<Enforcement>,
+    ) -> Forwarded {
+        Forwarded {
+            answer: Answer::Result(CallToolResult::error(vec![ContentBlock::text(text)])),
+            received: None,
+            refused: true,
+            decided,
+            enforcement,
+            approved_roots: Vec::new(),
+            network_refusals: Vec::new(),
+        }
+    }
+}
+
+/// Stages 4 and 5: widen the roots and sandbox (approved escalations only), then hold the
+/// server's gate for reading (a widening waits for this call, and this call waits for one in
+/// progress, so the roots check and the forward see the same server); check every path
+/// argument against the server's CURRENT roots (canonicalised on the host: symlinks, `..`,
+/// `~`, `file://`); forward to the process the gate admitted us to, watching the egress proxy
+/// for refusals attributed to this server meanwhile.
+#[allow(clippy::too_many_arguments)]
+async fn widen_and_forward(
+    shared: &Shared,
+    slot: &Slot,
+    tool: &str,
+    params: CallToolRequestParams,
+    path_args: Option<&[PathArg<'_>]>,
+    approved: bool,
+    decided: super::stages::PolicyVerdict,
+    ctx: &RequestContext<RoleServer>,
+) -> Forwarded {
+    let cwd = slot.req.as_ref().and_then(|r| r.cwd.as_deref());
+    let mut out = Forwarded {
+        answer: Answer::Error(ErrorData::internal_error("not forwarded", None)),
+        received: None,
+        refused: false,
+        decided,
+        enforcement: slot.snapshot().enforcement,
+        approved_roots: Vec::new(),
+        network_refusals: Vec::new(),
+    };
+    let gate = if approved {
+        widen::for_approved(slot, path_args.unwrap_or(&[]), cwd)
+            .await
+            .map(|(permit, added)| {
+                out.approved_roots = added;
+                permit
+            })
+    } else {
+        Ok(slot.gate.read().await)
+    };
+    let _permit = match gate {
+        Ok(permit) => permit,
+        Err(e) => {
+            out.answer = Answer::Error(ErrorData::internal_error(e, None));
+            return out;
+        }
+    };
+    let set = slot.roots.current();
+    if let Err(text) = check_paths(&set, path_args, &slot.name, tool) {
+        out.refused = true;
+        out.decided = stage_refusal(ROOTS_CHECK_RULE, &text);
+        out.answer = Answer::Result(CallToolResult::error(vec![ContentBlock::text(text)]));
+        return out;
+    }
+    let snapshot = slot.snapshot();
+    out.enforcement = snapshot.enforcement.clone();
+    let Some(conn) = snapshot.live.as_ref().map(|l| l.conn.clone()) else {
+        out.answer = Answer::Error(not_running(&slot.name, &snapshot.status));
+        return out;
+    };
+    let mut events = shared
+        .egress
+        .as_ref()
+        .filter(|_| slot.egress_allowed())
+        .map(|p| p.subscribe());
+    let (answer, received) = forward(shared, &conn, tool, params, ctx).await;
+    if let Some(rx) = events.as_mut() {
+        out.network_refusals = super::network::drain(rx, &slot.name);
+    }
+    out.answer = answer;
+    out.received = received;
+    out
 }
 
 /// `policyDecision.rule` of a call the agent's own declared roots refused.
