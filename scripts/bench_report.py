@@ -343,6 +343,12 @@ def packages(pk, add):
         "cached line does beyond the other: read the lock, rewrite the command, and start the "
         "entry through its `#!/usr/bin/env node` line where the other names node itself." % (
             signed(over), signed(paired)))
+    rw = pk.get("npx_minus_rewritten_paired")
+    if rw:
+        add("")
+        add("Against its own rewritten command (`palisade run -- ENTRY`, through the `#!` line), "
+            "the cached line's per-round difference is %s median: the lock read and the "
+            "rewrite alone." % signed(rw["median_ms"]))
     add("")
     add("First fetch, each into an empty directory with an empty npm cache, from the public "
         "registry (network-bound: compare within a round, not across runs):")
