@@ -18,6 +18,13 @@ QUICK = os.environ.get("QUICK") == "1"
 BEFORE = os.environ.get("PALISADE_BEFORE")
 SRT = os.path.join(DEPS, "node_modules/.bin/srt")
 SERVER_FS = os.path.join(DEPS, "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+# The package the `npx -y` rows fetch: the version the test dependencies hold, pinned, so the
+# only registry traffic is the measured first fetches (the test suite fetches it too).
+MEMORY_PKG = "@modelcontextprotocol/server-memory"
+# npm and uv pointed here fail at once: a cached start that would fetch is an error, not traffic.
+UNREACHABLE_NPM = "http://127.0.0.1:9/"
+NPM_ENV = {"NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTPS_PROXY", "https_proxy",
+           "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"}
 ALLOW_ALL = os.path.join(ROOT, "tests/fixtures/allow-all-policy.json")
 NODE = shutil.which("node") or "node"
 BWRAP = shutil.which("bwrap")
@@ -27,6 +34,7 @@ ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("
 # Sizes of each part: --quick only checks that the harness works.
 CFG = {
     "launch_rounds": 5 if QUICK else 41,
+    "fetch_rounds": 1 if QUICK else 3,
     "true_rounds": 15 if QUICK else 101,
     "call_reps": 1 if QUICK else 3,
     "calls": 300 if QUICK else 2000,
@@ -109,10 +117,10 @@ def tree_mem(pid):
 class Server:
     """Spawns CMD, completes the handshake; `ms` is spawn → initialize response."""
 
-    def __init__(self, cmd, cwd=None):
+    def __init__(self, cmd, cwd=None, env=None):
         t0 = time.perf_counter_ns()
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, env=ENV, cwd=cwd, text=True,
+                                  stderr=subprocess.DEVNULL, env=env or ENV, cwd=cwd, text=True,
                                   start_new_session=True)
         self.p.stdin.write(INIT)
         self.p.stdin.flush()
@@ -257,6 +265,91 @@ def bench_launch(s, with_srt):
     for (label, how), xs in samples.items():
         out.setdefault(label, {})[how] = summary(xs, "ms")
     return out
+
+
+# --- package runners: a cached `npx -y` start, and the first fetch beside npm's own -------
+
+def memory_version():
+    with open(os.path.join(DEPS, "node_modules", MEMORY_PKG, "package.json")) as f:
+        return json.load(f)["version"]
+
+
+def npm_install(spec, dest):
+    """npm's own install of SPEC into the empty DEST, with an empty npm cache of its own and
+    the flags palisade's fetch uses (no scripts, no audit, no dev dependencies)."""
+    return [shutil.which("npm") or "npm", "install", "--prefix", dest,
+            "--cache", os.path.join(dest, ".npm-cache"), "--ignore-scripts", "--no-audit",
+            "--no-fund", "--no-update-notifier", "--omit=dev", "--loglevel=error", spec]
+
+
+def bench_packages(s):
+    """`palisade run -- npx -y PKG@V` from a warm cache against `palisade run -- node ENTRY`
+    (the cache entry's own entry point) and plain `node ENTRY`, interleaved, to the first
+    `initialize` response; then first fetches (`palisade prefetch`, empty cache) interleaved
+    with `npm install` of the same spec into an empty directory. The cache lives in the work
+    directory; the cached starts run with npm's registry unreachable, so they cannot fetch."""
+    spec = "%s@%s" % (MEMORY_PKG, memory_version())
+    # The fetches see the machine's npm configuration (certificates, proxy, registry), as a
+    # user's `npx` would; ENV alone has none of it.
+    net = dict(ENV, **{k: v for k, v in os.environ.items() if k in NPM_ENV or
+                       k.lower().startswith("npm_config_")})
+    root = os.path.join(s.work, "packages")
+    os.makedirs(root)
+    fetch = {"palisade prefetch (sandboxed npm, empty cache)": [],
+             "npm install (empty directory and npm cache)": []}
+    cache = None
+    for i in range(CFG["fetch_rounds"]):
+        c = os.path.join(root, "cache-%d" % i)
+        n = os.path.join(root, "npm-%d" % i)
+        os.makedirs(n)
+        for name, cmd, env in (
+                ("palisade prefetch (sandboxed npm, empty cache)",
+                 [PALISADE, "prefetch", "--", "npx", "-y", spec],
+                 dict(net, PALISADE_PACKAGE_CACHE=c)),
+                ("npm install (empty directory and npm cache)", npm_install(spec, n), net)):
+            t0 = time.perf_counter_ns()
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+            ms_ = (time.perf_counter_ns() - t0) / 1e6
+            if r.returncode != 0:
+                # No registry here: the package rows are left out, the rest of the run goes on.
+                return {"skipped": "%s failed (exit %d): %s" % (
+                    name, r.returncode, (r.stderr or r.stdout).strip()[-300:])}
+            fetch[name].append(ms_)
+        cache = c
+        if i + 1 < CFG["fetch_rounds"]:
+            shutil.rmtree(n, ignore_errors=True)
+    with open(os.path.join(cache, "lock.json")) as f:
+        lock = json.load(f)
+    (entry,) = lock["packages"].values()
+    script = os.path.join(cache, entry["ecosystem"], entry["entry"], entry["command"])
+    cached_env = dict(ENV, PALISADE_PACKAGE_CACHE=cache, npm_config_registry=UNREACHABLE_NPM)
+    variants = {
+        "palisade run -- npx -y %s (cached)" % spec:
+            [PALISADE, "run", "--", "npx", "-y", spec],
+        "palisade run -- node ENTRY (the cache entry's entry point)":
+            [PALISADE, "run", "--", NODE, script],
+        # What the cached line is rewritten to: the entry run through its `#!` line.
+        "palisade run -- ENTRY (through its #! line)": [PALISADE, "run", "--", script],
+        "node ENTRY (no sandbox)": [NODE, script],
+    }
+    samples = {k: [] for k in variants}
+    for cmd in variants.values():  # warm-up
+        Server(cmd, env=cached_env).close()
+    for _ in range(CFG["launch_rounds"]):
+        for k, cmd in variants.items():
+            srv = Server(cmd, env=cached_env)
+            samples[k].append(srv.ms)
+            srv.close()
+    npx, node, shebang = list(samples.values())[:3]
+    # Per round, npx minus node: drift between rounds cancels out of each pair.
+    paired = [a - b for a, b in zip(npx, node)]
+    # The same, npx minus its rewritten command: the lock read and rewrite alone.
+    rewrite = [a - b for a, b in zip(npx, shebang)]
+    return {"package": spec, "entry": os.path.relpath(script, cache),
+            "start": {k: summary(v, "ms") for k, v in samples.items()},
+            "npx_minus_node_paired": summary(paired, "ms"),
+            "npx_minus_rewritten_paired": summary(rewrite, "ms"),
+            "fetch": {k: summary(v, "ms") for k, v in fetch.items()}}
 
 
 # --- per call, through bench-client --------------------------------------------------------
@@ -469,6 +562,7 @@ def main():
             res["notes"]["srt"] = srt_note
         steps = [("true", lambda: bench_true(s, with_srt)),
                  ("launch", lambda: bench_launch(s, with_srt)),
+                 ("packages", lambda: bench_packages(s)),
                  ("calls", lambda: bench_calls(s)),
                  ("memory", lambda: bench_memory(s, with_srt)),
                  ("servers", lambda: bench_servers(s)),

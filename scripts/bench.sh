@@ -11,6 +11,10 @@
 #            target/bench/benchmarks.md and docs/ is left alone.
 # Test dependencies (srt, server-filesystem) come from $PALISADE_TEST_DEPS when set, else
 # scripts/install-test-deps.sh installs them under target/test-deps (idempotent).
+# The package runner rows (a cached `npx -y` start; the first fetch beside `npm install`)
+# fetch @modelcontextprotocol/server-memory, at the version the test dependencies hold, from the
+# npm registry as configured on the machine: 2 fetches with --quick, 6 without. Without a
+# registry those rows are left out with the reason; the cached starts never reach it.
 # PALISADE_BEFORE=/path/to/an/older/palisade adds that binary's launch rows to the `true`
 # table, measured in the same rounds (before/after comparisons, docs/benchmarks.md).
 # A benchmark, not a test: nothing here asserts a time.

@@ -78,6 +78,12 @@ def write(res, root, svg_chart):
         add("| gateway < 15 MB RSS with five servers | %s (PSS %s) | %s |" % (
             mb(five["gateway_rss_kb"]), mb(five["gateway_pss_kb"]),
             met(five["gateway_rss_kb"] < 15 * 1024)))
+    pk = res.get("packages") or {}
+    if "start" in pk:
+        over, paired = npx_over(pk)
+        add("| cached `npx -y` start within 20 ms of the same package from its install directory "
+            "| %s (median of per-round differences %s) | %s |" % (
+                signed(over), signed(paired), met(max(over, paired) <= 20)))
     ps = mem["per_server"]
     if "palisade run" in ps:
         per = ps["palisade run"]["sandbox_rss_kb"]
@@ -143,6 +149,7 @@ def write(res, root, svg_chart):
                 server, how, r["runs"], ms(r["median_ms"]), ms(r["min_ms"]), ms(r["p90_ms"]),
                 ratio(r["median_ms"], d), srt_ratio))
     add("")
+    packages(res.get("packages"), add)
 
     # --- per call
     add("## Per call: fs-server `stat`, direct vs through `palisade serve`")
@@ -293,6 +300,65 @@ def write(res, root, svg_chart):
     charts(res, out, svg_chart)
     splice(os.path.join(out, "benchmarks.md"), "\n".join(lines))
     return os.path.join(out, "benchmarks.md")
+
+
+def npx_over(pk):
+    """(median of medians' difference, median of per-round differences) of the cached
+    `npx -y` start over `palisade run -- node ENTRY`."""
+    start = pk["start"]
+    npx = next(r for k, r in start.items() if k.startswith("palisade run -- npx"))
+    node = next(r for k, r in start.items() if k.startswith("palisade run -- node"))
+    return npx["median_ms"] - node["median_ms"], pk["npx_minus_node_paired"]["median_ms"]
+
+
+def signed(x):
+    return "%+.1f ms" % x
+
+
+def packages(pk, add):
+    if not pk:
+        return
+    add("### Package runners: a cached `npx -y` start, and the first fetch")
+    add("")
+    if "skipped" in pk:
+        add("Not measured in this run: %s" % pk["skipped"])
+        add("")
+        return
+    add("`%s`, the version the test dependencies hold, pinned. Time to the first `initialize` "
+        "response, interleaved: `palisade run -- npx -y` from a warm palisade cache (npm's "
+        "registry pointed at a dead port, so a start that tried to fetch would fail), the "
+        "same under `palisade run -- node ENTRY` where ENTRY is that cache entry's entry point "
+        "(`%s`), and `node ENTRY` unsandboxed." % (pk["package"], pk["entry"]))
+    add("")
+    add("| how | runs | median | min | p90 |")
+    add("|---|---|---|---|---|")
+    for k, r in pk["start"].items():
+        add("| `%s` | %d | %s | %s | %s |" % (k, r["runs"], ms(r["median_ms"]),
+                                             ms(r["min_ms"]), ms(r["p90_ms"])))
+    over, paired = npx_over(pk)
+    add("")
+    add("The cached `npx -y` line against the entry point itself under `palisade run`: %s "
+        "between the medians, %s as the median of the per-round differences (each round runs "
+        "the two back to back, so drift between rounds cancels out of that figure). What the "
+        "cached line does beyond the other: read the lock, rewrite the command, and start the "
+        "entry through its `#!/usr/bin/env node` line where the other names node itself." % (
+            signed(over), signed(paired)))
+    rw = pk.get("npx_minus_rewritten_paired")
+    if rw:
+        add("")
+        add("Against its own rewritten command (`palisade run -- ENTRY`, through the `#!` line), "
+            "the cached line's per-round difference is %s median: the lock read and the "
+            "rewrite alone." % signed(rw["median_ms"]))
+    add("")
+    add("First fetch, each into an empty directory with an empty npm cache, from the public "
+        "registry (network-bound: compare within a round, not across runs):")
+    add("")
+    add("| how | runs | median | min | p90 |")
+    add("|---|---|---|---|---|")
+    for k, r in pk["fetch"].items():
+        add("| %s | %d | %s | %s | %s |" % (k, r["runs"], ms(r["median_ms"]), ms(r["min_ms"]),
+                                           ms(r["p90_ms"])))
+    add("")
 
 
 def size_label(n):
