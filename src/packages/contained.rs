@@ -257,9 +257,9 @@ pub fn uv_request(
         dir.join(".uv-cache").display().to_string(),
     );
     env.insert("UV_PYTHON_DOWNLOADS".into(), "never".into());
-    // Fail at once without a registry, unless the user chose otherwise.
+    // Two quick retries (a registry's passing 5xx), then fail, unless the user chose otherwise.
     env.entry("UV_HTTP_RETRIES".into())
-        .or_insert_with(|| "0".into());
+        .or_insert_with(|| "2".into());
     env.entry("UV_HTTP_TIMEOUT".into())
         .or_insert_with(|| super::fetch::REQUEST_TIMEOUT_S.to_string());
     let mut read: Vec<PathBuf> = home_file(".config/uv/uv.toml").into_iter().collect();

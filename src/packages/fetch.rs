@@ -7,8 +7,9 @@
 //! directory being filled, network only the registry. Install scripts are off
 //! (`--ignore-scripts`; uv installs wheels and builds an sdist only when no wheel exists),
 //! stdin is closed and output goes to a log (never to palisade's stdout, the MCP channel),
-//! retries are off so that an unreachable registry fails at once, and a wall-clock limit
-//! kills a hung client. `PALISADE_FETCH_UNCONTAINED=1` runs them unsandboxed (for machines
+//! retries are few and quick (2, after 0.5 and 2 s: a registry's passing 502 is ridden out,
+//! an unreachable one still fails within seconds), and a wall-clock limit kills a hung
+//! client. `PALISADE_FETCH_UNCONTAINED=1` runs them unsandboxed (for machines
 //! where bubblewrap cannot run), as `npx`/`uvx` would.
 //!
 //! Never: write into the cache entry after it is handed back (the caller moves it into
@@ -90,7 +91,9 @@ pub fn install(run: &PackageRun, dir: &Path, log: &Path) -> Result<Installed, Fe
                 "--no-update-notifier",
                 "--omit=dev",
                 "--loglevel=error",
-                "--fetch-retries=0",
+                "--fetch-retries=2",
+                "--fetch-retry-mintimeout=500",
+                "--fetch-retry-maxtimeout=2000",
                 &format!("--fetch-timeout={}", REQUEST_TIMEOUT_S * 1000),
                 &spec,
             ]
@@ -133,7 +136,7 @@ pub fn install(run: &PackageRun, dir: &Path, log: &Path) -> Result<Installed, Fe
             ];
             let quick = |cmd: &mut Command| {
                 if std::env::var_os("UV_HTTP_RETRIES").is_none() {
-                    cmd.env("UV_HTTP_RETRIES", "0");
+                    cmd.env("UV_HTTP_RETRIES", "2");
                 }
                 if std::env::var_os("UV_HTTP_TIMEOUT").is_none() {
                     cmd.env("UV_HTTP_TIMEOUT", REQUEST_TIMEOUT_S.to_string());
