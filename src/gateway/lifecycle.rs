@@ -503,22 +503,14 @@ async fn fetch_lists(running: &Running, timeout: Duration) -> Result<ServerLists
     let mut budget = ListBudget::new(timeout);
     let caps = running.conn.info.capabilities.clone();
     let mut lists = ServerLists::default();
-    if caps.tools.is_some() {
-        let r = list_all(&running.conn, ListKind::Tools, &mut budget).await?;
-        lists.tools = r.tools;
-        lists.raw.tools = r.raw.tools;
-    }
-    if caps.prompts.is_some() {
-        let r = list_all(&running.conn, ListKind::Prompts, &mut budget).await?;
-        lists.prompts = r.prompts;
-        lists.raw.prompts = r.raw.prompts;
-    }
-    if caps.resources.is_some() {
-        let r = list_all(&running.conn, ListKind::Resources, &mut budget).await?;
-        lists.resources = r.resources;
-        lists.templates = r.templates;
-        lists.raw.resources = r.raw.resources;
-        lists.raw.templates = r.raw.templates;
+    let kinds = [
+        (caps.tools.is_some(), ListKind::Tools),
+        (caps.prompts.is_some(), ListKind::Prompts),
+        (caps.resources.is_some(), ListKind::Resources),
+    ];
+    for (_, kind) in kinds.into_iter().filter(|(has, _)| *has) {
+        let fresh = list_all(&running.conn, kind, &mut budget).await?;
+        lists.take_kind(kind, fresh);
     }
     Ok(lists)
 }
@@ -722,22 +714,7 @@ async fn watch(
                         slot.update(|s| {
                             if let Some(live) = &mut s.live {
                                 let mut lists = (*live.lists).clone();
-                                match kind {
-                                    ListKind::Tools => {
-                                        lists.tools = fresh.tools;
-                                        lists.raw.tools = fresh.raw.tools;
-                                    }
-                                    ListKind::Prompts => {
-                                        lists.prompts = fresh.prompts;
-                                        lists.raw.prompts = fresh.raw.prompts;
-                                    }
-                                    ListKind::Resources => {
-                                        lists.resources = fresh.resources;
-                                        lists.templates = fresh.templates;
-                                        lists.raw.resources = fresh.raw.resources;
-                                        lists.raw.templates = fresh.raw.templates;
-                                    }
-                                }
+                                lists.take_kind(kind, fresh);
                                 live.lists = Arc::new(lists);
                             }
                         });

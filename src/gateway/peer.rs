@@ -158,9 +158,11 @@ pub enum Kind<'a> {
     Request {
         id: &'a RawValue,
         method: &'a str,
+        params: Option<&'a RawValue>,
     },
     Notification {
         method: &'a str,
+        params: Option<&'a RawValue>,
     },
     Invalid(String),
 }
@@ -175,8 +177,15 @@ pub fn classify(line: &[u8]) -> Kind<'_> {
         Err(e) => Kind::Invalid(e.to_string()),
         Ok(env) if env.jsonrpc != "2.0" => Kind::Invalid("jsonrpc is not \"2.0\"".into()),
         Ok(env) => match (env.id, env.method) {
-            (Some(id), Some(method)) => Kind::Request { id, method },
-            (None, Some(method)) => Kind::Notification { method },
+            (Some(id), Some(method)) => Kind::Request {
+                id,
+                method,
+                params: env.params,
+            },
+            (None, Some(method)) => Kind::Notification {
+                method,
+                params: env.params,
+            },
             (Some(id), None) => match (env.result, env.error) {
                 (_, Some(e)) => Kind::Response { id, reply: Err(e) },
                 (Some(r), None) => Kind::Response { id, reply: Ok(r) },
@@ -438,12 +447,11 @@ impl super::tap::LineSink for Dispatch {
                     Err(e) => Reply::Error(e),
                 });
             }
-            Kind::Notification { method } => {
+            Kind::Notification { method, params } => {
                 if method == "notifications/progress" {
                     self.inbound.progress(line).await;
                     return;
                 }
-                let params = params_of(line);
                 if method == "notifications/cancelled" {
                     let id = params
                         .and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
@@ -455,7 +463,7 @@ impl super::tap::LineSink for Dispatch {
                 }
                 self.inbound.notification(method, params).await;
             }
-            Kind::Request { id, method } => {
+            Kind::Request { id, method, params } => {
                 let Ok(id) = serde_json::from_str::<RequestId>(id.get()) else {
                     tracing::debug!(server = %self.peer.server, "request with an unusable id ignored");
                     return;
@@ -464,13 +472,12 @@ impl super::tap::LineSink for Dispatch {
                 let ct = self.peer.closed.child_token();
                 self.peer.lock_inbound().insert(key.clone(), ct.clone());
                 let method = method.to_string();
-                let line = line.to_vec();
+                let params: Option<Box<RawValue>> = params.map(RawValue::to_owned);
                 let peer = self.peer.clone();
                 let inbound = self.inbound.clone();
                 tokio::spawn(async move {
-                    let params = params_of(&line);
                     let answer = inbound
-                        .request(&method, params, id.clone(), ct.clone())
+                        .request(&method, params.as_deref(), id.clone(), ct.clone())
                         .await;
                     peer.lock_inbound().remove(&key);
                     // A request the server cancelled (or a connection gone) gets no answer.
@@ -484,11 +491,6 @@ impl super::tap::LineSink for Dispatch {
             }
         }
     }
-}
-
-/// The raw `params` of a line already classified as a request or notification.
-fn params_of(line: &[u8]) -> Option<&RawValue> {
-    serde_json::from_slice::<Envelope<'_>>(line).ok()?.params
 }
 
 #[cfg(test)]
@@ -512,7 +514,8 @@ mod tests {
         assert!(matches!(
             classify(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#),
             Kind::Notification {
-                method: "notifications/tools/list_changed"
+                method: "notifications/tools/list_changed",
+                ..
             }
         ));
         assert!(matches!(classify(b"not json"), Kind::Invalid(_)));

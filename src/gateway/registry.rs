@@ -33,6 +33,29 @@ pub struct ServerLists {
     pub raw: RawItems,
 }
 
+impl ServerLists {
+    /// Takes `kind`'s lists (typed and raw) from `fresh`, a listing of that kind.
+    pub fn take_kind(&mut self, kind: super::downstream::ListKind, fresh: ServerLists) {
+        use super::downstream::ListKind;
+        match kind {
+            ListKind::Tools => {
+                self.tools = fresh.tools;
+                self.raw.tools = fresh.raw.tools;
+            }
+            ListKind::Prompts => {
+                self.prompts = fresh.prompts;
+                self.raw.prompts = fresh.raw.prompts;
+            }
+            ListKind::Resources => {
+                self.resources = fresh.resources;
+                self.templates = fresh.templates;
+                self.raw.resources = fresh.raw.resources;
+                self.raw.templates = fresh.raw.templates;
+            }
+        }
+    }
+}
+
 /// A JSON object as a server sent it (key order kept; numbers as written, within what
 /// `serde_json` keeps: `1` stays `1` and `1.0` stays `1.0`).
 pub type JsonObject = serde_json::Map<String, Value>;
