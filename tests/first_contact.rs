@@ -331,3 +331,66 @@ fn run_refuses_with_its_own_reason_where_namespaces_fail() {
     assert!(err.contains("cannot create its namespaces"), "{err}");
     assert!(err.contains("fix:"), "{err}");
 }
+
+/// A server that fails at start says why on stderr; the call that finds it down, and the log,
+/// carry its words (before, they said only "closed its connection before answering").
+#[test]
+fn a_server_that_dies_at_start_is_reported_with_its_own_words() {
+    let ws = Workspace::new();
+    let script = ws.path().join("bad.js");
+    std::fs::write(
+        &script,
+        "console.error('boom: API_KEY is not set'); process.exit(3);\n",
+    )
+    .unwrap();
+    let config = ws.config(
+        json!({"bad": {"command": "node", "args": [script]}}),
+        json!({"startupTimeout": 2}),
+    );
+    let mut serve = Serve::start(&ws, &config, &[], &[]);
+    serve.initialize();
+    let got = serve.call(2, "bad__anything", json!({}));
+    let (_, stderr) = serve.finish();
+    let said = got["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("boom: API_KEY is not set"),
+        "the agent is told the server's own reason: {got}"
+    );
+    assert!(
+        stderr.contains("last words on stderr: boom: API_KEY is not set"),
+        "{stderr}"
+    );
+}
+
+/// `palisade run -- node build/index.js` from the project directory: the script is found
+/// although the sandbox's working directory is not the caller's.
+#[test]
+fn run_finds_a_script_given_relative_to_the_callers_directory() {
+    let ws = Workspace::new();
+    let project = ws.path().join("project");
+    std::fs::create_dir_all(project.join("build")).unwrap();
+    std::fs::write(
+        project.join("build/index.js"),
+        "process.stdout.write('relative script ran\\n');\n",
+    )
+    .unwrap();
+    let out = Command::new(palisade())
+        .args([
+            "run",
+            "--sandbox-policy",
+            "warn",
+            "--",
+            "node",
+            "build/index.js",
+        ])
+        .current_dir(&project)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("relative script ran"),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -86,7 +86,17 @@ pub struct ProcessFaults {
     pub stdin: Arc<super::stdin_watch::StdinState>,
     /// How long the server may leave its stdin full while it sends requests.
     pub stall_limit: Duration,
+    /// The last lines the server wrote on stderr, for the reason a start failed (a missing
+    /// module, a bad flag: the server says why, and the user should see it).
+    stderr_tail: Mutex<std::collections::VecDeque<String>>,
+    /// Set when the stderr reader has finished (the process closed its stderr).
+    stderr_closed: std::sync::atomic::AtomicBool,
+    stderr_closed_set: Notify,
 }
+
+/// Lines of stderr kept for a failed start's reason, and bytes kept of each.
+const STDERR_TAIL_LINES: usize = 6;
+const STDERR_TAIL_LINE: usize = 300;
 
 impl ProcessFaults {
     pub fn new(server: &str, output_bytes_per_second: u64) -> ProcessFaults {
@@ -99,7 +109,59 @@ impl ProcessFaults {
             ended_set: Notify::new(),
             stdin: Arc::default(),
             stall_limit: DEFAULT_STALL_LIMIT,
+            stderr_tail: Mutex::default(),
+            stderr_closed: Default::default(),
+            stderr_closed_set: Notify::new(),
         }
+    }
+
+    /// Keeps one stderr line among the last few (blank lines are skipped).
+    pub fn note_stderr(&self, line: &str) {
+        let line = line.trim_end();
+        if line.trim().is_empty() {
+            return;
+        }
+        let mut cut = line.len().min(STDERR_TAIL_LINE);
+        while !line.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let mut tail = self
+            .stderr_tail
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if tail.len() == STDERR_TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(line[..cut].to_string());
+    }
+
+    /// The stderr reader is done.
+    pub fn stderr_closed(&self) {
+        self.stderr_closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.stderr_closed_set.notify_waiters();
+    }
+
+    /// The last stderr lines, joined, once the reader has read to the end (waiting at most
+    /// `wait`: a process that failed has closed its stderr, but the reader may lag).
+    pub async fn stderr_tail(&self, wait: Duration) -> Option<String> {
+        let closed = || {
+            self.stderr_closed
+                .load(std::sync::atomic::Ordering::Acquire)
+        };
+        if !closed() {
+            let notified = self.stderr_closed_set.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !closed() {
+                let _ = tokio::time::timeout(wait, notified).await;
+            }
+        }
+        let tail = self
+            .stderr_tail
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (!tail.is_empty()).then(|| tail.iter().cloned().collect::<Vec<_>>().join(" | "))
     }
 
     /// Sets how long the server may leave its stdin full while it sends requests.

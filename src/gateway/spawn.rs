@@ -247,6 +247,7 @@ async fn log_stderr(
     let mut logged = 0usize;
     let mut said_cap = false;
     let mut emit = |shown: &mut Vec<u8>, line_len: usize, logged: &mut usize| {
+        faults.note_stderr(&String::from_utf8_lossy(shown));
         if *logged < STDERR_CAP {
             *logged += line_len + 1;
             let text = String::from_utf8_lossy(shown);
@@ -291,12 +292,14 @@ async fn log_stderr(
         }
         reader.consume(len);
         if !faults.charge(len) {
+            faults.stderr_closed();
             return;
         }
     }
     if line_len > 0 {
         emit(&mut shown, line_len, &mut logged);
     }
+    faults.stderr_closed();
 }
 
 /// RFC 8089 `file://` URI for an absolute path, percent-encoding what a URI path cannot hold.

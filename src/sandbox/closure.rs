@@ -296,6 +296,17 @@ fn shebang_interpreter(script: &Path, lk: &Lookup<'_>) -> Option<PathBuf> {
     Some(interp)
 }
 
+/// The interpreter's script argument made absolute, when it was given relative to `cwd` (the
+/// caller's directory): the sandbox's working directory is not the caller's, so there a
+/// relative script would not be found (`palisade run -- node build/index.js` failed with
+/// "Cannot find module"). `None` when there is nothing to rewrite.
+pub fn absolute_script(program: &Path, args: &[String], cwd: &Path) -> Option<String> {
+    if Path::new(args.first()?).is_absolute() {
+        return None;
+    }
+    script_argument(program, args, cwd).map(|p| p.display().to_string())
+}
+
 /// The script an interpreter is asked to run: its first argument, when it is not an option
 /// and names an existing file.
 fn script_argument(program: &Path, args: &[String], cwd: &Path) -> Option<PathBuf> {
@@ -380,6 +391,34 @@ mod tests {
         let mut want = vec![base, venv];
         want.sort();
         assert_eq!(c, want);
+    }
+
+    #[test]
+    fn a_relative_script_is_made_absolute_and_nothing_else_is() {
+        let d = tempfile::tempdir().unwrap();
+        let node = d.path().join("bin/node");
+        exe(&node, "");
+        let script = d.path().join("proj/build/index.js");
+        exe(&script, "");
+        let proj = d.path().join("proj");
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            absolute_script(&node, &args(&["build/index.js", "x"]), &proj),
+            Some(script.display().to_string())
+        );
+        // Already absolute, an option, a file that is not there, a program that is no
+        // interpreter: left as written.
+        let abs = script.display().to_string();
+        assert_eq!(absolute_script(&node, &args(&[&abs]), &proj), None);
+        assert_eq!(absolute_script(&node, &args(&["--version"]), &proj), None);
+        assert_eq!(
+            absolute_script(&node, &args(&["build/none.js"]), &proj),
+            None
+        );
+        assert_eq!(
+            absolute_script(&script, &args(&["build/index.js"]), &proj),
+            None
+        );
     }
 
     #[test]

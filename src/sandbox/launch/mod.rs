@@ -59,6 +59,25 @@ pub fn prepare(req: &LaunchRequest) -> Result<Prepared, LaunchError> {
     prepare_with(req, &capabilities::probe(Depth::Full))
 }
 
+/// `req` with its interpreter's relative script argument made absolute (see
+/// `closure::absolute_script`).
+fn with_absolute_script<'a>(
+    req: Cow<'a, LaunchRequest>,
+    program: &std::path::Path,
+    cwd: &std::path::Path,
+) -> Cow<'a, LaunchRequest> {
+    match closure::absolute_script(program, &req.args, cwd) {
+        Some(abs) => {
+            let mut owned = req.into_owned();
+            if let Some(first) = owned.args.first_mut() {
+                *first = abs;
+            }
+            Cow::Owned(owned)
+        }
+        None => req,
+    }
+}
+
 /// `prepare` with capabilities probed by the caller.
 pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared, LaunchError> {
     if req.command.trim().is_empty() {
@@ -92,6 +111,7 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
 
     // The plan.
     let req: Cow<'_, LaunchRequest> = decide::with_egress_fallback(req);
+    let req = with_absolute_script(req, &program, &lookup_cwd);
     let (plan, enforcement) = match decide::decide(&req.name, resolution(&req, caps)) {
         Decision::Refuse(refused) => return Err(refused),
         Decision::Direct(enforcement) => {
