@@ -160,6 +160,9 @@ fn bench_audit(c: &mut Criterion) {
         approved_by_scope: None,
         kind: None,
         principal: None,
+        task_id: None,
+        task_status: None,
+        protocol: None,
     };
     c.bench_function("audit append+flush (redacted, chained)", |b| {
         b.iter(|| log.append(black_box(&rec)).unwrap())

@@ -39,6 +39,9 @@ fn record(i: u32, args: serde_json::Value) -> AuditRecord {
         approved_by_scope: None,
         kind: None,
         principal: None,
+        task_id: None,
+        task_status: None,
+        protocol: None,
     }
 }
 

@@ -20,6 +20,6 @@ pub mod verify;
 pub use log::{AuditError, AuditLog, AuditOptions};
 pub use record::{
     now_rfc3339, ApprovedRoot, AuditRecord, CallResult, EscalationResult, NetworkRefusal,
-    PolicyDecisionRecord, RecordKind, ResultStatus,
+    PolicyDecisionRecord, ProtocolVersions, RecordKind, ResultStatus,
 };
 pub use redact::Redaction;

@@ -59,6 +59,23 @@ pub struct AuditRecord {
     /// Whose call it is, behind the HTTP front (the bearer token's principal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// The task a task-augmented call created, or whose completion the record is (`kind`
+    /// `tasks/result`), as the agent knows its id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// The task's status then (`working` at creation; its final status at completion).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_status: Option<String>,
+    /// The protocol versions the call crossed: the agent's request and the server's session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<ProtocolVersions>,
+}
+
+/// The protocol version on each side of a relayed call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProtocolVersions {
+    pub agent: String,
+    pub server: String,
 }
 
 /// The kinds of record besides tool calls.
@@ -89,6 +106,9 @@ pub enum RecordKind {
     /// its definition changed since it was approved (`pins`).
     #[serde(rename = "tools/pin")]
     ToolPin,
+    /// A task's completion: its result fetched by the agent, or its final status seen.
+    #[serde(rename = "tasks/result")]
+    TaskResult,
 }
 
 impl RecordKind {
@@ -103,6 +123,7 @@ impl RecordKind {
             RecordKind::ResourcesUnsubscribe => "resources/unsubscribe",
             RecordKind::Completion => "completion/complete",
             RecordKind::ToolPin => "tools/list",
+            RecordKind::TaskResult => "tasks/result",
         }
     }
 }

@@ -61,6 +61,10 @@ pub struct DownstreamHandler {
     pub progress: Arc<ProgressMap<UpTarget>>,
     pub upstream: UpstreamLink,
     pub list_changed: mpsc::UnboundedSender<ListKind>,
+    /// The session's tasks: a task's status is relayed only for tasks created through us.
+    pub tasks: Arc<super::tasks::TaskTable>,
+    /// The server keeps its own names (and task ids) upstream.
+    pub unprefixed: bool,
     /// Sampling and elicitation: declared and relayed only as the server's `relay` allows.
     pub relay: super::relay::Relayer,
 }
@@ -101,6 +105,35 @@ impl DownstreamHandler {
         self.roots.mark_fetched(set.version);
         tracing::debug!(server = %self.server, "roots/list answered with v{}", set.version);
         ListRootsResult::new(set.mcp_roots())
+    }
+
+    /// A task's status, relayed under the id the agent knows; a status for a task not
+    /// created through this gateway is not relayed.
+    fn on_task_status(&self, params: Option<&RawValue>) {
+        let Some(Ok(mut v)) = params.map(|p| serde_json::from_str::<Value>(p.get())) else {
+            return;
+        };
+        let mut known = false;
+        super::tasks::rewrite_ids(&mut v, &mut |inner| {
+            let outer = super::tasks::outer_id(&self.server, self.unprefixed, inner);
+            let found = self.tasks.contains(&outer);
+            known |= found;
+            found.then_some(outer)
+        });
+        if !known {
+            tracing::debug!(server = %self.server, "status of a task not created here; not relayed");
+            return;
+        }
+        let size = v.to_string().len();
+        if let Some((peer, permit)) = self.upstream.for_relay(size) {
+            tokio::spawn(async move {
+                let note = rmcp::model::ServerNotification::CustomNotification(
+                    rmcp::model::CustomNotification::new("notifications/tasks/status", Some(v)),
+                );
+                let _ = peer.send_notification(note).await;
+                drop(permit);
+            });
+        }
     }
 
     fn on_logging_message(&self, mut params: LoggingMessageNotificationParam) {
@@ -197,6 +230,7 @@ impl Inbound for DownstreamHandler {
                         self.on_resource_updated(p);
                     }
                 }
+                "notifications/tasks/status" => self.on_task_status(params),
                 other => {
                     tracing::debug!(server = %self.server, "notification {other} not relayed")
                 }
@@ -247,6 +281,8 @@ pub struct Connection {
     pub peer: Arc<ServerPeer>,
     /// The server's answer to `initialize` (typed view).
     pub info: Arc<InitializeResult>,
+    /// The server's `capabilities.tasks`, as it sent it (rmcp's typed view has no field).
+    pub tasks: Option<Value>,
     pub progress: Arc<ProgressMap<UpTarget>>,
     /// The process's faults and end: a call the process left unanswered says why.
     pub faults: Arc<super::fault::ProcessFaults>,
@@ -290,6 +326,21 @@ impl Connection {
         progress_to: Option<UpTarget>,
         meta: Option<RequestMetaObject>,
     ) -> Result<Box<RawValue>, ForwardError> {
+        self.request_with_extra(request, timeout, cancel, progress_to, meta, &Map::new())
+            .await
+    }
+
+    /// As `request_with_meta`, adding `extra` to the params: fields of the agent's request
+    /// the typed view does not model (`task`), forwarded as sent; a typed field wins.
+    pub async fn request_with_extra(
+        &self,
+        request: ClientRequest,
+        timeout: Duration,
+        cancel: Option<&CancellationToken>,
+        progress_to: Option<UpTarget>,
+        meta: Option<RequestMetaObject>,
+        extra: &Map<String, Value>,
+    ) -> Result<Box<RawValue>, ForwardError> {
         let method = request.method().to_string();
         let mut params = match serde_json::to_value(&request) {
             Ok(Value::Object(mut m)) => match m.remove("params") {
@@ -298,6 +349,9 @@ impl Connection {
             },
             _ => Map::new(),
         };
+        for (k, v) in extra {
+            params.entry(k.clone()).or_insert_with(|| v.clone());
+        }
         if let Some(meta) = meta {
             if let Ok(Value::Object(extra)) = serde_json::to_value(meta) {
                 let entry = params

@@ -206,6 +206,9 @@ pub fn to_audit_record(rec: &CallRecord) -> AuditRecord {
         approved_by_scope: rec.approved_by_scope.clone(),
         kind: rec.kind,
         principal: rec.principal.clone(),
+        task_id: rec.task_id.clone(),
+        task_status: rec.task_status.clone(),
+        protocol: rec.protocol.clone(),
     }
 }
 

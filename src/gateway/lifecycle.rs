@@ -53,7 +53,16 @@ enum StartError {
     },
     #[error("shutting down")]
     Shutdown,
+    /// A failed handshake, with what the server said on stderr.
+    #[error("{error}; the server's last words on stderr: {tail}")]
+    Said {
+        error: Box<StartError>,
+        tail: String,
+    },
 }
+
+/// How long a failed start waits for the server's stderr to be read to its end.
+const STDERR_SETTLE: Duration = Duration::from_millis(500);
 
 /// A started server, owned by its supervisor.
 struct Running {
@@ -303,6 +312,8 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         progress: progress.clone(),
         upstream: shared.upstream.clone(),
         list_changed: list_tx,
+        tasks: shared.tasks.clone(),
+        unprefixed: slot.filters.unprefixed,
         relay: super::relay::Relayer {
             gate: slot.relay.clone(),
             upstream: shared.upstream.clone(),
@@ -328,8 +339,19 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
             return Err(StartError::Shutdown);
         }
     };
-    let info = match init {
-        Ok(info) => info,
+    let (info, tasks) = match init {
+        Ok(init) => init,
+        Err(e @ (StartError::Init(_) | StartError::InitTimeout(_))) => {
+            peer.close();
+            reap_now(&mut child, &slot.name).await;
+            return Err(match faults.stderr_tail(STDERR_SETTLE).await {
+                Some(tail) => StartError::Said {
+                    error: Box::new(e),
+                    tail,
+                },
+                None => e,
+            });
+        }
         Err(e) => {
             peer.close();
             reap_now(&mut child, &slot.name).await;
@@ -340,6 +362,7 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         server: slot.name.clone(),
         peer,
         info: Arc::new(info),
+        tasks,
         progress,
         faults: faults.clone(),
     };
@@ -399,7 +422,7 @@ async fn initialize(
     peer: &ServerPeer,
     params: &serde_json::Value,
     timeout: Duration,
-) -> Result<InitializeResult, StartError> {
+) -> Result<(InitializeResult, Option<serde_json::Value>), StartError> {
     let id = peer.next_id();
     let reply = peer
         .request(id, "initialize", Some(params), timeout, None)
@@ -416,8 +439,12 @@ async fn initialize(
     };
     let info: InitializeResult = serde_json::from_str(raw.get())
         .map_err(|e| StartError::Init(format!("its answer is not an initialize result ({e})")))?;
+    // rmcp's typed capabilities have no `tasks` (2025-11-25): read it from the raw answer.
+    let tasks = serde_json::from_str::<serde_json::Value>(raw.get())
+        .ok()
+        .and_then(|v| v.pointer("/capabilities/tasks").cloned());
     peer.notify("notifications/initialized", None).await;
-    Ok(info)
+    Ok((info, tasks))
 }
 
 /// The most one server's lists may hold, all kinds together (issue 23, finding 5: pages

@@ -17,6 +17,7 @@ pub mod blocked;
 pub mod downstream;
 pub mod engine;
 pub mod fault;
+pub mod front;
 pub mod http;
 pub mod lifecycle;
 pub mod network;
@@ -34,10 +35,13 @@ pub mod state;
 pub mod stdin_watch;
 pub mod stdio;
 pub mod tap;
+pub mod task_relay;
+pub mod tasks;
 pub mod upstream;
 pub mod upstream_frame;
 pub mod upstream_link;
 pub mod upstream_roots;
+pub mod versions;
 pub mod widen;
 
 use std::path::{Path, PathBuf};
@@ -45,8 +49,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::service::serve_server;
-use rmcp::transport::IntoTransport;
-use rmcp::RoleServer;
 use serde::Serialize;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -364,15 +366,19 @@ impl Gateway {
 
     /// Serves MCP over `transport` until the client disconnects or `shutdown_signal`
     /// completes; then stops every server. Use `tokio::io::duplex` halves for in-process use.
-    pub async fn serve<T, E, A>(
+    pub async fn serve<R, W>(
         self,
-        transport: T,
+        (reader, writer): (R, W),
         shutdown_signal: impl std::future::Future<Output = ()> + Send,
     ) -> Result<(), GatewayError>
     where
-        T: IntoTransport<RoleServer, E, A>,
-        E: std::error::Error + Send + Sync + 'static,
+        R: tokio::io::AsyncRead + Send + Unpin + 'static,
+        W: tokio::io::AsyncWrite + Send + Unpin + 'static,
     {
+        // The agent's messages are capped like rmcp caps them, but an over-long request is
+        // answered with an error instead of being dropped unanswered.
+        let reader = upstream_frame::LineCap::new(reader, tap::MAX_LINE);
+        let transport = front::start(reader, writer, self.shared.clone());
         let handler = upstream::RelayingService(upstream::Upstream {
             shared: self.shared.clone(),
         });
@@ -407,9 +413,6 @@ impl Gateway {
     /// Serves MCP on stdin/stdout until stdin reaches EOF or SIGINT/SIGTERM arrives.
     pub async fn serve_stdio(self) -> Result<(), GatewayError> {
         let (reader, writer) = stdio::upstream_stdio();
-        // The agent's messages are capped like rmcp caps them, but an over-long request is
-        // answered with an error instead of being dropped unanswered.
-        let reader = upstream_frame::LineCap::new(reader, tap::MAX_LINE);
         self.serve((reader, writer), termination()).await
     }
 

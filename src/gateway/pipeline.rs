@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use std::time::Instant;
 
 use serde_json::value::RawValue;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ContentBlock,
@@ -32,6 +32,7 @@ use super::stages::{
     request_id_string, Approval, ApprovalOutcome, CallInfo, CallOutcome, CallRecord, Decision,
 };
 use super::state::{Shared, Slot, Status};
+use super::tasks::TaskEntry;
 use super::{remembered, widen};
 use crate::approval::RememberScope;
 use crate::policy::PathArg;
@@ -45,6 +46,8 @@ pub const REMEMBERED: &str = "remembered";
 enum Answer {
     Result(CallToolResult),
     Error(ErrorData),
+    /// A task-augmented call's task handle (`{"task": {...}}`), as the server sent it.
+    Task(Value),
 }
 
 /// What a server answered a forwarded call: the typed view the stages read, and the result
@@ -82,9 +85,13 @@ fn result_json(answer: CallToolResult, received: Option<Received>) -> Value {
 }
 
 /// Runs one `tools/call` through every stage; the result is the JSON the agent is sent.
+///
+/// `extra` holds the request's params the typed view does not model (`task`, a field of a
+/// newer revision); they are forwarded as sent.
 pub async fn call_tool(
     shared: &Shared,
     params: CallToolRequestParams,
+    extra: &Map<String, Value>,
     ctx: RequestContext<RoleServer>,
 ) -> Result<Value, ErrorData> {
     let started = Instant::now();
@@ -153,7 +160,7 @@ pub async fn call_tool(
                 shared,
                 &slot,
                 &tool,
-                params,
+                (params, extra),
                 path_args.as_deref(),
                 approved,
                 decided,
@@ -176,6 +183,7 @@ pub async fn call_tool(
         enforcement,
         approved_roots,
         network_refusals,
+        server_protocol,
     } = run;
 
     // Stage 6: annotate sandbox-caused errors; network refusals first (they are certain).
@@ -186,6 +194,23 @@ pub async fn call_tool(
         slot.roots.options().home.as_deref(),
     );
     let answer = annotate(&slot, enforcement.as_ref(), &call_paths, answer);
+    // A task handle: the task is remembered under the id the agent will use.
+    let answer = match answer {
+        Answer::Task(handle) => {
+            let entry = TaskEntry {
+                server,
+                inner: String::new(),
+                tool: tool.clone(),
+                arguments: arguments.clone(),
+                decided: decided.clone(),
+                request_id: request_id_string(&ctx.id),
+                created: Instant::now(),
+                audited: false,
+            };
+            remember_task(shared, &slot, handle, entry)
+        }
+        other => other,
+    };
 
     // Stage 7: audit, before anything goes upstream.
     let record = CallRecord {
@@ -195,6 +220,12 @@ pub async fn call_tool(
         network_refusals,
         remembered_scope,
         approved_by_scope,
+        protocol: server_protocol.map(|server| crate::audit::ProtocolVersions {
+            agent: super::versions::agent_version(&ctx).unwrap_or_else(|| "unknown".into()),
+            server,
+        }),
+        task_id: task_field(&answer, "taskId"),
+        task_status: task_field(&answer, "status"),
         ..CallRecord::new(
             &slot.name,
             &tool,
@@ -212,14 +243,52 @@ pub async fn call_tool(
     match answer {
         Answer::Result(r) => Ok(result_json(r, received)),
         Answer::Error(e) => Err(e),
+        Answer::Task(handle) => Ok(handle),
     }
+}
+
+/// A field of a task handle's `task`, for the audit record.
+fn task_field(answer: &Answer, key: &str) -> Option<String> {
+    match answer {
+        Answer::Task(handle) => handle
+            .get("task")
+            .and_then(|t| t.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        _ => None,
+    }
+}
+
+/// Remembers the task a call created and gives the agent its namespaced id; a handle with
+/// no id, or one the table cannot take, becomes the call's error.
+fn remember_task(shared: &Shared, slot: &Slot, mut handle: Value, mut entry: TaskEntry) -> Answer {
+    let Some(inner) = handle
+        .pointer("/task/taskId")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
+        return Answer::Error(ErrorData::internal_error(
+            format!(
+                "server `{}` answered a task-augmented call without a task id",
+                slot.name
+            ),
+            None,
+        ));
+    };
+    let outer = super::tasks::outer_id(&slot.name, slot.filters.unprefixed, &inner);
+    entry.inner = inner;
+    if let Err(e) = shared.tasks.insert(outer.clone(), entry) {
+        return Answer::Error(ErrorData::internal_error(e.to_string(), None));
+    }
+    super::tasks::rewrite_ids(&mut handle, &mut |_| Some(outer.clone()));
+    Answer::Task(handle)
 }
 
 async fn forward(
     shared: &Shared,
     conn: &Connection,
     tool: &str,
-    mut params: CallToolRequestParams,
+    (mut params, extra): (CallToolRequestParams, &Map<String, Value>),
     ctx: &RequestContext<RoleServer>,
 ) -> (Answer, Option<Received>) {
     // The agent's progress token is mapped, not forwarded (rmcp sets its own downstream);
@@ -228,6 +297,7 @@ async fn forward(
     meta.0 .0.extend(ctx.meta.0 .0.clone());
     let up_token = meta.get_progress_token();
     meta.0 .0.remove("progressToken");
+    super::versions::strip_envelope(&mut meta.0 .0);
     params.name = Cow::Owned(tool.to_string());
     let progress_to = up_token.map(|token| UpTarget {
         peer: ctx.peer.clone(),
@@ -235,16 +305,27 @@ async fn forward(
     });
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let with_meta = (!meta.0 .0.is_empty()).then_some(meta);
+    let asks_task = extra.contains_key("task");
     match conn
-        .request_with_meta(
+        .request_with_extra(
             request,
             shared.limits.call_timeout,
             Some(&ctx.ct),
             progress_to,
             with_meta,
+            extra,
         )
         .await
     {
+        Ok(raw) if asks_task && is_task_handle(&raw) => {
+            match serde_json::from_str::<Value>(raw.get()) {
+                Ok(handle) => (Answer::Task(handle), None),
+                Err(e) => (
+                    Answer::Error(ErrorData::internal_error(e.to_string(), None)),
+                    None,
+                ),
+            }
+        }
         Ok(raw) => {
             match super::downstream::parse::<CallToolResult>(&conn.server, "tools/call", &raw) {
                 Ok(view) => (Answer::Result(view.clone()), Some(Received { view, raw })),
@@ -260,6 +341,16 @@ async fn forward(
             None,
         ),
     }
+}
+
+/// Whether a result is a task handle (`{"task": {"taskId": ...}}`) rather than a tool result.
+fn is_task_handle(raw: &RawValue) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe<'a> {
+        #[serde(borrow)]
+        task: Option<&'a RawValue>,
+    }
+    serde_json::from_str::<Probe>(raw.get()).is_ok_and(|p| p.task.is_some())
 }
 
 /// What the approval stage decided for one call.
@@ -372,6 +463,8 @@ struct Forwarded {
     enforcement: Option<Enforcement>,
     approved_roots: Vec<(std::path::PathBuf, crate::sandbox::spec::Access)>,
     network_refusals: Vec<crate::egress::RefusalEvent>,
+    /// The server's session version, when the call reached it.
+    server_protocol: Option<String>,
 }
 
 impl Forwarded {
@@ -388,6 +481,7 @@ impl Forwarded {
             enforcement,
             approved_roots: Vec::new(),
             network_refusals: Vec::new(),
+            server_protocol: None,
         }
     }
 }
@@ -403,7 +497,7 @@ async fn widen_and_forward(
     shared: &Shared,
     slot: &Slot,
     tool: &str,
-    params: CallToolRequestParams,
+    params: (CallToolRequestParams, &Map<String, Value>),
     path_args: Option<&[PathArg<'_>]>,
     approved: bool,
     decided: super::stages::PolicyVerdict,
@@ -418,6 +512,7 @@ async fn widen_and_forward(
         enforcement: slot.snapshot().enforcement,
         approved_roots: Vec::new(),
         network_refusals: Vec::new(),
+        server_protocol: None,
     };
     let gate = if approved {
         widen::for_approved(slot, path_args.unwrap_or(&[]), cwd)
@@ -454,6 +549,7 @@ async fn widen_and_forward(
         .as_ref()
         .filter(|_| slot.egress_allowed())
         .map(|p| p.subscribe());
+    out.server_protocol = Some(conn.info.protocol_version.as_str().to_string());
     let (answer, received) = forward(shared, &conn, tool, params, ctx).await;
     if let Some(rx) = events.as_mut() {
         out.network_refusals = super::network::drain(rx, &slot.name);
@@ -644,6 +740,8 @@ fn mark_refusals(refusals: &[crate::egress::RefusalEvent], answer: Answer) -> An
             r.content.push(ContentBlock::text(text));
             Answer::Result(r)
         }
+        // A task has not run yet: its refusals are reported with its result.
+        task @ Answer::Task(_) => task,
     }
 }
 
@@ -758,6 +856,7 @@ fn outcome_of(answer: &Answer, refused: bool) -> CallOutcome {
             }
         }
         Answer::Result(_) => CallOutcome::Success,
+        Answer::Task(_) => CallOutcome::Success,
         Answer::Error(e) => CallOutcome::Error {
             error: e.message.to_string(),
         },
@@ -797,5 +896,6 @@ fn first_text(content: &[ContentBlock]) -> String {
 pub fn forwarded_meta(ctx: &RequestContext<RoleServer>) -> Option<RequestMetaObject> {
     let mut meta = ctx.meta.clone();
     meta.0 .0.remove("progressToken");
+    super::versions::strip_envelope(&mut meta.0 .0);
     (!meta.0 .0.is_empty()).then_some(meta)
 }

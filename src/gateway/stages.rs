@@ -235,6 +235,15 @@ pub struct CallRecord {
     /// Whose call it is, behind the HTTP front (the token's principal); `None` over stdio.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// The task a task-augmented call created, or whose completion this record is (the id
+    /// the agent knows), and its status then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_status: Option<String>,
+    /// The versions on each side, when the call reached a server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<crate::audit::ProtocolVersions>,
 }
 
 impl CallRecord {
@@ -266,6 +275,9 @@ impl CallRecord {
             approved_by_scope: None,
             kind: None,
             principal: None,
+            task_id: None,
+            task_status: None,
+            protocol: None,
         }
     }
 

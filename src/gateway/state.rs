@@ -247,6 +247,8 @@ pub struct Shared {
     pub calls: tokio_util::task::TaskTracker,
     /// The pins file's gate, when one is configured (`--pins`).
     pub pins: Option<Arc<super::pinning::PinGate>>,
+    /// Tasks created through this gateway, by the id the agent knows (`tasks.rs`).
+    pub tasks: Arc<super::tasks::TaskTable>,
     /// Serialises catalog rebuilds: each reviews pins (file I/O) outside the catalog lock,
     /// and an older view must never be installed over a newer one.
     refresh: tokio::sync::Mutex<()>,
@@ -281,6 +283,7 @@ impl Shared {
             remembered: Default::default(),
             calls: tokio_util::task::TaskTracker::new(),
             pins: None,
+            tasks: Arc::default(),
             refresh: tokio::sync::Mutex::new(()),
         }
     }

@@ -365,7 +365,7 @@ impl ServerHandler for Upstream {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&PROTOCOL))
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
     }
 
     async fn initialize(
@@ -429,7 +429,8 @@ impl ServerHandler for Upstream {
     ) -> Result<CallToolResponse, ErrorData> {
         // Counted while it runs: shutdown waits for it so that its audit record is written.
         let _in_flight = self.shared.calls.token();
-        let result = pipeline::call_tool(&self.shared, request, context).await?;
+        let result =
+            pipeline::call_tool(&self.shared, request, &Default::default(), context).await?;
         serde_json::from_value(result)
             .map(CallToolResponse::Complete)
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))
@@ -561,19 +562,60 @@ impl ServerHandler for Upstream {
 pub struct RelayingService(pub Upstream);
 
 /// A list result of the catalog (`{"tools": [...]}`…), or an empty one under `key`.
-fn list_result(v: &Value, key: &str) -> ServerResult {
-    let v = if v.is_null() {
+fn list_result(v: &Value, key: &str) -> Value {
+    if v.is_null() {
         serde_json::json!({ key: [] })
     } else {
         v.clone()
-    };
-    ServerResult::CustomResult(CustomResult(v))
+    }
 }
 
-fn relayed(raw: &RawValue) -> Result<ServerResult, ErrorData> {
+fn relayed(raw: &RawValue) -> Result<Value, ErrorData> {
     serde_json::from_str::<Value>(raw.get())
-        .map(|v| ServerResult::CustomResult(CustomResult(v)))
         .map_err(|e| ErrorData::internal_error(format!("unreadable result: {e}"), None))
+}
+
+impl RelayingService {
+    /// The answer to a request Palisade relays, or `None` when `Upstream` answers it.
+    async fn relay(
+        &self,
+        request: ClientRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<Result<Value, ErrorData>, (ClientRequest, RequestContext<RoleServer>)> {
+        let up = &self.0;
+        let catalog = || up.shared.catalog();
+        Ok(match request {
+            ClientRequest::ListToolsRequest(_) => Ok(list_result(&catalog().tools_result, "tools")),
+            ClientRequest::ListPromptsRequest(_) => {
+                Ok(list_result(&catalog().prompts_result, "prompts"))
+            }
+            ClientRequest::ListResourcesRequest(_) => {
+                Ok(list_result(&catalog().resources_result, "resources"))
+            }
+            ClientRequest::ListResourceTemplatesRequest(_) => Ok(list_result(
+                &catalog().templates_result,
+                "resourceTemplates",
+            )),
+            ClientRequest::CallToolRequest(r) => {
+                // Counted while it runs: shutdown waits for it so its audit record is written.
+                let _in_flight = up.shared.calls.token();
+                pipeline::call_tool(&up.shared, r.params, &Default::default(), context).await
+            }
+            ClientRequest::GetPromptRequest(r) => up
+                .get_prompt_raw(r.params, &context)
+                .await
+                .and_then(|raw| relayed(&raw)),
+            ClientRequest::ReadResourceRequest(r) => up
+                .read_resource_raw(r.params, &context)
+                .await
+                .and_then(|raw| relayed(&raw)),
+            ClientRequest::CompleteRequest(r) => up
+                .complete_raw(r.params, &context)
+                .await
+                .and_then(|raw| relayed(&raw)),
+            other => return Err((other, context)),
+        })
+    }
 }
 
 impl Service<RoleServer> for RelayingService {
@@ -583,38 +625,27 @@ impl Service<RoleServer> for RelayingService {
         context: RequestContext<RoleServer>,
     ) -> Result<ServerResult, ErrorData> {
         let up = &self.0;
-        match request {
-            ClientRequest::ListToolsRequest(_) => {
-                Ok(list_result(&up.shared.catalog().tools_result, "tools"))
+        // A 2026-07-28 session starts with no `initialize`: its first request brings the
+        // agent's side of the connection.
+        if up.shared.upstream.get().is_none() {
+            up.shared.upstream.set(context.peer.clone());
+        }
+        let method = request.method().to_string();
+        let modern = super::versions::is_modern(&context.meta);
+        if modern {
+            super::versions::check_envelope(&context.meta)?;
+        }
+        match self.relay(request, context).await {
+            Ok(answer) => {
+                let mut v = answer?;
+                if modern {
+                    super::versions::stamp_result(&method, &mut v);
+                }
+                Ok(ServerResult::CustomResult(CustomResult(v)))
             }
-            ClientRequest::ListPromptsRequest(_) => {
-                Ok(list_result(&up.shared.catalog().prompts_result, "prompts"))
+            Err((other, context)) => {
+                <Upstream as Service<RoleServer>>::handle_request(up, other, context).await
             }
-            ClientRequest::ListResourcesRequest(_) => Ok(list_result(
-                &up.shared.catalog().resources_result,
-                "resources",
-            )),
-            ClientRequest::ListResourceTemplatesRequest(_) => Ok(list_result(
-                &up.shared.catalog().templates_result,
-                "resourceTemplates",
-            )),
-            ClientRequest::CallToolRequest(r) => {
-                // Counted while it runs: shutdown waits for it so its audit record is written.
-                let _in_flight = up.shared.calls.token();
-                pipeline::call_tool(&up.shared, r.params, context)
-                    .await
-                    .map(|v| ServerResult::CustomResult(CustomResult(v)))
-            }
-            ClientRequest::GetPromptRequest(r) => {
-                relayed(&up.get_prompt_raw(r.params, &context).await?)
-            }
-            ClientRequest::ReadResourceRequest(r) => {
-                relayed(&up.read_resource_raw(r.params, &context).await?)
-            }
-            ClientRequest::CompleteRequest(r) => {
-                relayed(&up.complete_raw(r.params, &context).await?)
-            }
-            other => <Upstream as Service<RoleServer>>::handle_request(up, other, context).await,
         }
     }
 

@@ -1,0 +1,243 @@
+//! The agent's `tasks/get`, `tasks/result`, `tasks/cancel` and `tasks/list`: each routed to
+//! the server that owns the task (by the table in `tasks.rs`), with the task id the server
+//! knows, and answered with the id the agent knows. The task's completion (its result
+//! fetched, or a final status seen) is audited once, with the decision that let the call
+//! through and the task's final status.
+//!
+//! Never: forward a request for a task not created through this gateway; let a server's
+//! `tasks/list` show the agent tasks it did not create here.
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use rmcp::model::ErrorData;
+use rmcp::service::RequestContext;
+use rmcp::RoleServer;
+
+use super::downstream::{Connection, ForwardError};
+use super::pipeline::forwarded_meta;
+use super::stages::{CallOutcome, CallRecord};
+use super::state::Shared;
+use super::tasks::{self, TaskEntry};
+
+/// The `tasks/*` methods this module answers.
+pub const METHODS: [&str; 4] = ["tasks/get", "tasks/result", "tasks/cancel", "tasks/list"];
+
+/// Answers one `tasks/*` request; the result is the JSON the agent is sent.
+pub async fn handle(
+    shared: &Shared,
+    method: &str,
+    params: Option<&RawValue>,
+    ctx: &RequestContext<RoleServer>,
+) -> Result<Value, ErrorData> {
+    let mut params = match params.map(|p| serde_json::from_str::<Map<String, Value>>(p.get())) {
+        None => Map::new(),
+        Some(Ok(p)) => p,
+        Some(Err(e)) => {
+            return Err(ErrorData::invalid_params(
+                format!("{method}: params are not an object ({e})"),
+                None,
+            ))
+        }
+    };
+    if method == "tasks/list" {
+        return list(shared, ctx).await;
+    }
+    let outer = tasks::requested_id(&params)
+        .ok_or_else(|| ErrorData::invalid_params(format!("{method}: `taskId` is missing"), None))?
+        .to_string();
+    let entry = shared.tasks.get(&outer).ok_or_else(|| {
+        ErrorData::invalid_params(
+            format!("{method}: unknown task `{outer}` (only tasks created through this gateway can be reached)"),
+            None,
+        )
+    })?;
+    let conn = connection(shared, entry.server)?;
+    params.insert("taskId".into(), Value::String(entry.inner.clone()));
+    params.remove("_meta");
+    if let Some(meta) = forwarded_meta(ctx) {
+        if let Ok(m) = serde_json::to_value(meta) {
+            params.insert("_meta".into(), m);
+        }
+    }
+    // `tasks/result` waits for the task to finish: as long as a call may take.
+    let answer = conn
+        .send(
+            method,
+            params,
+            shared.limits.call_timeout,
+            Some(&ctx.ct),
+            None,
+        )
+        .await;
+    let server = conn.server.clone();
+    let versions = crate::audit::ProtocolVersions {
+        agent: super::versions::agent_version(ctx).unwrap_or_else(|| "unknown".into()),
+        server: conn.info.protocol_version.as_str().to_string(),
+    };
+    let unprefixed = shared.slots[entry.server].filters.unprefixed;
+    let mut rename =
+        |inner: &str| (inner == entry.inner).then(|| tasks::outer_id(&server, unprefixed, inner));
+    match answer {
+        Ok(raw) => {
+            let mut v: Value = serde_json::from_str(raw.get()).map_err(|e| {
+                ErrorData::internal_error(format!("unreadable answer from `{server}`: {e}"), None)
+            })?;
+            tasks::rewrite_ids(&mut v, &mut rename);
+            match method {
+                "tasks/result" => {
+                    let outcome = result_outcome(&v);
+                    audit_completion(shared, (&outer, &entry, &versions), "completed", outcome)?;
+                }
+                _ => {
+                    if let Some(status) = tasks::status_of(&v).filter(|s| tasks::is_terminal(s)) {
+                        if status != "completed" {
+                            let status = status.to_string();
+                            let outcome = CallOutcome::Error {
+                                error: format!("the task ended {status}"),
+                            };
+                            audit_completion(
+                                shared,
+                                (&outer, &entry, &versions),
+                                &status,
+                                outcome,
+                            )?;
+                        }
+                    }
+                }
+            }
+            Ok(v)
+        }
+        Err(ForwardError::Server(e)) => {
+            if method == "tasks/result" {
+                let outcome = CallOutcome::Error {
+                    error: e.message.to_string(),
+                };
+                audit_completion(shared, (&outer, &entry, &versions), "failed", outcome)?;
+            }
+            Err(e)
+        }
+        Err(e) => Err(ErrorData::internal_error(e.to_string(), None)),
+    }
+}
+
+/// Every server's tasks that were created here, under the ids the agent knows. A server
+/// that fails to answer is left out (and logged); the agent still sees the others'.
+async fn list(shared: &Shared, ctx: &RequestContext<RoleServer>) -> Result<Value, ErrorData> {
+    let mut all = Vec::new();
+    for (idx, slot) in shared.slots.iter().enumerate() {
+        let Some(live) = slot.snapshot().live else {
+            continue;
+        };
+        let lists = live
+            .conn
+            .tasks
+            .as_ref()
+            .is_some_and(|c| c.get("list").is_some());
+        if !lists {
+            continue;
+        }
+        let answer = live
+            .conn
+            .send(
+                "tasks/list",
+                Map::new(),
+                shared.limits.call_timeout,
+                Some(&ctx.ct),
+                None,
+            )
+            .await;
+        let mut v: Value = match answer.map(|raw| serde_json::from_str(raw.get())) {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                tracing::warn!(server = %slot.name, "unreadable tasks/list answer: {e}");
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(server = %slot.name, "tasks/list failed: {e}");
+                continue;
+            }
+        };
+        let Some(Value::Array(items)) = v.get_mut("tasks").map(std::mem::take) else {
+            continue;
+        };
+        for mut item in items {
+            let mut known = false;
+            tasks::rewrite_ids(&mut item, &mut |inner| {
+                let outer = tasks::outer_id(&slot.name, slot.filters.unprefixed, inner);
+                let found = shared
+                    .tasks
+                    .get(&outer)
+                    .is_some_and(|e: TaskEntry| e.server == idx);
+                known |= found;
+                found.then_some(outer)
+            });
+            if known {
+                all.push(item);
+            }
+        }
+    }
+    Ok(serde_json::json!({ "tasks": all }))
+}
+
+fn connection(shared: &Shared, idx: usize) -> Result<Connection, ErrorData> {
+    let slot = &shared.slots[idx];
+    let snap = slot.snapshot();
+    match snap.live {
+        Some(live) => Ok(live.conn.clone()),
+        None => Err(super::pipeline::not_running(&slot.name, &snap.status)),
+    }
+}
+
+/// How a fetched task result ended, for the audit record.
+fn result_outcome(v: &Value) -> CallOutcome {
+    if v.get("isError").and_then(Value::as_bool) == Some(true) {
+        let text = v
+            .pointer("/content/0/text")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        CallOutcome::Error {
+            error: text.to_string(),
+        }
+    } else {
+        CallOutcome::Success
+    }
+}
+
+/// Writes the task's completion record, once; an audit failure fails the request.
+fn audit_completion(
+    shared: &Shared,
+    (outer, entry, versions): (&str, &TaskEntry, &crate::audit::ProtocolVersions),
+    status: &str,
+    outcome: CallOutcome,
+) -> Result<(), ErrorData> {
+    if !shared.tasks.finish(outer) {
+        return Ok(());
+    }
+    let slot = &shared.slots[entry.server];
+    let arguments = entry.arguments.clone();
+    let record = CallRecord {
+        kind: Some(crate::audit::RecordKind::TaskResult),
+        duration_ms: entry.created.elapsed().as_millis() as u64,
+        task_id: Some(outer.to_string()),
+        task_status: Some(status.to_string()),
+        protocol: Some(versions.clone()),
+        ..CallRecord::new(
+            &slot.name,
+            &entry.tool,
+            // The creating call's id: the two records of one task share it.
+            entry.request_id.clone(),
+            arguments,
+            entry.decided.clone(),
+            outcome,
+        )
+        .enforced(slot.snapshot().enforcement)
+    };
+    shared.stages.audit.record(&record).map_err(|e| {
+        tracing::error!(server = %slot.name, "audit write failed: {e}");
+        ErrorData::internal_error(
+            format!("the task's result was not delivered because the audit log could not be written ({e}); palisade fails closed"),
+            None,
+        )
+    })
+}

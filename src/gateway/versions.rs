@@ -1,0 +1,158 @@
+//! Protocol versions on the two sides, and the bridge between them.
+//!
+//! Upstream, the agent speaks 2025-11-25 or older through `initialize`, or 2026-07-28 with no
+//! handshake (each request carries its version, client info and capabilities in `_meta`).
+//! Downstream, every server is spoken to in 2025-11-25: a 2026-07-28 server cannot ask for
+//! roots outside a client request, and roots are how Palisade tells a server its directories.
+//!
+//! The bridge, for a 2026-07-28 request: the request envelope's `_meta` keys stay with the
+//! gateway (a 2025-11-25 server would read them as its own session's), and the server's
+//! result gets what 2026-07-28 requires of every result: `resultType: "complete"`, and on
+//! cacheable results (lists, `resources/read`) the most conservative cache hints (`ttlMs: 0`,
+//! `cacheScope: "private"`; the gateway's lists change whenever a server's do). Hints a
+//! result already has are kept.
+//!
+//! Pure: no I/O.
+
+use rmcp::model::{ErrorData, ProtocolVersion, RequestMetaObject};
+use serde_json::{Map, Value};
+
+/// The version Palisade speaks to every server.
+pub const DOWNSTREAM: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// The `_meta` keys of a 2026-07-28 request envelope: the agent's, never forwarded.
+pub const ENVELOPE_KEYS: [&str; 4] = [
+    "io.modelcontextprotocol/protocolVersion",
+    "io.modelcontextprotocol/clientInfo",
+    "io.modelcontextprotocol/clientCapabilities",
+    "io.modelcontextprotocol/logLevel",
+];
+
+/// Results a 2026-07-28 client may cache, and so must carry cache hints.
+const CACHEABLE: [&str; 5] = [
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
+/// Whether a request declares 2026-07-28 (or later) in its own `_meta`.
+pub fn is_modern(meta: &RequestMetaObject) -> bool {
+    meta.protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+/// A 2026-07-28 request must carry its whole envelope; the error names what is missing.
+/// (rmcp checks this for the requests it answers; Palisade checks the ones it relays.)
+pub fn check_envelope(meta: &RequestMetaObject) -> Result<(), ErrorData> {
+    if !is_modern(meta) {
+        return Ok(());
+    }
+    let missing = meta.missing_required_keys(&ProtocolVersion::V_2026_07_28);
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(ErrorData::invalid_params(
+            format!(
+                "request _meta is missing or has malformed required fields: {}",
+                missing.join(", ")
+            ),
+            None,
+        ))
+    }
+}
+
+/// Removes the agent's envelope keys from `_meta` bound for a server.
+pub fn strip_envelope(meta: &mut Map<String, Value>) {
+    for key in ENVELOPE_KEYS {
+        meta.remove(key);
+    }
+}
+
+/// Adds what a 2026-07-28 result of `method` must carry, keeping what it has.
+pub fn stamp_result(method: &str, result: &mut Value) {
+    let Value::Object(obj) = result else {
+        return;
+    };
+    // A task handle's discriminator is the server's to give: it is left alone.
+    if !obj.contains_key("task") {
+        obj.entry("resultType")
+            .or_insert_with(|| Value::String("complete".into()));
+    }
+    if CACHEABLE.contains(&method) {
+        obj.entry("ttlMs").or_insert_with(|| Value::from(0));
+        obj.entry("cacheScope")
+            .or_insert_with(|| Value::String("private".into()));
+    }
+}
+
+/// The version a request was made in, for the audit record: its own `_meta`'s, else the
+/// session's.
+pub fn agent_version(ctx: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Option<String> {
+    ctx.protocol_version().map(|v| v.as_str().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn meta(v: Value) -> RequestMetaObject {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn modern() -> Value {
+        json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "c", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "progressToken": 3
+        })
+    }
+
+    #[test]
+    fn a_modern_request_is_known_by_its_own_meta() {
+        assert!(is_modern(&meta(modern())));
+        assert!(!is_modern(&meta(json!({"progressToken": 1}))));
+        assert!(!is_modern(&meta(
+            json!({"io.modelcontextprotocol/protocolVersion": "2025-11-25"})
+        )));
+    }
+
+    #[test]
+    fn an_incomplete_envelope_is_refused_and_a_legacy_request_needs_none() {
+        assert!(check_envelope(&meta(modern())).is_ok());
+        let e = check_envelope(&meta(
+            json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"}),
+        ))
+        .unwrap_err();
+        assert!(e.message.contains("clientCapabilities"), "{}", e.message);
+        assert!(check_envelope(&meta(json!({}))).is_ok());
+    }
+
+    #[test]
+    fn the_envelope_stays_with_the_gateway() {
+        let Value::Object(mut m) = modern() else {
+            unreachable!()
+        };
+        strip_envelope(&mut m);
+        assert_eq!(Value::Object(m), json!({"progressToken": 3}));
+    }
+
+    #[test]
+    fn results_get_what_2026_requires_and_keep_what_they_have() {
+        let mut list = json!({"tools": [], "ttlMs": 5000});
+        stamp_result("tools/list", &mut list);
+        assert_eq!(
+            list,
+            json!({"tools": [], "ttlMs": 5000, "resultType": "complete", "cacheScope": "private"})
+        );
+        let mut call = json!({"content": [], "resultType": "input_required"});
+        stamp_result("tools/call", &mut call);
+        assert_eq!(call, json!({"content": [], "resultType": "input_required"}));
+        let mut task = json!({"task": {"taskId": "t"}});
+        stamp_result("tools/call", &mut task);
+        assert_eq!(task, json!({"task": {"taskId": "t"}}));
+    }
+}

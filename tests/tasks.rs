@@ -1,0 +1,189 @@
+//! Tasks through the gateway (MCP 2025-11-25), against the real server-everything from npm:
+//! its `simulate-research-query` requires a task (`execution.taskSupport: "required"`). A
+//! raw line client plays the agent, so every assertion is about the JSON a client receives.
+//!
+//! Proven: the task-augmented call is policed and audited at creation, its id is namespaced,
+//! `tasks/get`, `tasks/list` and `tasks/result` reach the server that owns the task, the
+//! completion is audited with the task's final status, and requests for tasks not created
+//! through the gateway are refused.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use serde_json::{json, Value};
+use support::raw::Serve;
+use support::{audit_records, node_server, write_policy, Workspace};
+
+const TOOL: &str = "everything__simulate-research-query";
+
+fn everything() -> Value {
+    json!({"everything": {"command": "node", "args": [node_server("server-everything"), "stdio"]}})
+}
+
+/// Polls `tasks/get` until the task's status is final; bounded (a hang guard, not a timing
+/// assertion: the task takes about four seconds).
+fn wait_final(serve: &mut Serve, id: &mut u64, task: &str) -> Value {
+    for _ in 0..240 {
+        *id += 1;
+        let got = serve.request(*id, "tasks/get", json!({"taskId": task}));
+        let status = got["result"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(got["result"]["taskId"], task, "{got}");
+        if ["completed", "failed", "cancelled"].contains(&status.as_str()) {
+            return got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    panic!("task {task} never finished");
+}
+
+#[test]
+fn a_tool_that_requires_a_task_works_through_palisade() {
+    let ws = Workspace::new();
+    let config = ws.config(everything(), json!({}));
+    let mut serve = Serve::start(&ws, &config, &[], &[]);
+    let init = serve.initialize();
+    assert_eq!(
+        init["result"]["capabilities"]["tasks"]["requests"]["tools"]["call"],
+        json!({}),
+        "the gateway declares what its server offers: {init}"
+    );
+
+    // Control: without `task` the server refuses the call, so a gateway that dropped the
+    // field (as it did before) could not create the task below.
+    let plain = serve.call(2, TOOL, json!({"topic": "sandboxes"}));
+    let refused = plain.get("error").is_some() || plain["result"]["isError"] == true;
+    assert!(
+        refused,
+        "a plain call to a task-only tool must fail: {plain}"
+    );
+
+    let created = serve.request(
+        3,
+        "tools/call",
+        json!({"name": TOOL, "arguments": {"topic": "sandboxes"}, "task": {"ttl": 60000}}),
+    );
+    let task = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task handle: {created}"))
+        .to_string();
+    assert!(task.starts_with("everything__"), "namespaced id: {task}");
+
+    let mut id = 10;
+    let done = wait_final(&mut serve, &mut id, &task);
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+
+    id += 1;
+    let listed = serve.request(id, "tasks/list", json!({}));
+    let ids: Vec<&str> = listed["result"]["tasks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no task list: {listed}"))
+        .iter()
+        .filter_map(|t| t["taskId"].as_str())
+        .collect();
+    assert_eq!(ids, [task.as_str()], "{listed}");
+
+    id += 1;
+    let result = serve.request(id, "tasks/result", json!({"taskId": task}));
+    let text = support::raw::text_of(&result);
+    assert!(
+        text.contains("Research Report: sandboxes"),
+        "the server's own result: {result}"
+    );
+    assert_eq!(
+        result["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], task,
+        "the related-task id is the one the agent knows: {result}"
+    );
+
+    // Only tasks created through the gateway are reachable: not the server's own id, not a
+    // made-up one.
+    let inner = task.trim_start_matches("everything__");
+    for (n, other) in [inner, "everything__no-such-task"].into_iter().enumerate() {
+        let got = serve.request(100 + n as u64, "tasks/get", json!({"taskId": other}));
+        assert_eq!(got["error"]["code"], -32602, "{got}");
+        assert!(
+            got["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("unknown task"),
+            "{got}"
+        );
+    }
+
+    let (status, _) = serve.finish();
+    assert!(status.success());
+    let records = audit_records(&ws);
+    let creation = records
+        .iter()
+        .find(|r| r["toolName"] == "simulate-research-query" && r["taskId"] == task.as_str())
+        .unwrap_or_else(|| panic!("no creation record: {records:?}"));
+    assert!(creation.get("kind").is_none(), "{creation}");
+    assert_eq!(creation["taskStatus"], "working", "{creation}");
+    assert_eq!(creation["result"]["status"], "success", "{creation}");
+    let completion = records
+        .iter()
+        .find(|r| r["kind"] == "tasks/result")
+        .unwrap_or_else(|| panic!("no completion record: {records:?}"));
+    assert_eq!(completion["taskId"], task.as_str(), "{completion}");
+    assert_eq!(completion["taskStatus"], "completed", "{completion}");
+    assert_eq!(
+        completion["requestId"], creation["requestId"],
+        "{completion}"
+    );
+    assert_eq!(
+        completion["arguments"]["topic"], "sandboxes",
+        "{completion}"
+    );
+    let completions = records
+        .iter()
+        .filter(|r| r["kind"] == "tasks/result")
+        .count();
+    assert_eq!(
+        completions, 1,
+        "one completion record per task: {records:?}"
+    );
+}
+
+#[test]
+fn a_denied_task_call_creates_no_task_and_is_audited() {
+    let ws = Workspace::new();
+    let policy = ws.path().join("policy.json");
+    write_policy(
+        &policy,
+        json!([
+            {"name": "no-research", "description": "d", "principle": "test",
+             "if": {"server": ["everything"], "tool": ["simulate-research-query"]},
+             "then": "deny", "reason": "research is not allowed here"},
+            {"name": "rest", "description": "d", "principle": "test", "if": {}, "then": "allow",
+             "reason": "everything else"}
+        ]),
+    );
+    let config = ws.config(everything(), json!({"policy": policy}));
+    let mut serve = Serve::start(&ws, &config, &[], &[]);
+    serve.initialize();
+    let got = serve.request(
+        2,
+        "tools/call",
+        json!({"name": TOOL, "arguments": {"topic": "x"}, "task": {"ttl": 60000}}),
+    );
+    assert!(
+        got["result"].get("task").is_none(),
+        "no task may be created: {got}"
+    );
+    assert_eq!(got["result"]["isError"], true, "{got}");
+    assert!(support::raw::text_of(&got).contains("DENIED"), "{got}");
+    let listed = serve.request(3, "tasks/list", json!({}));
+    assert_eq!(listed["result"]["tasks"], json!([]), "{listed}");
+    let (status, _) = serve.finish();
+    assert!(status.success());
+    let records = audit_records(&ws);
+    let denied = records
+        .iter()
+        .find(|r| r["toolName"] == "simulate-research-query")
+        .unwrap_or_else(|| panic!("no record: {records:?}"));
+    assert_eq!(denied["result"]["status"], "denied", "{denied}");
+    assert!(denied.get("taskId").is_none(), "{denied}");
+}
