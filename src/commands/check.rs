@@ -97,11 +97,16 @@ struct PackageReport {
 }
 
 /// What the cache holds for `server`, when its command is a package runner.
-fn package_report(server: &ServerConfig) -> Option<PackageReport> {
+fn package_report(
+    server: &ServerConfig,
+    profiles: Option<&crate::profiles::Catalog>,
+) -> Option<PackageReport> {
     use crate::packages::{classify, Cache, Launcher};
-    let Launcher::Package(run) = classify(&server.command, &server.args) else {
+    let Launcher::Package(mut run) = classify(&server.command, &server.args) else {
         return None;
     };
+    run.install_scripts =
+        crate::packages::hooks::server_install_scripts(profiles, server, run.ecosystem);
     let mut report = PackageReport {
         ecosystem: run.ecosystem,
         package: run.package.clone(),
@@ -138,6 +143,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.config {
         let cfg = crate::config::load_file(path)
             .with_context(|| format!("cannot check servers of {}", path.display()))?;
+        let profiles = crate::packages::hooks::catalog(cfg.settings.profiles_dir.as_deref());
         for (name, server) in &cfg.servers {
             let req = request_for(name, server, &cfg);
             let profile = match launch::profile_for(&req, &launch::HostEnv::current()) {
@@ -150,7 +156,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 policy: req.policy,
                 profile,
                 resolution: launch::resolution(&req, &caps),
-                package: package_report(server),
+                package: package_report(server, profiles.as_ref()),
                 tier: tier_of(&caps, &req),
             });
         }

@@ -213,6 +213,13 @@ fn show<'a>(
     if let Some(r) = &profile.relax.share_pid {
         relaxations.push(format!("shares the host PID namespace: {r}"));
     }
+    // Package code that runs at fetch time (in the fetch sandbox): shown like a relaxation.
+    if let Some(p) = profile.package.as_ref().filter(|p| p.install_scripts) {
+        relaxations.push(format!(
+            "runs the npm package's install scripts during its fetch, inside the fetch sandbox: {}",
+            p.reason
+        ));
+    }
     // Relaying reaches past the sandbox (the agent's model, the user): shown like one.
     if let Some(relay) = &profile.relay {
         for (on, what) in [

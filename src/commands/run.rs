@@ -99,7 +99,11 @@ pub struct RunArgs {
 pub fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     // Package runners (`npx -y`, `uvx`) become their cached entry point; `docker run` is
     // refused (enforce) or runs uncontained (warn). See crate::packages.
-    let decision = crate::packages::hooks::for_run(&mut args.command, args.sandbox_policy)
+    let profile = crate::packages::hooks::RunProfile {
+        name: args.profile.as_deref(),
+        dir: args.profiles_dir.as_deref(),
+    };
+    let decision = crate::packages::hooks::for_run(&mut args.command, args.sandbox_policy, profile)
         .map_err(package_exit)?;
     let mut req = request(&args)?;
     if let crate::packages::hooks::RunDecision::Uncontained(_) = decision {

@@ -3,6 +3,9 @@
 //! filled, whose only network is the registry's host through palisade's egress proxy, and
 //! which reads the user's `~/.npmrc` (registry, auth) read-only and nothing else of HOME.
 //! npm's own download cache is private to the fetch (inside the directory, removed after).
+//! When a profile turns npm's install scripts on (`package.installScripts`), they run here
+//! too: the sandbox is the same, only npm's argv lacks `--ignore-scripts`; HOME and `/tmp`
+//! they may write are the sandbox's own (tmpfs, or scratch directories removed afterwards).
 //!
 //! Pure part: the registry's host from its URL (`registry_host`). The rest starts a proxy
 //! and a sandbox and waits for them; every child is reaped, the proxy's socket directory

@@ -4,8 +4,10 @@
 //! (registry, proxy, certificates, `.npmrc`, `uv.toml`) applies as it would to `npx`/`uvx`.
 //!
 //! Containment: the clients run in their own sandbox (`contained`): writable only the
-//! directory being filled, network only the registry. Install scripts are off
-//! (`--ignore-scripts`; uv installs wheels and builds an sdist only when no wheel exists),
+//! directory being filled, network only the registry. npm's install scripts are off
+//! (`--ignore-scripts`) unless the server's profile says the package needs them
+//! (`package.installScripts`, carried in `PackageRun::install_scripts`); then they run in
+//! that same sandbox (uv installs wheels and builds an sdist only when no wheel exists),
 //! stdin is closed and output goes to a log (never to palisade's stdout, the MCP channel),
 //! retries are few and quick (2, after 0.5 and 2 s: a registry's passing 502 is ridden out,
 //! an unreachable one still fails within seconds), and a wall-clock limit kills a hung
@@ -81,25 +83,7 @@ pub fn install(run: &PackageRun, dir: &Path, log: &Path) -> Result<Installed, Fe
                 Wanted::Latest => run.package.clone(),
                 Wanted::Exact(v) | Wanted::Range(v) => format!("{}@{v}", run.package),
             };
-            let args: Vec<String> = [
-                "install",
-                "--prefix",
-                &dir.display().to_string(),
-                "--ignore-scripts",
-                "--no-audit",
-                "--no-fund",
-                "--no-update-notifier",
-                "--omit=dev",
-                "--loglevel=error",
-                "--fetch-retries=2",
-                "--fetch-retry-mintimeout=500",
-                "--fetch-retry-maxtimeout=2000",
-                &format!("--fetch-timeout={}", REQUEST_TIMEOUT_S * 1000),
-                &spec,
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+            let args = npm_install_args(dir, &spec, run.install_scripts);
             if std::env::var_os(UNCONTAINED_ENV).is_some_and(|v| v == "1") {
                 let mut cmd = Command::new(&npm);
                 cmd.args(&args);
@@ -168,6 +152,36 @@ pub fn install(run: &PackageRun, dir: &Path, log: &Path) -> Result<Installed, Fe
             pypi_installed(run, dir)
         }
     }
+}
+
+/// `npm install` of `spec` into `prefix`: no audit, fund or notifier, production deps only,
+/// quick retries; `--ignore-scripts` unless `scripts` (a profile's `package.installScripts`).
+/// Pure.
+pub fn npm_install_args(prefix: &Path, spec: &str, scripts: bool) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "install".into(),
+        "--prefix".into(),
+        prefix.display().to_string(),
+    ];
+    if !scripts {
+        args.push("--ignore-scripts".into());
+    }
+    args.extend(
+        [
+            "--no-audit",
+            "--no-fund",
+            "--no-update-notifier",
+            "--omit=dev",
+            "--loglevel=error",
+            "--fetch-retries=2",
+            "--fetch-retry-mintimeout=500",
+            "--fetch-retry-maxtimeout=2000",
+        ]
+        .map(String::from),
+    );
+    args.push(format!("--fetch-timeout={}", REQUEST_TIMEOUT_S * 1000));
+    args.push(spec.to_string());
+    args
 }
 
 /// Runs `cmd` (stdin closed, output to `log`), saying on stderr what it fetches and, every
@@ -471,6 +485,34 @@ mod tests {
     fn pypi_names_normalize_like_dist_info_directories() {
         assert_eq!(normalize("mcp-server-time"), "mcp_server_time");
         assert_eq!(normalize("Foo.Bar__baz"), "foo_bar_baz");
+    }
+
+    #[test]
+    fn npm_install_ignores_scripts_unless_asked() {
+        let off = npm_install_args(Path::new("/c/npm/.fetch-1"), "x@1.0.0", false);
+        assert_eq!(
+            off,
+            [
+                "install",
+                "--prefix",
+                "/c/npm/.fetch-1",
+                "--ignore-scripts",
+                "--no-audit",
+                "--no-fund",
+                "--no-update-notifier",
+                "--omit=dev",
+                "--loglevel=error",
+                "--fetch-retries=2",
+                "--fetch-retry-mintimeout=500",
+                "--fetch-retry-maxtimeout=2000",
+                "--fetch-timeout=30000",
+                "x@1.0.0",
+            ]
+        );
+        let on = npm_install_args(Path::new("/c/npm/.fetch-1"), "x@1.0.0", true);
+        assert!(!on.iter().any(|a| a.contains("scripts")), "{on:?}");
+        assert_eq!(on.len(), off.len() - 1);
+        assert_eq!(on.last().map(String::as_str), Some("x@1.0.0"));
     }
 
     #[test]

@@ -3,13 +3,69 @@
 //! selection, the launch request). Kept here so that `commands::run` and `commands::serve`
 //! each carry one call.
 //!
+//! Install scripts are decided here as well: the server's profile (named, or matched from
+//! the runner line as written, before it is rewritten) is the only thing that turns them on
+//! (`package.installScripts`); anything else, a profile catalog that cannot be read included,
+//! leaves them off.
+//!
 //! Container runtimes are decided here too: a `docker run` server lives in a daemon's
 //! container that bubblewrap around the `docker` client cannot contain, so enforce refuses
 //! it and warn runs it unsandboxed, saying so.
 
-use crate::config::{GatewayConfig, SandboxPolicy, SandboxSetting};
+use std::path::Path;
 
-use super::{classify, resolve, Cache, Launcher, Mode, PackageError, Resolved};
+use crate::config::{GatewayConfig, SandboxPolicy, SandboxSetting};
+use crate::profiles::Catalog;
+
+use super::{classify, resolve, Cache, Ecosystem, Launcher, Mode, PackageError, Resolved};
+
+/// Whether the fetch of an `ecosystem` package started by `command args...` runs the
+/// package's install scripts: only for npm, and only when the server's profile (`profile`
+/// by name, else matched from the line) has `package.installScripts`. No catalog, an unknown
+/// or ambiguous profile: no (the launch reports those itself). Pure.
+pub fn install_scripts(
+    catalog: Option<&Catalog>,
+    profile: Option<&str>,
+    ecosystem: Ecosystem,
+    command: &str,
+    args: &[String],
+) -> bool {
+    ecosystem == Ecosystem::Npm
+        && catalog
+            .and_then(|c| crate::profiles::select(c, profile, command, args).ok())
+            .flatten()
+            .is_some_and(|s| s.profile.install_scripts())
+}
+
+/// `install_scripts` for a configured server: its `sandbox.profile` when it names one.
+pub fn server_install_scripts(
+    catalog: Option<&Catalog>,
+    server: &crate::config::ServerConfig,
+    ecosystem: Ecosystem,
+) -> bool {
+    let profile = match &server.sandbox {
+        SandboxSetting::Enabled(sb) => sb.profile.as_deref(),
+        SandboxSetting::Disabled => None,
+    };
+    install_scripts(catalog, profile, ecosystem, &server.command, &server.args)
+}
+
+/// The profile catalog, or `None` (said at debug level) when it cannot be loaded: install
+/// scripts then stay off.
+pub fn catalog(dir: Option<&Path>) -> Option<Catalog> {
+    Catalog::load(dir)
+        .map_err(|e| tracing::debug!("profiles not loaded for the package fetch: {e}"))
+        .ok()
+}
+
+/// The profile choice `palisade run` was given.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunProfile<'a> {
+    /// `--profile`.
+    pub name: Option<&'a str>,
+    /// `--profiles-dir`.
+    pub dir: Option<&'a Path>,
+}
 
 /// Why a container runtime is not sandboxed (shown by `run`, `serve`, the docs).
 pub fn container_reason(runtime: &str) -> String {
@@ -44,6 +100,7 @@ pub enum RunHookError {
 pub fn for_run(
     command: &mut Vec<String>,
     policy: SandboxPolicy,
+    profile: RunProfile<'_>,
 ) -> Result<RunDecision, RunHookError> {
     let Some((program, args)) = command.split_first() else {
         return Ok(RunDecision::Sandboxed);
@@ -72,7 +129,14 @@ pub fn for_run(
                 }
             }
         }
-        Launcher::Package(run) => {
+        Launcher::Package(mut run) => {
+            run.install_scripts = install_scripts(
+                catalog(profile.dir).as_ref(),
+                profile.name,
+                run.ecosystem,
+                program,
+                args,
+            );
             let cache = Cache::from_env().map_err(Box::new)?;
             let r = resolve(&cache, &run, Mode::Locked).map_err(Box::new)?;
             say_resolved(&run.runner, &r);
@@ -111,6 +175,8 @@ pub fn for_config(
     default_policy: Option<SandboxPolicy>,
 ) -> Vec<(String, String)> {
     let mut cache = None;
+    let mut profiles: Option<Option<Catalog>> = None;
+    let profiles_dir = config.settings.profiles_dir.clone();
     let mut refused = Vec::new();
     for (name, server) in &mut config.servers {
         let SandboxSetting::Enabled(sb) = &server.sandbox else {
@@ -140,7 +206,9 @@ pub fn for_config(
                     }
                 }
             }
-            Launcher::Package(run) => {
+            Launcher::Package(mut run) => {
+                let known = profiles.get_or_insert_with(|| catalog(profiles_dir.as_deref()));
+                run.install_scripts = server_install_scripts(known.as_ref(), server, run.ecosystem);
                 let resolved = match &cache {
                     Some(c) => Ok(c),
                     None => Cache::from_env().map(|c| &*cache.insert(c)),
@@ -191,19 +259,58 @@ mod tests {
     }
 
     #[test]
+    fn install_scripts_only_when_the_servers_npm_profile_asks() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("native.json"),
+            r#"{"description": "d", "match": {"packages": ["native-pkg"], "executables": ["native-py"]},
+                "package": {"installScripts": true, "reason": "builds its addon"}}"#,
+        )
+        .unwrap();
+        let c = Catalog::load(Some(dir.path())).unwrap();
+        let argv = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        let npm = Ecosystem::Npm;
+        let on = |c: Option<&Catalog>, name: Option<&str>, cmd: &str, args: &str| {
+            install_scripts(c, name, npm, cmd, &argv(args))
+        };
+        assert!(on(Some(&c), None, "npx", "-y native-pkg@1.0.0 /srv"));
+        assert!(on(Some(&c), Some("native"), "npx", "-y other"), "named");
+        assert!(!on(Some(&c), Some("none"), "npx", "-y native-pkg"), "none");
+        assert!(!on(Some(&c), None, "npx", "-y other-pkg"), "no profile");
+        assert!(
+            !on(
+                Some(&c),
+                None,
+                "npx",
+                "-y @modelcontextprotocol/server-memory"
+            ),
+            "a profile without a package section"
+        );
+        assert!(
+            !on(Some(&c), Some("nope"), "npx", "-y native-pkg"),
+            "unknown"
+        );
+        assert!(!on(None, None, "npx", "-y native-pkg"), "no catalog");
+        assert!(
+            !install_scripts(Some(&c), None, Ecosystem::Pypi, "uvx", &argv("native-py")),
+            "PyPI has no install scripts to turn on"
+        );
+    }
+
+    #[test]
     fn run_refuses_docker_in_enforce_and_leaves_plain_commands() {
         let mut argv: Vec<String> = ["docker", "run", "img"].map(String::from).to_vec();
         assert!(matches!(
-            for_run(&mut argv, SandboxPolicy::Enforce),
+            for_run(&mut argv, SandboxPolicy::Enforce, RunProfile::default()),
             Err(RunHookError::Refused { .. })
         ));
         assert!(matches!(
-            for_run(&mut argv, SandboxPolicy::Warn),
+            for_run(&mut argv, SandboxPolicy::Warn, RunProfile::default()),
             Ok(RunDecision::Uncontained(_))
         ));
         let mut argv: Vec<String> = ["node", "s.js"].map(String::from).to_vec();
         assert_eq!(
-            for_run(&mut argv, SandboxPolicy::Enforce).unwrap(),
+            for_run(&mut argv, SandboxPolicy::Enforce, RunProfile::default()).unwrap(),
             RunDecision::Sandboxed
         );
         assert_eq!(argv, ["node", "s.js"]);

@@ -43,6 +43,14 @@ pub struct Locked {
     pub entry: String,
     /// The entry point to run, relative to the entry directory.
     pub command: String,
+    /// The package's install scripts ran during the fetch (in the fetch sandbox), because
+    /// its profile asked for them. Absent (false) for the default fetch.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub install_scripts: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Locked {
@@ -79,6 +87,9 @@ pub fn lock_key(run: &PackageRun) -> String {
     if let Some(b) = &run.bin {
         key.push_str(&format!(" bin={b}"));
     }
+    if run.install_scripts {
+        key.push_str(" scripts");
+    }
     key
 }
 
@@ -87,7 +98,7 @@ pub fn lock_key(run: &PackageRun) -> String {
 pub fn entry_name(run: &PackageRun, version: &str) -> String {
     let mut with = run.with.clone();
     with.sort();
-    let text = format!(
+    let mut text = format!(
         "{}\n{}\n{}\n{}\n{}",
         run.ecosystem,
         run.package,
@@ -95,6 +106,11 @@ pub fn entry_name(run: &PackageRun, version: &str) -> String {
         with.join(","),
         run.python.as_deref().unwrap_or("")
     );
+    // An install whose scripts ran is another content than one without (and the default
+    // entry keeps the name it always had).
+    if run.install_scripts {
+        text.push_str("\nscripts");
+    }
     let digest = Sha256::digest(text.as_bytes());
     hex::encode(&digest[..16])
 }
@@ -200,6 +216,40 @@ mod tests {
     }
 
     #[test]
+    fn an_install_with_scripts_has_its_own_key_and_entry() {
+        let off = run("npx", &["-y", "x@1.0.0"]);
+        let on = PackageRun {
+            install_scripts: true,
+            ..off.clone()
+        };
+        assert_eq!(lock_key(&on), "npm:x@=1.0.0 scripts");
+        assert_ne!(lock_key(&on), lock_key(&off));
+        assert_ne!(entry_name(&on, "1.0.0"), entry_name(&off, "1.0.0"));
+    }
+
+    #[test]
+    fn install_scripts_appear_in_the_lock_only_when_they_ran() {
+        let l = Locked {
+            ecosystem: super::super::Ecosystem::Npm,
+            package: "x".into(),
+            version: "1.0.0".into(),
+            integrity: "sha512-abc".into(),
+            entry: "0123".into(),
+            command: "node_modules/x/index.js".into(),
+            install_scripts: false,
+        };
+        let text = serde_json::to_string(&l).unwrap();
+        assert!(!text.contains("install_scripts"), "{text}");
+        let on = Locked {
+            install_scripts: true,
+            ..l
+        };
+        let text = serde_json::to_string(&on).unwrap();
+        assert!(text.contains("\"install_scripts\":true"), "{text}");
+        assert_eq!(serde_json::from_str::<Locked>(&text).unwrap(), on);
+    }
+
+    #[test]
     fn lock_round_trips_and_rejects_entries_outside_the_cache() {
         let dir = tempfile::tempdir().unwrap();
         let mut lock = read(dir.path()).unwrap();
@@ -211,6 +261,7 @@ mod tests {
             integrity: "sha512-abc".into(),
             entry: "0123".into(),
             command: "node_modules/x/index.js".into(),
+            install_scripts: false,
         };
         assert!(l.is_contained());
         lock.packages.insert("npm:x@latest".into(), l.clone());

@@ -144,7 +144,9 @@ impl Cache {
         let Some(l) = lock.packages.get(&lock::lock_key(run)) else {
             return Ok(None);
         };
-        if !l.is_contained() {
+        // A hand-edited lock must not hand an install whose scripts ran to a line that
+        // asked for none (the keys differ; this says so where it is used).
+        if !l.is_contained() || l.install_scripts != run.install_scripts {
             return Ok(None);
         }
         let command = self.entry_dir(l).join(&l.command);
@@ -221,6 +223,7 @@ pub fn resolve(cache: &Cache, run: &PackageRun, mode: Mode) -> Result<Resolved, 
         integrity: installed.integrity,
         entry,
         command: installed.command.to_string_lossy().into_owned(),
+        install_scripts: run.install_scripts,
     };
     let mut file = lock::read(&cache.root)?;
     file.version = 1;

@@ -65,6 +65,10 @@ pub struct PackageRun {
     pub python: Option<String>,
     /// The server's own arguments.
     pub args: Vec<String>,
+    /// Whether the fetch runs the package's install scripts (npm). Never set from the
+    /// command line: false here, and only a profile's `package.installScripts` turns it on
+    /// (`hooks::install_scripts`).
+    pub install_scripts: bool,
 }
 
 /// What a command line is, as far as this module is concerned.
@@ -180,6 +184,7 @@ fn npm_exec(runner: &str, args: &[String]) -> Result<PackageRun, String> {
         with: Vec::new(),
         python: None,
         args: rest.to_vec(),
+        install_scripts: false,
     })
 }
 
@@ -286,6 +291,7 @@ fn uv_tool_run(runner: &str, args: &[String]) -> Result<PackageRun, String> {
         with,
         python,
         args: rest.to_vec(),
+        install_scripts: false,
     })
 }
 

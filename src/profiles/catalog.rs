@@ -283,6 +283,14 @@ fn validate(p: &Profile) -> Result<(), (String, String)> {
             return err("relax.sharePid", "say why the relaxation is needed");
         }
     }
+    if let Some(pkg) = &p.package {
+        if pkg.reason.trim().is_empty() {
+            return err(
+                "package.reason",
+                "say why the package needs its install scripts",
+            );
+        }
+    }
     if let Some(relay) = &p.relay {
         crate::config::validate_relay(relay).map_err(|(k, m)| (format!("relay.{k}"), m))?;
     }
@@ -382,12 +390,49 @@ mod tests {
                 r#"{"description": "d", "match": {"argvPrefixes": [[]]}}"#,
                 "match.argvPrefixes",
             ),
+            (
+                r#"{"description": "d", "package": {"installScripts": true, "reason": ""}}"#,
+                "package.reason",
+            ),
+            (
+                r#"{"description": "d", "package": {"installScripts": true}}"#,
+                "reason",
+            ),
+            (
+                r#"{"description": "d", "package": {"scripts": true, "reason": "r"}}"#,
+                "scripts",
+            ),
         ];
         for (text, field) in bad {
             let e = parse("x", text, "x.json").unwrap_err().to_string();
             assert!(e.contains(field), "{text}: {e}");
         }
         assert!(parse("Bad Name", r#"{"description": "d"}"#, "f").is_err());
+    }
+
+    #[test]
+    fn install_scripts_are_on_only_when_a_package_section_says_so() {
+        let on = parse(
+            "x",
+            r#"{"description": "d", "package": {"installScripts": true, "reason": "addon"}}"#,
+            "x.json",
+        )
+        .unwrap();
+        assert!(on.install_scripts());
+        let off = parse(
+            "x",
+            r#"{"description": "d", "package": {"installScripts": false, "reason": "r"}}"#,
+            "x.json",
+        )
+        .unwrap();
+        assert!(!off.install_scripts());
+        assert!(!parse("x", r#"{"description": "d"}"#, "x.json")
+            .unwrap()
+            .install_scripts());
+        assert!(Catalog::builtin()
+            .unwrap()
+            .iter()
+            .all(|(p, _)| !p.install_scripts()));
     }
 
     #[test]

@@ -61,6 +61,29 @@ pub struct Profile {
     /// server's own `relay` key overrides it field by field). Off when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relay: Option<crate::config::RelayConfig>,
+    /// How the server's package is fetched when a package runner (`npx -y`) starts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package: Option<PackageRule>,
+}
+
+/// A profile's `package` section: what the fetch of the server's package may do beyond the
+/// default (see `crate::packages`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PackageRule {
+    /// Run npm's install scripts (`preinstall`, `install`, `postinstall`) during the fetch,
+    /// still inside the fetch sandbox. Off when absent.
+    #[serde(default)]
+    pub install_scripts: bool,
+    /// Why the package needs them (shown to the user).
+    pub reason: String,
+}
+
+impl Profile {
+    /// Whether the fetch of this server's package runs its install scripts.
+    pub fn install_scripts(&self) -> bool {
+        self.package.as_ref().is_some_and(|p| p.install_scripts)
+    }
 }
 
 /// How a command line is recognised. Any one rule matching selects the profile.
