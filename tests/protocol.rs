@@ -49,7 +49,10 @@ fn a_2026_agent_needs_no_handshake() {
     let listed = serve.request(2, "tools/list", with_envelope(json!({})));
     let result = &listed["result"];
     assert_eq!(result["resultType"], "complete", "{listed}");
-    assert_eq!(result["ttlMs"], 0, "cache hints a 2026 list must carry: {listed}");
+    assert_eq!(
+        result["ttlMs"], 0,
+        "cache hints a 2026 list must carry: {listed}"
+    );
     assert_eq!(result["cacheScope"], "private", "{listed}");
     let echo = result["tools"]
         .as_array()
@@ -87,11 +90,12 @@ fn a_2026_agent_needs_no_handshake() {
     let (status, _) = serve.finish();
     assert!(status.success());
     let records = audit_records(&ws);
-    let calls: Vec<&Value> = records
-        .iter()
-        .filter(|r| r["toolName"] == "echo")
-        .collect();
-    assert_eq!(calls.len(), 1, "only the complete request was forwarded: {records:?}");
+    let calls: Vec<&Value> = records.iter().filter(|r| r["toolName"] == "echo").collect();
+    assert_eq!(
+        calls.len(),
+        1,
+        "only the complete request was forwarded: {records:?}"
+    );
     assert_eq!(
         calls[0]["protocol"],
         json!({"agent": "2026-07-28", "server": "2025-11-25"}),
@@ -105,10 +109,15 @@ fn sdk(era: &str) -> (Value, Vec<Value>) {
     let ws = Workspace::new();
     let config = ws.config(everything(), json!({}));
     let mut cmd = driver("tests/clients/eras.py");
-    cmd.args([era, "everything__echo", r#"{"message": "from python"}"#, "--"])
-        .arg(palisade())
-        .args(["serve", "--config"])
-        .arg(&config);
+    cmd.args([
+        era,
+        "everything__echo",
+        r#"{"message": "from python"}"#,
+        "--",
+    ])
+    .arg(palisade())
+    .args(["serve", "--config"])
+    .arg(&config);
     serve_log_env(&mut cmd, &ws.errlog());
     let out = report(&mut cmd, era, &ws.errlog(), Some(Duration::from_secs(120)));
     (out, audit_records(&ws))
@@ -133,4 +142,50 @@ fn the_python_sdk_works_in_both_eras() {
             "{era}: {record}"
         );
     }
+}
+
+/// The `elicit` approver cannot reach a 2026-07-28 agent (no server-to-client requests outside
+/// multi round-trip results, which Palisade does not produce yet): the escalation fails
+/// closed, says why, and is audited as denied.
+#[test]
+fn an_escalation_a_2026_agent_cannot_be_asked_is_denied_with_the_reason() {
+    let ws = Workspace::new();
+    let work = ws.canonical().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let policy = ws.path().join("policy.json");
+    support::write_policy(
+        &policy,
+        json!([{"name": "ask", "description": "d", "principle": "test",
+                "if": {"server": ["fs"]}, "then": "escalate", "reason": "a person decides"}]),
+    );
+    let config = ws.config(
+        json!({"fs": {"command": palisade(), "args": ["fs-server"],
+                      "sandbox": {"filesystem": {"allowWrite": [work]}}}}),
+        json!({"policy": policy, "escalation": "elicit", "escalationTimeout": 10}),
+    );
+    let mut serve = Serve::start(&ws, &config, &[], &[]);
+    let mut meta = envelope();
+    meta["io.modelcontextprotocol/clientCapabilities"] = json!({"elicitation": {"form": {}}});
+    let listed = serve.request(1, "tools/list", json!({"_meta": meta}));
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    let got = serve.request(
+        2,
+        "tools/call",
+        json!({"name": "fs__list", "arguments": {"path": work}, "_meta": meta}),
+    );
+    let text = support::raw::text_of(&got);
+    assert_eq!(got["result"]["isError"], true, "{got}");
+    assert!(text.contains("Denied"), "{got}");
+    assert!(
+        text.contains("2026-07-28"),
+        "the reason names the cause: {got}"
+    );
+    let (status, _) = serve.finish();
+    assert!(status.success());
+    let records = audit_records(&ws);
+    let record = records
+        .iter()
+        .find(|r| r["toolName"] == "list")
+        .unwrap_or_else(|| panic!("no record: {records:?}"));
+    assert_eq!(record["escalationResult"], "denied", "{record}");
 }

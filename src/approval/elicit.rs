@@ -29,6 +29,10 @@ pub enum ElicitOutcome {
 pub trait Elicitor: Send + Sync {
     /// True when the upstream client declared the elicitation capability.
     fn supports_elicitation(&self) -> bool;
+    /// Why the client cannot be asked, if it cannot.
+    fn unavailable(&self) -> Option<String> {
+        (!self.supports_elicitation()).then(|| "the client did not declare elicitation".into())
+    }
     fn elicit<'a>(
         &'a self,
         message: String,
@@ -94,8 +98,8 @@ impl Approver for ElicitApprover {
 
     fn ask<'a>(&'a self, req: &'a EscalationRequest, timeout: Duration) -> BoxFuture<'a, Answer> {
         Box::pin(async move {
-            if !self.elicitor.supports_elicitation() {
-                return Answer::Pass("the client did not declare elicitation".into());
+            if let Some(why) = self.elicitor.unavailable() {
+                return Answer::Pass(why);
             }
             match self
                 .elicitor

@@ -92,6 +92,18 @@ impl Elicitor for UpstreamElicitor {
             .is_some_and(|caps| caps.elicitation.is_some())
     }
 
+    fn unavailable(&self) -> Option<String> {
+        if self.link.is_sessionless() {
+            return Some(
+                "the client speaks MCP 2026-07-28, which has no way to ask it during a call \
+                 until Palisade turns approvals into input-required results; use a dir:, exec: \
+                 or tty approver with such clients"
+                    .into(),
+            );
+        }
+        (!self.supports_elicitation()).then(|| "the client did not declare elicitation".into())
+    }
+
     fn elicit<'a>(
         &'a self,
         message: String,

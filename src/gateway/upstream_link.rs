@@ -73,6 +73,12 @@ impl UpstreamLink {
     }
 
     /// What the agent's client declared in its `initialize`; `None` until one has connected.
+    /// A 2026-07-28 agent: its connection opened with no `initialize`, so there is no
+    /// session to send it requests in.
+    pub fn is_sessionless(&self) -> bool {
+        self.get().is_some_and(|p| p.peer_info().is_none())
+    }
+
     pub fn client_capabilities(&self) -> Option<ClientCapabilities> {
         self.get()
             .and_then(|p| p.peer_info().map(|i| i.capabilities.clone()))
