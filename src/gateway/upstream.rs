@@ -333,13 +333,23 @@ fn audit_failed(e: &super::stages::AuditError) -> ErrorData {
 }
 
 /// A typed view of a forwarded result; an error naming the method when it does not fit.
+/// A typed view of a server's result for rmcp to send. A 2025-11-25 server's result has no
+/// `resultType`; the view gets `"complete"`, which 2026-07-28 requires and rmcp strips again
+/// for older sessions.
 fn typed<T: serde::de::DeserializeOwned>(what: &str, raw: &RawValue) -> Result<T, ErrorData> {
-    serde_json::from_str(raw.get()).map_err(|e| {
+    let unexpected = |e: serde_json::Error| {
         ErrorData::internal_error(
             format!("a downstream server answered {what} with an unexpected result ({e})"),
             None,
         )
-    })
+    };
+    let mut v: Value = serde_json::from_str(raw.get()).map_err(unexpected)?;
+    // Only the discriminator: rmcp adds the cache hints itself, for 2026-07-28 peers only.
+    if let Value::Object(obj) = &mut v {
+        obj.entry("resultType")
+            .or_insert_with(|| Value::String("complete".into()));
+    }
+    serde_json::from_value(v).map_err(unexpected)
 }
 
 impl ServerHandler for Upstream {
@@ -429,8 +439,12 @@ impl ServerHandler for Upstream {
     ) -> Result<CallToolResponse, ErrorData> {
         // Counted while it runs: shutdown waits for it so that its audit record is written.
         let _in_flight = self.shared.calls.token();
-        let result =
+        let mut result =
             pipeline::call_tool(&self.shared, request, &Default::default(), context).await?;
+        if let Value::Object(obj) = &mut result {
+            obj.entry("resultType")
+                .or_insert_with(|| Value::String("complete".into()));
+        }
         serde_json::from_value(result)
             .map(CallToolResponse::Complete)
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))
