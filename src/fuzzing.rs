@@ -10,11 +10,11 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncReadExt, BufReader, ReadBuf};
 
-use crate::gateway::tap::{self, Line};
-use crate::gateway::upstream_frame::LineCap;
+use crate::gateway::agent::frame::LineCap;
+use crate::gateway::server::tap::{self, Line};
 
-pub use crate::gateway::tap::MAX_LINE;
-pub use crate::gateway::upstream_frame::{HEAD as UPSTREAM_HEAD, OVERSIZED_METHOD};
+pub use crate::gateway::agent::frame::{HEAD as UPSTREAM_HEAD, OVERSIZED_METHOD};
+pub use crate::gateway::server::tap::MAX_LINE;
 pub use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 
 /// What the tap's line reader made of one line of a server's stdout.
@@ -26,7 +26,7 @@ pub enum Frame {
     TooLong(usize),
 }
 
-/// Runs the tap's line reader (`gateway::tap::read_line_capped`) over `data`, delivered
+/// Runs the tap's line reader (`gateway::server::tap::read_line_capped`) over `data`, delivered
 /// `chunk` bytes per read through a buffer of `buffer` bytes, with a line limit of `max`.
 pub fn frame_lines(data: &[u8], chunk: usize, buffer: usize, max: usize) -> Vec<Frame> {
     let sizes = [chunk.max(1)];
@@ -57,7 +57,7 @@ pub fn frame_lines(data: &[u8], chunk: usize, buffer: usize, max: usize) -> Vec<
     out
 }
 
-/// The tap's progress-notification filter (`gateway::tap::progress_params`): true when the
+/// The tap's progress-notification filter (`gateway::server::tap::progress_params`): true when the
 /// line is taken out of the stream as a progress notification.
 pub fn is_progress(line: &[u8]) -> bool {
     tap::progress_params(line).is_some()
@@ -87,7 +87,7 @@ impl AsyncRead for Pieces<'_> {
     }
 }
 
-/// Runs the upstream length cap (`gateway::upstream_frame::LineCap`, between serve's stdin
+/// Runs the upstream length cap (`gateway::agent::frame::LineCap`, between serve's stdin
 /// and rmcp) over `data` with a limit of `max` bytes per line: the client's pipe hands out
 /// `reads[0]`, `reads[1]`, ... bytes per read (cycling), and rmcp asks for `outs[0]`,
 /// `outs[1]`, ... bytes per read (cycling, each clamped to 1 byte..1 MiB). Returns every

@@ -260,7 +260,7 @@ fn jsonrpc_stream() -> impl Strategy<Value = Vec<u8>> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
-    /// The tap's line framing (gateway::tap) under any limit and any split of the reads:
+    /// The tap's line framing (gateway::server::tap) under any limit and any split of the reads:
     /// the frames are exactly the stream's lines, over-long ones dropped whole, and only
     /// real progress notifications are taken out (fuzz/checks/jsonrpc_framing.rs).
     #[test]

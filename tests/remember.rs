@@ -377,7 +377,7 @@ fn palisade_approve_answers_a_only_for_an_offered_scope() {
 #[test]
 fn only_calls_bounded_by_paths_and_urls_alone_can_be_remembered() {
     use palisade::approval::RememberScope;
-    use palisade::gateway::remembered::{subject, CallArgs};
+    use palisade::gateway::call::remembered::{subject, CallArgs};
     use palisade::policy::{Policy, PolicyOptions, PolicyPaths, Role};
 
     let corpus = std::env::var_os("PALISADE_CORPUS").map_or_else(

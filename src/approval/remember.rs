@@ -6,7 +6,7 @@
 //! needs and every URL it names has one of those domains.
 //!
 //! Where it sits: the gateway builds a [`CallSubject`] for an escalated call (resolving paths
-//! on the host, see `gateway::remembered`), offers [`RememberScope::offer`] to the approver
+//! on the host, see `gateway::call::remembered`), offers [`RememberScope::offer`] to the approver
 //! (shown in the request) and keeps accepted scopes in its session state. This module is pure:
 //! no filesystem access, no clock, no global state.
 //!

@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::client::McpClient;
-use crate::gateway::spawn;
+use crate::gateway::server::spawn;
 use crate::policy::annotate::derive_annotation;
 use crate::policy::load::ArgRoles;
 use crate::policy::ToolInfo;

@@ -14,8 +14,8 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use crate::audit::AuditLog;
-use crate::gateway::approval::UpstreamElicitor;
-use crate::gateway::engine::{AuditLogSink, EngineStage};
+use crate::gateway::stages::approval::UpstreamElicitor;
+use crate::gateway::stages::engine::{AuditLogSink, EngineStage};
 use crate::gateway::{Gateway, GatewayOptions};
 use crate::policy::{Policy, PolicyOptions, PolicyPaths, Scope};
 
@@ -194,8 +194,8 @@ pub fn one_server_name(command: &str, args: &[String]) -> String {
 fn http_options(
     args: &ServeArgs,
     s: &crate::config::Settings,
-) -> anyhow::Result<Option<crate::gateway::http::HttpOptions>> {
-    use crate::gateway::http::{Auth, HttpOptions, TokenTable};
+) -> anyhow::Result<Option<crate::gateway::agent::http::HttpOptions>> {
+    use crate::gateway::agent::http::{Auth, HttpOptions, TokenTable};
     let block = s.http.clone().unwrap_or_default();
     let Some(listen) = args.http.clone().or(block.listen.clone()) else {
         if args.tokens.is_some() || args.no_auth || !args.allow_origins.is_empty() {
@@ -300,8 +300,8 @@ fn jwt_verifier(
     args: &ServeArgs,
     block: &crate::config::HttpSettings,
     from: JwksFrom,
-) -> anyhow::Result<crate::gateway::http::jwt::JwtVerifier> {
-    use crate::gateway::http::{jwks, jwt::JwtVerifier};
+) -> anyhow::Result<crate::gateway::agent::http::jwt::JwtVerifier> {
+    use crate::gateway::agent::http::{jwks, jwt::JwtVerifier};
     let issuer = args.jwt_issuer.clone().or(block.jwt_issuer.clone());
     let audience = args.jwt_audience.clone().or(block.jwt_audience.clone());
     let (Some(issuer), Some(audience)) = (issuer, audience) else {
@@ -328,7 +328,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let opts = options(args)?;
     let rt = super::runtime()?;
     if let Some(http) = http {
-        let outcome = rt.block_on(crate::gateway::http::serve_http(opts, http));
+        let outcome = rt.block_on(crate::gateway::agent::http::serve_http(opts, http));
         rt.shutdown_timeout(std::time::Duration::from_millis(20));
         outcome?;
         return Ok(ExitCode::SUCCESS);
@@ -458,7 +458,7 @@ fn protected_paths(config_file: Option<&Path>, s: &crate::config::Settings) -> V
 /// The pins gate the settings ask for; `pinning` without a pins file is a mistake, named.
 fn pin_gate(
     s: &crate::config::Settings,
-) -> anyhow::Result<Option<Arc<crate::gateway::pinning::PinGate>>> {
+) -> anyhow::Result<Option<Arc<crate::gateway::stages::pinning::PinGate>>> {
     let Some(path) = &s.pins else {
         if s.pinning.is_some_and(|m| m != crate::pins::Mode::Off) || s.pin_new.is_some() {
             anyhow::bail!(
@@ -469,7 +469,7 @@ fn pin_gate(
         return Ok(None);
     };
     let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
-    let gate = crate::gateway::pinning::PinGate::open(
+    let gate = crate::gateway::stages::pinning::PinGate::open(
         path,
         s.pinning.unwrap_or_default(),
         s.pin_new.unwrap_or_default(),
@@ -500,7 +500,7 @@ fn approval_chain(
 fn approval_chain_with(
     spec: &str,
     timeout_s: u64,
-    link: crate::gateway::upstream_link::UpstreamLink,
+    link: crate::gateway::agent::link::UpstreamLink,
 ) -> anyhow::Result<crate::approval::ApprovalChain> {
     use crate::approval::{build_chain, parse_escalation};
     let specs = parse_escalation(spec).context("--escalation")?;

@@ -71,7 +71,7 @@ pub struct ServerConfig {
 
 /// The per-server `relay` key: which server-to-client requests reach the agent, and how many.
 /// Every field is optional so that a server's setting can override its profile's field by
-/// field; `gateway::relay::RelayPolicy::resolve` applies the defaults (off; 2 in flight; 20
+/// field; `gateway::server::relay::RelayPolicy::resolve` applies the defaults (off; 2 in flight; 20
 /// per minute).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

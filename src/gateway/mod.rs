@@ -1,48 +1,33 @@
 //! The gateway: one MCP server (to the agent) in front of every configured server, each
 //! launched by `crate::sandbox::launch` in its own sandbox.
 //!
-//! Flow of a call: `upstream` (rmcp `ServerHandler`) → `pipeline` (route → policy → approval
-//! → widen → forward → annotate → audit) → `downstream` (one rmcp client per server). The
-//! `lifecycle` supervisors start, watch, restart and stop servers and keep the `registry`
-//! catalog current; `stages` holds the injected policy/approval/audit traits; `blocked` and
-//! `progress` are pure helpers. stdout carries only the MCP channel: logs go to stderr.
+//! Where a call goes, folder by folder:
+//! - `agent/`: the agent's side. `front` reads the agent's stdio (tools/call and tasks from
+//!   the raw line), `service` is the rmcp session for the rest, `http/` the Streamable HTTP
+//!   front, `versions` the bridge between protocol revisions, `link` the way back to the agent.
+//! - `call/`: one tool call's stages (`pipeline`: route → agent roots → policy → approval →
+//!   widen → forward → annotate → audit), with what the stages need (`blocked`, `widen`,
+//!   `applied`, `remembered`) and tasks (`tasks`, `task_relay`).
+//! - `server/`: one downstream server: `supervisor` (start, watch, restart, stop), `spawn`,
+//!   `peer` (its JSON-RPC wire), `handler` (what it sends us), `tap`, `fault`, `roots`,
+//!   `relay/` (its sampling and elicitation).
+//! - `stages/`: the injected stages (policy, approval, audit) and their implementations.
+//! - here: `Gateway` (start, serve, shutdown), `state` (slots and the shared state),
+//!   `registry` (the merged catalog), `network` (the shared egress proxy).
+//!
+//! stdout carries only the MCP channel: logs go to stderr.
 //!
 //! Entry points: [`Gateway::start`], then [`Gateway::serve_stdio`] (the CLI) or
-//! [`Gateway::serve`] over any transport (in-process tests, the demo), then
+//! [`Gateway::serve`] over any byte stream (in-process tests, the demo), then
 //! [`Gateway::shutdown`].
 
-pub mod applied;
-pub mod approval;
-pub mod blocked;
-pub mod downstream;
-pub mod engine;
-pub mod fault;
-pub mod front;
-pub mod http;
-pub mod lifecycle;
+pub mod agent;
+pub mod call;
 pub mod network;
-pub mod peer;
-pub mod pinning;
-pub mod pipeline;
-pub mod progress;
 pub mod registry;
-pub mod relay;
-pub mod remembered;
-pub mod roots;
-pub mod spawn;
+pub mod server;
 pub mod stages;
 pub mod state;
-pub mod stdin_watch;
-pub mod stdio;
-pub mod tap;
-pub mod task_relay;
-pub mod tasks;
-pub mod upstream;
-pub mod upstream_frame;
-pub mod upstream_link;
-pub mod upstream_roots;
-pub mod versions;
-pub mod widen;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -56,12 +41,12 @@ use tokio::task::JoinHandle;
 use crate::config::GatewayConfig;
 use crate::sandbox::launch::Enforcement;
 
+pub use agent::link::UpstreamLink;
 pub use stages::{
     AllowAll, Approval, ApprovalOutcome, ApprovalStage, AuditError, AuditSink, CallInfo,
     CallOutcome, CallPolicy, CallRecord, Decision, LogAudit, NoApprover, PolicyVerdict, Stages,
 };
 pub use state::{Limits, Status};
-pub use upstream_link::UpstreamLink;
 
 /// Everything `Gateway::start` needs. Build with [`GatewayOptions::new`] and adjust fields.
 #[derive(Debug, Clone)]
@@ -73,14 +58,14 @@ pub struct GatewayOptions {
     /// Policy, approval and audit stages (defaults: allow all, no approver, log audit).
     pub stages: Stages,
     /// The agent's side of the connection, once it connects; give a clone to stages that
-    /// talk to the agent (the `elicit` approver: `approval::UpstreamElicitor`).
+    /// talk to the agent (the `elicit` approver: `stages::approval::UpstreamElicitor`).
     pub upstream: UpstreamLink,
     /// The policy each server's roots are derived from at start
     /// (`crate::roots::derive::derive_for_server`, as `palisade policy roots` prints them).
     /// `None`: the session sandbox dir and the `sandbox.filesystem` grants only.
     pub roots_policy: Option<Arc<crate::policy::Policy>>,
     /// Tool pinning (`--pins`): `None` offers every tool as listed.
-    pub pins: Option<Arc<pinning::PinGate>>,
+    pub pins: Option<Arc<stages::pinning::PinGate>>,
     /// Servers refused before the start, by name, with the reason (a package runner whose
     /// package cannot be fetched, a container runtime under enforce): each is `Refused`
     /// alone, the others start.
@@ -195,14 +180,15 @@ impl Gateway {
             String,
             Result<crate::sandbox::launch::LaunchRequest, String>,
         )> = Vec::with_capacity(opts.config.servers.len());
-        let mut cells: Vec<Option<roots::RootsCell>> = Vec::with_capacity(requests.capacity());
+        let mut cells: Vec<Option<server::roots::RootsCell>> =
+            Vec::with_capacity(requests.capacity());
         for (name, server) in &opts.config.servers {
             if let Some((_, reason)) = opts.refused.iter().find(|(n, _)| n == name) {
                 cells.push(None);
                 requests.push((name.clone(), Err(reason.clone())));
                 continue;
             }
-            let derived = spawn::launch_request(
+            let derived = server::spawn::launch_request(
                 name,
                 server,
                 &opts.config.settings,
@@ -245,7 +231,7 @@ impl Gateway {
                             .collect::<Vec<_>>()
                             .join(", ")
                     );
-                    cells.push(Some(roots::RootsCell::new(
+                    cells.push(Some(server::roots::RootsCell::new(
                         derived.roots,
                         crate::roots::guard::GuardOptions {
                             cwd: server.cwd.clone(),
@@ -266,12 +252,12 @@ impl Gateway {
         let egress = network::attach(&mut requests, &opts.config.settings);
         // Relaying is resolved from the config (and profile) now: servers start, and declare
         // their client capabilities, before the agent connects.
-        let relays: Vec<relay::RelayPolicy> = opts
+        let relays: Vec<server::relay::RelayPolicy> = opts
             .config
             .servers
             .iter()
             .map(|(name, server)| {
-                let p = relay::RelayPolicy::for_server(name, server, &opts.config.settings);
+                let p = server::relay::RelayPolicy::for_server(name, server, &opts.config.settings);
                 if p.sampling || p.elicitation {
                     tracing::info!(server = %name, "relaying to the agent: sampling {}, elicitation {} (at most {} in flight, {} per minute)", p.sampling, p.elicitation, p.max_concurrent, p.per_minute);
                 }
@@ -315,7 +301,11 @@ impl Gateway {
         let mut settled = Vec::new();
         for idx in 0..shared.slots.len() {
             let (tx, rx) = oneshot::channel();
-            supervisors.push(tokio::spawn(lifecycle::supervise(shared.clone(), idx, tx)));
+            supervisors.push(tokio::spawn(server::supervisor::supervise(
+                shared.clone(),
+                idx,
+                tx,
+            )));
             settled.push(rx);
         }
         // A dropped sender means the supervisor ended; either way the start has settled.
@@ -377,9 +367,9 @@ impl Gateway {
     {
         // The agent's messages are capped like rmcp caps them, but an over-long request is
         // answered with an error instead of being dropped unanswered.
-        let reader = upstream_frame::LineCap::new(reader, tap::MAX_LINE);
-        let transport = front::start(reader, writer, self.shared.clone());
-        let handler = upstream::RelayingService(upstream::Upstream {
+        let reader = agent::frame::LineCap::new(reader, server::tap::MAX_LINE);
+        let transport = agent::front::start(reader, writer, self.shared.clone());
+        let handler = agent::service::RelayingService(agent::service::Upstream {
             shared: self.shared.clone(),
         });
         // A stop during the handshake counts too: a client may give up before it completes.
@@ -412,7 +402,7 @@ impl Gateway {
 
     /// Serves MCP on stdin/stdout until stdin reaches EOF or SIGINT/SIGTERM arrives.
     pub async fn serve_stdio(self) -> Result<(), GatewayError> {
-        let (reader, writer) = stdio::upstream_stdio();
+        let (reader, writer) = agent::stdio::upstream_stdio();
         self.serve((reader, writer), termination()).await
     }
 

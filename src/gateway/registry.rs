@@ -35,8 +35,12 @@ pub struct ServerLists {
 
 impl ServerLists {
     /// Takes `kind`'s lists (typed and raw) from `fresh`, a listing of that kind.
-    pub fn take_kind(&mut self, kind: super::downstream::ListKind, fresh: ServerLists) {
-        use super::downstream::ListKind;
+    pub fn take_kind(
+        &mut self,
+        kind: crate::gateway::server::handler::ListKind,
+        fresh: ServerLists,
+    ) {
+        use crate::gateway::server::handler::ListKind;
         match kind {
             ListKind::Tools => {
                 self.tools = fresh.tools;

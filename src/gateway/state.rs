@@ -11,11 +11,11 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::downstream::Connection;
-use super::registry::{Catalog, ServerLists};
-use super::roots::{RootSet, RootsCell};
-use super::stages::Stages;
-use super::upstream_link::UpstreamLink;
+use crate::gateway::agent::link::UpstreamLink;
+use crate::gateway::registry::{Catalog, ServerLists};
+use crate::gateway::server::handler::Connection;
+use crate::gateway::server::roots::{RootSet, RootsCell};
+use crate::gateway::stages::Stages;
 use crate::sandbox::launch::{Enforcement, LaunchRequest};
 
 /// Timeouts and limits of the gateway (from settings, with defaults).
@@ -108,12 +108,12 @@ pub struct Slot {
     pub gate: tokio::sync::RwLock<()>,
     /// What of the server's sampling and elicitation requests reaches the agent, and its
     /// in-flight and rate budget (kept across restarts). Nothing by default.
-    pub relay: Arc<super::relay::RelayGate>,
+    pub relay: Arc<crate::gateway::server::relay::RelayGate>,
     /// The server's output-rate limit (stdout + stderr, bytes/s; `sandbox.limits.
     /// outputBytesPerSecond`, else the default in `fault.rs`).
     pub output_rate: u64,
     /// The config's `tools` / `prompts` filters: what the agent never sees of this server.
-    pub filters: super::registry::ListFilters,
+    pub filters: crate::gateway::registry::ListFilters,
     relaunch_tx: mpsc::UnboundedSender<Relaunch>,
     relaunch_rx: Mutex<Option<mpsc::UnboundedReceiver<Relaunch>>>,
     state: RwLock<SlotState>,
@@ -146,12 +146,15 @@ impl Slot {
     ) -> Slot {
         let (relaunch_tx, relaunch_rx) = mpsc::unbounded_channel();
         Slot {
-            relay: Arc::new(super::relay::RelayGate::new(&name, Default::default())),
+            relay: Arc::new(crate::gateway::server::relay::RelayGate::new(
+                &name,
+                Default::default(),
+            )),
             name,
             req,
             roots: Arc::new(roots),
             gate: tokio::sync::RwLock::new(()),
-            output_rate: super::fault::DEFAULT_OUTPUT_BYTES_PER_SECOND,
+            output_rate: crate::gateway::server::fault::DEFAULT_OUTPUT_BYTES_PER_SECOND,
             filters: Default::default(),
             relaunch_tx,
             relaunch_rx: Mutex::new(Some(relaunch_rx)),
@@ -164,8 +167,10 @@ impl Slot {
     }
 
     /// Sets what of the server's sampling and elicitation requests is relayed to the agent.
-    pub fn with_relay(mut self, policy: super::relay::RelayPolicy) -> Slot {
-        self.relay = Arc::new(super::relay::RelayGate::new(&self.name, policy));
+    pub fn with_relay(mut self, policy: crate::gateway::server::relay::RelayPolicy) -> Slot {
+        self.relay = Arc::new(crate::gateway::server::relay::RelayGate::new(
+            &self.name, policy,
+        ));
         self
     }
 
@@ -233,7 +238,7 @@ pub struct Shared {
     pub limits: Limits,
     pub shutdown: CancellationToken,
     /// The agent's own roots (narrow path arguments when its client declared them).
-    pub upstream_roots: super::upstream_roots::UpstreamRoots,
+    pub upstream_roots: crate::gateway::agent::agent_roots::UpstreamRoots,
     /// The shared egress proxy, when some server has a domain allowlist (its refusal events
     /// are attributed to calls by the pipeline).
     pub egress: Option<crate::egress::EgressProxy>,
@@ -241,14 +246,14 @@ pub struct Shared {
     /// trial sandbox, which every server start and relaunch would otherwise repeat.
     pub caps: Arc<crate::sandbox::capabilities::Capabilities>,
     /// Approvals remembered in this session ("approve and remember"); never persisted.
-    pub remembered: super::remembered::Remembered,
+    pub remembered: crate::gateway::call::remembered::Remembered,
     /// Every `tools/call` in progress: shutdown waits (bounded) for them, so that a call cut
     /// short by the client's disconnect still writes its audit record.
     pub calls: tokio_util::task::TaskTracker,
     /// The pins file's gate, when one is configured (`--pins`).
-    pub pins: Option<Arc<super::pinning::PinGate>>,
+    pub pins: Option<Arc<crate::gateway::stages::pinning::PinGate>>,
     /// Tasks created through this gateway, by the id the agent knows (`tasks.rs`).
-    pub tasks: Arc<super::tasks::TaskTable>,
+    pub tasks: Arc<crate::gateway::call::tasks::TaskTable>,
     /// Serialises catalog rebuilds: each reviews pins (file I/O) outside the catalog lock,
     /// and an older view must never be installed over a newer one.
     refresh: tokio::sync::Mutex<()>,
@@ -289,7 +294,10 @@ impl Shared {
     }
 
     /// Sets the pins gate every catalog rebuild reviews tools against.
-    pub fn with_pins(mut self, pins: Option<Arc<super::pinning::PinGate>>) -> Shared {
+    pub fn with_pins(
+        mut self,
+        pins: Option<Arc<crate::gateway::stages::pinning::PinGate>>,
+    ) -> Shared {
         self.pins = pins;
         self
     }
@@ -401,7 +409,7 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::roots::Needed;
+    use crate::gateway::server::roots::Needed;
     use crate::roots::derive::{DerivedRoot, RootSource};
     use crate::sandbox::Access;
 

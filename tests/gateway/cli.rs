@@ -184,7 +184,7 @@ fn stdout_carries_only_json_rpc_and_stdin_eof_reaps_every_child() {
 /// naming the read-only root, and audits it as denied; nothing is written. This used to be
 /// the end-to-end `[SANDBOX BLOCKED]` test; since the roots check, a path argument into a
 /// read-only root cannot reach the sandbox any more, so the marker is proven by the
-/// classifier's unit tests (`gateway::blocked`) and by writes a server makes on its own.
+/// classifier's unit tests (`gateway::call::blocked`) and by writes a server makes on its own.
 /// Control: the same directory is writable by this process (the refusal is palisade's).
 #[test]
 fn writes_into_a_read_only_root_are_refused_by_the_proxy_before_the_sandbox() {

@@ -233,7 +233,7 @@ async fn an_escalation_approved_by_elicitation_reaches_the_server() {
     let config = palisade::config::load_file(&cfg_path).unwrap();
     let mut opts = GatewayOptions::new(config).unwrap();
     let specs = palisade::approval::parse_escalation("elicit").unwrap();
-    let elicitor = std::sync::Arc::new(palisade::gateway::approval::UpstreamElicitor::new(
+    let elicitor = std::sync::Arc::new(palisade::gateway::stages::approval::UpstreamElicitor::new(
         opts.upstream.clone(),
     ));
     let chain =

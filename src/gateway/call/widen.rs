@@ -19,8 +19,8 @@ use std::path::{Component, Path, PathBuf};
 
 use tokio::sync::RwLockReadGuard;
 
-use super::roots::{directory_for, Needed};
-use super::state::{Slot, Status};
+use crate::gateway::server::roots::{directory_for, Needed};
+use crate::gateway::state::{Slot, Status};
 use crate::policy::PathArg;
 use crate::roots::canon::Base;
 use crate::roots::guard::canonicalize_input;

@@ -8,7 +8,7 @@
 //! server, so a tool that requires tasks could not be used, and any newer request field was
 //! lost the same way. The calls also skip two task hops through rmcp's service.
 //!
-//! Shape: a reader task splits lines (the length cap is applied before, `upstream_frame`),
+//! Shape: a reader task splits lines (the length cap is applied before, `frame`),
 //! a writer task owns the agent's stream (lines from a bounded queue, flushed when the queue
 //! runs dry), and `FrontTransport` is the rmcp transport over both. A relayed request runs
 //! on its own task with its own cancellation; `notifications/cancelled` for it cancels it;
@@ -32,8 +32,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::state::Shared;
-use super::versions;
+use crate::gateway::agent::versions;
+use crate::gateway::state::Shared;
 
 /// Lines queued for the agent before writers wait.
 const WRITE_QUEUE: usize = 256;
@@ -93,7 +93,7 @@ enum Route {
 fn route(method: Option<&str>, has_id: bool) -> Route {
     match method {
         Some("tools/call") if has_id => Route::Relay,
-        Some(m) if has_id && super::task_relay::METHODS.contains(&m) => Route::Relay,
+        Some(m) if has_id && crate::gateway::call::task_relay::METHODS.contains(&m) => Route::Relay,
         Some("notifications/cancelled") if !has_id => Route::Cancel,
         _ => Route::Session,
     }
@@ -257,7 +257,7 @@ async fn answer(
         // Counted while it runs: shutdown waits for it so that its audit record is written.
         let _in_flight = shared.calls.token();
         (
-            super::pipeline::call_tool(shared, typed, &extra, ctx).await?,
+            crate::gateway::call::pipeline::call_tool(shared, typed, &extra, ctx).await?,
             modern,
         )
     } else {
@@ -267,7 +267,7 @@ async fn answer(
         versions::check_envelope(&ctx.meta)?;
         let modern = versions::is_modern(&ctx.meta);
         (
-            super::task_relay::handle(shared, method, params, &ctx).await?,
+            crate::gateway::call::task_relay::handle(shared, method, params, &ctx).await?,
             modern,
         )
     };
@@ -390,7 +390,7 @@ impl FrontTransport {
             .iter()
             .filter_map(|s| s.snapshot().live.and_then(|l| l.conn.tasks.clone()))
             .collect();
-        super::tasks::aggregate_capability(&live)
+        crate::gateway::call::tasks::aggregate_capability(&live)
     }
 }
 

@@ -17,7 +17,7 @@ use rmcp::service::Peer;
 use rmcp::RoleServer;
 use tokio::sync::watch;
 
-use super::roots::RootSet;
+use crate::gateway::server::roots::RootSet;
 use crate::policy::PathArg;
 use crate::roots::canon::{self, Base};
 use crate::roots::derive::RootSource;

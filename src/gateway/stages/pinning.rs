@@ -13,8 +13,8 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-use super::registry::ServerLists;
-use super::stages::{CallOutcome, CallRecord, Decision, PolicyVerdict};
+use crate::gateway::registry::ServerLists;
+use crate::gateway::stages::{CallOutcome, CallRecord, Decision, PolicyVerdict};
 use crate::pins::{self, ChangeKind, Mode, NewServers};
 
 /// `policyDecision.rule` of pin records and of calls refused because a tool is held.

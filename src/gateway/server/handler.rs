@@ -27,10 +27,10 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::peer::{Inbound, NoReply, Reply, ServerPeer};
-use super::progress::ProgressMap;
-use super::roots::RootsCell;
-use super::upstream_link::UpstreamLink;
+use crate::gateway::agent::link::UpstreamLink;
+use crate::gateway::server::peer::{Inbound, NoReply, Reply, ServerPeer};
+use crate::gateway::server::progress::ProgressMap;
+use crate::gateway::server::roots::RootsCell;
 
 /// The protocol revision palisade speaks on both sides (see NOTES: on 2026-07-28 a server
 /// cannot ask for roots outside a client request).
@@ -62,11 +62,11 @@ pub struct DownstreamHandler {
     pub upstream: UpstreamLink,
     pub list_changed: mpsc::UnboundedSender<ListKind>,
     /// The session's tasks: a task's status is relayed only for tasks created through us.
-    pub tasks: Arc<super::tasks::TaskTable>,
+    pub tasks: Arc<crate::gateway::call::tasks::TaskTable>,
     /// The server keeps its own names (and task ids) upstream.
     pub unprefixed: bool,
     /// Sampling and elicitation: declared and relayed only as the server's `relay` allows.
-    pub relay: super::relay::Relayer,
+    pub relay: crate::gateway::server::relay::Relayer,
 }
 
 /// A request a downstream server sent the gateway: its id and its cancellation.
@@ -114,8 +114,8 @@ impl DownstreamHandler {
             return;
         };
         let mut known = false;
-        super::tasks::rewrite_ids(&mut v, &mut |inner| {
-            let outer = super::tasks::outer_id(&self.server, self.unprefixed, inner);
+        crate::gateway::call::tasks::rewrite_ids(&mut v, &mut |inner| {
+            let outer = crate::gateway::call::tasks::outer_id(&self.server, self.unprefixed, inner);
             let found = self.tasks.contains(&outer);
             known |= found;
             found.then_some(outer)
@@ -240,7 +240,7 @@ impl Inbound for DownstreamHandler {
 
     fn progress<'a>(&'a self, line: &'a [u8]) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
         Box::pin(async move {
-            if let Some(params) = super::tap::progress_params(line) {
+            if let Some(params) = crate::gateway::server::tap::progress_params(line) {
                 if let Some(target) = self.progress.route(&params) {
                     forward_progress(&target, params).await;
                 }
@@ -285,7 +285,7 @@ pub struct Connection {
     pub tasks: Option<Value>,
     pub progress: Arc<ProgressMap<UpTarget>>,
     /// The process's faults and end: a call the process left unanswered says why.
-    pub faults: Arc<super::fault::ProcessFaults>,
+    pub faults: Arc<crate::gateway::server::fault::ProcessFaults>,
 }
 
 /// How long a call cut short by its server's end waits for the supervisor to say why.

@@ -20,13 +20,15 @@ use rmcp::model::{
 use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 
-use super::downstream::{parse, Connection, DownstreamHandler, ForwardError, ListKind};
-use super::fault::ProcessFaults;
-use super::peer::ServerPeer;
-use super::progress::ProgressMap;
-use super::registry::{JsonObject, RawItems, ServerLists};
-use super::spawn::{self, PreparedGuard, SpawnError};
-use super::state::{Live, Relaunch, Shared, Slot, Status};
+use crate::gateway::registry::{JsonObject, RawItems, ServerLists};
+use crate::gateway::server::fault::ProcessFaults;
+use crate::gateway::server::handler::{
+    parse, Connection, DownstreamHandler, ForwardError, ListKind,
+};
+use crate::gateway::server::peer::ServerPeer;
+use crate::gateway::server::progress::ProgressMap;
+use crate::gateway::server::spawn::{self, PreparedGuard, SpawnError};
+use crate::gateway::state::{Live, Relaunch, Shared, Slot, Status};
 use crate::sandbox::launch::LaunchError;
 
 /// A server that ran this long without failing gets its restart budget back.
@@ -255,7 +257,7 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
 }
 
 /// Exponential backoff: base * 2^(n-1), capped.
-pub fn backoff(limits: &super::state::Limits, attempt: u32) -> Duration {
+pub fn backoff(limits: &crate::gateway::state::Limits, attempt: u32) -> Duration {
     let factor = 1u32 << attempt.saturating_sub(1).min(16);
     limits
         .backoff_base
@@ -314,7 +316,7 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         list_changed: list_tx,
         tasks: shared.tasks.clone(),
         unprefixed: slot.filters.unprefixed,
-        relay: super::relay::Relayer {
+        relay: crate::gateway::server::relay::Relayer {
             gate: slot.relay.clone(),
             upstream: shared.upstream.clone(),
             audit: shared.stages.audit.clone(),
@@ -390,14 +392,14 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         .map(|r| r.path.clone())
         .collect();
     let applied = tokio::select! {
-        a = super::applied::announce_and_wait(&running.conn, &lists.tools, &slot.roots, roots.version, &want) => a,
+        a = crate::gateway::call::applied::announce_and_wait(&running.conn, &lists.tools, &slot.roots, roots.version, &want) => a,
         _ = shared.shutdown.cancelled() => {
             let _ = stop(running, &shared.limits, &slot.name).await;
             return Err(StartError::Shutdown);
         }
     };
     match &applied {
-        super::applied::Applied::NotReported { missing } => tracing::warn!(
+        crate::gateway::call::applied::Applied::NotReported { missing } => tracing::warn!(
             server = %slot.name,
             "roots v{} not reported by the server (missing {:?}); its mounts still confine it",
             roots.version,
@@ -428,9 +430,13 @@ async fn initialize(
         .request(id, "initialize", Some(params), timeout, None)
         .await;
     let raw = match reply {
-        Ok(super::peer::Reply::Result(raw)) => raw,
-        Ok(super::peer::Reply::Error(e)) => return Err(StartError::Init(e.message.to_string())),
-        Err(super::peer::NoReply::Timeout) => return Err(StartError::InitTimeout(timeout)),
+        Ok(crate::gateway::server::peer::Reply::Result(raw)) => raw,
+        Ok(crate::gateway::server::peer::Reply::Error(e)) => {
+            return Err(StartError::Init(e.message.to_string()))
+        }
+        Err(crate::gateway::server::peer::NoReply::Timeout) => {
+            return Err(StartError::InitTimeout(timeout))
+        }
         Err(_) => {
             return Err(StartError::Init(
                 "the server closed its connection before answering".into(),
@@ -787,7 +793,7 @@ fn spawn_relist(
 
 /// Stops a started server: close its stdin (by closing rmcp's transport), wait, SIGTERM,
 /// wait, SIGKILL; always reaps. Returns how it ended, for the log.
-async fn stop(running: Running, limits: &super::state::Limits, name: &str) -> String {
+async fn stop(running: Running, limits: &crate::gateway::state::Limits, name: &str) -> String {
     let Running {
         mut child,
         conn,
@@ -833,7 +839,7 @@ fn exit_reason(status: std::process::ExitStatus, slot: &Slot) -> String {
 
 /// Stops a faulting server at once: it is not trusted to exit when asked (it may be
 /// flooding its pipes). Closes its connection, SIGKILLs it and reaps it.
-async fn kill(running: Running, limits: &super::state::Limits, name: &str) {
+async fn kill(running: Running, limits: &crate::gateway::state::Limits, name: &str) {
     let Running {
         mut child, conn, ..
     } = running;

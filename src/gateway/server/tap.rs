@@ -16,7 +16,7 @@ use std::future::Future;
 use rmcp::model::ProgressNotificationParam;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 
-use super::fault::ProcessFaults;
+use crate::gateway::server::fault::ProcessFaults;
 
 /// The limit of one JSON-RPC line (rmcp's, kept so both directions agree).
 pub const MAX_LINE: usize = 16 * 1024 * 1024;

@@ -32,7 +32,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::fault::ProcessFaults;
+use crate::gateway::server::fault::ProcessFaults;
 
 /// Lines queued for the server's stdin before senders wait (backpressure, not a buffer:
 /// a server that stops reading stalls its callers, whose requests time out).
@@ -227,7 +227,7 @@ impl ServerPeer {
             closed: CancellationToken::new(),
             stop: CancellationToken::new(),
         });
-        let stdin = super::stdin_watch::Watched::new(stdin, faults.stdin.clone());
+        let stdin = crate::gateway::server::stdin_watch::Watched::new(stdin, faults.stdin.clone());
         tokio::spawn(write_loop(
             rx,
             stdin,
@@ -240,7 +240,8 @@ impl ServerPeer {
                 peer: reader_peer.clone(),
                 inbound,
             };
-            super::tap::read_lines(&reader_peer.server, stdout, &faults, &sink).await;
+            crate::gateway::server::tap::read_lines(&reader_peer.server, stdout, &faults, &sink)
+                .await;
             reader_peer.end();
         });
         peer
@@ -430,7 +431,7 @@ struct Dispatch {
     inbound: Arc<dyn Inbound>,
 }
 
-impl super::tap::LineSink for Dispatch {
+impl crate::gateway::server::tap::LineSink for Dispatch {
     async fn line(&self, line: &[u8]) {
         match classify(line) {
             Kind::Response { id, reply } => {

@@ -12,8 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::roots::directory_for;
 use crate::approval::{CallSubject, RememberScope, SubjectPath};
+use crate::gateway::server::roots::directory_for;
 use crate::policy::{domains, PathArg, Role};
 use crate::roots::canon::{self, Base};
 use crate::roots::guard::normalize_input;

@@ -31,8 +31,8 @@ impl Metrics {
     /// Counts one audited call.
     pub fn record(&self, rec: &CallRecord) {
         let decision = format!("{:?}", rec.policy_decision.decision).to_lowercase();
-        let unroutable =
-            rec.policy_decision.rule.as_deref() == Some(crate::gateway::pipeline::UNROUTABLE_RULE);
+        let unroutable = rec.policy_decision.rule.as_deref()
+            == Some(crate::gateway::call::pipeline::UNROUTABLE_RULE);
         let (server, tool) = if unroutable {
             ("(unknown)".to_string(), "(unroutable)".to_string())
         } else {
@@ -167,7 +167,7 @@ mod tests {
             "2".into(),
             Default::default(),
             PolicyVerdict {
-                rule: Some(crate::gateway::pipeline::UNROUTABLE_RULE.into()),
+                rule: Some(crate::gateway::call::pipeline::UNROUTABLE_RULE.into()),
                 ..PolicyVerdict::deny("no")
             },
             CallOutcome::Denied {

@@ -253,7 +253,7 @@ mod tests {
         assert_eq!(request_id(b"not json"), None);
         assert_eq!(request_id(br#"{"id":"a\"b","method":"x"}"#), None);
         // What follows the id and method cannot take them back: a string cut by the head's
-        // end, text that is not UTF-8, a value that is no JSON (found by the upstream_frame
+        // end, text that is not UTF-8, a value that is no JSON (found by the frame
         // fuzz target: the scan used to give up on the whole line).
         let got = request_id(br#"{"jsonrpc":"2.0","id":5,"method":"x","params":"abc"#);
         assert_eq!(got, Some(serde_json::json!(5)));

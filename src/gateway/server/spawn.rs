@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use tokio::io::AsyncBufReadExt;
 
-use super::fault::ProcessFaults;
+use crate::gateway::server::fault::ProcessFaults;
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use crate::config::{NetworkConfig, SandboxSetting, ServerConfig, Settings};
@@ -191,7 +191,7 @@ pub fn spawn(
 ) -> Result<Spawned, SpawnError> {
     let faults = Arc::new(ProcessFaults::new(
         &req.name,
-        super::fault::DEFAULT_OUTPUT_BYTES_PER_SECOND,
+        crate::gateway::server::fault::DEFAULT_OUTPUT_BYTES_PER_SECOND,
     ));
     spawn_with_faults(req, caps, faults)
 }

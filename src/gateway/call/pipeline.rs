@@ -24,17 +24,17 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 
-use super::blocked::{self, BlockContext};
-use super::downstream::{Connection, ForwardError, UpTarget};
-use super::registry::Route;
-use super::roots::RootSet;
-use super::stages::{
+use crate::approval::RememberScope;
+use crate::gateway::call::blocked::{self, BlockContext};
+use crate::gateway::call::tasks::TaskEntry;
+use crate::gateway::call::{remembered, widen};
+use crate::gateway::registry::Route;
+use crate::gateway::server::handler::{Connection, ForwardError, UpTarget};
+use crate::gateway::server::roots::RootSet;
+use crate::gateway::stages::{
     request_id_string, Approval, ApprovalOutcome, CallInfo, CallOutcome, CallRecord, Decision,
 };
-use super::state::{Shared, Slot, Status};
-use super::tasks::TaskEntry;
-use super::{remembered, widen};
-use crate::approval::RememberScope;
+use crate::gateway::state::{Shared, Slot, Status};
 use crate::policy::PathArg;
 use crate::roots::guard::Need;
 use crate::sandbox::launch::Enforcement;
@@ -221,7 +221,8 @@ pub async fn call_tool(
         remembered_scope,
         approved_by_scope,
         protocol: server_protocol.map(|server| crate::audit::ProtocolVersions {
-            agent: super::versions::agent_version(&ctx).unwrap_or_else(|| "unknown".into()),
+            agent: crate::gateway::agent::versions::agent_version(&ctx)
+                .unwrap_or_else(|| "unknown".into()),
             server,
         }),
         task_id: task_field(&answer, "taskId"),
@@ -275,12 +276,12 @@ fn remember_task(shared: &Shared, slot: &Slot, mut handle: Value, mut entry: Tas
             None,
         ));
     };
-    let outer = super::tasks::outer_id(&slot.name, slot.filters.unprefixed, &inner);
+    let outer = crate::gateway::call::tasks::outer_id(&slot.name, slot.filters.unprefixed, &inner);
     entry.inner = inner;
     if let Err(e) = shared.tasks.insert(outer.clone(), entry) {
         return Answer::Error(ErrorData::internal_error(e.to_string(), None));
     }
-    super::tasks::rewrite_ids(&mut handle, &mut |_| Some(outer.clone()));
+    crate::gateway::call::tasks::rewrite_ids(&mut handle, &mut |_| Some(outer.clone()));
     Answer::Task(handle)
 }
 
@@ -297,7 +298,7 @@ async fn forward(
     meta.0 .0.extend(ctx.meta.0 .0.clone());
     let up_token = meta.get_progress_token();
     meta.0 .0.remove("progressToken");
-    super::versions::strip_envelope(&mut meta.0 .0);
+    crate::gateway::agent::versions::strip_envelope(&mut meta.0 .0);
     params.name = Cow::Owned(tool.to_string());
     let progress_to = up_token.map(|token| UpTarget {
         peer: ctx.peer.clone(),
@@ -327,7 +328,11 @@ async fn forward(
             }
         }
         Ok(raw) => {
-            match super::downstream::parse::<CallToolResult>(&conn.server, "tools/call", &raw) {
+            match crate::gateway::server::handler::parse::<CallToolResult>(
+                &conn.server,
+                "tools/call",
+                &raw,
+            ) {
                 Ok(view) => (Answer::Result(view.clone()), Some(Received { view, raw })),
                 Err(e) => (
                     Answer::Error(ErrorData::internal_error(e.to_string(), None)),
@@ -382,7 +387,7 @@ async fn approve(
     shared: &Shared,
     slot: &Slot,
     call: &CallInfo<'_>,
-    verdict: &super::stages::PolicyVerdict,
+    verdict: &crate::gateway::stages::PolicyVerdict,
     path_args: Option<&[PathArg<'_>]>,
     ctx: &RequestContext<RoleServer>,
 ) -> Approved {
@@ -459,7 +464,7 @@ struct Forwarded {
     /// Refused by a stage (audited as denied).
     refused: bool,
     /// The verdict the record names (a roots-check refusal replaces the policy's).
-    decided: super::stages::PolicyVerdict,
+    decided: crate::gateway::stages::PolicyVerdict,
     enforcement: Option<Enforcement>,
     approved_roots: Vec<(std::path::PathBuf, crate::sandbox::spec::Access)>,
     network_refusals: Vec<crate::egress::RefusalEvent>,
@@ -470,7 +475,7 @@ struct Forwarded {
 impl Forwarded {
     fn refused(
         text: String,
-        decided: super::stages::PolicyVerdict,
+        decided: crate::gateway::stages::PolicyVerdict,
         enforcement: Option<Enforcement>,
     ) -> Forwarded {
         Forwarded {
@@ -500,7 +505,7 @@ async fn widen_and_forward(
     params: (CallToolRequestParams, &Map<String, Value>),
     path_args: Option<&[PathArg<'_>]>,
     approved: bool,
-    decided: super::stages::PolicyVerdict,
+    decided: crate::gateway::stages::PolicyVerdict,
     ctx: &RequestContext<RoleServer>,
 ) -> Forwarded {
     let cwd = slot.req.as_ref().and_then(|r| r.cwd.as_deref());
@@ -552,7 +557,7 @@ async fn widen_and_forward(
     out.server_protocol = Some(conn.info.protocol_version.as_str().to_string());
     let (answer, received) = forward(shared, &conn, tool, params, ctx).await;
     if let Some(rx) = events.as_mut() {
-        out.network_refusals = super::network::drain(rx, &slot.name);
+        out.network_refusals = crate::gateway::network::drain(rx, &slot.name);
     }
     out.answer = answer;
     out.received = received;
@@ -569,15 +574,15 @@ pub const UNROUTABLE_RULE: &str = "unroutable";
 pub const TOOL_FILTER_RULE: &str = "tool-filter";
 
 /// A deny recorded as decided by a gateway stage other than the policy.
-fn stage_refusal(rule: &str, why: &str) -> super::stages::PolicyVerdict {
-    super::stages::PolicyVerdict {
+fn stage_refusal(rule: &str, why: &str) -> crate::gateway::stages::PolicyVerdict {
+    crate::gateway::stages::PolicyVerdict {
         decision: Decision::Deny,
         rule: Some(rule.to_string()),
         reason: why.to_string(),
     }
 }
 
-fn audit_failed(e: &super::stages::AuditError) -> ErrorData {
+fn audit_failed(e: &crate::gateway::stages::AuditError) -> ErrorData {
     ErrorData::internal_error(
         format!("the call was not completed because the audit log could not be written ({e}); palisade fails closed"),
         None,
@@ -599,7 +604,7 @@ async fn route_waiting(shared: &Shared, name: &str) -> Result<Route, (ErrorData,
             if pins.is_held(server, tool) {
                 return Err((
                     ErrorData::invalid_params(pins.refusal(server, tool), None),
-                    super::pinning::TOOL_PIN_RULE,
+                    crate::gateway::stages::pinning::TOOL_PIN_RULE,
                 ));
             }
         }
@@ -643,7 +648,7 @@ async fn route_waiting(shared: &Shared, name: &str) -> Result<Route, (ErrorData,
 /// The configured server a tool name belongs to, and the tool's own name: by its
 /// `SERVER__` prefix, else the server that keeps its own names (`"prefix": false`).
 fn owner<'a>(shared: &'a Shared, name: &'a str) -> Option<(&'a Slot, &'a str)> {
-    let prefixed = super::registry::split_name(name).and_then(|(server, tool)| {
+    let prefixed = crate::gateway::registry::split_name(name).and_then(|(server, tool)| {
         shared
             .slots
             .iter()
@@ -688,7 +693,7 @@ fn unroutable_record(
 
 /// The error for a name the catalog does not know: when its prefix names a configured server
 /// that is down, say why it is down rather than "unknown tool".
-fn unroutable(shared: &Shared, full: &str, e: super::registry::RouteError) -> ErrorData {
+fn unroutable(shared: &Shared, full: &str, e: crate::gateway::registry::RouteError) -> ErrorData {
     if let Some((slot, _)) = owner(shared, full) {
         let status = slot.snapshot().status;
         if status != Status::Running {
@@ -720,7 +725,7 @@ fn mark_refusals(refusals: &[crate::egress::RefusalEvent], answer: Answer) -> An
     if refusals.is_empty() {
         return answer;
     }
-    let text = super::network::refusal_text(refusals);
+    let text = crate::gateway::network::refusal_text(refusals);
     match answer {
         Answer::Error(mut e) => {
             e.message = format!("{text}\nOriginal error: {}", e.message).into();
@@ -896,6 +901,6 @@ fn first_text(content: &[ContentBlock]) -> String {
 pub fn forwarded_meta(ctx: &RequestContext<RoleServer>) -> Option<RequestMetaObject> {
     let mut meta = ctx.meta.clone();
     meta.0 .0.remove("progressToken");
-    super::versions::strip_envelope(&mut meta.0 .0);
+    crate::gateway::agent::versions::strip_envelope(&mut meta.0 .0);
     (!meta.0 .0.is_empty()).then_some(meta)
 }

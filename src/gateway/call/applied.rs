@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, Tool};
 
-use super::downstream::Connection;
-use super::roots::RootsCell;
+use crate::gateway::server::handler::Connection;
+use crate::gateway::server::roots::RootsCell;
 
 /// How long a roots consumer gets to ask `roots/list` after `list_changed`.
 const FETCH_WAIT: Duration = Duration::from_secs(2);
@@ -136,7 +136,11 @@ async fn report(conn: &Connection, intro: Introspection) -> Vec<PathBuf> {
         .request(req, PROBE_TIMEOUT, None, None)
         .await
         .and_then(|raw| {
-            super::downstream::parse::<CallToolResult>(&conn.server, "tools/call", &raw)
+            crate::gateway::server::handler::parse::<CallToolResult>(
+                &conn.server,
+                "tools/call",
+                &raw,
+            )
         });
     match result {
         Ok(r) if r.is_error != Some(true) => {

@@ -1,5 +1,5 @@
 //! The MCP server the agent talks to: an rmcp `ServerHandler` over the aggregated catalog.
-//! Tool calls go through the pipeline (`pipeline.rs`); prompts, resources, completions,
+//! Tool calls go through the pipeline (`call/pipeline.rs`); prompts, resources, completions,
 //! subscriptions and log levels are routed by the catalog and forwarded with the same
 //! timeout, cancellation and progress mapping. The paths a `prompts/get` argument or a
 //! resource URI (of any scheme) names are checked against the roots first, as a tool call's
@@ -32,10 +32,10 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::downstream::{ForwardError, UpTarget, PROTOCOL};
-use super::pipeline::{self, forwarded_meta};
-use super::state::Shared;
 use crate::audit::RecordKind;
+use crate::gateway::call::pipeline::{self, forwarded_meta};
+use crate::gateway::server::handler::{ForwardError, UpTarget, PROTOCOL};
+use crate::gateway::state::Shared;
 
 /// The agent-facing handler. Cheap to clone.
 #[derive(Clone)]
@@ -163,15 +163,15 @@ impl Upstream {
             return Ok(());
         };
         let snap = slot.snapshot();
-        let record = super::stages::CallRecord {
+        let record = crate::gateway::stages::CallRecord {
             kind: Some(kind),
-            ..super::stages::CallRecord::new(
+            ..crate::gateway::stages::CallRecord::new(
                 &slot.name,
                 kind.method(),
-                super::stages::request_id_string(&ctx.id),
+                crate::gateway::stages::request_id_string(&ctx.id),
                 arguments,
-                super::stages::PolicyVerdict::deny(reason.clone()),
-                super::stages::CallOutcome::Denied {
+                crate::gateway::stages::PolicyVerdict::deny(reason.clone()),
+                crate::gateway::stages::CallOutcome::Denied {
                     reason: reason.clone(),
                 },
             )
@@ -198,21 +198,21 @@ impl Upstream {
         let slot = &self.shared.slots[idx];
         let snap = slot.snapshot();
         let result = match &answer {
-            Ok(_) => super::stages::CallOutcome::Success,
-            Err(e) => super::stages::CallOutcome::Error {
+            Ok(_) => crate::gateway::stages::CallOutcome::Success,
+            Err(e) => crate::gateway::stages::CallOutcome::Error {
                 error: e.message.to_string(),
             },
         };
-        let record = super::stages::CallRecord {
+        let record = crate::gateway::stages::CallRecord {
             kind: Some(audit.kind),
             duration_ms: started.elapsed().as_millis() as u64,
             // Readers that know only tool calls still see which method it was.
-            ..super::stages::CallRecord::new(
+            ..crate::gateway::stages::CallRecord::new(
                 &slot.name,
                 audit.kind.method(),
-                super::stages::request_id_string(&ctx.id),
+                crate::gateway::stages::request_id_string(&ctx.id),
                 audit.arguments,
-                super::stages::PolicyVerdict::allow(
+                crate::gateway::stages::PolicyVerdict::allow(
                     "not evaluated by the rules (they govern tool calls); the paths it names were checked against the roots",
                 ),
                 result,
@@ -325,7 +325,7 @@ impl Audited {
     }
 }
 
-fn audit_failed(e: &super::stages::AuditError) -> ErrorData {
+fn audit_failed(e: &crate::gateway::stages::AuditError) -> ErrorData {
     ErrorData::internal_error(
         format!("the request was not completed because the audit log could not be written ({e}); palisade fails closed"),
         None,
@@ -407,14 +407,14 @@ impl ServerHandler for Upstream {
     }
 
     /// `palisade/oversized` stands in for a request the client sent over the message size
-    /// limit (see `upstream_frame.rs`): its id gets the error. Other unknown methods get
+    /// limit (see `frame.rs`): its id gets the error. Other unknown methods get
     /// "method not found", as rmcp answers them.
     async fn on_custom_request(
         &self,
         request: rmcp::model::CustomRequest,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, ErrorData> {
-        if request.method == super::upstream_frame::OVERSIZED_METHOD {
+        if request.method == crate::gateway::agent::frame::OVERSIZED_METHOD {
             let params = request.params.unwrap_or_default();
             return Err(ErrorData::invalid_request(
                 format!(
@@ -645,15 +645,15 @@ impl Service<RoleServer> for RelayingService {
             up.shared.upstream.set(context.peer.clone());
         }
         let method = request.method().to_string();
-        let modern = super::versions::is_modern(&context.meta);
+        let modern = crate::gateway::agent::versions::is_modern(&context.meta);
         if modern {
-            super::versions::check_envelope(&context.meta)?;
+            crate::gateway::agent::versions::check_envelope(&context.meta)?;
         }
         match self.relay(request, context).await {
             Ok(answer) => {
                 let mut v = answer?;
                 if modern {
-                    super::versions::stamp_result(&method, &mut v);
+                    crate::gateway::agent::versions::stamp_result(&method, &mut v);
                 }
                 Ok(ServerResult::CustomResult(CustomResult(v)))
             }

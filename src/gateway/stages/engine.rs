@@ -13,7 +13,7 @@ use crate::audit::{
 use crate::policy::{CallContext, Policy, Scope, Status, ToolInfo};
 use crate::sandbox::launch::Enforcement;
 
-use super::stages::{
+use crate::gateway::stages::{
     ApprovalOutcome, AuditError, AuditSink, CallInfo, CallOutcome, CallPolicy, CallRecord,
     Decision, PolicyVerdict,
 };

@@ -35,11 +35,11 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::stages::{
+use crate::gateway::agent::service::Upstream;
+use crate::gateway::stages::{
     request_id_string, AuditError, AuditSink, CallOutcome, CallRecord, PolicyVerdict,
 };
-use super::upstream::Upstream;
-use super::{Gateway, GatewayOptions};
+use crate::gateway::{Gateway, GatewayOptions};
 pub use tokens::TokenTable;
 
 /// How requests are authenticated.
@@ -59,8 +59,8 @@ pub enum Auth {
 /// `elicit` approver asks the agent of the principal whose call escalated, never another's.
 pub type ApproverFactory = Arc<
     dyn Fn(
-            super::upstream_link::UpstreamLink,
-        ) -> Result<Arc<dyn super::stages::ApprovalStage>, String>
+            crate::gateway::agent::link::UpstreamLink,
+        ) -> Result<Arc<dyn crate::gateway::stages::ApprovalStage>, String>
         + Send
         + Sync,
 >;
@@ -250,7 +250,7 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         )
         .with_state(Arc::clone(&front));
     let reaper = tokio::spawn(reap_idle(Arc::clone(&front)));
-    let signal = super::termination();
+    let signal = crate::gateway::termination();
     // Cancelled once the drain is over: from then on the connections left get
     // `CONNECTIONS_BOUND` to close.
     let drained = CancellationToken::new();
@@ -371,8 +371,8 @@ async fn metrics_page(State(front): State<Arc<Front>>, req: Request<Body>) -> Re
         .into_response()
 }
 
-fn status_label(s: &super::state::Status) -> &'static str {
-    use super::state::Status;
+fn status_label(s: &crate::gateway::state::Status) -> &'static str {
+    use crate::gateway::state::Status;
     match s {
         Status::Starting => "starting",
         Status::Running => "running",
@@ -637,7 +637,7 @@ fn busy_record(principal: &str, asked: Option<&limits::Asked>, why: &str) -> Cal
     let (server, tool, id, args) = match asked {
         Some(a) => {
             let (server, tool) = match &a.tool {
-                Some(t) => super::registry::split_name(t).unwrap_or(("", t.as_str())),
+                Some(t) => crate::gateway::registry::split_name(t).unwrap_or(("", t.as_str())),
                 None => ("", a.method.as_str()),
             };
             let id = serde_json::from_value::<rmcp::model::RequestId>(a.id.clone())
@@ -774,7 +774,7 @@ async fn start_principal(front: &Front, name: &str) -> Result<Arc<Principal>, Re
     opts.sandbox_dir = opts.sandbox_dir.join("principals").join(name);
     // Its own link to its own agent: notifications and relayed requests of its servers
     // never go to another principal's session.
-    opts.upstream = super::upstream_link::UpstreamLink::default();
+    opts.upstream = crate::gateway::agent::link::UpstreamLink::default();
     if let Some(factory) = &front.http.approver_for {
         opts.stages.approver = factory(opts.upstream.clone()).map_err(|e| {
             tracing::error!(

@@ -2,10 +2,10 @@
 //! pipe readers detect (a line over the length cap, output over the rate limit), and the
 //! reason it ended, kept for the calls it left unanswered.
 //!
-//! Where it sits: created by the supervisor (`lifecycle.rs`) for every start, charged by the
+//! Where it sits: created by the supervisor (`supervisor.rs`) for every start, charged by the
 //! stdout tap (`tap.rs`) and the stderr reader (`spawn.rs`), watched by the supervisor (which
 //! kills and restarts a faulting server like a crash), and read by the request helper
-//! (`downstream.rs`) so that a call cut short says why.
+//! (`handler.rs`) so that a call cut short says why.
 //! Never: block (std locks around plain numbers only), or forget a fault once set (the first
 //! one wins and stays).
 
@@ -39,7 +39,7 @@ impl OutputBudget {
         let rate = rate.max(1);
         let burst = rate
             .saturating_mul(BURST_SECONDS)
-            .max(super::tap::MAX_LINE as u64 + 1);
+            .max(crate::gateway::server::tap::MAX_LINE as u64 + 1);
         OutputBudget {
             rate,
             burst,
@@ -83,7 +83,7 @@ pub struct ProcessFaults {
     ended: OnceLock<String>,
     ended_set: Notify,
     /// Whether the server is reading its stdin (see `stdin_watch.rs`).
-    pub stdin: Arc<super::stdin_watch::StdinState>,
+    pub stdin: Arc<crate::gateway::server::stdin_watch::StdinState>,
     /// How long the server may leave its stdin full while it sends requests.
     pub stall_limit: Duration,
     /// The last lines the server wrote on stderr, for the reason a start failed (a missing
@@ -246,7 +246,7 @@ mod tests {
         let t0 = Instant::now();
         let mut b = OutputBudget::new(1000, t0);
         // The burst is at least one maximal line, so a rate this low still lets one through.
-        assert_eq!(b.burst(), super::super::tap::MAX_LINE as u64 + 1);
+        assert_eq!(b.burst(), crate::gateway::server::tap::MAX_LINE as u64 + 1);
         assert!(b.charge(b.burst(), t0));
         assert!(!b.charge(1, t0), "the bucket is empty");
         // One second refills `rate` bytes.

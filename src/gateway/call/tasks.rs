@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use serde_json::{Map, Value};
 
-use super::stages::PolicyVerdict;
+use crate::gateway::stages::PolicyVerdict;
 
 /// At most this many tasks are remembered; creation past it is refused once the finished
 /// ones are forgotten (a session that creates tasks without end must not grow without end).
@@ -115,7 +115,7 @@ pub fn outer_id(server: &str, unprefixed: bool, inner: &str) -> String {
     if unprefixed {
         inner.to_string()
     } else {
-        super::registry::join_name(server, inner)
+        crate::gateway::registry::join_name(server, inner)
     }
 }
 

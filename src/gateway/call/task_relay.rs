@@ -14,11 +14,11 @@ use rmcp::model::ErrorData;
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
-use super::downstream::{Connection, ForwardError};
-use super::pipeline::forwarded_meta;
-use super::stages::{CallOutcome, CallRecord};
-use super::state::Shared;
-use super::tasks::{self, TaskEntry};
+use crate::gateway::call::pipeline::forwarded_meta;
+use crate::gateway::call::tasks::{self, TaskEntry};
+use crate::gateway::server::handler::{Connection, ForwardError};
+use crate::gateway::stages::{CallOutcome, CallRecord};
+use crate::gateway::state::Shared;
 
 /// The `tasks/*` methods this module answers.
 pub const METHODS: [&str; 4] = ["tasks/get", "tasks/result", "tasks/cancel", "tasks/list"];
@@ -72,7 +72,8 @@ pub async fn handle(
         .await;
     let server = conn.server.clone();
     let versions = crate::audit::ProtocolVersions {
-        agent: super::versions::agent_version(ctx).unwrap_or_else(|| "unknown".into()),
+        agent: crate::gateway::agent::versions::agent_version(ctx)
+            .unwrap_or_else(|| "unknown".into()),
         server: conn.info.protocol_version.as_str().to_string(),
     };
     let unprefixed = shared.slots[entry.server].filters.unprefixed;
@@ -185,7 +186,10 @@ fn connection(shared: &Shared, idx: usize) -> Result<Connection, ErrorData> {
     let snap = slot.snapshot();
     match snap.live {
         Some(live) => Ok(live.conn.clone()),
-        None => Err(super::pipeline::not_running(&slot.name, &snap.status)),
+        None => Err(crate::gateway::call::pipeline::not_running(
+            &slot.name,
+            &snap.status,
+        )),
     }
 }
 

@@ -1,5 +1,5 @@
 //! Relay of a downstream server's `sampling/createMessage` and form `elicitation/create`
-//! requests to the agent. Sits in the downstream client (`downstream.rs`): what the server
+//! requests to the agent. Sits in the downstream client (`server/handler.rs`): what the server
 //! asks comes in there, is admitted or refused here, goes up through the shared upstream
 //! plumbing (`UpstreamLink::request`, with a timeout and cancellation) and comes back.
 //!
@@ -38,10 +38,10 @@ use rmcp::ErrorData;
 use serde_json::{json, Map, Value};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::stages::{
+use crate::gateway::agent::link::{UpstreamError, UpstreamLink};
+use crate::gateway::stages::{
     request_id_string, AuditSink, CallOutcome, CallRecord, Decision, PolicyVerdict,
 };
-use super::upstream_link::{UpstreamError, UpstreamLink};
 use crate::sandbox::launch::Enforcement;
 
 /// Characters of a prompt or question kept in the audit record.
@@ -80,7 +80,7 @@ impl Relayer {
     pub async fn sampling(
         &self,
         mut params: CreateMessageRequestParams,
-        ctx: &super::downstream::FromServer,
+        ctx: &crate::gateway::server::handler::FromServer,
     ) -> Result<CreateMessageResult, ErrorData> {
         let started = Instant::now();
         let kind = Kind::Sampling;
@@ -124,7 +124,7 @@ impl Relayer {
     pub async fn elicitation(
         &self,
         params: ElicitRequestParams,
-        ctx: &super::downstream::FromServer,
+        ctx: &crate::gateway::server::handler::FromServer,
     ) -> Result<ElicitResult, ErrorData> {
         let started = Instant::now();
         let kind = Kind::Elicitation;
@@ -215,7 +215,7 @@ impl Relayer {
     /// first, when it is).
     fn refuse_mode(
         &self,
-        ctx: &super::downstream::FromServer,
+        ctx: &crate::gateway::server::handler::FromServer,
         args: impl FnOnce() -> Map<String, Value>,
         what: &'static str,
     ) -> ErrorData {
@@ -240,7 +240,7 @@ impl Relayer {
     fn refuse(
         &self,
         kind: Kind,
-        ctx: &super::downstream::FromServer,
+        ctx: &crate::gateway::server::handler::FromServer,
         args: impl FnOnce() -> Map<String, Value>,
         refusal: Refusal,
     ) -> ErrorData {
@@ -274,7 +274,7 @@ impl Relayer {
     fn audit_relayed(
         &self,
         kind: Kind,
-        ctx: &super::downstream::FromServer,
+        ctx: &crate::gateway::server::handler::FromServer,
         args: Map<String, Value>,
         outcome: CallOutcome,
         started: Instant,
@@ -301,7 +301,7 @@ impl Relayer {
     fn record(
         &self,
         kind: Kind,
-        ctx: &super::downstream::FromServer,
+        ctx: &crate::gateway::server::handler::FromServer,
         arguments: Map<String, Value>,
         policy_decision: PolicyVerdict,
         result: CallOutcome,

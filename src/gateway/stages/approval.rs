@@ -12,11 +12,11 @@ use rmcp::model::{
     ClientResult, ElicitRequest, ElicitRequestParams, ElicitationAction, ServerRequest,
 };
 
-use super::stages::{Approval, ApprovalOutcome, ApprovalStage, CallInfo, PolicyVerdict};
-use super::upstream_link::UpstreamLink;
 use crate::approval::{
     ApprovalChain, ApproverKind, ElicitOutcome, Elicitor, EscalationRequest, RememberScope,
 };
+use crate::gateway::agent::link::UpstreamLink;
+use crate::gateway::stages::{Approval, ApprovalOutcome, ApprovalStage, CallInfo, PolicyVerdict};
 
 impl ApprovalStage for ApprovalChain {
     fn approve<'a>(

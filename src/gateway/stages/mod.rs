@@ -6,6 +6,10 @@
 //!
 //! Never: decide anything here by looking at test switches; implementations are injected.
 
+pub mod approval;
+pub mod engine;
+pub mod pinning;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -132,7 +136,7 @@ pub enum ApprovalOutcome {
 
 /// The approval stage: asked only for calls the policy escalated. May take long (a human);
 /// the pipeline holds no lock while it waits. `crate::approval::ApprovalChain` implements it
-/// (see `gateway::approval`).
+/// (see `gateway::stages::approval`).
 pub trait ApprovalStage: Send + Sync + 'static {
     fn approve<'a>(
         &'a self,
@@ -328,7 +332,7 @@ impl AuditSink for LogAudit {
 impl LogAudit {
     /// The JSON this sink logs for one record.
     pub fn line(rec: &CallRecord) -> Result<String, AuditError> {
-        let record = super::engine::to_audit_record(rec);
+        let record = crate::gateway::stages::engine::to_audit_record(rec);
         // Redacted and bounded as the audit log's records are.
         let mut value = serde_json::to_value(&record).map_err(|e| AuditError(e.to_string()))?;
         if let Value::Object(body) = &mut value {

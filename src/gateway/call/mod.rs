@@ -1,0 +1,13 @@
+//! One tool call, stage by stage: `pipeline::call_tool` reads as its stages (route, agent
+//! roots, policy, approval, widen and forward, annotate, audit); the stages' helpers live
+//! beside it (`blocked`: the `[SANDBOX BLOCKED]` classifier; `widen` and `applied`: an
+//! approval's new roots and the relaunch; `remembered`: approvals remembered for the
+//! session); `tasks` and `task_relay` carry a task-augmented call past its creation.
+
+pub mod applied;
+pub mod blocked;
+pub mod pipeline;
+pub mod remembered;
+pub mod task_relay;
+pub mod tasks;
+pub mod widen;

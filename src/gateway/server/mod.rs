@@ -1,0 +1,16 @@
+//! One downstream server: `supervisor` starts, watches, restarts and stops it (`spawn` makes
+//! its launch request and process); `peer` is its JSON-RPC wire (lines read by `tap`, writes
+//! watched by `stdin_watch`, faults and its end in `fault`); `handler` answers what it sends
+//! us (roots from `roots`, progress through `progress`, sampling and elicitation through
+//! `relay/`).
+
+pub mod fault;
+pub mod handler;
+pub mod peer;
+pub mod progress;
+pub mod relay;
+pub mod roots;
+pub mod spawn;
+pub mod stdin_watch;
+pub mod supervisor;
+pub mod tap;
