@@ -57,7 +57,10 @@ impl Upstream {
         let _permit = slot.gate.read().await;
         let snap = slot.snapshot();
         let Some(live) = snap.live else {
-            return Err(pipeline::not_running(&slot.name, &snap.status));
+            return Err(crate::gateway::call::route::not_running(
+                &slot.name,
+                &snap.status,
+            ));
         };
         let progress_to = ctx.meta.get_progress_token().map(|token| UpTarget {
             peer: ctx.peer.clone(),

@@ -4,10 +4,12 @@
 //! approval's new roots and the relaunch; `remembered`: approvals remembered for the
 //! session); `tasks` and `task_relay` carry a task-augmented call past its creation.
 
+pub mod answer;
 pub mod applied;
 pub mod blocked;
 pub mod pipeline;
 pub mod remembered;
+pub mod route;
 pub mod task_relay;
 pub mod tasks;
 pub mod widen;

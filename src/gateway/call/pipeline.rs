@@ -14,7 +14,6 @@
 use std::borrow::Cow;
 use std::time::Instant;
 
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use rmcp::model::{
@@ -25,64 +24,24 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 
 use crate::approval::RememberScope;
-use crate::gateway::call::blocked::{self, BlockContext};
 use crate::gateway::call::tasks::TaskEntry;
 use crate::gateway::call::{remembered, widen};
 use crate::gateway::registry::Route;
 use crate::gateway::server::handler::{Connection, ForwardError, UpTarget};
 use crate::gateway::server::roots::RootSet;
 use crate::gateway::stages::{
-    request_id_string, Approval, ApprovalOutcome, CallInfo, CallOutcome, CallRecord, Decision,
+    request_id_string, Approval, ApprovalOutcome, CallInfo, CallRecord, Decision,
 };
-use crate::gateway::state::{Shared, Slot, Status};
+use crate::gateway::state::{Shared, Slot};
 use crate::policy::PathArg;
 use crate::roots::guard::Need;
 use crate::sandbox::launch::Enforcement;
 
+use super::answer::*;
+use super::route::*;
+
 /// Who decided an escalation that a remembered scope approved (`escalationDecidedBy`).
 pub const REMEMBERED: &str = "remembered";
-
-/// What one call produced, before audit.
-enum Answer {
-    Result(CallToolResult),
-    Error(ErrorData),
-    /// A task-augmented call's task handle (`{"task": {...}}`), as the server sent it.
-    Task(Value),
-}
-
-/// What a server answered a forwarded call: the typed view the stages read, and the result
-/// as the server sent it (what the agent gets unless a stage changed the view).
-struct Received {
-    view: CallToolResult,
-    raw: Box<RawValue>,
-}
-
-/// The result the agent is sent: the server's own JSON when no stage changed the view; else
-/// that JSON with the fields the stages rewrite (`content`, `isError`) taken from the view.
-fn result_json(answer: CallToolResult, received: Option<Received>) -> Value {
-    let typed = |r: &CallToolResult| serde_json::to_value(r).unwrap_or(Value::Null);
-    let Some(received) = received else {
-        return typed(&answer);
-    };
-    let Ok(Value::Object(mut out)) = serde_json::from_str::<Value>(received.raw.get()) else {
-        return typed(&answer);
-    };
-    if received.view != answer {
-        if let Value::Object(view) = typed(&answer) {
-            for key in ["content", "isError"] {
-                match view.get(key) {
-                    Some(v) => {
-                        out.insert(key.into(), v.clone());
-                    }
-                    None => {
-                        out.remove(key);
-                    }
-                }
-            }
-        }
-    }
-    Value::Object(out)
-}
 
 /// Runs one `tools/call` through every stage; the result is the JSON the agent is sent.
 ///
@@ -248,18 +207,6 @@ pub async fn call_tool(
     }
 }
 
-/// A field of a task handle's `task`, for the audit record.
-fn task_field(answer: &Answer, key: &str) -> Option<String> {
-    match answer {
-        Answer::Task(handle) => handle
-            .get("task")
-            .and_then(|t| t.get(key))
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        _ => None,
-    }
-}
-
 /// Remembers the task a call created and gives the agent its namespaced id; a handle with
 /// no id, or one the table cannot take, becomes the call's error.
 fn remember_task(shared: &Shared, slot: &Slot, mut handle: Value, mut entry: TaskEntry) -> Answer {
@@ -346,16 +293,6 @@ async fn forward(
             None,
         ),
     }
-}
-
-/// Whether a result is a task handle (`{"task": {"taskId": ...}}`) rather than a tool result.
-fn is_task_handle(raw: &RawValue) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Probe<'a> {
-        #[serde(borrow)]
-        task: Option<&'a RawValue>,
-    }
-    serde_json::from_str::<Probe>(raw.get()).is_ok_and(|p| p.task.is_some())
 }
 
 /// What the approval stage decided for one call.
@@ -568,13 +505,11 @@ async fn widen_and_forward(
 pub const AGENT_ROOTS_RULE: &str = "agent-roots";
 /// `policyDecision.rule` of a call whose path arguments fell outside the server's roots.
 pub const ROOTS_CHECK_RULE: &str = "roots-check";
-/// `policyDecision.rule` of a call no running server could take.
-pub const UNROUTABLE_RULE: &str = "unroutable";
-/// `policyDecision.rule` of a call to a tool the server's `tools` filter hides.
-pub const TOOL_FILTER_RULE: &str = "tool-filter";
-
 /// A deny recorded as decided by a gateway stage other than the policy.
-fn stage_refusal(rule: &str, why: &str) -> crate::gateway::stages::PolicyVerdict {
+pub(in crate::gateway) fn stage_refusal(
+    rule: &str,
+    why: &str,
+) -> crate::gateway::stages::PolicyVerdict {
     crate::gateway::stages::PolicyVerdict {
         decision: Decision::Deny,
         rule: Some(rule.to_string()),
@@ -582,172 +517,11 @@ fn stage_refusal(rule: &str, why: &str) -> crate::gateway::stages::PolicyVerdict
     }
 }
 
-fn audit_failed(e: &crate::gateway::stages::AuditError) -> ErrorData {
+pub(in crate::gateway) fn audit_failed(e: &crate::gateway::stages::AuditError) -> ErrorData {
     ErrorData::internal_error(
         format!("the call was not completed because the audit log could not be written ({e}); palisade fails closed"),
         None,
     )
-}
-
-/// How often a call to a (re)starting server looks again whether it is up.
-const ROUTE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// Routes `name`; when its prefix names a configured server that is starting or restarting,
-/// waits until it runs (or fails), at most the start timeout. A refusal comes with the rule
-/// it is audited under.
-async fn route_waiting(shared: &Shared, name: &str) -> Result<Route, (ErrorData, &'static str)> {
-    if let Some((slot, tool)) = owner(shared, name) {
-        let server = slot.name.as_str();
-        if let Some(pins) = shared.pins.as_ref().filter(|p| p.is_held(server, tool)) {
-            // Approved since the last review? A rebuild reads the pins file again.
-            shared.refresh_catalog().await;
-            if pins.is_held(server, tool) {
-                return Err((
-                    ErrorData::invalid_params(pins.refusal(server, tool), None),
-                    crate::gateway::stages::pinning::TOOL_PIN_RULE,
-                ));
-            }
-        }
-        if let Some(why) = slot.filters.hides_tool(tool) {
-            return Err((
-                ErrorData::invalid_params(
-                    format!(
-                        "tool `{name}` is hidden by the config (mcpServers.{server}.tools: {why}); \
-                         it is not offered to the agent"
-                    ),
-                    None,
-                ),
-                TOOL_FILTER_RULE,
-            ));
-        }
-    }
-    let deadline = Instant::now() + shared.limits.startup_timeout;
-    // Running but not yet in the catalog: the catalog is rebuilt just after the status.
-    let mut running_misses = 0;
-    loop {
-        let error = match shared.catalog().tool(name) {
-            Ok(route) => return Ok(route.clone()),
-            Err(e) => e,
-        };
-        let status = owner(shared, name).map(|(slot, _)| slot.snapshot().status);
-        let waiting = match &status {
-            Some(Status::Starting | Status::Restarting { .. }) => true,
-            Some(Status::Running) => {
-                running_misses += 1;
-                running_misses < 3
-            }
-            _ => false,
-        };
-        if !waiting || Instant::now() >= deadline || shared.shutdown.is_cancelled() {
-            return Err((unroutable(shared, name, error), UNROUTABLE_RULE));
-        }
-        tokio::time::sleep(ROUTE_POLL).await;
-    }
-}
-
-/// The configured server a tool name belongs to, and the tool's own name: by its
-/// `SERVER__` prefix, else the server that keeps its own names (`"prefix": false`).
-fn owner<'a>(shared: &'a Shared, name: &'a str) -> Option<(&'a Slot, &'a str)> {
-    let prefixed = crate::gateway::registry::split_name(name).and_then(|(server, tool)| {
-        shared
-            .slots
-            .iter()
-            .find(|s| s.name == server && !s.filters.unprefixed)
-            .map(|s| (&**s, tool))
-    });
-    prefixed.or_else(|| {
-        shared
-            .slots
-            .iter()
-            .find(|s| s.filters.unprefixed)
-            .map(|s| (&**s, name))
-    })
-}
-
-/// The audit record of a call that reached no server.
-fn unroutable_record(
-    shared: &Shared,
-    params: &CallToolRequestParams,
-    ctx: &RequestContext<RoleServer>,
-    error: &ErrorData,
-    rule: &str,
-    started: Instant,
-) -> CallRecord {
-    let (server, tool) = owner(shared, &params.name)
-        .map(|(slot, tool)| (slot.name.as_str(), tool))
-        .unwrap_or(("", params.name.as_ref()));
-    CallRecord {
-        duration_ms: started.elapsed().as_millis() as u64,
-        ..CallRecord::new(
-            server,
-            tool,
-            request_id_string(&ctx.id),
-            params.arguments.clone().unwrap_or_default(),
-            stage_refusal(rule, &error.message),
-            CallOutcome::Denied {
-                reason: error.message.to_string(),
-            },
-        )
-    }
-}
-
-/// The error for a name the catalog does not know: when its prefix names a configured server
-/// that is down, say why it is down rather than "unknown tool".
-fn unroutable(shared: &Shared, full: &str, e: crate::gateway::registry::RouteError) -> ErrorData {
-    if let Some((slot, _)) = owner(shared, full) {
-        let status = slot.snapshot().status;
-        if status != Status::Running {
-            return not_running(&slot.name, &status);
-        }
-    }
-    ErrorData::invalid_params(e.to_string(), None)
-}
-
-/// The error for a call to a server that is not running, with the reason.
-pub fn not_running(server: &str, status: &Status) -> ErrorData {
-    let why = match status {
-        Status::Starting => "it is starting".to_string(),
-        Status::Running => "its connection just closed".to_string(),
-        Status::Restarting { reason, attempt } => {
-            format!("it is restarting after it went down ({reason}; attempt {attempt}) and was not back within the start timeout; try again")
-        }
-        Status::Failed { reason } => format!("it failed and was given up: {reason}"),
-        Status::Refused { reason } => format!("it was not started: {reason}"),
-        Status::Stopped => "the gateway is shutting down".to_string(),
-    };
-    ErrorData::internal_error(format!("server `{server}` is not running: {why}"), None)
-}
-
-/// Tells the agent which connections the egress proxy refused during the call: an error's
-/// text starts with the `[SANDBOX BLOCKED] network access to HOST:PORT denied ...` lines
-/// (the original error follows); a successful result gets them as an extra text block.
-fn mark_refusals(refusals: &[crate::egress::RefusalEvent], answer: Answer) -> Answer {
-    if refusals.is_empty() {
-        return answer;
-    }
-    let text = crate::gateway::network::refusal_text(refusals);
-    match answer {
-        Answer::Error(mut e) => {
-            e.message = format!("{text}\nOriginal error: {}", e.message).into();
-            Answer::Error(e)
-        }
-        Answer::Result(mut r) if r.is_error == Some(true) => {
-            match r.content.iter_mut().find_map(|b| match b {
-                ContentBlock::Text(t) => Some(t),
-                _ => None,
-            }) {
-                Some(t) => t.text = format!("{text}\nOriginal error: {}", t.text),
-                None => r.content.insert(0, ContentBlock::text(text)),
-            }
-            Answer::Result(r)
-        }
-        Answer::Result(mut r) => {
-            r.content.push(ContentBlock::text(text));
-            Answer::Result(r)
-        }
-        // A task has not run yet: its refusals are reported with its result.
-        task @ Answer::Task(_) => task,
-    }
 }
 
 /// Why an approval of this call could not be carried out (it would grant a persistence
@@ -780,94 +554,6 @@ fn shown_grants(
         .collect()
 }
 
-/// The call's path arguments, canonical as the roots check saw them (the only paths the
-/// annotation may name besides the server's grants).
-fn call_paths(
-    path_args: Option<&[PathArg<'_>]>,
-    cwd: Option<&std::path::Path>,
-    home: Option<&std::path::Path>,
-) -> Vec<std::path::PathBuf> {
-    let base = crate::roots::canon::Base { cwd, home };
-    path_args
-        .unwrap_or(&[])
-        .iter()
-        .filter_map(|a| crate::roots::guard::canonicalize_input(a.value, &base).ok())
-        .collect()
-}
-
-fn annotate(
-    slot: &Slot,
-    enforcement: Option<&Enforcement>,
-    call_paths: &[std::path::PathBuf],
-    answer: Answer,
-) -> Answer {
-    let sandboxed = enforcement.is_some_and(Enforcement::is_sandboxed);
-    if !sandboxed {
-        return answer;
-    }
-    let deny_read = slot
-        .req
-        .as_ref()
-        .map(|r| r.deny_read.as_slice())
-        .unwrap_or(&[]);
-    let deny_write = slot
-        .req
-        .as_ref()
-        .map(|r| r.deny_write.as_slice())
-        .unwrap_or(&[]);
-    let set = slot.roots.current();
-    let ctx = BlockContext {
-        server: &slot.name,
-        sandboxed,
-        egress_allowed: slot.egress_allowed(),
-        deny_read,
-        deny_write,
-        shown: &set.paths,
-        call_paths,
-    };
-    match answer {
-        Answer::Error(mut e) => {
-            if let Some(text) = blocked::annotate(&ctx, &e.message) {
-                e.message = text.into();
-            }
-            Answer::Error(e)
-        }
-        Answer::Result(mut r) if r.is_error == Some(true) => {
-            // Mark the first text block that reads as a sandbox refusal.
-            for block in r.content.iter_mut() {
-                if let ContentBlock::Text(t) = block {
-                    if let Some(text) = blocked::annotate(&ctx, &t.text) {
-                        t.text = text;
-                        break;
-                    }
-                }
-            }
-            Answer::Result(r)
-        }
-        other => other,
-    }
-}
-
-/// `refused`: palisade itself refused the call (policy, approval, roots); nothing was
-/// forwarded.
-fn outcome_of(answer: &Answer, refused: bool) -> CallOutcome {
-    match answer {
-        Answer::Result(r) if r.is_error == Some(true) => {
-            let text = first_text(&r.content);
-            if refused {
-                CallOutcome::Denied { reason: text }
-            } else {
-                CallOutcome::Error { error: text }
-            }
-        }
-        Answer::Result(_) => CallOutcome::Success,
-        Answer::Task(_) => CallOutcome::Success,
-        Answer::Error(e) => CallOutcome::Error {
-            error: e.message.to_string(),
-        },
-    }
-}
-
 /// Checks every path argument against the server's current roots (see `RootGuard`).
 fn check_paths(
     set: &RootSet,
@@ -888,13 +574,6 @@ fn check_paths(
         }
     }
     Ok(())
-}
-
-fn first_text(content: &[ContentBlock]) -> String {
-    content
-        .iter()
-        .find_map(|c| c.as_text().map(|t| t.text.clone()))
-        .unwrap_or_default()
 }
 
 /// Request `_meta` without the agent's progress token (used by the other forwards).

@@ -186,7 +186,7 @@ fn connection(shared: &Shared, idx: usize) -> Result<Connection, ErrorData> {
     let snap = slot.snapshot();
     match snap.live {
         Some(live) => Ok(live.conn.clone()),
-        None => Err(crate::gateway::call::pipeline::not_running(
+        None => Err(crate::gateway::call::route::not_running(
             &slot.name,
             &snap.status,
         )),

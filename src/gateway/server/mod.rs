@@ -6,6 +6,7 @@
 
 pub mod fault;
 pub mod handler;
+pub mod listing;
 pub mod peer;
 pub mod progress;
 pub mod relay;

@@ -32,7 +32,7 @@ impl Metrics {
     pub fn record(&self, rec: &CallRecord) {
         let decision = format!("{:?}", rec.policy_decision.decision).to_lowercase();
         let unroutable = rec.policy_decision.rule.as_deref()
-            == Some(crate::gateway::call::pipeline::UNROUTABLE_RULE);
+            == Some(crate::gateway::call::route::UNROUTABLE_RULE);
         let (server, tool) = if unroutable {
             ("(unknown)".to_string(), "(unroutable)".to_string())
         } else {
@@ -167,7 +167,7 @@ mod tests {
             "2".into(),
             Default::default(),
             PolicyVerdict {
-                rule: Some(crate::gateway::call::pipeline::UNROUTABLE_RULE.into()),
+                rule: Some(crate::gateway::call::route::UNROUTABLE_RULE.into()),
                 ..PolicyVerdict::deny("no")
             },
             CallOutcome::Denied {

@@ -1,0 +1,210 @@
+//! What a call produced, and the stages that read or mark it before the audit: the
+//! egress proxy's refusals and `[SANDBOX BLOCKED]` added to an error, the outcome the record
+//! names, and the JSON the agent gets (the server's own, unless a stage changed the result).
+//! Never: change a result no stage marked; mark an unsandboxed server's errors.
+
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::ErrorData;
+
+use crate::gateway::call::blocked::{self, BlockContext};
+use crate::gateway::stages::CallOutcome;
+use crate::gateway::state::Slot;
+use crate::policy::PathArg;
+use crate::sandbox::launch::Enforcement;
+
+/// What one call produced, before audit.
+pub(in crate::gateway) enum Answer {
+    Result(CallToolResult),
+    Error(ErrorData),
+    /// A task-augmented call's task handle (`{"task": {...}}`), as the server sent it.
+    Task(Value),
+}
+
+/// What a server answered a forwarded call: the typed view the stages read, and the result
+/// as the server sent it (what the agent gets unless a stage changed the view).
+pub(in crate::gateway) struct Received {
+    pub(in crate::gateway) view: CallToolResult,
+    pub(in crate::gateway) raw: Box<RawValue>,
+}
+
+/// The result the agent is sent: the server's own JSON when no stage changed the view; else
+/// that JSON with the fields the stages rewrite (`content`, `isError`) taken from the view.
+pub(in crate::gateway) fn result_json(answer: CallToolResult, received: Option<Received>) -> Value {
+    let typed = |r: &CallToolResult| serde_json::to_value(r).unwrap_or(Value::Null);
+    let Some(received) = received else {
+        return typed(&answer);
+    };
+    let Ok(Value::Object(mut out)) = serde_json::from_str::<Value>(received.raw.get()) else {
+        return typed(&answer);
+    };
+    if received.view != answer {
+        if let Value::Object(view) = typed(&answer) {
+            for key in ["content", "isError"] {
+                match view.get(key) {
+                    Some(v) => {
+                        out.insert(key.into(), v.clone());
+                    }
+                    None => {
+                        out.remove(key);
+                    }
+                }
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+/// A field of a task handle's `task`, for the audit record.
+pub(in crate::gateway) fn task_field(answer: &Answer, key: &str) -> Option<String> {
+    match answer {
+        Answer::Task(handle) => handle
+            .get("task")
+            .and_then(|t| t.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        _ => None,
+    }
+}
+
+/// Whether a result is a task handle (`{"task": {"taskId": ...}}`) rather than a tool result.
+pub(in crate::gateway) fn is_task_handle(raw: &RawValue) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe<'a> {
+        #[serde(borrow)]
+        task: Option<&'a RawValue>,
+    }
+    serde_json::from_str::<Probe>(raw.get()).is_ok_and(|p| p.task.is_some())
+}
+
+/// Tells the agent which connections the egress proxy refused during the call: an error's
+/// text starts with the `[SANDBOX BLOCKED] network access to HOST:PORT denied ...` lines
+/// (the original error follows); a successful result gets them as an extra text block.
+pub(in crate::gateway) fn mark_refusals(
+    refusals: &[crate::egress::RefusalEvent],
+    answer: Answer,
+) -> Answer {
+    if refusals.is_empty() {
+        return answer;
+    }
+    let text = crate::gateway::network::refusal_text(refusals);
+    match answer {
+        Answer::Error(mut e) => {
+            e.message = format!("{text}\nOriginal error: {}", e.message).into();
+            Answer::Error(e)
+        }
+        Answer::Result(mut r) if r.is_error == Some(true) => {
+            match r.content.iter_mut().find_map(|b| match b {
+                ContentBlock::Text(t) => Some(t),
+                _ => None,
+            }) {
+                Some(t) => t.text = format!("{text}\nOriginal error: {}", t.text),
+                None => r.content.insert(0, ContentBlock::text(text)),
+            }
+            Answer::Result(r)
+        }
+        Answer::Result(mut r) => {
+            r.content.push(ContentBlock::text(text));
+            Answer::Result(r)
+        }
+        // A task has not run yet: its refusals are reported with its result.
+        task @ Answer::Task(_) => task,
+    }
+}
+
+/// The call's path arguments, canonical as the roots check saw them (the only paths the
+/// annotation may name besides the server's grants).
+pub(in crate::gateway) fn call_paths(
+    path_args: Option<&[PathArg<'_>]>,
+    cwd: Option<&std::path::Path>,
+    home: Option<&std::path::Path>,
+) -> Vec<std::path::PathBuf> {
+    let base = crate::roots::canon::Base { cwd, home };
+    path_args
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|a| crate::roots::guard::canonicalize_input(a.value, &base).ok())
+        .collect()
+}
+
+pub(in crate::gateway) fn annotate(
+    slot: &Slot,
+    enforcement: Option<&Enforcement>,
+    call_paths: &[std::path::PathBuf],
+    answer: Answer,
+) -> Answer {
+    let sandboxed = enforcement.is_some_and(Enforcement::is_sandboxed);
+    if !sandboxed {
+        return answer;
+    }
+    let deny_read = slot
+        .req
+        .as_ref()
+        .map(|r| r.deny_read.as_slice())
+        .unwrap_or(&[]);
+    let deny_write = slot
+        .req
+        .as_ref()
+        .map(|r| r.deny_write.as_slice())
+        .unwrap_or(&[]);
+    let set = slot.roots.current();
+    let ctx = BlockContext {
+        server: &slot.name,
+        sandboxed,
+        egress_allowed: slot.egress_allowed(),
+        deny_read,
+        deny_write,
+        shown: &set.paths,
+        call_paths,
+    };
+    match answer {
+        Answer::Error(mut e) => {
+            if let Some(text) = blocked::annotate(&ctx, &e.message) {
+                e.message = text.into();
+            }
+            Answer::Error(e)
+        }
+        Answer::Result(mut r) if r.is_error == Some(true) => {
+            // Mark the first text block that reads as a sandbox refusal.
+            for block in r.content.iter_mut() {
+                if let ContentBlock::Text(t) = block {
+                    if let Some(text) = blocked::annotate(&ctx, &t.text) {
+                        t.text = text;
+                        break;
+                    }
+                }
+            }
+            Answer::Result(r)
+        }
+        other => other,
+    }
+}
+
+/// `refused`: palisade itself refused the call (policy, approval, roots); nothing was
+/// forwarded.
+pub(in crate::gateway) fn outcome_of(answer: &Answer, refused: bool) -> CallOutcome {
+    match answer {
+        Answer::Result(r) if r.is_error == Some(true) => {
+            let text = first_text(&r.content);
+            if refused {
+                CallOutcome::Denied { reason: text }
+            } else {
+                CallOutcome::Error { error: text }
+            }
+        }
+        Answer::Result(_) => CallOutcome::Success,
+        Answer::Task(_) => CallOutcome::Success,
+        Answer::Error(e) => CallOutcome::Error {
+            error: e.message.to_string(),
+        },
+    }
+}
+
+pub(in crate::gateway) fn first_text(content: &[ContentBlock]) -> String {
+    content
+        .iter()
+        .find_map(|c| c.as_text().map(|t| t.text.clone()))
+        .unwrap_or_default()
+}
