@@ -13,16 +13,18 @@
 //! Never: log a token, serve without authentication on a non-loopback address, or let one
 //! principal's requests reach another principal's servers.
 
+mod auth;
 pub mod jwks;
 pub mod jwt;
 pub mod limits;
 pub mod metrics;
 pub mod origin;
+mod principals;
 pub mod tokens;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -30,17 +32,15 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::agent::service::Upstream;
-use crate::gateway::stages::{
-    request_id_string, AuditError, AuditSink, CallOutcome, CallRecord, PolicyVerdict,
-};
-use crate::gateway::{Gateway, GatewayOptions};
+use crate::gateway::stages::{request_id_string, CallOutcome, CallRecord, PolicyVerdict};
+use crate::gateway::GatewayOptions;
 pub use tokens::TokenTable;
+
+use auth::*;
+use principals::*;
 
 /// How requests are authenticated.
 #[derive(Debug, Clone)]
@@ -146,61 +146,6 @@ pub enum HttpError {
     #[error("the HTTP front failed: {0}")]
     Serve(std::io::Error),
 }
-
-/// One principal's gateway and its MCP service.
-struct Principal {
-    gateway: Mutex<Option<Gateway>>,
-    service: StreamableHttpService<Upstream, LocalSessionManager>,
-    /// Ends the principal's MCP sessions (SSE streams included) when it is reaped.
-    sessions: CancellationToken,
-    last_used: Mutex<Instant>,
-    /// Its POSTs in flight, each holding a slot until its response body ends.
-    cap: limits::RequestCap,
-    /// Its request rate, when limited.
-    rate: Option<limits::RateLimit>,
-}
-
-impl Principal {
-    fn touch(&self) {
-        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-    }
-
-    fn idle_for(&self) -> Duration {
-        self.last_used
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed()
-    }
-
-    /// Stops its servers (a call still in flight then ends with the gateway's error), then
-    /// ends its MCP sessions.
-    async fn stop(&self) {
-        let gateway = self
-            .gateway
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(g) = gateway {
-            g.shutdown().await;
-        }
-        self.sessions.cancel();
-    }
-}
-
-/// A POST's slot: given back, and the principal marked used, when its response body ends
-/// (an SSE stream ends after the last response it carries) or is dropped.
-struct Slot {
-    _permit: tokio::sync::OwnedSemaphorePermit,
-    principal: Arc<Principal>,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.principal.touch();
-    }
-}
-
-type Cell = tokio::sync::OnceCell<Arc<Principal>>;
 
 struct Front {
     template: GatewayOptions,
@@ -664,207 +609,6 @@ fn busy_record(principal: &str, asked: Option<&limits::Asked>, why: &str) -> Cal
     rec
 }
 
-/// Why a request has no principal.
-enum Refused {
-    /// 401: no token, or not a valid one.
-    Unauthorized(String),
-    /// 503: a JWT that cannot be checked now (the JWKS URL could not be fetched).
-    Unavailable(String),
-}
-
-/// The request's principal, or why it has none. Never logs the token.
-async fn authenticate(auth: &Auth, headers: &HeaderMap) -> Result<String, Refused> {
-    let (tokens, jwt) = match auth {
-        Auth::Anonymous => return Ok("anonymous".into()),
-        Auth::Bearer { tokens, jwt } => (tokens, jwt),
-    };
-    let unauthorized = |why: &str| Refused::Unauthorized(why.to_string());
-    let value = headers
-        .get(header::AUTHORIZATION)
-        .ok_or_else(|| unauthorized("authentication required: send Authorization: Bearer TOKEN"))?;
-    let token = value
-        .to_str()
-        .ok()
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .ok_or_else(|| unauthorized("the Authorization header is not `Bearer TOKEN`"))?;
-    if let Some(p) = tokens.as_ref().and_then(|t| t.principal(token)) {
-        return Ok(p.to_string());
-    }
-    match jwt {
-        Some(v) => v.verify(token).await.map_err(|e| match e {
-            jwt::JwtError::Invalid(why) => {
-                Refused::Unauthorized(format!("the access token is not valid: {why}"))
-            }
-            unavailable @ jwt::JwtError::Unavailable(_) => {
-                Refused::Unavailable(unavailable.to_string())
-            }
-        }),
-        None => Err(unauthorized("the bearer token is not valid")),
-    }
-}
-
-/// Where this resource's RFC 9728 metadata is, as the client reached it.
-fn metadata_url(headers: &HeaderMap) -> String {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("localhost");
-    let scheme = headers
-        .get("x-forwarded-proto")
-        .and_then(|h| h.to_str().ok())
-        .filter(|p| *p == "https")
-        .unwrap_or("http");
-    format!("{scheme}://{host}/.well-known/oauth-protected-resource")
-}
-
-/// RFC 9728 protected-resource metadata (only in resource-server mode).
-async fn resource_metadata(State(front): State<Arc<Front>>) -> Response {
-    match &front.http.auth {
-        Auth::Bearer { jwt: Some(v), .. } => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            v.metadata().to_string(),
-        )
-            .into_response(),
-        _ => StatusCode::NOT_FOUND.into_response(),
-    }
-}
-
-async fn principal_entry(front: &Front, name: &str) -> Result<Arc<Principal>, Response> {
-    let cell = {
-        let mut map = front.principals.lock().await;
-        match map.get(name) {
-            Some(c) => Arc::clone(c),
-            None => {
-                if map.len() >= front.http.max_principals {
-                    front.metrics.refused("too_many_principals");
-                    return Err(refusal(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        &format!(
-                            "too many principals active ({}, maxPrincipals); retry later",
-                            front.http.max_principals
-                        ),
-                    ));
-                }
-                let c = Arc::new(Cell::new());
-                map.insert(name.to_string(), Arc::clone(&c));
-                c
-            }
-        }
-    };
-    match cell.get_or_try_init(|| start_principal(front, name)).await {
-        Ok(p) => Ok(Arc::clone(p)),
-        Err(r) => {
-            // Forget the failed start, so that a later request tries again.
-            let mut map = front.principals.lock().await;
-            if map
-                .get(name)
-                .is_some_and(|c| Arc::ptr_eq(c, &cell) && !c.initialized())
-            {
-                map.remove(name);
-            }
-            Err(r)
-        }
-    }
-}
-
-async fn start_principal(front: &Front, name: &str) -> Result<Arc<Principal>, Response> {
-    let mut opts = front.template.clone();
-    opts.sandbox_dir = opts.sandbox_dir.join("principals").join(name);
-    // Its own link to its own agent: notifications and relayed requests of its servers
-    // never go to another principal's session.
-    opts.upstream = crate::gateway::agent::link::UpstreamLink::default();
-    if let Some(factory) = &front.http.approver_for {
-        opts.stages.approver = factory(opts.upstream.clone()).map_err(|e| {
-            tracing::error!(
-                principal = name,
-                "cannot build the principal's approvers: {e}"
-            );
-            refusal(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!("cannot build your approvers: {e}"),
-            )
-        })?;
-    }
-    opts.stages.audit = Arc::new(PrincipalAudit {
-        inner: Arc::clone(&opts.stages.audit),
-        principal: name.to_string(),
-        metrics: Arc::clone(&front.metrics),
-    });
-    let gateway = Gateway::start(opts).await.map_err(|e| {
-        tracing::error!(
-            principal = name,
-            "cannot start the principal's gateway: {e}"
-        );
-        refusal(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("cannot start your servers: {e}"),
-        )
-    })?;
-    let shared = Arc::clone(&gateway.shared);
-    let sessions = front.sessions_end.child_token();
-    let config = StreamableHttpServerConfig::default()
-        .with_cancellation_token(sessions.clone())
-        .with_max_request_body_bytes(front.http.max_body_bytes)
-        // Origin and Host are checked before authentication, by `origin::check`.
-        .disable_allowed_origins()
-        .disable_allowed_hosts();
-    let service = StreamableHttpService::new(
-        move || {
-            Ok(Upstream {
-                shared: Arc::clone(&shared),
-            })
-        },
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
-    tracing::info!(principal = name, "servers started for a new principal");
-    Ok(Arc::new(Principal {
-        gateway: Mutex::new(Some(gateway)),
-        service,
-        sessions,
-        last_used: Mutex::new(Instant::now()),
-        cap: limits::RequestCap::new(front.http.max_requests_per_principal),
-        rate: front
-            .http
-            .rate
-            .map(|(per_minute, burst)| limits::RateLimit::new(per_minute, burst, Instant::now())),
-    }))
-}
-
-/// Stops the servers of principals idle for longer than `idleTimeout`.
-async fn reap_idle(front: Arc<Front>) {
-    let tick =
-        (front.http.idle_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(10));
-    loop {
-        tokio::time::sleep(tick).await;
-        let idle: Vec<(String, Arc<Principal>)> = {
-            let mut map = front.principals.lock().await;
-            let names: Vec<String> = map
-                .iter()
-                .filter(|(_, c)| {
-                    c.get().is_some_and(|p| {
-                        p.cap.in_flight() == 0 && p.idle_for() > front.http.idle_timeout
-                    })
-                })
-                .map(|(n, _)| n.clone())
-                .collect();
-            names
-                .into_iter()
-                .filter_map(|n| {
-                    let p = map.remove(&n)?.get().cloned()?;
-                    Some((n, p))
-                })
-                .collect()
-        };
-        for (name, p) in idle {
-            tracing::info!(principal = %name, "idle: stopping its servers");
-            p.stop().await;
-        }
-    }
-}
-
 /// An HTTP refusal with a JSON-RPC error body (clients show its message).
 fn refusal(status: StatusCode, message: &str) -> Response {
     let body = serde_json::json!({
@@ -878,21 +622,4 @@ fn refusal(status: StatusCode, message: &str) -> Response {
         body.to_string(),
     )
         .into_response()
-}
-
-/// Stamps each record with the principal whose call it is.
-/// Also counts each record for `/metrics`.
-struct PrincipalAudit {
-    inner: Arc<dyn AuditSink>,
-    principal: String,
-    metrics: Arc<metrics::Metrics>,
-}
-
-impl AuditSink for PrincipalAudit {
-    fn record(&self, rec: &CallRecord) -> Result<(), AuditError> {
-        let mut rec = rec.clone();
-        rec.principal = Some(self.principal.clone());
-        self.metrics.record(&rec);
-        self.inner.record(&rec)
-    }
 }

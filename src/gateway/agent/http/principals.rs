@@ -1,0 +1,225 @@
+//! Each principal's own gateway: found or started on its first request (in its own cell, so
+//! two first requests never start two gateways and no other principal waits), its audit
+//! records stamped with its name, and reaped after `idleTimeout` without requests.
+//! Never: let one principal's requests reach another's gateway.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+
+use crate::gateway::agent::service::Upstream;
+use crate::gateway::stages::{AuditError, AuditSink, CallRecord};
+use crate::gateway::Gateway;
+
+use super::*;
+
+/// One principal's gateway and its MCP service.
+pub(super) struct Principal {
+    pub(super) gateway: Mutex<Option<Gateway>>,
+    pub(super) service: StreamableHttpService<Upstream, LocalSessionManager>,
+    /// Ends the principal's MCP sessions (SSE streams included) when it is reaped.
+    pub(super) sessions: CancellationToken,
+    pub(super) last_used: Mutex<Instant>,
+    /// Its POSTs in flight, each holding a slot until its response body ends.
+    pub(super) cap: limits::RequestCap,
+    /// Its request rate, when limited.
+    pub(super) rate: Option<limits::RateLimit>,
+}
+
+impl Principal {
+    pub(super) fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    pub(super) fn idle_for(&self) -> Duration {
+        self.last_used
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+    }
+
+    /// Stops its servers (a call still in flight then ends with the gateway's error), then
+    /// ends its MCP sessions.
+    pub(super) async fn stop(&self) {
+        let gateway = self
+            .gateway
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(g) = gateway {
+            g.shutdown().await;
+        }
+        self.sessions.cancel();
+    }
+}
+
+/// A POST's slot: given back, and the principal marked used, when its response body ends
+/// (an SSE stream ends after the last response it carries) or is dropped.
+pub(super) struct Slot {
+    pub(super) _permit: tokio::sync::OwnedSemaphorePermit,
+    pub(super) principal: Arc<Principal>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.principal.touch();
+    }
+}
+
+pub(super) type Cell = tokio::sync::OnceCell<Arc<Principal>>;
+
+pub(super) async fn principal_entry(front: &Front, name: &str) -> Result<Arc<Principal>, Response> {
+    let cell = {
+        let mut map = front.principals.lock().await;
+        match map.get(name) {
+            Some(c) => Arc::clone(c),
+            None => {
+                if map.len() >= front.http.max_principals {
+                    front.metrics.refused("too_many_principals");
+                    return Err(refusal(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &format!(
+                            "too many principals active ({}, maxPrincipals); retry later",
+                            front.http.max_principals
+                        ),
+                    ));
+                }
+                let c = Arc::new(Cell::new());
+                map.insert(name.to_string(), Arc::clone(&c));
+                c
+            }
+        }
+    };
+    match cell.get_or_try_init(|| start_principal(front, name)).await {
+        Ok(p) => Ok(Arc::clone(p)),
+        Err(r) => {
+            // Forget the failed start, so that a later request tries again.
+            let mut map = front.principals.lock().await;
+            if map
+                .get(name)
+                .is_some_and(|c| Arc::ptr_eq(c, &cell) && !c.initialized())
+            {
+                map.remove(name);
+            }
+            Err(r)
+        }
+    }
+}
+
+pub(super) async fn start_principal(front: &Front, name: &str) -> Result<Arc<Principal>, Response> {
+    let mut opts = front.template.clone();
+    opts.sandbox_dir = opts.sandbox_dir.join("principals").join(name);
+    // Its own link to its own agent: notifications and relayed requests of its servers
+    // never go to another principal's session.
+    opts.upstream = crate::gateway::agent::link::UpstreamLink::default();
+    if let Some(factory) = &front.http.approver_for {
+        opts.stages.approver = factory(opts.upstream.clone()).map_err(|e| {
+            tracing::error!(
+                principal = name,
+                "cannot build the principal's approvers: {e}"
+            );
+            refusal(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("cannot build your approvers: {e}"),
+            )
+        })?;
+    }
+    opts.stages.audit = Arc::new(PrincipalAudit {
+        inner: Arc::clone(&opts.stages.audit),
+        principal: name.to_string(),
+        metrics: Arc::clone(&front.metrics),
+    });
+    let gateway = Gateway::start(opts).await.map_err(|e| {
+        tracing::error!(
+            principal = name,
+            "cannot start the principal's gateway: {e}"
+        );
+        refusal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("cannot start your servers: {e}"),
+        )
+    })?;
+    let shared = Arc::clone(&gateway.shared);
+    let sessions = front.sessions_end.child_token();
+    let config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(sessions.clone())
+        .with_max_request_body_bytes(front.http.max_body_bytes)
+        // Origin and Host are checked before authentication, by `origin::check`.
+        .disable_allowed_origins()
+        .disable_allowed_hosts();
+    let service = StreamableHttpService::new(
+        move || {
+            Ok(Upstream {
+                shared: Arc::clone(&shared),
+            })
+        },
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    tracing::info!(principal = name, "servers started for a new principal");
+    Ok(Arc::new(Principal {
+        gateway: Mutex::new(Some(gateway)),
+        service,
+        sessions,
+        last_used: Mutex::new(Instant::now()),
+        cap: limits::RequestCap::new(front.http.max_requests_per_principal),
+        rate: front
+            .http
+            .rate
+            .map(|(per_minute, burst)| limits::RateLimit::new(per_minute, burst, Instant::now())),
+    }))
+}
+
+/// Stops the servers of principals idle for longer than `idleTimeout`.
+pub(super) async fn reap_idle(front: Arc<Front>) {
+    let tick =
+        (front.http.idle_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(10));
+    loop {
+        tokio::time::sleep(tick).await;
+        let idle: Vec<(String, Arc<Principal>)> = {
+            let mut map = front.principals.lock().await;
+            let names: Vec<String> = map
+                .iter()
+                .filter(|(_, c)| {
+                    c.get().is_some_and(|p| {
+                        p.cap.in_flight() == 0 && p.idle_for() > front.http.idle_timeout
+                    })
+                })
+                .map(|(n, _)| n.clone())
+                .collect();
+            names
+                .into_iter()
+                .filter_map(|n| {
+                    let p = map.remove(&n)?.get().cloned()?;
+                    Some((n, p))
+                })
+                .collect()
+        };
+        for (name, p) in idle {
+            tracing::info!(principal = %name, "idle: stopping its servers");
+            p.stop().await;
+        }
+    }
+}
+
+/// Stamps each record with the principal whose call it is.
+/// Also counts each record for `/metrics`.
+pub(super) struct PrincipalAudit {
+    pub(super) inner: Arc<dyn AuditSink>,
+    pub(super) principal: String,
+    pub(super) metrics: Arc<metrics::Metrics>,
+}
+
+impl AuditSink for PrincipalAudit {
+    fn record(&self, rec: &CallRecord) -> Result<(), AuditError> {
+        let mut rec = rec.clone();
+        rec.principal = Some(self.principal.clone());
+        self.metrics.record(&rec);
+        self.inner.record(&rec)
+    }
+}
