@@ -254,6 +254,8 @@ pub struct Shared {
     pub pins: Option<Arc<crate::gateway::stages::pinning::PinGate>>,
     /// Tasks created through this gateway, by the id the agent knows (`tasks.rs`).
     pub tasks: Arc<crate::gateway::call::tasks::TaskTable>,
+    /// Questions asked of 2026-07-28 agents, waiting for their retry (`agent/mrtr.rs`).
+    pub mrtr: Arc<crate::gateway::agent::mrtr::Pending>,
     /// Serialises catalog rebuilds: each reviews pins (file I/O) outside the catalog lock,
     /// and an older view must never be installed over a newer one.
     refresh: tokio::sync::Mutex<()>,
@@ -289,6 +291,7 @@ impl Shared {
             calls: tokio_util::task::TaskTracker::new(),
             pins: None,
             tasks: Arc::default(),
+            mrtr: Arc::default(),
             refresh: tokio::sync::Mutex::new(()),
         }
     }

@@ -32,7 +32,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::agent::versions;
+use crate::gateway::agent::{mrtr, versions};
 use crate::gateway::state::Shared;
 
 /// Lines queued for the agent before writers wait.
@@ -256,10 +256,18 @@ async fn answer(
         let modern = versions::is_modern(&ctx.meta);
         // Counted while it runs: shutdown waits for it so that its audit record is written.
         let _in_flight = shared.calls.token();
-        (
-            crate::gateway::call::pipeline::call_tool(shared, typed, &extra, ctx).await?,
-            modern,
-        )
+        let call = async {
+            if !modern {
+                return crate::gateway::call::pipeline::call_tool(shared, typed, &extra, ctx).await;
+            }
+            let round = mrtr::round_for(shared, &mut typed, &ctx.meta)?;
+            mrtr::scope(
+                Arc::new(round),
+                crate::gateway::call::pipeline::call_tool(shared, typed, &extra, ctx),
+            )
+            .await
+        };
+        (call.await?, modern)
     } else {
         if let Some(meta) = params.and_then(request_meta) {
             ctx.meta = meta;

@@ -11,6 +11,7 @@ pub mod frame;
 pub mod front;
 pub mod http;
 pub mod link;
+pub mod mrtr;
 pub mod service;
 pub mod stdio;
 pub mod versions;

@@ -103,6 +103,15 @@ pub async fn call_tool(
             approve(shared, &slot, &call, &verdict, path_args.as_deref(), &ctx).await
         }
     };
+    // A 2026-07-28 agent is asked through an input-required result: nothing is decided,
+    // forwarded or audited in this round; its retry carries the answer.
+    if let Some(q) = crate::gateway::agent::mrtr::current().and_then(|r| r.question()) {
+        use crate::gateway::agent::mrtr;
+        let fp = mrtr::fingerprint(&params.name, &arguments);
+        let handle = shared.mrtr.insert(fp, Instant::now());
+        tracing::info!(server = %slot.name, tool = %tool, "escalation: asking the client (input required)");
+        return Ok(mrtr::input_required(&q, &handle));
+    }
 
     // The record names the stage that decided: a refusal by the agent's own roots is not
     // the policy's "allow".

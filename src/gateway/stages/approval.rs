@@ -93,6 +93,10 @@ impl Elicitor for UpstreamElicitor {
     }
 
     fn unavailable(&self) -> Option<String> {
+        if let Some(round) = crate::gateway::agent::mrtr::current() {
+            // A 2026-07-28 call: asked through an input-required result.
+            return (!round.elicits).then(|| "the client did not declare elicitation".into());
+        }
         if self.link.is_sessionless() {
             return Some(
                 "the client speaks MCP 2026-07-28, which has no way to ask it during a call \
@@ -111,6 +115,19 @@ impl Elicitor for UpstreamElicitor {
         timeout: Duration,
     ) -> BoxFuture<'a, Result<ElicitOutcome, String>> {
         Box::pin(async move {
+            if let Some(round) = crate::gateway::agent::mrtr::current() {
+                return match round.take_answer() {
+                    Some(answer) => serde_json::from_value::<rmcp::model::ElicitResult>(answer)
+                        .map(|r| outcome(&r))
+                        .map_err(|e| {
+                            format!("the client's answer is not an elicitation result ({e})")
+                        }),
+                    None => {
+                        round.ask(crate::gateway::agent::mrtr::Question { message, schema });
+                        Err("the question goes to the client as an input-required result".into())
+                    }
+                };
+            }
             let requested_schema =
                 serde_json::from_value(schema).map_err(|e| format!("bad form schema: {e}"))?;
             let params = ElicitRequestParams::FormElicitationParams {
@@ -128,33 +145,31 @@ impl Elicitor for UpstreamElicitor {
                 .await
                 .map_err(|e| e.to_string())?;
             match answer {
-                ClientResult::ElicitResult(r) => Ok(match r.action {
-                    ElicitationAction::Accept => {
-                        let approved = r
-                            .content
-                            .as_ref()
-                            .and_then(|c| c.get("approve"))
-                            .and_then(serde_json::Value::as_bool)
-                            == Some(true);
-                        let remember = r
-                            .content
-                            .as_ref()
-                            .and_then(|c| c.get("remember"))
-                            .and_then(serde_json::Value::as_bool)
-                            == Some(true);
-                        if approved && remember {
-                            ElicitOutcome::ApprovedAndRemember
-                        } else if approved {
-                            ElicitOutcome::Approved
-                        } else {
-                            ElicitOutcome::Rejected
-                        }
-                    }
-                    ElicitationAction::Decline => ElicitOutcome::Declined,
-                    _ => ElicitOutcome::Cancelled,
-                }),
+                ClientResult::ElicitResult(r) => Ok(outcome(&r)),
                 other => Err(format!("unexpected answer to elicitation: {other:?}")),
             }
         })
+    }
+}
+
+/// What the person's answer to the approval form means.
+fn outcome(r: &rmcp::model::ElicitResult) -> ElicitOutcome {
+    match r.action {
+        ElicitationAction::Accept => {
+            let ticked = |key: &str| {
+                r.content
+                    .as_ref()
+                    .and_then(|c| c.get(key))
+                    .and_then(serde_json::Value::as_bool)
+                    == Some(true)
+            };
+            match (ticked("approve"), ticked("remember")) {
+                (true, true) => ElicitOutcome::ApprovedAndRemember,
+                (true, false) => ElicitOutcome::Approved,
+                _ => ElicitOutcome::Rejected,
+            }
+        }
+        ElicitationAction::Decline => ElicitOutcome::Declined,
+        _ => ElicitOutcome::Cancelled,
     }
 }
