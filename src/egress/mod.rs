@@ -18,6 +18,7 @@ pub mod domains;
 pub mod events;
 pub mod hosts;
 pub mod http;
+pub mod loopback;
 pub mod policy;
 mod relay;
 pub mod resolve;
@@ -32,6 +33,7 @@ use thiserror::Error;
 
 pub use domains::{Entry, Host, HostError};
 pub use events::{Protocol, RefusalEvent};
+pub use loopback::{LoopbackEndpoint, ProxySecret};
 pub use policy::{AddressClass, EgressPolicy, RefusalReason};
 pub use resolve::Resolver;
 pub use server::{EgressOptions, EgressProxy};
