@@ -872,6 +872,18 @@ def raw_proxy(creds):
     auth = "" if creds is None else "Proxy-Authorization: Basic %s\r\n" % base64.b64encode(creds.encode()).decode()
     s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n" % (allowed, auth)).encode())
     return s.recv(64).decode(errors="replace").split("\r\n")[0]
+def socks(creds):
+    # RFC 1928 greeting offering no authentication, or RFC 1929 username/password: the
+    # replies, hex.
+    p = urllib.parse.urlsplit(os.environ["ALL_PROXY"])
+    s = socket.create_connection((p.hostname, p.port), timeout=20)
+    s.sendall(b"\x05\x01" + (b"\x00" if creds is None else b"\x02"))
+    got = s.recv(2)
+    if creds is not None and got == b"\x05\x02":
+        u, w = creds[0].encode(), creds[1].encode()
+        s.sendall(b"\x01" + bytes([len(u)]) + u + bytes([len(w)]) + w)
+        got += s.recv(2)
+    return got.hex()
 def get(url):
     with urllib.request.urlopen(url, timeout=20) as r:
         return r.read().decode()
@@ -883,6 +895,9 @@ if "HTTP_PROXY" in os.environ:
     row("no_secret", lambda: raw_proxy(None))
     row("wrong_secret", lambda: raw_proxy("palisade:" + "0" * 48))
     row("with_secret", lambda: raw_proxy("palisade:" + p.password))
+    row("socks_no_auth", lambda: socks(None))
+    row("socks_wrong_secret", lambda: socks(("palisade", "0" * 48)))
+    row("socks_with_secret", lambda: socks(("palisade", p.password)))
 def direct():
     socket.create_connection(("127.0.0.1", origin), timeout=20).close()
     return "connected"
@@ -909,7 +924,8 @@ print(json.dumps(out))
 /// Attacks on the Landlock tier's way out (`palisade run --backend landlock --allow-domain`),
 /// each with its control. Inside: the allowed name is reached through the proxy variables
 /// and the denied one refused (403); the proxy's port without the secret, or with a wrong
-/// one, is answered 407 (control: the same request with the secret is served); a TCP connect
+/// one, is answered 407 over HTTP and refused over SOCKS5 (control: the same requests with
+/// the secret are served); a TCP connect
 /// to another loopback port (the origin's) is refused by Landlock, UDP, `listen()` and a TCP
 /// Fast Open connect by seccomp. Control: the same probe run directly connects, sends the
 /// datagram (received here), listens and connects by Fast Open. The secret the server was
@@ -978,6 +994,10 @@ async fn under_landlock_run_allows_only_the_proxy_port_and_the_proxy_only_its_se
         "{inside}"
     );
     assert_eq!(row("with_secret"), "HTTP/1.1 200 OK", "control: {inside}");
+    // SOCKS5 on the same port: no method without credentials, failure with wrong ones.
+    assert_eq!(row("socks_no_auth"), "05ff", "{inside}");
+    assert_eq!(row("socks_wrong_secret"), "05020101", "{inside}");
+    assert_eq!(row("socks_with_secret"), "05020100", "control: {inside}");
     assert!(row("direct").contains("PermissionError"), "{inside}");
     assert!(row("udp").contains("[Errno 1]"), "{inside}");
     assert!(row("listen").contains("[Errno 1]"), "{inside}");
