@@ -480,6 +480,39 @@ fn check_reports_the_network_gap() {
     assert!(text.contains("net (warn): sandboxed"), "{text}");
 }
 
+/// `palisade check` on an allowlisted server under `backend: landlock`: sandboxed (no socat
+/// needed), with the by-port limit said; with socat off PATH too, so it cannot be the
+/// bubblewrap bridge that is counted.
+#[test]
+fn check_reports_an_allowlist_under_landlock_as_sandboxed_with_its_port_limit() {
+    if landlock_abi_4().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.json");
+    std::fs::write(
+        &cfg,
+        json!({"mcpServers": {"net": {"command": "/bin/true", "sandbox": {"backend": "landlock", "network": {"allowedDomains": ["example.com"]}}}}}).to_string(),
+    )
+    .unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["check", "--config"])
+        .arg(&cfg)
+        .env("PATH", empty.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("net (enforce): sandboxed (Landlock"),
+        "{text}"
+    );
+    assert!(
+        text.contains("network rules name ports, not addresses"),
+        "{text}"
+    );
+}
+
 /// `palisade run --allow-domain`: the command (real curl) reaches the allowed name through
 /// the proxy `run` keeps alive, is refused the other, and `run` exits with curl's status and
 /// leaves no socket directory behind.
