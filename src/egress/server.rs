@@ -2,8 +2,9 @@
 //! bound into that server's sandbox only. The socket a connection arrives on identifies the
 //! server, so a server cannot use another's allowlist. A server without a network namespace
 //! (the Landlock tier) also gets a loopback TCP port (`add_loopback`): the port identifies
-//! the server, and only clients presenting its secret are served there (`loopback`). A registry adds, updates and removes
-//! servers at runtime; removing one closes its socket and cuts its live connections.
+//! the server, and only clients presenting its secret are served there (`loopback`). A
+//! registry adds, updates and removes servers at runtime; removing one closes its socket
+//! (and its port) and cuts its live connections.
 //!
 //! This module owns the sockets and the tasks; deciding is `policy`'s job and connecting is
 //! `dial`'s. It must never accept on a socket whose file others than the owner can reach

@@ -1,5 +1,6 @@
 //! The SOCKS5 front end (RFC 1928) of the egress proxy, on a connection that arrived on one
-//! server's socket: no-authentication method only, CONNECT only (no BIND, no UDP ASSOCIATE:
+//! server's socket (no-authentication method only) or its loopback port (username/password
+//! only, RFC 1929, checked against its secret), CONNECT only (no BIND, no UDP ASSOCIATE:
 //! the sandbox gets no UDP), remote DNS through ATYP 3 (domain name). IPv4/IPv6 literals
 //! (ATYP 1/4) go through the same policy, which refuses them unless an allow entry names
 //! that exact address.
