@@ -366,6 +366,24 @@ mod tests {
     }
 
     #[test]
+    fn plain_tcp_also_refuses_listen_and_fast_open_on_both_architectures() {
+        let tcp = Sockets::Landlock { inet: Inet::Tcp };
+        for (arch, listen) in [("x86_64", 50u32), ("aarch64", 201)] {
+            let prog = program_with(arch, tcp).unwrap();
+            let has = |k: u32| prog.iter().any(|i| i.k == k);
+            assert!(has(listen), "{arch}: listen checked");
+            assert!(has(MSG_FASTOPEN as u32), "{arch}: MSG_FASTOPEN checked");
+            // Without TCP (no internet socket at all) neither rule is needed.
+            let none = program_with(arch, Sockets::Landlock { inet: Inet::None }).unwrap();
+            assert!(!none.iter().any(|i| i.k == MSG_FASTOPEN as u32), "{arch}");
+            assert!(
+                !none.iter().any(|i| i.k == listen),
+                "{arch}: 50/201 is listen's"
+            );
+        }
+    }
+
+    #[test]
     fn bytes_are_eight_per_instruction() {
         let prog = program().unwrap();
         assert_eq!(to_bytes(&prog).len(), prog.len() * 8);
