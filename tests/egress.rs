@@ -595,3 +595,97 @@ async fn an_allowed_but_dead_origin_is_a_gateway_error_not_a_refusal() {
         "no refusal event for an upstream failure"
     );
 }
+
+/// Sends `head` on a fresh TCP connection to the loopback endpoint and returns the status line.
+async fn loopback_status(port: u16, head: &str) -> String {
+    let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+        .await
+        .unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 256];
+    let mut got = Vec::new();
+    loop {
+        let n = s.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        if got.windows(2).any(|w| w == b"\r\n") {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&got)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// A server's loopback endpoint (the Landlock tier's way to the proxy): its lists, only with
+/// its secret, one endpoint per server, closed with the server. Control: the same CONNECT
+/// with the secret is served, so the 407s are the secret's doing.
+#[tokio::test]
+async fn a_loopback_endpoint_serves_its_servers_lists_only_with_its_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let echo = echo_origin().await;
+    let port = echo.port();
+    let p = proxy(dir.path(), Limits::default());
+    let mut events = p.subscribe();
+    p.add_server("a", &lists(&[format!("allowed.test:{port}")], &[]))
+        .unwrap();
+    p.add_server("b", &lists(&[], &[])).unwrap();
+    assert!(
+        p.add_loopback("nobody").is_err(),
+        "only a registered server gets an endpoint"
+    );
+    let ep = p.add_loopback("a").unwrap();
+    assert_eq!(p.add_loopback("a").unwrap(), ep, "one endpoint per server");
+    let other = p.add_loopback("b").unwrap();
+    assert_ne!(other.port, ep.port);
+    assert_ne!(other.secret, ep.secret, "a secret per server");
+
+    let connect = |auth: Option<String>| {
+        let auth = auth
+            .map(|a| format!("Proxy-Authorization: {a}\r\n"))
+            .unwrap_or_default();
+        format!("CONNECT allowed.test:{port} HTTP/1.1\r\nHost: x\r\n{auth}\r\n")
+    };
+    let refused = "HTTP/1.1 407 Proxy Authentication Required";
+    assert_eq!(loopback_status(ep.port, &connect(None)).await, refused);
+    assert_eq!(
+        loopback_status(ep.port, &connect(Some(other.secret.basic_credentials()))).await,
+        refused,
+        "another server's secret"
+    );
+    assert_eq!(
+        loopback_status(ep.port, &connect(Some(ep.secret.basic_credentials()))).await,
+        "HTTP/1.1 200 Connection Established",
+        "control: with the secret"
+    );
+    // b's port applies b's lists (empty), with b's secret, and the refusal is b's.
+    assert_eq!(
+        loopback_status(other.port, &connect(Some(other.secret.basic_credentials()))).await,
+        "HTTP/1.1 403 Forbidden"
+    );
+    let ev = next_event(&mut events).await;
+    assert_eq!(
+        (ev.server.as_str(), ev.host.as_str()),
+        ("b", "allowed.test")
+    );
+
+    assert!(p.remove_server("a"));
+    // The listener task ends on cancellation (a wake-up away); a connect then finds nothing
+    // listening. Bounded generously: this is a hang guard, not a timing claim.
+    let mut closed = false;
+    for _ in 0..1000 {
+        if TcpStream::connect((Ipv4Addr::LOCALHOST, ep.port))
+            .await
+            .is_err()
+        {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(closed, "the endpoint closes with its server");
+}

@@ -69,7 +69,11 @@ fn tier_of(caps: &Capabilities, req: &LaunchRequest) -> Tier {
         backend,
         why,
         not_enforced: if backend == crate::config::Backend::Landlock {
-            launch::LANDLOCK_NOT_ENFORCED.to_vec()
+            let mut n = launch::LANDLOCK_NOT_ENFORCED.to_vec();
+            if matches!(req.network, crate::config::NetworkConfig::Allowlist(_)) {
+                n.push(launch::LANDLOCK_PROXY_NOT_ENFORCED);
+            }
+            n
         } else {
             Vec::new()
         },

@@ -245,6 +245,7 @@ fn run_proxied(
                 }
                 Err(err) => EgressSocket::Failed(err.to_string()),
             };
+            crate::gateway::network::open_loopback(&e.proxy, &req.name.clone(), &mut req, caps);
         }
         let prepared = launch::prepare_with(&req, caps).map_err(exit_for)?;
         warn_degraded(&req, &prepared.enforcement);

@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWrite
 
 use super::dial::{dial, DialError, ServerCtx};
 use super::events::Protocol;
+use super::loopback::ProxySecret;
 use super::relay::{close_after_reply, relay};
 
 /// At most this many header lines in a request head.
@@ -202,8 +203,19 @@ async fn respond<W: AsyncRead + AsyncWrite + Unpin>(
     body: &str,
     reason: Option<&str>,
 ) {
+    respond_with(w, status, body, reason, "").await;
+}
+
+/// `respond` with extra header lines (each ending in CRLF).
+async fn respond_with<W: AsyncRead + AsyncWrite + Unpin>(
+    w: &mut W,
+    status: &str,
+    body: &str,
+    reason: Option<&str>,
+    extra: &str,
+) {
     let mut head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n",
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n{extra}",
         body.len() + 1
     );
     if let Some(r) = reason {
@@ -289,8 +301,13 @@ async fn read_head<R: AsyncBufReadExt + Unpin>(r: &mut R, max: usize) -> std::io
 }
 
 /// Serves one HTTP proxy connection. `client` is already buffered (the dispatcher peeked).
-pub(crate) async fn serve<S>(ctx: &ServerCtx, mut client: BufReader<S>)
-where
+/// With `secret` (a loopback connection) the request must carry the server's credentials,
+/// else it is answered 407 before anything is resolved or dialled.
+pub(crate) async fn serve<S>(
+    ctx: &ServerCtx,
+    mut client: BufReader<S>,
+    secret: Option<&ProxySecret>,
+) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let head = tokio::time::timeout(
@@ -333,6 +350,19 @@ where
         }
         Ok(Ok(Head::Request { target, headers })) => (target, headers),
     };
+    if secret.is_some_and(|s| !s.authorizes_http(&headers)) {
+        // Another local process, most likely: loopback is reachable from the whole host.
+        tracing::warn!(server = %ctx.name, "egress: loopback client without this server's credentials refused (407)");
+        respond_with(
+            &mut client,
+            "407 Proxy Authentication Required",
+            "this proxy port serves one sandboxed server; its credentials are required",
+            None,
+            "Proxy-Authenticate: Basic realm=\"palisade\"\r\n",
+        )
+        .await;
+        return;
+    }
     let (host, port, protocol) = match &target {
         Target::Connect { host, port } => (host.as_str(), *port, Protocol::HttpConnect),
         Target::Forward { host, port, .. } => (host.as_str(), *port, Protocol::HttpForward),

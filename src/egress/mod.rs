@@ -8,7 +8,9 @@
 //! the server), `http` / `socks5` read the request under size and time bounds, `dial` checks
 //! it against that server's `policy` (built from `domains` entries), resolves once through
 //! `resolve`, checks the addresses and connects, and `relay` copies bytes. Refusals go to
-//! `events` (tracing + broadcast channel) for the gateway to attribute and audit.
+//! `events` (tracing + broadcast channel) for the gateway to attribute and audit. Under the
+//! Landlock tier (no namespace) a server reaches the same proxy on its own loopback port
+//! instead, with a secret the proxy checks (`loopback`).
 //!
 //! Never: connect before the policy said yes, resolve twice, or let one server's socket
 //! use another's lists. docs/network.md has the user-facing semantics.
@@ -18,6 +20,7 @@ pub mod domains;
 pub mod events;
 pub mod hosts;
 pub mod http;
+pub mod loopback;
 pub mod policy;
 mod relay;
 pub mod resolve;
@@ -32,6 +35,7 @@ use thiserror::Error;
 
 pub use domains::{Entry, Host, HostError};
 pub use events::{Protocol, RefusalEvent};
+pub use loopback::{LoopbackEndpoint, ProxySecret};
 pub use policy::{AddressClass, EgressPolicy, RefusalReason};
 pub use resolve::Resolver;
 pub use server::{EgressOptions, EgressProxy};

@@ -1,7 +1,10 @@
 //! The egress proxy's listeners: one unix socket per server, in a private directory, each
 //! bound into that server's sandbox only. The socket a connection arrives on identifies the
-//! server, so a server cannot use another's allowlist. A registry adds, updates and removes
-//! servers at runtime; removing one closes its socket and cuts its live connections.
+//! server, so a server cannot use another's allowlist. A server without a network namespace
+//! (the Landlock tier) also gets a loopback TCP port (`add_loopback`): the port identifies
+//! the server, and only clients presenting its secret are served there (`loopback`). A
+//! registry adds, updates and removes servers at runtime; removing one closes its socket
+//! (and its port) and cuts its live connections.
 //!
 //! This module owns the sockets and the tasks; deciding is `policy`'s job and connecting is
 //! `dial`'s. It must never accept on a socket whose file others than the owner can reach
@@ -14,7 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{broadcast, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +26,7 @@ use crate::config::DomainLists;
 
 use super::dial::ServerCtx;
 use super::events::{EventBus, RefusalEvent};
+use super::loopback::{LoopbackEndpoint, ProxySecret};
 use super::policy::EgressPolicy;
 use super::resolve::Resolver;
 use super::{http, socks5, EgressError, Limits};
@@ -69,6 +74,9 @@ struct Registered {
     socket: PathBuf,
     ctx: Arc<ServerCtx>,
     cancel: CancellationToken,
+    /// Shared by the server's listeners: the connection limit is per server.
+    slots: Arc<Semaphore>,
+    loopback: Option<LoopbackEndpoint>,
 }
 
 impl Drop for Registered {
@@ -156,7 +164,13 @@ impl EgressProxy {
             limits: self.inner.options.limits.clone(),
         });
         let cancel = CancellationToken::new();
-        tokio::spawn(accept_loop(listener, Arc::clone(&ctx), cancel.clone()));
+        let slots = Arc::new(Semaphore::new(ctx.limits.max_connections_per_server));
+        tokio::spawn(accept_loop(
+            Listener::Unix(listener),
+            Arc::clone(&ctx),
+            Arc::clone(&slots),
+            cancel.clone(),
+        ));
         tracing::info!(server = name, socket = %socket.display(), "egress proxy listening");
         servers.insert(
             name.to_string(),
@@ -164,9 +178,54 @@ impl EgressProxy {
                 socket: socket.clone(),
                 ctx,
                 cancel,
+                slots,
+                loopback: None,
             },
         );
         Ok(socket)
+    }
+
+    /// Opens a registered server's loopback endpoint (127.0.0.1, an ephemeral port, a fresh
+    /// secret), or returns the one it has. Connections there are served with the server's
+    /// lists, like its socket's, once they present the secret; it closes with the socket.
+    pub fn add_loopback(&self, name: &str) -> Result<LoopbackEndpoint, EgressError> {
+        let mut servers = self.lock();
+        let reg = servers
+            .get_mut(name)
+            .ok_or_else(|| EgressError::UnknownServer(name.to_string()))?;
+        if let Some(ep) = &reg.loopback {
+            return Ok(ep.clone());
+        }
+        let io = |what: &str| {
+            let what = format!("{what} for server {name}");
+            move |source| EgressError::Io { what, source }
+        };
+        let secret = ProxySecret::generate().map_err(io("cannot draw a proxy secret"))?;
+        let std_listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+            .map_err(io("cannot open a loopback proxy port"))?;
+        std_listener
+            .set_nonblocking(true)
+            .map_err(io("cannot make the loopback proxy port non-blocking"))?;
+        let port = std_listener
+            .local_addr()
+            .map_err(io("cannot read the loopback proxy port"))?
+            .port();
+        let listener =
+            TcpListener::from_std(std_listener).map_err(io("cannot serve the loopback port"))?;
+        let ep = LoopbackEndpoint { port, secret };
+        tokio::spawn(accept_loop(
+            Listener::Tcp(listener, Arc::new(ep.secret.clone())),
+            Arc::clone(&reg.ctx),
+            Arc::clone(&reg.slots),
+            reg.cancel.clone(),
+        ));
+        tracing::info!(
+            server = name,
+            port,
+            "egress proxy listening on loopback (secret required)"
+        );
+        reg.loopback = Some(ep.clone());
+        Ok(ep)
     }
 
     /// Replaces a server's lists; connections made from now on use the new ones.
@@ -226,15 +285,46 @@ impl EgressProxy {
     }
 }
 
-async fn accept_loop(listener: UnixListener, ctx: Arc<ServerCtx>, cancel: CancellationToken) {
-    let slots = Arc::new(Semaphore::new(ctx.limits.max_connections_per_server));
+/// A server's listener: its unix socket, or its loopback port with the secret it requires.
+enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener, Arc<ProxySecret>),
+}
+
+/// An accepted connection, and the secret it must present (loopback only).
+type Accepted = (Box<dyn Stream>, Option<Arc<ProxySecret>>);
+
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+impl Listener {
+    async fn accept(&self) -> std::io::Result<Accepted> {
+        match self {
+            Listener::Unix(l) => {
+                let (s, _) = l.accept().await?;
+                Ok((Box::new(s), None))
+            }
+            Listener::Tcp(l, secret) => {
+                let (s, _) = l.accept().await?;
+                Ok((Box::new(s), Some(Arc::clone(secret))))
+            }
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: Listener,
+    ctx: Arc<ServerCtx>,
+    slots: Arc<Semaphore>,
+    cancel: CancellationToken,
+) {
     loop {
         let accepted = tokio::select! {
             _ = cancel.cancelled() => break,
             a = listener.accept() => a,
         };
-        let stream = match accepted {
-            Ok((s, _)) => s,
+        let (stream, secret) = match accepted {
+            Ok(s) => s,
             Err(e) => {
                 // EMFILE and friends: back off briefly instead of spinning.
                 tracing::warn!(server = %ctx.name, error = %e, "egress accept failed");
@@ -252,7 +342,7 @@ async fn accept_loop(listener: UnixListener, ctx: Arc<ServerCtx>, cancel: Cancel
         tokio::spawn(async move {
             tokio::select! {
                 _ = cancel.cancelled() => {}
-                _ = serve_connection(&ctx, stream) => {}
+                _ = serve_connection(&ctx, stream, secret.as_deref()) => {}
             }
             drop(permit);
         });
@@ -261,7 +351,8 @@ async fn accept_loop(listener: UnixListener, ctx: Arc<ServerCtx>, cancel: Cancel
 }
 
 /// Peeks at the first byte: 0x05 is a SOCKS5 greeting, anything else is read as HTTP.
-async fn serve_connection(ctx: &ServerCtx, stream: UnixStream) {
+/// `secret`: the credentials the client must present (loopback connections).
+async fn serve_connection(ctx: &ServerCtx, stream: Box<dyn Stream>, secret: Option<&ProxySecret>) {
     let mut reader = BufReader::with_capacity(ctx.limits.max_head_bytes.max(512), stream);
     let first = match tokio::time::timeout(ctx.limits.handshake_timeout, reader.fill_buf()).await {
         Ok(Ok([])) | Ok(Err(_)) => return,
@@ -272,9 +363,9 @@ async fn serve_connection(ctx: &ServerCtx, stream: UnixStream) {
         Ok(Ok(buf)) => buf[0],
     };
     if first == 5 {
-        socks5::serve(ctx, reader).await;
+        socks5::serve(ctx, reader, secret).await;
     } else {
-        http::serve(ctx, reader).await;
+        http::serve(ctx, reader, secret).await;
     }
 }
 

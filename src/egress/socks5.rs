@@ -1,5 +1,6 @@
 //! The SOCKS5 front end (RFC 1928) of the egress proxy, on a connection that arrived on one
-//! server's socket: no-authentication method only, CONNECT only (no BIND, no UDP ASSOCIATE:
+//! server's socket (no-authentication method only) or its loopback port (username/password
+//! only, RFC 1929, checked against its secret), CONNECT only (no BIND, no UDP ASSOCIATE:
 //! the sandbox gets no UDP), remote DNS through ATYP 3 (domain name). IPv4/IPv6 literals
 //! (ATYP 1/4) go through the same policy, which refuses them unless an allow entry names
 //! that exact address.
@@ -14,10 +15,14 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
 use super::dial::{dial, DialError, ServerCtx};
 use super::events::Protocol;
+use super::loopback::ProxySecret;
 use super::relay::{close_after_reply, relay};
 
 const VERSION: u8 = 5;
 const METHOD_NO_AUTH: u8 = 0x00;
+const METHOD_USER_PASS: u8 = 0x02;
+/// The version byte of the username/password subnegotiation (RFC 1929).
+const USER_PASS_VERSION: u8 = 0x01;
 const METHOD_NONE_ACCEPTABLE: u8 = 0xff;
 const CMD_CONNECT: u8 = 0x01;
 
@@ -52,9 +57,12 @@ enum Handshake {
     Reject(Vec<u8>, &'static str),
 }
 
-/// Reads the greeting. `Ok(Err(frame, why))`: answer `frame` and close.
+/// Reads the greeting and picks the method: no authentication on a server's socket,
+/// username/password (RFC 1929) where a secret is required. `Ok(Err(frame, why))`: answer
+/// `frame` and close.
 async fn greet<R: AsyncRead + Unpin>(
     r: &mut R,
+    method: u8,
 ) -> std::io::Result<Result<(), (Vec<u8>, &'static str)>> {
     let mut head = [0u8; 2];
     r.read_exact(&mut head).await?;
@@ -63,13 +71,31 @@ async fn greet<R: AsyncRead + Unpin>(
     }
     let mut methods = vec![0u8; head[1] as usize];
     r.read_exact(&mut methods).await?;
-    if !methods.contains(&METHOD_NO_AUTH) {
+    if !methods.contains(&method) {
         return Ok(Err((
             vec![VERSION, METHOD_NONE_ACCEPTABLE],
             "client offers no acceptable method",
         )));
     }
     Ok(Ok(()))
+}
+
+/// Reads the username/password subnegotiation (RFC 1929) and says whether it carries
+/// `secret`.
+async fn authenticate<R: AsyncRead + Unpin>(
+    r: &mut R,
+    secret: &ProxySecret,
+) -> std::io::Result<bool> {
+    if r.read_u8().await? != USER_PASS_VERSION {
+        return Ok(false);
+    }
+    let ulen = r.read_u8().await? as usize;
+    let mut user = vec![0u8; ulen];
+    r.read_exact(&mut user).await?;
+    let plen = r.read_u8().await? as usize;
+    let mut password = vec![0u8; plen];
+    r.read_exact(&mut password).await?;
+    Ok(secret.authorizes_socks(&user, &password))
 }
 
 async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Handshake> {
@@ -130,12 +156,22 @@ async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Handsh
 }
 
 /// Serves one SOCKS5 connection. `client` is already buffered (the dispatcher peeked).
-pub(crate) async fn serve<S>(ctx: &ServerCtx, mut client: BufReader<S>)
-where
+/// With `secret` (a loopback connection) the client must authenticate with the server's
+/// username and password; else it is refused before its request is read.
+pub(crate) async fn serve<S>(
+    ctx: &ServerCtx,
+    mut client: BufReader<S>,
+    secret: Option<&ProxySecret>,
+) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let limit = ctx.limits.handshake_timeout;
-    let greeting = match tokio::time::timeout(limit, greet(&mut client)).await {
+    let method = if secret.is_some() {
+        METHOD_USER_PASS
+    } else {
+        METHOD_NO_AUTH
+    };
+    let greeting = match tokio::time::timeout(limit, greet(&mut client, method)).await {
         Ok(Ok(g)) => g,
         Ok(Err(_)) | Err(_) => {
             tracing::info!(server = %ctx.name, "egress: SOCKS5 greeting incomplete or too slow");
@@ -148,8 +184,28 @@ where
         close_after_reply(&mut client).await;
         return;
     }
-    if client.write_all(&[VERSION, METHOD_NO_AUTH]).await.is_err() {
+    if client.write_all(&[VERSION, method]).await.is_err() {
         return;
+    }
+    if let Some(secret) = secret {
+        let ok = matches!(
+            tokio::time::timeout(limit, authenticate(&mut client, secret)).await,
+            Ok(Ok(true))
+        );
+        // RFC 1929: status 0 is success; anything else, and the connection closes.
+        let status = if ok { 0 } else { 1 };
+        if !ok {
+            tracing::warn!(server = %ctx.name, "egress: loopback SOCKS5 client without this server's credentials refused");
+        }
+        if client
+            .write_all(&[USER_PASS_VERSION, status])
+            .await
+            .is_err()
+            || !ok
+        {
+            close_after_reply(&mut client).await;
+            return;
+        }
     }
     let (host, port) = match tokio::time::timeout(limit, read_request(&mut client)).await {
         Ok(Ok(Handshake::Request { host, port })) => (host, port),

@@ -63,7 +63,7 @@ impl WiringOptions {
                 socks_port: *socks_port,
                 ..WiringOptions::new(socket.clone(), socat.clone())
             }),
-            NetworkSpec::None | NetworkSpec::Host => None,
+            NetworkSpec::None | NetworkSpec::Host | NetworkSpec::Loopback { .. } => None,
         }
     }
 }

@@ -249,7 +249,7 @@ impl Gateway {
             }
         }
         // One shared egress proxy for every server with a domain allowlist.
-        let egress = network::attach(&mut requests, &opts.config.settings);
+        let egress = network::attach(&mut requests, &opts.config.settings, &caps);
         // Relaying is resolved from the config (and profile) now: servers start, and declare
         // their client capabilities, before the agent connects.
         let relays: Vec<server::relay::RelayPolicy> = opts

@@ -1,7 +1,8 @@
 //! The gateway's side of network isolation: one shared egress proxy (`crate::egress`) for
 //! every server with `sandbox.network.allowedDomains`, created at start in a private 0700
 //! temporary directory (removed at shutdown), one socket per server put into its
-//! `LaunchRequest`; and the attribution of refusals to the call in flight.
+//! `LaunchRequest` (and, for a server under the Landlock tier, a loopback endpoint with a
+//! secret); and the attribution of refusals to the call in flight.
 //!
 //! Attribution: the pipeline subscribes to the proxy's refusal events just before it
 //! forwards a call and drains the events of that server once the answer is back. The proxy
@@ -16,7 +17,8 @@ use tokio::sync::broadcast;
 
 use crate::config::{NetworkConfig, Settings};
 use crate::egress::{EgressError, EgressOptions, EgressProxy, RefusalEvent, Resolver};
-use crate::sandbox::launch::{EgressSocket, LaunchRequest};
+use crate::sandbox::capabilities::Capabilities;
+use crate::sandbox::launch::{needs_loopback_endpoint, EgressSocket, LaunchRequest};
 
 /// The proxy and the private directory holding its sockets.
 pub struct GatewayEgress {
@@ -64,6 +66,7 @@ pub fn wants_proxy(req: &LaunchRequest) -> bool {
 pub fn attach(
     requests: &mut [(String, Result<LaunchRequest, String>)],
     settings: &Settings,
+    caps: &Capabilities,
 ) -> Option<GatewayEgress> {
     if !requests
         .iter()
@@ -108,8 +111,32 @@ pub fn attach(
                 req.egress = EgressSocket::Failed(e.to_string());
             }
         }
+        if let Ok(req) = r {
+            open_loopback(&egress.proxy, name, req, caps);
+        }
     }
     Some(egress)
+}
+
+/// Opens the proxy's loopback endpoint for a server registered with it that runs under the
+/// Landlock tier (`needs_loopback_endpoint`); a failure marks its egress failed, for
+/// `resolve` to decide (enforce refuses, warn shares the host network).
+pub fn open_loopback(
+    proxy: &EgressProxy,
+    name: &str,
+    req: &mut LaunchRequest,
+    caps: &Capabilities,
+) {
+    if !matches!(req.egress, EgressSocket::Ready(_)) || !needs_loopback_endpoint(req, caps) {
+        return;
+    }
+    match proxy.add_loopback(name) {
+        Ok(ep) => req.egress_loopback = Some(ep),
+        Err(e) => {
+            tracing::error!(server = %name, "egress loopback endpoint not opened: {e}");
+            req.egress = EgressSocket::Failed(e.to_string());
+        }
+    }
 }
 
 fn start_proxy(settings: &Settings) -> Result<GatewayEgress, String> {
@@ -192,6 +219,10 @@ mod tests {
     use crate::config::DomainLists;
     use crate::egress::{Protocol, RefusalReason};
 
+    fn quick_caps() -> Capabilities {
+        crate::sandbox::capabilities::probe(crate::sandbox::capabilities::Depth::Quick)
+    }
+
     fn req(name: &str, allowed: &[&str]) -> (String, Result<LaunchRequest, String>) {
         (
             name.to_string(),
@@ -220,7 +251,8 @@ mod tests {
                 }),
             ),
         ];
-        let mut egress = attach(&mut reqs, &Settings::default()).expect("a proxy is needed");
+        let mut egress =
+            attach(&mut reqs, &Settings::default(), &quick_caps()).expect("a proxy is needed");
         let EgressSocket::Ready(sock) = &reqs[0].1.as_ref().unwrap().egress else {
             panic!("{:?}", reqs[0].1)
         };
@@ -247,7 +279,7 @@ mod tests {
                 ..LaunchRequest::default()
             }),
         )];
-        assert!(attach(&mut reqs, &Settings::default()).is_none());
+        assert!(attach(&mut reqs, &Settings::default(), &quick_caps()).is_none());
     }
 
     #[tokio::test]
@@ -257,7 +289,7 @@ mod tests {
             egress_hosts_file: Some("/nonexistent/hosts".into()),
             ..Settings::default()
         };
-        assert!(attach(&mut reqs, &settings).is_none());
+        assert!(attach(&mut reqs, &settings, &quick_caps()).is_none());
         let EgressSocket::Failed(why) = &reqs[0].1.as_ref().unwrap().egress else {
             panic!()
         };

@@ -357,7 +357,6 @@ pub fn run_in_sandbox(req: LaunchRequest, log: &Path, what: &str) -> Result<(), 
 }
 
 async fn run_sandboxed(mut req: LaunchRequest, log: &Path, what: &str) -> Result<(), FetchError> {
-    let io = |e: std::io::Error| FetchError::Io(format!("{} (sandboxed): {e}", req.command));
     let mut egress = crate::gateway::network::start_in_temp(crate::egress::Resolver::system())
         .map_err(|e| FetchError::Io(format!("the fetch's egress proxy did not start: {e}")))?;
     if let NetworkConfig::Allowlist(lists) = &req.network {
@@ -367,8 +366,11 @@ async fn run_sandboxed(mut req: LaunchRequest, log: &Path, what: &str) -> Result
             .map_err(|e| FetchError::Io(format!("the fetch's egress proxy: {e}")))?;
         req.egress = EgressSocket::Ready(socket);
     }
+    let caps = capabilities::probe(Depth::Full);
+    crate::gateway::network::open_loopback(&egress.proxy, &req.name.clone(), &mut req, &caps);
+    let io = |e: std::io::Error| FetchError::Io(format!("{} (sandboxed): {e}", req.command));
     let result = async {
-        let mut prepared = launch::prepare_with(&req, &capabilities::probe(Depth::Full))
+        let mut prepared = launch::prepare_with(&req, &caps)
             .map_err(|e| FetchError::Io(format!("the fetch sandbox cannot be set up: {e}")))?;
         let out = std::fs::OpenOptions::new()
             .create(true)

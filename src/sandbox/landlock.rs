@@ -51,8 +51,23 @@ pub struct Rule {
 pub enum Net {
     /// No internet socket at all (seccomp), no TCP bind or connect (Landlock, ABI >= 4).
     Closed,
+    /// Plain TCP sockets (seccomp), no bind, connect to this one port only (Landlock ABI 4
+    /// or later): the egress proxy's loopback endpoint. Landlock rules name ports, not
+    /// addresses: the same port number on another host is reachable too.
+    Proxy { port: u16 },
     /// The host network (a warn-mode degradation only).
     Host,
+}
+
+/// The TCP ports a Landlock ruleset lets the sandbox connect to, or `None` when the ruleset
+/// does not govern TCP at all (the host network). Binding is never allowed where TCP is
+/// governed.
+pub fn tcp_connect_ports(net: Net) -> Option<Vec<u16>> {
+    match net {
+        Net::Closed => Some(Vec::new()),
+        Net::Proxy { port } => Some(vec![port]),
+        Net::Host => None,
+    }
 }
 
 /// What the sandbox of one server is, in Landlock terms.
@@ -354,13 +369,15 @@ pub enum BuildError {
     },
     #[error("the kernel returned no Landlock ruleset (Landlock unsupported)")]
     NoRuleset,
+    #[error("Landlock ABI {0} has no network rules: TCP cannot be confined to the egress proxy (ABI 4, Linux 6.7, can)")]
+    NoNetworkRules(u32),
 }
 
 /// Creates the ruleset for `plan` on a kernel with Landlock `abi` (before fork). The
 /// returned descriptor is what the child hands to `landlock_restrict_self`.
 pub fn build(plan: &Plan, abi: u32) -> Result<OwnedFd, BuildError> {
     use landlock::{
-        Access as _, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset,
+        Access as _, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, Ruleset,
         RulesetAttr, RulesetCreatedAttr, Scope, ABI,
     };
     let abi_v = ABI::from(i32::try_from(abi).unwrap_or(i32::MAX));
@@ -368,8 +385,12 @@ pub fn build(plan: &Plan, abi: u32) -> Result<OwnedFd, BuildError> {
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(all)?;
-    if abi >= 4 && plan.net == Net::Closed {
+    let ports = tcp_connect_ports(plan.net);
+    if ports.is_some() && abi >= 4 {
         ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
+    } else if matches!(plan.net, Net::Proxy { .. }) {
+        // Only a port rule confines TCP to the proxy; resolve refuses this before.
+        return Err(BuildError::NoNetworkRules(abi));
     }
     if abi >= 6 {
         ruleset = ruleset.scope(Scope::AbstractUnixSocket | Scope::Signal)?;
@@ -410,6 +431,11 @@ pub fn build(plan: &Plan, abi: u32) -> Result<OwnedFd, BuildError> {
             continue;
         }
         created = created.add_rule(PathBeneath::new(fd, access))?;
+    }
+    if abi >= 4 {
+        for port in ports.unwrap_or_default() {
+            created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
+        }
     }
     let fd: Option<OwnedFd> = created.into();
     fd.ok_or(BuildError::NoRuleset)
@@ -579,6 +605,16 @@ mod tests {
                 ("/tmp/s/home".into(), Rights::ReadWrite),
             ]
         );
+    }
+
+    #[test]
+    fn the_proxy_network_allows_its_one_port_the_closed_none_the_host_any() {
+        assert_eq!(tcp_connect_ports(Net::Closed), Some(vec![]));
+        assert_eq!(
+            tcp_connect_ports(Net::Proxy { port: 41234 }),
+            Some(vec![41234])
+        );
+        assert_eq!(tcp_connect_ports(Net::Host), None);
     }
 
     #[test]

@@ -263,20 +263,30 @@ fn landlock_soft_gaps(caps: &Capabilities, needs: &Needs, plan: &mut Plan) -> Ve
         ));
     }
     if needs.egress {
-        plan.host_network = true;
-        gaps.push(if abi < 4 {
-            reason(
+        // ABI 4 confines TCP to the proxy's loopback endpoint (one port, a secret); before
+        // it, TCP cannot be governed at all.
+        let gap = if abi < 4 {
+            Some(reason(
                 format!(
-                    "sandbox.network.allowedDomains needs Landlock ABI 4 (Linux 6.7) to confine TCP to the egress                      proxy; this kernel has ABI {abi}"
+                    "sandbox.network.allowedDomains needs Landlock ABI 4 (Linux 6.7) to confine TCP to the egress \
+                     proxy; this kernel has ABI {abi}"
                 ),
-                "use backend bwrap (user namespaces needed), a kernel 6.7 or later, or remove                  sandbox.network.allowedDomains; under sandbox policy warn the server gets the HOST network",
-            )
+                "use backend bwrap (user namespaces needed), a kernel 6.7 or later, or remove \
+                 sandbox.network.allowedDomains; under sandbox policy warn the server gets the HOST network",
+            ))
         } else {
-            reason(
-                "sandbox.network.allowedDomains is not enforced by the landlock backend yet (it does not bridge                  the egress proxy)",
-                "use backend bwrap (user namespaces needed), or remove sandbox.network.allowedDomains; under                  sandbox policy warn the server gets the HOST network",
-            )
-        });
+            needs.egress_problem.as_ref().map(|problem| {
+                reason(
+                    format!("the egress proxy cannot serve this server: {problem}"),
+                    "fix the cause above (a writable, private temporary directory and a loopback port are \
+                     needed); under sandbox policy warn the server runs with the HOST network meanwhile",
+                )
+            })
+        };
+        if let Some(gap) = gap {
+            plan.host_network = true;
+            gaps.push(gap);
+        }
     }
     gaps
 }
@@ -816,21 +826,26 @@ mod tests {
     }
 
     #[test]
-    fn an_allowlist_under_landlock_is_refused_in_enforce_naming_the_field_and_gets_the_host_network_in_warn(
-    ) {
+    fn an_allowlist_under_landlock_abi_4_is_sandboxed_through_the_proxy_without_socat() {
         let n = Needs {
             egress: true,
             ..landlock_needs()
         };
-        let r = resolve(&good(), &n, SandboxPolicy::Enforce);
-        assert!(matches!(r, Resolution::Refused { .. }), "{r:?}");
-        assert!(
-            reasons(&r).contains("sandbox.network.allowedDomains"),
-            "{r:?}"
+        let mut caps = good();
+        caps.socat = None;
+        assert_eq!(
+            resolve(&caps, &n, SandboxPolicy::Enforce),
+            Resolution::Sandboxed { plan: LANDLOCK }
         );
-        assert!(reasons(&r).contains("backend bwrap"), "{r:?}");
+        // A proxy that could not serve it: refused in enforce, host network in warn.
+        let failed = Needs {
+            egress_problem: Some("cannot open a loopback proxy port".into()),
+            ..n.clone()
+        };
+        let r = resolve(&caps, &failed, SandboxPolicy::Enforce);
+        assert!(reasons(&r).contains("loopback proxy port"), "{r:?}");
         assert!(matches!(
-            resolve(&good(), &n, SandboxPolicy::Warn),
+            resolve(&caps, &failed, SandboxPolicy::Warn),
             Resolution::Degraded {
                 plan: Plan {
                     landlock: true,
@@ -840,15 +855,36 @@ mod tests {
                 ..
             }
         ));
-        // ABI < 4 cannot govern TCP at all: said with the kernel that can.
+    }
+
+    #[test]
+    fn an_allowlist_under_landlock_before_abi_4_is_refused_in_enforce_naming_the_field_and_gets_the_host_network_in_warn(
+    ) {
+        let n = Needs {
+            egress: true,
+            ..landlock_needs()
+        };
         let mut caps = good();
         caps.landlock = Landlock::Available { abi: 3 };
         let r = resolve(&caps, &n, SandboxPolicy::Enforce);
+        assert!(matches!(r, Resolution::Refused { .. }), "{r:?}");
         assert!(
-            reasons(&r).contains("needs Landlock ABI 4 (Linux 6.7)"),
+            reasons(&r).contains("sandbox.network.allowedDomains needs Landlock ABI 4 (Linux 6.7)"),
             "{r:?}"
         );
         assert!(reasons(&r).contains("this kernel has ABI 3"), "{r:?}");
+        assert!(reasons(&r).contains("backend bwrap"), "{r:?}");
+        assert!(matches!(
+            resolve(&caps, &n, SandboxPolicy::Warn),
+            Resolution::Degraded {
+                plan: Plan {
+                    landlock: true,
+                    host_network: true,
+                    ..
+                },
+                ..
+            }
+        ));
     }
 
     #[test]

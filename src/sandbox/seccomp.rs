@@ -25,6 +25,10 @@
 //! AF_INET/AF_INET6 are refused entirely for a server without network (`Inet::None`), allowed
 //! only as plain TCP (SOCK_STREAM, protocol 0 or IPPROTO_TCP) where Landlock governs the
 //! ports (`Inet::Tcp`), or all allowed for a warn-mode server given the host network.
+//! With `Inet::Tcp` two ways past Landlock's bind and connect checks are refused too:
+//! `listen()` (it binds an unbound socket to an ephemeral port without a bind call: the
+//! server would accept connections from the host's network) and TCP Fast Open
+//! (`sendto`/`sendmsg`/`sendmmsg` with `MSG_FASTOPEN` connects without a connect call).
 //!
 //! On x86_64 the x32 ABI numbers of the same calls are refused too (the x32 ABI reaches the
 //! same kernel code through syscall numbers with bit 30 set); other architectures' ABIs are
@@ -53,6 +57,7 @@ const SOCK_STREAM: u64 = 1;
 /// `type & SOCK_TYPE_MASK` (the rest are SOCK_NONBLOCK and SOCK_CLOEXEC).
 const SOCK_TYPE_MASK: u64 = 0xf;
 const IPPROTO_TCP: u64 = 6;
+const MSG_FASTOPEN: u64 = 0x2000_0000;
 
 /// Which `socket()` calls the filter refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +73,7 @@ pub enum Sockets {
 pub enum Inet {
     /// None: a server without network.
     None,
-    /// Plain TCP only (Landlock decides the ports).
+    /// Plain TCP only (Landlock decides the ports), no `listen()`, no TCP Fast Open.
     Tcp,
     /// All (the host network: a warn-mode degradation).
     Any,
@@ -78,10 +83,17 @@ const TIOCLINUX: u64 = 0x541C;
 const CLONE_NEWUSER: u64 = 0x1000_0000;
 const X32_BIT: i64 = 0x4000_0000;
 const X32_IOCTL: i64 = 514;
+/// x32's own numbers for the calls whose 64-bit numbers it cannot reach.
+const X32_SENDMSG: i64 = 518;
+const X32_SENDMMSG: i64 = 538;
 
 /// Syscall numbers of one architecture.
 struct Nr {
     socket: i64,
+    listen: i64,
+    sendto: i64,
+    sendmsg: i64,
+    sendmmsg: i64,
     ioctl: i64,
     unshare: i64,
     clone: i64,
@@ -94,6 +106,10 @@ struct Nr {
 // include/uapi/asm-generic/unistd.h); seccompiler's own tables are not public.
 const X86_64: Nr = Nr {
     socket: 41,
+    listen: 50,
+    sendto: 44,
+    sendmsg: 46,
+    sendmmsg: 307,
     ioctl: 16,
     unshare: 272,
     clone: 56,
@@ -108,6 +124,10 @@ const X86_64: Nr = Nr {
 
 const AARCH64: Nr = Nr {
     socket: 198,
+    listen: 201,
+    sendto: 206,
+    sendmsg: 211,
+    sendmmsg: 269,
     ioctl: 29,
     unshare: 97,
     clone: 220,
@@ -176,6 +196,28 @@ fn eperm_rules(
         rules.insert(n | bias, vec![]);
     }
     rules.insert(nr.socket | bias, socket_rules(sockets)?);
+    if sockets == (Sockets::Landlock { inet: Inet::Tcp }) {
+        // listen() autobinds past Landlock's bind check; MSG_FASTOPEN connects past its
+        // connect check. The flags are the 4th argument of sendto and sendmmsg, the 3rd of
+        // sendmsg.
+        rules.insert(nr.listen | bias, vec![]);
+        let fastopen = |arg: u8| {
+            rule(vec![cond(
+                arg,
+                Dword,
+                SeccompCmpOp::MaskedEq(MSG_FASTOPEN),
+                MSG_FASTOPEN,
+            )])
+        };
+        let (sendmsg, sendmmsg) = if bias == X32_BIT {
+            (X32_SENDMSG, X32_SENDMMSG)
+        } else {
+            (nr.sendmsg, nr.sendmmsg)
+        };
+        rules.insert(nr.sendto | bias, vec![fastopen(3)?]);
+        rules.insert(sendmsg | bias, vec![fastopen(2)?]);
+        rules.insert(sendmmsg | bias, vec![fastopen(3)?]);
+    }
     // x32 has its own number for ioctl (514), the 64-bit one is not reachable with bit 30.
     let ioctl = if bias == X32_BIT { X32_IOCTL } else { nr.ioctl };
     rules.insert(
@@ -321,6 +363,24 @@ mod tests {
         assert_eq!(prog[3].k, 0); // ld nr
         assert_eq!(prog[4].k, 435);
         assert_eq!(prog[5].k, 0x0005_0000 | libc::ENOSYS as u32);
+    }
+
+    #[test]
+    fn plain_tcp_also_refuses_listen_and_fast_open_on_both_architectures() {
+        let tcp = Sockets::Landlock { inet: Inet::Tcp };
+        for (arch, listen) in [("x86_64", 50u32), ("aarch64", 201)] {
+            let prog = program_with(arch, tcp).unwrap();
+            let has = |k: u32| prog.iter().any(|i| i.k == k);
+            assert!(has(listen), "{arch}: listen checked");
+            assert!(has(MSG_FASTOPEN as u32), "{arch}: MSG_FASTOPEN checked");
+            // Without TCP (no internet socket at all) neither rule is needed.
+            let none = program_with(arch, Sockets::Landlock { inet: Inet::None }).unwrap();
+            assert!(!none.iter().any(|i| i.k == MSG_FASTOPEN as u32), "{arch}");
+            assert!(
+                !none.iter().any(|i| i.k == listen),
+                "{arch}: 50/201 is listen's"
+            );
+        }
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub enum NetworkSpec {
         /// socat as visible inside the sandbox (the launcher makes sure it is).
         socat: PathBuf,
     },
+    /// No namespace (the Landlock tier): TCP connect to one loopback port only, the egress
+    /// proxy's endpoint for this server (its secret travels in the request, never here).
+    Loopback { port: u16 },
     /// The host network, shared: only ever the result of a warn-mode degradation.
     Host,
 }

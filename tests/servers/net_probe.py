@@ -2,7 +2,7 @@
 tests (tests/egress_gateway.rs). Every failure is an `isError` result carrying the error text.
 
 - http_get(address, via) (not `url`: the policy engine would gate a URL argument first): `env` uses urllib with the proxy variables palisade sets (HTTP_PROXY),
-  `socks` speaks SOCKS5 (remote DNS) to 127.0.0.1:1080 itself, `direct` ignores proxies;
+  `socks` speaks SOCKS5 (remote DNS) itself to the proxy ALL_PROXY names, `direct` ignores proxies;
 - connect(host, port): a raw TCP connect;
 - resolve(name): getaddrinfo;
 - udp(host, port): one datagram.
@@ -23,11 +23,23 @@ server = MCPServer("net-probe")
 def _socks_get(url: str) -> str:
     u = urllib.parse.urlsplit(url)
     host, port = u.hostname, u.port or 80
-    s = socket.create_connection(("127.0.0.1", 1080), timeout=10)
+    # The SOCKS5 proxy ALL_PROXY names (127.0.0.1:1080 under bwrap; under Landlock the
+    # proxy's loopback port, with the server's credentials: RFC 1929).
+    proxy = urllib.parse.urlsplit(os.environ.get("ALL_PROXY", "socks5h://127.0.0.1:1080"))
+    s = socket.create_connection((proxy.hostname, proxy.port or 1080), timeout=10)
     try:
-        s.sendall(b"\x05\x01\x00")
-        if s.recv(2) != b"\x05\x00":
-            raise OSError("socks5: no acceptable method")
+        if proxy.username:
+            s.sendall(b"\x05\x01\x02")
+            if s.recv(2) != b"\x05\x02":
+                raise OSError("socks5: username/password not accepted")
+            user, pw = proxy.username.encode(), (proxy.password or "").encode()
+            s.sendall(b"\x01" + bytes([len(user)]) + user + bytes([len(pw)]) + pw)
+            if s.recv(2) != b"\x01\x00":
+                raise OSError("socks5: authentication failed")
+        else:
+            s.sendall(b"\x05\x01\x00")
+            if s.recv(2) != b"\x05\x00":
+                raise OSError("socks5: no acceptable method")
         name = host.encode()
         s.sendall(b"\x05\x01\x00\x03" + bytes([len(name)]) + name + struct.pack(">H", port))
         reply = s.recv(4)

@@ -127,6 +127,7 @@ pub fn launch_request(
         limits,
         // The gateway fills this in when it registers the server with its egress proxy.
         egress: launch::EgressSocket::NotStarted,
+        egress_loopback: None,
         write_protect,
         session_dir: Some(sandbox_dir.to_path_buf()),
     })

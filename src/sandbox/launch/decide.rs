@@ -28,6 +28,15 @@ pub fn needs(req: &LaunchRequest) -> Needs {
     }
 }
 
+/// Whether `req` runs under the Landlock tier with a domain allowlist, so that the egress
+/// proxy must open its loopback endpoint for it (there is no namespace to bridge the socket
+/// into).
+pub fn needs_loopback_endpoint(req: &LaunchRequest, caps: &Capabilities) -> bool {
+    req.sandboxed
+        && matches!(req.network, NetworkConfig::Allowlist(_))
+        && resolve::tier(caps, req.backend).0 == Backend::Landlock
+}
+
 /// The enforce/warn decision for `req` on a machine with `caps`, without building anything.
 pub fn resolution(req: &LaunchRequest, caps: &Capabilities) -> Resolution {
     resolve::resolve(caps, &needs(req), req.policy)

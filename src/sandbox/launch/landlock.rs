@@ -32,6 +32,12 @@ pub const LANDLOCK_NOT_ENFORCED: &[&str] = &[
     "the server's child processes are not killed with it when palisade dies abruptly",
 ];
 
+/// What the Landlock tier does not enforce for a server with a domain allowlist (launch log,
+/// `check`, docs/security.md).
+pub const LANDLOCK_PROXY_NOT_ENFORCED: &str = "network rules name ports, not addresses: the \
+     server may also connect to the egress proxy's port number (ephemeral, chosen at each \
+     start) on other hosts";
+
 /// The Landlock command for `spec`: ruleset built here, restrict-self and seccomp in the
 /// child right before exec. `why` says why this tier was chosen (for the launch log).
 pub(super) fn prepare(
@@ -57,7 +63,7 @@ pub(super) fn prepare(
     let canon = |p: &PathBuf| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
     let scratch = Scratch::create(&req.name)?;
     let (home, tmp) = (canon(&scratch.home()), canon(&scratch.tmp()));
-    let env = scratch_env(&spec.env, &req.env, &home, &tmp);
+    let mut env = scratch_env(&spec.env, &req.env, &home, &tmp);
     let cwd = scratch_cwd(spec, &req.env, &home);
     let mut read_only = if req.write_protect {
         write_protected(&req.name, spec)
@@ -67,11 +73,18 @@ pub(super) fn prepare(
     read_only.extend(req.deny_write.iter().map(|p| {
         std::fs::canonicalize(p).unwrap_or_else(|_| crate::roots::canon::resolve_existing_prefix(p))
     }));
-    let net = if spec.network == NetworkSpec::Host {
-        Net::Host
-    } else {
-        Net::Closed
-    };
+    let net = net_of(&spec.network);
+    if let Net::Proxy { port } = net {
+        // The proxy's endpoint and secret, in the server's environment only.
+        match &req.egress_loopback {
+            Some(ep) if ep.port == port => env.extend(ep.env()),
+            _ => {
+                return Err(refuse(vec![
+                    "the egress proxy's loopback endpoint is missing for this server".into(),
+                ]))
+            }
+        }
+    }
     let mut plan = ll::plan(
         &ll::Inputs {
             spec,
@@ -99,12 +112,17 @@ pub(super) fn prepare(
     } else {
         None
     };
+    let mut not_enforced = LANDLOCK_NOT_ENFORCED.to_vec();
+    if let Net::Proxy { port } = net {
+        tracing::info!(server = %req.name, port, "landlock: TCP connect to the egress proxy's loopback port only");
+        not_enforced.push(LANDLOCK_PROXY_NOT_ENFORCED);
+    }
     tracing::info!(
         server = %req.name,
         abi,
         why,
         "sandboxed by landlock; not enforced by this tier: {}",
-        LANDLOCK_NOT_ENFORCED.join("; ")
+        not_enforced.join("; ")
     );
     let mut cmd = std::process::Command::new(&spec.program);
     cmd.args(&spec.args)
@@ -158,11 +176,22 @@ fn scratch_cwd(spec: &SandboxSpec, asked: &BTreeMap<String, String>, home: &Path
     }
 }
 
-/// The sockets seccomp allows under Landlock: no internet socket with a closed network, any
-/// with the host's.
+/// The Landlock network of a spec's network: the host's, the proxy's one port, or none.
+fn net_of(network: &NetworkSpec) -> Net {
+    match network {
+        NetworkSpec::Host => Net::Host,
+        NetworkSpec::Loopback { port } => Net::Proxy { port: *port },
+        // A socket bridge needs a namespace: this tier never gets one (launch refuses first).
+        NetworkSpec::None | NetworkSpec::Proxied { .. } => Net::Closed,
+    }
+}
+
+/// The sockets seccomp allows under Landlock: no internet socket with a closed network,
+/// plain TCP (Landlock decides the port) with the proxy's, any with the host's.
 fn sockets(net: Net) -> seccomp::Sockets {
     let inet = match net {
         Net::Closed => seccomp::Inet::None,
+        Net::Proxy { .. } => seccomp::Inet::Tcp,
         Net::Host => seccomp::Inet::Any,
     };
     seccomp::Sockets::Landlock { inet }
@@ -204,5 +233,21 @@ mod tests {
                 inet: seccomp::Inet::Any
             }
         );
+    }
+
+    #[test]
+    fn the_proxy_endpoint_allows_plain_tcp_to_its_port() {
+        assert_eq!(
+            net_of(&NetworkSpec::Loopback { port: 40000 }),
+            Net::Proxy { port: 40000 }
+        );
+        assert_eq!(
+            sockets(Net::Proxy { port: 40000 }),
+            seccomp::Sockets::Landlock {
+                inet: seccomp::Inet::Tcp
+            }
+        );
+        assert_eq!(net_of(&NetworkSpec::None), Net::Closed);
+        assert_eq!(net_of(&NetworkSpec::Host), Net::Host);
     }
 }

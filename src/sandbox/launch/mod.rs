@@ -36,9 +36,9 @@ mod spec;
 
 use std::borrow::Cow;
 
-pub use decide::{needs, resolution};
+pub use decide::{needs, needs_loopback_endpoint, resolution};
 pub use host::HostEnv;
-pub use landlock::LANDLOCK_NOT_ENFORCED;
+pub use landlock::{LANDLOCK_NOT_ENFORCED, LANDLOCK_PROXY_NOT_ENFORCED};
 pub use prepared::{Enforcement, LaunchError, Prepared};
 pub use profile::{profile_for, state_dir_for};
 pub use request::{EgressSocket, Grant, LaunchRequest};

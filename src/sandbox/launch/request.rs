@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::config::{Backend, NetworkConfig, SandboxPolicy};
+use crate::egress::LoopbackEndpoint;
 use crate::sandbox::{Access, ResourceLimits};
 
 /// A directory a server may operate in, with its access.
@@ -55,6 +56,10 @@ pub struct LaunchRequest {
     pub limits: ResourceLimits,
     /// The egress proxy's socket for this server (only meaningful with an allowlist).
     pub egress: EgressSocket,
+    /// The egress proxy's loopback endpoint for this server, opened when it runs under the
+    /// Landlock tier (no network namespace to bridge the socket into). Its secret is never
+    /// logged (`Debug` redacts it).
+    pub egress_loopback: Option<LoopbackEndpoint>,
     /// Re-bind `WRITE_PROTECTED` paths found in read-write grants read-only (default on;
     /// `sandbox.filesystem.protectDangerousFiles: false` turns it off).
     pub write_protect: bool,
@@ -101,6 +106,7 @@ impl Default for LaunchRequest {
             allow_broad: false,
             limits: ResourceLimits::default(),
             egress: EgressSocket::NotStarted,
+            egress_loopback: None,
             write_protect: true,
             session_dir: None,
         }

@@ -125,7 +125,8 @@ pub(super) fn build_spec(
 }
 
 /// The network a planned launch gets: the host's (warn-mode degradation), the proxy's
-/// (an allowlist, its socket ready, socat found), or loopback only.
+/// (an allowlist, its socket ready, socat found; under Landlock its loopback endpoint), or
+/// loopback only.
 fn network_spec(
     req: &LaunchRequest,
     plan: &Plan,
@@ -137,6 +138,19 @@ fn network_spec(
     if plan.srt || !matches!(req.network, NetworkConfig::Allowlist(_)) {
         // srt renders the lists itself (see `sandbox::srt`).
         return Ok(NetworkSpec::None);
+    }
+    if plan.landlock {
+        // No namespace to bridge a socket into: the proxy's loopback endpoint, which the
+        // caller opened for a Landlock launch; fail closed if it did not.
+        return match &req.egress_loopback {
+            Some(ep) => Ok(NetworkSpec::Loopback { port: ep.port }),
+            None => Err(LaunchError::Refused {
+                name: req.name.clone(),
+                reasons: vec![
+                    "the egress proxy has no loopback endpoint for this server (needed under backend landlock)".into(),
+                ],
+            }),
+        };
     }
     match (&req.egress, &caps.socat) {
         (EgressSocket::Ready(socket), Some(socat)) => Ok(NetworkSpec::Proxied {
