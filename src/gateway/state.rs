@@ -256,6 +256,8 @@ pub struct Shared {
     pub tasks: Arc<crate::gateway::call::tasks::TaskTable>,
     /// Questions asked of 2026-07-28 agents, waiting for their retry (`agent/mrtr.rs`).
     pub mrtr: Arc<crate::gateway::agent::mrtr::Pending>,
+    /// The 2026-07-28 calls forwarded and not yet answered, by server (`agent/mrtr.rs`).
+    pub mrtr_open: Arc<crate::gateway::agent::mrtr::OpenCalls>,
     /// Serialises catalog rebuilds: each reviews pins (file I/O) outside the catalog lock,
     /// and an older view must never be installed over a newer one.
     refresh: tokio::sync::Mutex<()>,
@@ -292,6 +294,7 @@ impl Shared {
             pins: None,
             tasks: Arc::default(),
             mrtr: Arc::default(),
+            mrtr_open: Arc::default(),
             refresh: tokio::sync::Mutex::new(()),
         }
     }

@@ -1,6 +1,7 @@
 """Calls one tool through `palisade serve` with the Python `mcp` SDK's high-level `Client`,
-answering every elicitation as a person who approves would (`approve: true`), and prints one
-JSON report: the era, the questions asked, and the call's outcome. Used by tests/protocol.rs.
+answering every elicitation as a person who approves would (`approve: true`) and every
+sampling request with a canned model answer, and prints one JSON report: the era, the
+questions and prompts seen, and the call's outcome. Used by tests/protocol.rs.
 
 Usage: approve_eras.py MODE TOOL ARGS_JSON -- CMD ARGS...
   MODE: `2026-07-28` (no handshake; Palisade asks through an input-required result, which
@@ -23,12 +24,22 @@ async def main():
     params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
     questions = []
 
+    prompts = []
+
     async def approve(context, p):
         questions.append(p.message)
         return types.ElicitResult(action="accept", content={"approve": True})
 
+    async def sample(context, p):
+        prompts.append(" ".join(getattr(m.content, "text", "") for m in p.messages))
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text="sampled-by-the-python-agent"),
+            model="canned",
+        )
+
     out = {"mode": mode}
-    async with Client(params, mode=mode, elicitation_callback=approve) as client:
+    async with Client(params, mode=mode, elicitation_callback=approve, sampling_callback=sample) as client:
         try:
             r = await asyncio.wait_for(client.call_tool(tool, args), 90)
             texts = [c.text for c in r.content if getattr(c, "type", "") == "text"]
@@ -36,6 +47,7 @@ async def main():
         except MCPError as e:
             out["call"] = {"ok": False, "code": e.code, "text": e.message}
     out["questions"] = questions
+    out["prompts"] = prompts
     print(json.dumps(out))
 
 

@@ -242,7 +242,7 @@ fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &mpsc::Sender<Vec<u8>>, run
 }
 
 async fn answer(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     method: &str,
     params: Option<&RawValue>,
     mut ctx: RequestContext<RoleServer>,
@@ -256,18 +256,13 @@ async fn answer(
         let modern = versions::is_modern(&ctx.meta);
         // Counted while it runs: shutdown waits for it so that its audit record is written.
         let _in_flight = shared.calls.token();
-        let call = async {
-            if !modern {
-                return crate::gateway::call::pipeline::call_tool(shared, typed, &extra, ctx).await;
-            }
-            let round = mrtr::round_for(shared, &mut typed, &ctx.meta)?;
-            mrtr::scope(
-                Arc::new(round),
-                crate::gateway::call::pipeline::call_tool(shared, typed, &extra, ctx),
-            )
-            .await
+        let result = if modern {
+            // Its rounds (questions for the agent) are driven by `mrtr`.
+            mrtr::call(shared.clone(), typed, extra, ctx).await?
+        } else {
+            crate::gateway::call::pipeline::call_tool(shared, typed, &extra, ctx).await?
         };
-        (call.await?, modern)
+        (result, modern)
     } else {
         if let Some(meta) = params.and_then(request_meta) {
             ctx.meta = meta;

@@ -14,17 +14,34 @@
 //! arguments), expires, and is used once. A retry with an unknown, expired or mismatched
 //! handle is refused.
 //!
-//! The round travels with the call as a task-local (set by `front.rs` around the pipeline),
-//! so the approval chain needs no new parameter; outside a round nothing changes.
+//! A server's own request during a 2026-07-28 call (sampling, elicitation, relayed as its
+//! `relay` allows) takes the same road: the call runs on its own task, the relay hands the
+//! request to the call's round (found by server: the one 2026-07-28 call in flight there),
+//! and the agent's call is answered `input_required` with it while the server's call stays
+//! open; the retry's answer goes to the server and the call is driven on from where it was.
+//!
+//! The round travels with the call as a task-local (set around the pipeline), so the approval
+//! chain needs no new parameter; outside a round nothing changes.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ErrorData, RequestMetaObject};
+use rmcp::service::RequestContext;
+use rmcp::RoleServer;
+use serde_json::{json, Map, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
-/// The key of Palisade's one input request in `inputRequests` / `inputResponses`.
+use crate::gateway::state::Shared;
+
+/// The key of the approver's question in `inputRequests` / `inputResponses`.
 pub const APPROVAL_KEY: &str = "palisade-approval";
+/// The key of a server's relayed request in `inputRequests` / `inputResponses`.
+pub const RELAY_KEY: &str = "palisade-relay";
 /// How long a pending question waits for its retry.
 pub const PENDING_TTL: Duration = Duration::from_secs(600);
 /// At most this many questions wait at once (the oldest expire first).
@@ -36,12 +53,22 @@ tokio::task_local! {
 
 /// One round of a 2026-07-28 call: the agent's answer, when it is a retry, and the question
 /// the approver would ask, when it has none.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Round {
-    /// The agent declared elicitation in this request's capabilities.
-    pub elicits: bool,
+    /// The agent's capabilities, from this request's envelope.
+    pub caps: Option<ClientCapabilities>,
     answer: Mutex<Option<Value>>,
     question: Mutex<Option<Question>>,
+    /// To the task driving the call: a server's request for the agent.
+    suspend: Option<mpsc::Sender<Suspension>>,
+}
+
+/// A server's request waiting for the agent's answer in the next round.
+#[derive(Debug)]
+pub struct Suspension {
+    /// `{"method", "params"}`, as the input request the agent is sent.
+    pub request: Value,
+    pub answer: oneshot::Sender<Value>,
 }
 
 /// What the approver asks (an `elicitation/create` form).
@@ -52,11 +79,48 @@ pub struct Question {
 }
 
 impl Round {
-    pub fn new(elicits: bool, answer: Option<Value>) -> Round {
+    pub fn new(caps: Option<ClientCapabilities>, answer: Option<Value>) -> Round {
         Round {
-            elicits,
+            caps,
             answer: Mutex::new(answer),
             question: Mutex::default(),
+            suspend: None,
+        }
+    }
+
+    fn with_suspend(mut self, tx: mpsc::Sender<Suspension>) -> Round {
+        self.suspend = Some(tx);
+        self
+    }
+
+    /// The agent declared elicitation.
+    pub fn elicits(&self) -> bool {
+        self.caps.as_ref().is_some_and(|c| c.elicitation.is_some())
+    }
+
+    /// Puts a server's request to the agent in the next round and waits for its answer, at
+    /// most `timeout`, or until `cancel` (the server withdrew it).
+    pub async fn ask_agent(
+        &self,
+        request: Value,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<Value, String> {
+        let tx = self
+            .suspend
+            .as_ref()
+            .ok_or("this call cannot be suspended")?;
+        let (answer, rx) = oneshot::channel();
+        tx.send(Suspension { request, answer })
+            .await
+            .map_err(|_| "the call is no longer waiting")?;
+        tokio::select! {
+            got = tokio::time::timeout(timeout, rx) => match got {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(_)) => Err("the client did not retry the call in time; the question expired".into()),
+                Err(_) => Err(format!("the client did not answer within {}s", timeout.as_secs())),
+            },
+            _ = cancel.cancelled() => Err("the server withdrew the request".into()),
         }
     }
 
@@ -100,10 +164,31 @@ pub fn fingerprint(tool: &str, arguments: &serde_json::Map<String, Value>) -> St
     format!("{:x}", h.finalize())
 }
 
-/// Questions waiting for their retry, by handle.
+/// A call suspended on a server's request: its task, the way its next requests come, and
+/// the way the agent's answer goes back.
+pub struct Driver {
+    call: JoinHandle<Result<Value, ErrorData>>,
+    /// The call's own cancellation: it outlives each round's request.
+    cancel: CancellationToken,
+    suspensions: mpsc::Receiver<Suspension>,
+    answer: oneshot::Sender<Value>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Driver")
+    }
+}
+
+/// A round waiting for its retry: the fingerprint of the call that left it, when, and the
+/// suspended call (`None`: an approver's question).
+type Waiting = (String, Instant, Option<Driver>);
+
+/// Rounds waiting for their retry, by handle: an approver's question (`None`) or a call
+/// suspended on a server's request.
 #[derive(Debug, Default)]
 pub struct Pending {
-    map: Mutex<HashMap<String, (String, Instant)>>,
+    map: Mutex<HashMap<String, Waiting>>,
 }
 
 /// Why a retry's `requestState` is refused.
@@ -116,87 +201,247 @@ pub enum StateError {
 }
 
 impl Pending {
-    /// Remembers a question for the call `fingerprint`; returns its handle.
+    /// Remembers an approver's question for the call `fingerprint`; returns its handle.
     pub fn insert(&self, fingerprint: String, now: Instant) -> String {
+        self.insert_with(fingerprint, now, None)
+    }
+
+    fn insert_with(&self, fingerprint: String, now: Instant, driver: Option<Driver>) -> String {
         let mut map = lock(&self.map);
-        map.retain(|_, (_, at)| now.duration_since(*at) < PENDING_TTL);
+        // Expired entries go (a suspended call's server then gets "expired" for its request).
+        map.retain(|_, (_, at, _)| now.duration_since(*at) < PENDING_TTL);
         if map.len() >= MAX_PENDING {
             if let Some(oldest) = map
                 .iter()
-                .min_by_key(|(_, (_, at))| *at)
+                .min_by_key(|(_, (_, at, _))| *at)
                 .map(|(k, _)| k.clone())
             {
                 map.remove(&oldest);
             }
         }
         let handle = uuid::Uuid::new_v4().simple().to_string();
-        map.insert(handle.clone(), (fingerprint, now));
+        map.insert(handle.clone(), (fingerprint, now, driver));
         handle
     }
 
-    /// Takes the question `handle` names, if it was asked by the call `fingerprint`; a handle
-    /// is good once (a mismatch spends it too: it was guessed or replayed).
-    pub fn take(&self, handle: &str, fingerprint: &str, now: Instant) -> Result<(), StateError> {
-        let (asked, at) = lock(&self.map).remove(handle).ok_or(StateError::Unknown)?;
+    /// Takes the round `handle` names, if the call `fingerprint` left it; a handle is good
+    /// once (a mismatch spends it too: it was guessed or replayed). `Some` is a suspended
+    /// call, `None` an approver's question.
+    pub fn take(
+        &self,
+        handle: &str,
+        fingerprint: &str,
+        now: Instant,
+    ) -> Result<Option<Driver>, StateError> {
+        let (asked, at, driver) = lock(&self.map).remove(handle).ok_or(StateError::Unknown)?;
         if now.duration_since(at) >= PENDING_TTL {
             return Err(StateError::Unknown);
         }
         if asked != fingerprint {
             return Err(StateError::Mismatch);
         }
-        Ok(())
+        Ok(driver)
     }
 }
 
-/// The round of a 2026-07-28 `tools/call`: a retry's answer, checked against the question
-/// its `requestState` names (and taken out of the params: the server never sees them).
-pub fn round_for(
-    shared: &crate::gateway::state::Shared,
-    typed: &mut rmcp::model::CallToolRequestParams,
-    meta: &rmcp::model::RequestMetaObject,
-) -> Result<Round, rmcp::model::ErrorData> {
-    let elicits = meta
-        .get("io.modelcontextprotocol/clientCapabilities")
-        .and_then(|c| c.get("elicitation"))
-        .is_some();
+/// One open call: its registration id and its round.
+type OpenCall = (u64, Arc<Round>);
+
+/// The 2026-07-28 calls forwarded and not yet answered, by server: where a server's own
+/// request finds the round to put it in.
+#[derive(Debug, Default)]
+pub struct OpenCalls {
+    map: Mutex<HashMap<String, Vec<OpenCall>>>,
+    next: AtomicU64,
+}
+
+/// Keeps a call registered as open; dropping it closes the call.
+pub struct Open {
+    calls: Arc<OpenCalls>,
+    server: String,
+    id: u64,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let mut map = lock(&self.calls.map);
+        if let Some(v) = map.get_mut(&self.server) {
+            v.retain(|(id, _)| *id != self.id);
+            if v.is_empty() {
+                map.remove(&self.server);
+            }
+        }
+    }
+}
+
+impl OpenCalls {
+    pub fn open(self: &Arc<Self>, server: &str, round: Arc<Round>) -> Open {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        lock(&self.map)
+            .entry(server.to_string())
+            .or_default()
+            .push((id, round));
+        Open {
+            calls: self.clone(),
+            server: server.to_string(),
+            id,
+        }
+    }
+
+    /// The round a request from `server` belongs to: its one open 2026-07-28 call. With
+    /// none, or several (the request could be any one's), there is no telling: `Err` says so.
+    pub fn only(&self, server: &str) -> Result<Arc<Round>, &'static str> {
+        match lock(&self.map).get(server).map(Vec::as_slice) {
+            Some([(_, round)]) => Ok(round.clone()),
+            Some([_, _, ..]) => Err("several calls to this server are in flight, so palisade cannot tell which one the request belongs to"),
+            _ => Err("no call to this server is in flight to carry it to the client"),
+        }
+    }
+}
+
+/// Runs one 2026-07-28 `tools/call` through its rounds: a first call starts it on its own
+/// task; a retry resumes what its `requestState` names (an approver's question asked anew
+/// with the answer, or a suspended call given the answer to its server's request). Either way
+/// the answer is the call's result, or `input_required` for the next question.
+pub async fn call(
+    shared: Arc<Shared>,
+    mut typed: CallToolRequestParams,
+    extra: Map<String, Value>,
+    mut ctx: RequestContext<RoleServer>,
+) -> Result<Value, ErrorData> {
+    let caps = client_caps(&ctx.meta);
+    // This round's request may end (answered `input_required`) while the call goes on; the
+    // agent cancelling this request still cancels the call (see `drive`).
+    let request_ct = ctx.ct.clone();
     let responses = typed.input_responses.take();
-    let Some(handle) = typed.request_state.take() else {
-        return Ok(Round::new(elicits, None));
+    let state = typed.request_state.take();
+    let fp = fingerprint(&typed.name, typed.arguments.as_ref().unwrap_or(&Map::new()));
+    let answer_under = |key: &str| {
+        responses
+            .as_ref()
+            .and_then(|r| r.get(key))
+            .cloned()
+            .ok_or_else(|| {
+                ErrorData::invalid_params(
+                    format!("inputResponses has no answer under `{key}`, the question asked"),
+                    None,
+                )
+            })
     };
-    let fp = fingerprint(
-        &typed.name,
-        typed.arguments.as_ref().unwrap_or(&serde_json::Map::new()),
-    );
-    shared
-        .mrtr
-        .take(&handle, &fp, std::time::Instant::now())
-        .map_err(|e| rmcp::model::ErrorData::invalid_params(e.to_string(), None))?;
-    let answer = responses
-        .and_then(|mut r| r.remove(APPROVAL_KEY))
-        .ok_or_else(|| {
-            rmcp::model::ErrorData::invalid_params(
-                format!(
-                    "inputResponses has no answer under `{}`, the question asked",
-                    APPROVAL_KEY
-                ),
+    let invalid = |e: StateError| ErrorData::invalid_params(e.to_string(), None);
+    let (answer, resumed) = match state {
+        None => (None, None),
+        Some(handle) => match shared
+            .mrtr
+            .take(&handle, &fp, Instant::now())
+            .map_err(invalid)?
+        {
+            None => (Some(answer_under(APPROVAL_KEY)?), None),
+            Some(driver) => (None, Some((driver, answer_under(RELAY_KEY)?))),
+        },
+    };
+    let (call, suspensions, cancel) = match resumed {
+        Some((driver, answer)) => {
+            // The server's call goes on with the agent's answer.
+            let _ = driver.answer.send(answer);
+            (driver.call, driver.suspensions, driver.cancel)
+        }
+        None => {
+            let cancel = CancellationToken::new();
+            ctx.ct = cancel.clone();
+            let (tx, rx) = mpsc::channel(1);
+            let round = Arc::new(Round::new(caps, answer).with_suspend(tx));
+            let shared = shared.clone();
+            let call = tokio::spawn(async move {
+                let pipeline =
+                    crate::gateway::call::pipeline::call_tool(&shared, typed, &extra, ctx);
+                scope(round, pipeline).await
+            });
+            (call, rx, cancel)
+        }
+    };
+    drive(
+        &shared,
+        fp,
+        Driving {
+            call,
+            suspensions,
+            cancel,
+        },
+        &request_ct,
+    )
+    .await
+}
+
+/// A call being driven: its task, its server's requests, its own cancellation.
+struct Driving {
+    call: JoinHandle<Result<Value, ErrorData>>,
+    suspensions: mpsc::Receiver<Suspension>,
+    cancel: CancellationToken,
+}
+
+/// Waits for the call's end or its server's next request, whichever comes first.
+async fn drive(
+    shared: &Shared,
+    fp: String,
+    d: Driving,
+    request_ct: &CancellationToken,
+) -> Result<Value, ErrorData> {
+    let Driving {
+        mut call,
+        mut suspensions,
+        cancel,
+    } = d;
+    let finished = |r: Result<Result<Value, ErrorData>, tokio::task::JoinError>| {
+        r.unwrap_or_else(|e| {
+            Err(ErrorData::internal_error(
+                format!("the call failed: {e}"),
                 None,
-            )
-        })?;
-    Ok(Round::new(elicits, Some(answer)))
+            ))
+        })
+    };
+    tokio::select! {
+        biased;
+        r = &mut call => finished(r),
+        _ = request_ct.cancelled() => {
+            // The agent cancelled: the call ends (and is audited) as any cancelled call.
+            cancel.cancel();
+            finished(call.await)
+        }
+        s = suspensions.recv() => match s {
+            Some(Suspension { request, answer }) => {
+                let driver = Driver { call, cancel, suspensions, answer };
+                let handle = shared.mrtr.insert_with(fp, Instant::now(), Some(driver));
+                Ok(input_request(RELAY_KEY, request, &handle))
+            }
+            // The round is gone: the call has ended.
+            None => finished(call.await),
+        },
+    }
+}
+
+/// The agent's capabilities from a 2026-07-28 request's envelope.
+fn client_caps(meta: &RequestMetaObject) -> Option<ClientCapabilities> {
+    meta.get("io.modelcontextprotocol/clientCapabilities")
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+}
+
+/// An `input_required` result carrying one input request under `key`.
+pub fn input_request(key: &str, request: Value, handle: &str) -> Value {
+    json!({
+        "resultType": "input_required",
+        "inputRequests": { key: request },
+        "requestState": handle
+    })
 }
 
 /// The `input_required` result that asks `q`, with `handle` as the state to echo.
 pub fn input_required(q: &Question, handle: &str) -> Value {
-    json!({
-        "resultType": "input_required",
-        "inputRequests": {
-            APPROVAL_KEY: {
-                "method": "elicitation/create",
-                "params": {"mode": "form", "message": q.message, "requestedSchema": q.schema}
-            }
-        },
-        "requestState": handle
-    })
+    let request = json!({
+        "method": "elicitation/create",
+        "params": {"mode": "form", "message": q.message, "requestedSchema": q.schema}
+    });
+    input_request(APPROVAL_KEY, request, handle)
 }
 
 #[cfg(test)]
@@ -214,13 +459,16 @@ mod tests {
         let fp = fingerprint("fs__write", &args(json!({"path": "/w/a"})));
         let other = fingerprint("fs__write", &args(json!({"path": "/etc/passwd"})));
         let h = p.insert(fp.clone(), now);
-        assert_eq!(p.take(&h, &other, now), Err(StateError::Mismatch));
+        assert!(matches!(p.take(&h, &other, now), Err(StateError::Mismatch)));
         // A mismatch spends the handle: a guessed or replayed state gets one try.
-        assert_eq!(p.take(&h, &fp, now), Err(StateError::Unknown));
+        assert!(matches!(p.take(&h, &fp, now), Err(StateError::Unknown)));
         let h = p.insert(fp.clone(), now);
-        assert_eq!(p.take(&h, &fp, now), Ok(()));
-        assert_eq!(p.take(&h, &fp, now), Err(StateError::Unknown));
-        assert_eq!(p.take("made-up", &fp, now), Err(StateError::Unknown));
+        assert!(matches!(p.take(&h, &fp, now), Ok(None)));
+        assert!(matches!(p.take(&h, &fp, now), Err(StateError::Unknown)));
+        assert!(matches!(
+            p.take("made-up", &fp, now),
+            Err(StateError::Unknown)
+        ));
     }
 
     #[test]
@@ -229,7 +477,10 @@ mod tests {
         let now = Instant::now();
         let fp = fingerprint("fs__write", &args(json!({})));
         let h = p.insert(fp.clone(), now);
-        assert_eq!(p.take(&h, &fp, now + PENDING_TTL), Err(StateError::Unknown));
+        assert!(matches!(
+            p.take(&h, &fp, now + PENDING_TTL),
+            Err(StateError::Unknown)
+        ));
     }
 
     #[test]
@@ -242,8 +493,11 @@ mod tests {
         }
         let later = now + Duration::from_secs(1);
         let last = p.insert("new".into(), later);
-        assert_eq!(p.take(&first, "f0", later), Err(StateError::Unknown));
-        assert_eq!(p.take(&last, "new", later), Ok(()));
+        assert!(matches!(
+            p.take(&first, "f0", later),
+            Err(StateError::Unknown)
+        ));
+        assert!(matches!(p.take(&last, "new", later), Ok(None)));
     }
 
     #[test]
@@ -263,7 +517,7 @@ mod tests {
     #[tokio::test]
     async fn the_round_is_seen_only_inside_its_scope() {
         assert!(current().is_none());
-        let round = Arc::new(Round::new(true, Some(json!({"action": "accept"}))));
+        let round = Arc::new(Round::new(None, Some(json!({"action": "accept"}))));
         let seen = scope(round, async {
             let r = current().expect("inside");
             (r.take_answer(), r.take_answer())

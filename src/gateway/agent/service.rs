@@ -613,7 +613,7 @@ impl RelayingService {
                 &catalog().templates_result,
                 "resourceTemplates",
             )),
-            ClientRequest::CallToolRequest(mut r) => {
+            ClientRequest::CallToolRequest(r) => {
                 // Counted while it runs: shutdown waits for it so its audit record is written.
                 let _in_flight = up.shared.calls.token();
                 if !super::versions::is_modern(&context.meta) {
@@ -626,13 +626,7 @@ impl RelayingService {
                     .await);
                 }
                 // A 2026-07-28 call that opens the session comes this way, not by the front.
-                let round = match super::mrtr::round_for(&up.shared, &mut r.params, &context.meta) {
-                    Ok(round) => round,
-                    Err(e) => return Ok(Err(e)),
-                };
-                let extra = serde_json::Map::new();
-                let call = pipeline::call_tool(&up.shared, r.params, &extra, context);
-                super::mrtr::scope(Arc::new(round), call).await
+                super::mrtr::call(up.shared.clone(), r.params, Default::default(), context).await
             }
             ClientRequest::GetPromptRequest(r) => up
                 .get_prompt_raw(r.params, &context)

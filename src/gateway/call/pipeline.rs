@@ -501,6 +501,10 @@ async fn widen_and_forward(
         .filter(|_| slot.egress_allowed())
         .map(|p| p.subscribe());
     out.server_protocol = Some(conn.info.protocol_version.as_str().to_string());
+    // A 2026-07-28 call stays findable while it runs: a request its server sends meanwhile
+    // goes to the agent in this call's next round.
+    let _open =
+        crate::gateway::agent::mrtr::current().map(|r| shared.mrtr_open.open(&slot.name, r));
     let (answer, received) = forward(shared, &conn, tool, params, ctx).await;
     if let Some(rx) = events.as_mut() {
         out.network_refusals = crate::gateway::network::drain(rx, &slot.name);

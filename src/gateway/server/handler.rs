@@ -137,6 +137,11 @@ impl DownstreamHandler {
     }
 
     fn on_logging_message(&self, mut params: LoggingMessageNotificationParam) {
+        // A 2026-07-28 agent gets log messages only for a request that set `logLevel`;
+        // Palisade does not tie a server's log lines to a request, so it sends it none.
+        if self.upstream.is_sessionless() {
+            return;
+        }
         params.logger = Some(match params.logger.take() {
             Some(l) => format!("{}/{l}", self.server),
             None => self.server.clone(),

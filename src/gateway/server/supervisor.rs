@@ -312,6 +312,7 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
             audit: shared.stages.audit.clone(),
             timeout: shared.limits.call_timeout,
             enforcement: slot.snapshot().enforcement,
+            open_calls: shared.mrtr_open.clone(),
         },
     };
     let timeout = shared.limits.startup_timeout;

@@ -95,7 +95,7 @@ impl Elicitor for UpstreamElicitor {
     fn unavailable(&self) -> Option<String> {
         if let Some(round) = crate::gateway::agent::mrtr::current() {
             // A 2026-07-28 call: asked through an input-required result.
-            return (!round.elicits).then(|| "the client did not declare elicitation".into());
+            return (!round.elicits()).then(|| "the client did not declare elicitation".into());
         }
         if self.link.is_sessionless() {
             return Some(

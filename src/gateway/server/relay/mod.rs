@@ -30,9 +30,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    ClientResult, CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult,
-    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorCode,
-    RequestMetaObject, ServerRequest,
+    CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequest,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ErrorCode, RequestMetaObject,
+    ServerRequest,
 };
 use rmcp::ErrorData;
 use serde_json::{json, Map, Value};
@@ -61,6 +61,26 @@ pub struct Relayer {
     pub timeout: Duration,
     /// The server's enforcement in this start, for the audit record.
     pub enforcement: Option<Enforcement>,
+    /// Where a request for a 2026-07-28 agent finds the call to go in (`agent/mrtr.rs`).
+    pub open_calls: Arc<crate::gateway::agent::mrtr::OpenCalls>,
+}
+
+/// Where a relayed request goes: the agent's session, or the next round of its 2026-07-28
+/// call to this server.
+enum Road {
+    Session,
+    Round(Arc<crate::gateway::agent::mrtr::Round>),
+    None(&'static str),
+}
+
+impl Road {
+    fn caps(&self, upstream: &UpstreamLink) -> Option<rmcp::model::ClientCapabilities> {
+        match self {
+            Road::Session => upstream.client_capabilities(),
+            Road::Round(r) => r.caps.clone(),
+            Road::None(_) => None,
+        }
+    }
 }
 
 impl Relayer {
@@ -76,6 +96,43 @@ impl Relayer {
         &self.gate.server
     }
 
+    fn road(&self) -> Road {
+        if !self.upstream.is_sessionless() {
+            return Road::Session;
+        }
+        match self.open_calls.only(self.server()) {
+            Ok(round) => Road::Round(round),
+            Err(why) => Road::None(why),
+        }
+    }
+
+    /// Sends `request` to the agent by `road`; the answer as JSON.
+    async fn ask(
+        &self,
+        road: &Road,
+        request: ServerRequest,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<Value, UpstreamError> {
+        match road {
+            Road::Session => self
+                .upstream
+                .request(request, self.timeout, Some(cancel))
+                .await
+                .and_then(|r| {
+                    serde_json::to_value(r).map_err(|e| UpstreamError::Other(e.to_string()))
+                }),
+            Road::Round(round) => {
+                let request = serde_json::to_value(&request)
+                    .map_err(|e| UpstreamError::Other(e.to_string()))?;
+                round
+                    .ask_agent(request, self.timeout, cancel)
+                    .await
+                    .map_err(UpstreamError::Other)
+            }
+            Road::None(why) => Err(UpstreamError::Other((*why).to_string())),
+        }
+    }
+
     /// Relays a server's `sampling/createMessage`.
     pub async fn sampling(
         &self,
@@ -86,7 +143,8 @@ impl Relayer {
         let kind = Kind::Sampling;
         let undeclared = (params.tools.is_some() || params.tool_choice.is_some())
             .then_some("sampling with tools or toolChoice");
-        let _permit = match self.check(kind, undeclared) {
+        let road = self.road();
+        let _permit = match self.check(kind, undeclared, &road) {
             Ok(p) => p,
             Err(refusal) => {
                 return Err(self.refuse(kind, ctx, || sampling_summary(&params), refusal))
@@ -97,17 +155,12 @@ impl Relayer {
         // the agent's model saw from other servers.
         params.include_context = None;
         params.meta = Some(self.meta());
-        let answer = self
-            .upstream
-            .request(
-                ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params)),
-                self.timeout,
-                Some(&ctx.ct),
-            )
-            .await;
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        let answer = self.ask(&road, request, &ctx.ct).await;
         let result = match answer {
-            Ok(ClientResult::CreateMessageResult(r)) => Ok(*r),
-            Ok(other) => Err(unexpected(kind, &other)),
+            Ok(v) => {
+                serde_json::from_value::<CreateMessageResult>(v).map_err(|e| unexpected(kind, &e))
+            }
             Err(e) => Err(upstream_error(kind, e)),
         };
         let outcome = match &result {
@@ -151,7 +204,8 @@ impl Relayer {
                 serde_json::to_value(&requested_schema).ok().as_ref(),
             )
         };
-        let _permit = match self.check(kind, None) {
+        let road = self.road();
+        let _permit = match self.check(kind, None, &road) {
             Ok(p) => p,
             Err(refusal) => return Err(self.refuse(kind, ctx, args, refusal)),
         };
@@ -161,17 +215,10 @@ impl Relayer {
             message: attribute(self.server(), &message),
             requested_schema,
         };
-        let answer = self
-            .upstream
-            .request(
-                ServerRequest::ElicitRequest(ElicitRequest::new(params)),
-                self.timeout,
-                Some(&ctx.ct),
-            )
-            .await;
+        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+        let answer = self.ask(&road, request, &ctx.ct).await;
         let result = match answer {
-            Ok(ClientResult::ElicitResult(r)) => Ok(r),
-            Ok(other) => Err(unexpected(kind, &other)),
+            Ok(v) => serde_json::from_value::<ElicitResult>(v).map_err(|e| unexpected(kind, &e)),
             Err(e) => Err(upstream_error(kind, e)),
         };
         let outcome = match &result {
@@ -198,13 +245,19 @@ impl Relayer {
         &self,
         kind: Kind,
         undeclared: Option<&'static str>,
+        road: &Road,
     ) -> Result<OwnedSemaphorePermit, Refusal> {
         admit(
             kind,
             self.gate.policy(),
             self.server(),
-            self.upstream.client_capabilities().as_ref(),
-        )?;
+            road.caps(&self.upstream).as_ref(),
+        )
+        .map_err(|r| match (r, road) {
+            // The agent's capabilities are unknown because there is no call to carry it.
+            (Refusal::NoAgent { kind }, Road::None(why)) => Refusal::NoRound { kind, why },
+            (r, _) => r,
+        })?;
         if let Some(what) = undeclared {
             return Err(Refusal::Unsupported { what });
         }
@@ -220,7 +273,7 @@ impl Relayer {
         what: &'static str,
     ) -> ErrorData {
         let kind = Kind::Elicitation;
-        let agent = self.upstream.client_capabilities();
+        let agent = self.road().caps(&self.upstream);
         let refusal = match admit(kind, self.gate.policy(), self.server(), agent.as_ref()) {
             Err(r @ Refusal::NotAllowed { .. }) => r,
             _ => Refusal::Unsupported { what },
@@ -387,12 +440,11 @@ fn elicitation_summary(
     m
 }
 
-fn unexpected(kind: Kind, got: &ClientResult) -> ErrorData {
+fn unexpected(kind: Kind, e: &serde_json::Error) -> ErrorData {
     ErrorData::internal_error(
         format!(
-            "the agent answered the relayed {} with an unexpected result: {}",
-            kind.method(),
-            serde_json::to_string(got).unwrap_or_default()
+            "the agent answered the relayed {} with an unexpected result ({e})",
+            kind.method()
         ),
         None,
     )

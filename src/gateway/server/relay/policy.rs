@@ -135,6 +135,9 @@ pub enum Refusal {
     AgentLacks { kind: Kind },
     #[error("palisade does not relay {what} (it does not declare that capability downstream)")]
     Unsupported { what: &'static str },
+    /// A 2026-07-28 agent is asked in a call's next round; this request has no call to go in.
+    #[error("palisade cannot relay {} to a 2026-07-28 client: {why}", kind.method())]
+    NoRound { kind: Kind, why: &'static str },
     #[error(
         "palisade refused {method} from server `{server}`: more than {per_minute} relayed \
          requests per minute. Raise mcpServers.{server}.relay.perMinute if this is expected",
