@@ -448,3 +448,48 @@ fn the_python_sdk_answers_a_servers_sampling_in_both_eras() {
         );
     }
 }
+
+/// A server's elicitation during a 2026-07-28 call takes the same road as its sampling: the
+/// form (attributed to the server) is the next round's input request, and the agent's answer
+/// is what the server receives.
+#[test]
+fn a_servers_elicitation_reaches_a_2026_agent_in_its_calls_next_round() {
+    let ws = Workspace::new();
+    let config = relaying_everything(&ws);
+    let mut serve = Serve::start(&ws, &config, &[], &[]);
+    let mut meta = envelope();
+    meta["io.modelcontextprotocol/clientCapabilities"] = json!({"elicitation": {"form": {}}});
+    let listed = serve.request(1, "tools/list", json!({"_meta": meta}));
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    let call = json!({"name": "everything__trigger-elicitation-request", "arguments": {},
+                      "_meta": meta});
+    let asked = serve.request(2, "tools/call", call.clone());
+    let request = &asked["result"]["inputRequests"]["palisade-relay"];
+    assert_eq!(request["method"], "elicitation/create", "{asked}");
+    assert!(
+        request["params"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("everything"),
+        "the form names the server that asks: {asked}"
+    );
+    let mut retry = call;
+    retry["requestState"] = asked["result"]["requestState"].clone();
+    retry["inputResponses"] =
+        json!({"palisade-relay": {"action": "accept", "content": {"name": "Ada from the agent"}}});
+    let done = serve.request(3, "tools/call", retry);
+    assert!(
+        support::raw::text_of(&done).contains("User provided the requested information"),
+        "{done}"
+    );
+    assert!(done.to_string().contains("Ada from the agent"), "{done}");
+    let (status, _) = serve.finish();
+    assert!(status.success());
+    let records = audit_records(&ws);
+    assert!(
+        records
+            .iter()
+            .any(|r| r["kind"] == "elicitation" && r["result"]["status"] == "success"),
+        "{records:?}"
+    );
+}
