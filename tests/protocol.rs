@@ -299,19 +299,8 @@ fn the_python_sdk_approves_an_escalation_in_both_eras() {
         let (config, work) = escalating_fs(&ws);
         std::fs::write(work.join("seen.txt"), "x").unwrap();
         let audit = ws.path().join("audit.jsonl");
-        let mut cmd = driver("tests/clients/approve_eras.py");
-        cmd.arg(mode)
-            .arg("fs__list")
-            .arg(json!({"path": &work}).to_string())
-            .arg("--")
-            .arg(palisade())
-            .args(["serve", "--config"])
-            .arg(&config)
-            // The SDK's `Client` keeps the server's stderr: the records go to a file.
-            .arg("--audit-log")
-            .arg(&audit);
-        serve_log_env(&mut cmd, &ws.errlog());
-        let out = report(&mut cmd, mode, &ws.errlog(), Some(Duration::from_secs(120)));
+        let args = json!({"path": &work}).to_string();
+        let out = sdk_client(&ws, mode, "fs__list", &args, &config, &audit);
         assert_eq!(out["call"]["is_error"], false, "{mode}: {out}");
         assert!(
             out["call"]["text"].as_str().unwrap().contains("seen.txt"),
@@ -413,18 +402,9 @@ fn the_python_sdk_answers_a_servers_sampling_in_both_eras() {
         let ws = Workspace::new();
         let config = relaying_everything(&ws);
         let audit = ws.path().join("audit.jsonl");
-        let mut cmd = driver("tests/clients/approve_eras.py");
-        cmd.arg(mode)
-            .arg("everything__trigger-sampling-request")
-            .arg(r#"{"prompt": "relay me", "maxTokens": 5}"#)
-            .arg("--")
-            .arg(palisade())
-            .args(["serve", "--config"])
-            .arg(&config)
-            .arg("--audit-log")
-            .arg(&audit);
-        serve_log_env(&mut cmd, &ws.errlog());
-        let out = report(&mut cmd, mode, &ws.errlog(), Some(Duration::from_secs(120)));
+        let tool = "everything__trigger-sampling-request";
+        let args = r#"{"prompt": "relay me", "maxTokens": 5}"#;
+        let out = sdk_client(&ws, mode, tool, args, &config, &audit);
         assert_eq!(out["call"]["is_error"], false, "{mode}: {out}");
         assert!(
             out["call"]["text"]
@@ -492,4 +472,27 @@ fn a_servers_elicitation_reaches_a_2026_agent_in_its_calls_next_round() {
             .any(|r| r["kind"] == "elicitation" && r["result"]["status"] == "success"),
         "{records:?}"
     );
+}
+
+/// The Python SDK's high-level `Client` (tests/clients/approve_eras.py) in `mode`, calling
+/// `tool` through `palisade serve --config CONFIG`, approving what it is asked and answering
+/// sampling; its report. The SDK's `Client` keeps the server's stderr, so the audit records
+/// go to the file `audit`.
+fn sdk_client(
+    ws: &Workspace,
+    mode: &str,
+    tool: &str,
+    args: &str,
+    config: &std::path::Path,
+    audit: &std::path::Path,
+) -> Value {
+    let mut cmd = driver("tests/clients/approve_eras.py");
+    cmd.args([mode, tool, args, "--"])
+        .arg(palisade())
+        .args(["serve", "--config"])
+        .arg(config)
+        .arg("--audit-log")
+        .arg(audit);
+    serve_log_env(&mut cmd, &ws.errlog());
+    report(&mut cmd, mode, &ws.errlog(), Some(Duration::from_secs(120)))
 }
