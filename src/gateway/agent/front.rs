@@ -127,11 +127,12 @@ async fn read_lines<R: AsyncRead + Unpin>(
             tracing::debug!("ignoring an unparsable line from the agent");
             continue;
         };
-        // Before any session exists (a 2026-07-28 agent's first request), rmcp's session
-        // takes the request: it is what opens the session.
-        let has_session = shared.upstream.get().is_some();
         match route(head.method.as_deref(), head.id.is_some()) {
-            Route::Relay if has_session => relay(&head, &shared, &out, &running),
+            // Before any session exists (a 2026-07-28 agent's first request), rmcp's session
+            // takes the request: it is what opens the session.
+            Route::Relay if shared.upstream.get().is_some() => {
+                relay(&head, &shared, &out, &running)
+            }
             Route::Cancel if cancel_relayed(head.params, &running) => {}
             Route::Relay | Route::Cancel | Route::Session => {
                 match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line) {
@@ -372,7 +373,9 @@ impl FrontTransport {
                 ServerResult::InitializeResult(_) | ServerResult::DiscoverResult(_)
             )
         );
-        let mut line = match self.tasks_capability().filter(|_| is_initialize) {
+        // Only the handshake's answer is patched: every other message is encoded as is.
+        let tasks = is_initialize.then(|| self.tasks_capability()).flatten();
+        let mut line = match tasks {
             Some(tasks) => {
                 let mut v = serde_json::to_value(item)?;
                 if let Some(Value::Object(caps)) = v.pointer_mut("/result/capabilities") {

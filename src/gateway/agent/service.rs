@@ -67,12 +67,13 @@ impl Upstream {
             token,
         });
         live.conn
-            .request_with_meta(
+            .request_with(
                 request,
                 self.shared.limits.call_timeout,
                 Some(&ctx.ct),
                 progress_to,
                 forwarded_meta(ctx),
+                &serde_json::Map::new(),
             )
             .await
             .map_err(|e| match e {
@@ -349,8 +350,7 @@ fn typed<T: serde::de::DeserializeOwned>(what: &str, raw: &RawValue) -> Result<T
     let mut v: Value = serde_json::from_str(raw.get()).map_err(unexpected)?;
     // Only the discriminator: rmcp adds the cache hints itself, for 2026-07-28 peers only.
     if let Value::Object(obj) = &mut v {
-        obj.entry("resultType")
-            .or_insert_with(|| Value::String("complete".into()));
+        super::versions::mark_complete(obj);
     }
     serde_json::from_value(v).map_err(unexpected)
 }
@@ -445,8 +445,7 @@ impl ServerHandler for Upstream {
         let mut result =
             pipeline::call_tool(&self.shared, request, &Default::default(), context).await?;
         if let Value::Object(obj) = &mut result {
-            obj.entry("resultType")
-                .or_insert_with(|| Value::String("complete".into()));
+            super::versions::mark_complete(obj);
         }
         serde_json::from_value(result)
             .map(CallToolResponse::Complete)

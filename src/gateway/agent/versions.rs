@@ -70,6 +70,12 @@ pub fn strip_envelope(meta: &mut Map<String, Value>) {
     }
 }
 
+/// Gives a result the `resultType: "complete"` discriminator unless it has one.
+pub fn mark_complete(obj: &mut Map<String, Value>) {
+    obj.entry("resultType")
+        .or_insert_with(|| Value::String("complete".into()));
+}
+
 /// Adds what a 2026-07-28 result of `method` must carry, keeping what it has.
 pub fn stamp_result(method: &str, result: &mut Value) {
     let Value::Object(obj) = result else {
@@ -77,8 +83,7 @@ pub fn stamp_result(method: &str, result: &mut Value) {
     };
     // A task handle's discriminator is the server's to give: it is left alone.
     if !obj.contains_key("task") {
-        obj.entry("resultType")
-            .or_insert_with(|| Value::String("complete".into()));
+        mark_complete(obj);
     }
     if CACHEABLE.contains(&method) {
         obj.entry("ttlMs").or_insert_with(|| Value::from(0));

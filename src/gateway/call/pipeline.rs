@@ -264,7 +264,7 @@ async fn forward(
     let with_meta = (!meta.0 .0.is_empty()).then_some(meta);
     let asks_task = extra.contains_key("task");
     match conn
-        .request_with_extra(
+        .request_with(
             request,
             shared.limits.call_timeout,
             Some(&ctx.ct),

@@ -318,26 +318,14 @@ impl Connection {
         cancel: Option<&CancellationToken>,
         progress_to: Option<UpTarget>,
     ) -> Result<Box<RawValue>, ForwardError> {
-        self.request_with_meta(request, timeout, cancel, progress_to, None)
+        self.request_with(request, timeout, cancel, progress_to, None, &Map::new())
             .await
     }
 
-    /// As `request`, adding `meta` to the request's `_meta`.
-    pub async fn request_with_meta(
-        &self,
-        request: ClientRequest,
-        timeout: Duration,
-        cancel: Option<&CancellationToken>,
-        progress_to: Option<UpTarget>,
-        meta: Option<RequestMetaObject>,
-    ) -> Result<Box<RawValue>, ForwardError> {
-        self.request_with_extra(request, timeout, cancel, progress_to, meta, &Map::new())
-            .await
-    }
-
-    /// As `request_with_meta`, adding `extra` to the params: fields of the agent's request
-    /// the typed view does not model (`task`), forwarded as sent; a typed field wins.
-    pub async fn request_with_extra(
+    /// As `request`, adding `meta` to the request's `_meta` and `extra` to its params:
+    /// fields of the agent's request the typed view does not model (`task`), forwarded as
+    /// sent; a typed field wins.
+    pub async fn request_with(
         &self,
         request: ClientRequest,
         timeout: Duration,
