@@ -102,22 +102,7 @@ impl LoopbackEndpoint {
     /// secret. Upper and lower case, as programs read either.
     pub fn env(&self) -> BTreeMap<String, String> {
         let auth = format!("{USER}:{}@127.0.0.1:{}", self.secret.expose(), self.port);
-        let http = format!("http://{auth}");
-        let socks = format!("socks5h://{auth}");
-        let no_proxy = "localhost,127.0.0.1".to_string();
-        [
-            ("HTTP_PROXY", &http),
-            ("HTTPS_PROXY", &http),
-            ("ALL_PROXY", &socks),
-            ("NO_PROXY", &no_proxy),
-            ("http_proxy", &http),
-            ("https_proxy", &http),
-            ("all_proxy", &socks),
-            ("no_proxy", &no_proxy),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect()
+        super::wiring::proxy_env(&format!("http://{auth}"), &format!("socks5h://{auth}"))
     }
 }
 

@@ -117,24 +117,30 @@ exec "$@"
 const WRAPPER_NAME: &str = "palisade-egress";
 
 /// The wiring for one proxied server.
+/// The proxy variables a sandboxed program is given: HTTP(S) through `http`, everything else
+/// through `socks`, loopback never proxied; upper and lower case, as programs read either.
+pub fn proxy_env(http: &str, socks: &str) -> BTreeMap<String, String> {
+    let no_proxy = "localhost,127.0.0.1";
+    [
+        ("HTTP_PROXY", http),
+        ("HTTPS_PROXY", http),
+        ("ALL_PROXY", socks),
+        ("NO_PROXY", no_proxy),
+        ("http_proxy", http),
+        ("https_proxy", http),
+        ("all_proxy", socks),
+        ("no_proxy", no_proxy),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
 pub fn wiring(opts: &WiringOptions) -> EgressWiring {
     let http = format!("http://127.0.0.1:{}", opts.http_port);
     // socks5h: the client sends the name, the proxy resolves it (there is no DNS inside).
     let socks = format!("socks5h://127.0.0.1:{}", opts.socks_port);
-    let no_proxy = "localhost,127.0.0.1".to_string();
-    let env = [
-        ("HTTP_PROXY", &http),
-        ("HTTPS_PROXY", &http),
-        ("ALL_PROXY", &socks),
-        ("NO_PROXY", &no_proxy),
-        ("http_proxy", &http),
-        ("https_proxy", &http),
-        ("all_proxy", &socks),
-        ("no_proxy", &no_proxy),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.clone()))
-    .collect();
+    let env = proxy_env(&http, &socks);
     EgressWiring {
         // Read-only is enough to connect(2) to a socket and stops the sandbox from replacing
         // the mount point's inode.
