@@ -122,7 +122,13 @@ pub fn run(data: &[u8]) {
         let literal: Option<PathBuf> = match form {
             0 | 4 => Some(PathBuf::from(&raw)),
             1 => options.home.as_ref().map(|h| h.join(&tail)),
-            2 => options.cwd.as_ref().map(|c| c.join(&tail)),
+            // A relative tail that starts with `~` is read as the home directory, as the guard
+            // (and the servers it stands for) expand it; only then is it relative to the cwd.
+            2 if tail == "~" => options.home.clone(),
+            2 => match tail.strip_prefix("~/") {
+                Some(rest) => options.home.as_ref().map(|h| h.join(rest)),
+                None => options.cwd.as_ref().map(|c| c.join(&tail)),
+            },
             _ => uri::uri_to_path(&raw).ok(),
         };
         check_one(&guard, &raw, literal.as_deref(), &options.deny_write);
