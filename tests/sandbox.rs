@@ -45,10 +45,18 @@ fn text(b: &[u8]) -> String {
 /// Inherit `file` as descriptor 7 (without close-on-exec) in the child.
 fn pass_fd(cmd: &mut Command, file: &std::fs::File) {
     let raw = file.as_raw_fd();
-    // SAFETY: dup2 is async-signal-safe and only duplicates an open descriptor.
+    // SAFETY: dup2 and fcntl are async-signal-safe and only act on an open descriptor.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(raw, 7) < 0 {
+            // When the file already is fd 7, dup2 does nothing and the descriptor keeps
+            // the close-on-exec flag Rust opened it with: clear it, or the control run
+            // sees no inherited descriptor (a flake that depended on fd numbering).
+            let ok = if raw == 7 {
+                libc::fcntl(7, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(raw, 7)
+            };
+            if ok < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
