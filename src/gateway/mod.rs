@@ -23,6 +23,7 @@
 
 pub mod agent;
 pub mod call;
+pub mod line_out;
 pub mod network;
 pub mod registry;
 pub mod server;

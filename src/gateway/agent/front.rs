@@ -8,9 +8,9 @@
 //! server, so a tool that requires tasks could not be used, and any newer request field was
 //! lost the same way. The calls also skip two task hops through rmcp's service.
 //!
-//! Shape: a reader task splits lines (the length cap is applied before, `frame`),
-//! a writer task owns the agent's stream (lines from a bounded queue, flushed when the queue
-//! runs dry), and `FrontTransport` is the rmcp transport over both. A relayed request runs
+//! Shape: a reader task splits lines (the length cap is applied before, `frame`), each
+//! answer is written by the task that made it (`LineOut`, one whole line at a time), and
+//! `FrontTransport` is the rmcp transport over both. A relayed request runs
 //! on its own task with its own cancellation; `notifications/cancelled` for it cancels it;
 //! the agent's end (EOF) cancels every one still running.
 //!
@@ -28,15 +28,14 @@ use rmcp::RoleServer;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::{mrtr, versions};
+use crate::gateway::line_out::LineOut;
 use crate::gateway::state::Shared;
 
-/// Lines queued for the agent before writers wait.
-const WRITE_QUEUE: usize = 256;
 /// Messages queued for rmcp's session before the reader waits.
 const RMCP_QUEUE: usize = 64;
 const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -47,23 +46,22 @@ type Running = Arc<Mutex<HashMap<String, CancellationToken>>>;
 /// rmcp's side of the front: the messages Palisade does not relay itself, and the way back.
 pub struct FrontTransport {
     incoming: mpsc::Receiver<RxJsonRpcMessage<RoleServer>>,
-    out: mpsc::Sender<Vec<u8>>,
+    out: LineOut,
     shared: Arc<Shared>,
 }
 
-/// Starts the reader and writer tasks over the agent's stream.
+/// Starts the reader task over the agent's stream.
 pub fn start<R, W>(reader: R, writer: W, shared: Arc<Shared>) -> FrontTransport
 where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
 {
-    let (out_tx, out_rx) = mpsc::channel(WRITE_QUEUE);
+    let out = LineOut::new(Box::new(writer), CancellationToken::new());
     let (in_tx, in_rx) = mpsc::channel(RMCP_QUEUE);
-    tokio::spawn(write_lines(writer, out_rx));
-    tokio::spawn(read_lines(reader, in_tx, out_tx.clone(), shared.clone()));
+    tokio::spawn(read_lines(reader, in_tx, out.clone(), shared.clone()));
     FrontTransport {
         incoming: in_rx,
-        out: out_tx,
+        out,
         shared,
     }
 }
@@ -102,7 +100,7 @@ fn route(method: Option<&str>, has_id: bool) -> Route {
 async fn read_lines<R: AsyncRead + Unpin>(
     reader: R,
     to_session: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
-    out: mpsc::Sender<Vec<u8>>,
+    out: LineOut,
     shared: Arc<Shared>,
 ) {
     let running: Running = Arc::default();
@@ -200,7 +198,7 @@ fn cancel_relayed(params: Option<&RawValue>, running: &Running) -> bool {
 }
 
 /// Starts one relayed request on its own task.
-fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &mpsc::Sender<Vec<u8>>, running: &Running) {
+fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &LineOut, running: &Running) {
     let (Some(raw_id), Some(method)) = (head.id, head.method.as_deref()) else {
         return;
     };
@@ -247,8 +245,9 @@ async fn answer(
     method: &str,
     params: Option<&RawValue>,
     mut ctx: RequestContext<RoleServer>,
-) -> Result<Value, ErrorData> {
-    let mut answer = if method == "tools/call" {
+) -> Result<Box<RawValue>, ErrorData> {
+    use crate::gateway::call::answer::raw_json;
+    if method == "tools/call" {
         let (mut typed, extra) = call_params(params)?;
         if let Some(meta) = typed.meta.take() {
             ctx.meta = meta;
@@ -257,28 +256,28 @@ async fn answer(
         let modern = versions::is_modern(&ctx.meta);
         // Counted while it runs: shutdown waits for it so that its audit record is written.
         let _in_flight = shared.calls.token();
-        let result = if modern {
+        if modern {
             // Its rounds (questions for the agent) are driven by `mrtr`.
-            mrtr::call(shared.clone(), typed, extra, ctx).await?
+            let mut result = mrtr::call(shared.clone(), typed, extra, ctx).await?;
+            versions::stamp_result(method, &mut result);
+            Ok(raw_json(&result))
         } else {
-            crate::gateway::call::pipeline::call_tool(shared, typed, &extra, ctx).await?
-        };
-        (result, modern)
+            // The common case: the result goes on as the bytes the pipeline gives.
+            crate::gateway::call::pipeline::call_tool(shared, typed, &extra, ctx).await
+        }
     } else {
         if let Some(meta) = params.and_then(request_meta) {
             ctx.meta = meta;
         }
         versions::check_envelope(&ctx.meta)?;
         let modern = versions::is_modern(&ctx.meta);
-        (
-            crate::gateway::call::task_relay::handle(shared, method, params, &ctx).await?,
-            modern,
-        )
-    };
-    if answer.1 {
-        versions::stamp_result(method, &mut answer.0);
+        let mut result =
+            crate::gateway::call::task_relay::handle(shared, method, params, &ctx).await?;
+        if modern {
+            versions::stamp_result(method, &mut result);
+        }
+        Ok(raw_json(&result))
     }
-    Ok(answer.0)
 }
 
 /// The `_meta` of a request's params, when it has one.
@@ -319,9 +318,15 @@ fn call_params(
     Ok((typed, extra))
 }
 
-fn result_line(id: &str, result: &Value) -> Vec<u8> {
-    let body = serde_json::to_string(result).unwrap_or_else(|_| "null".into());
-    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{body}}}\n").into_bytes()
+fn result_line(id: &str, result: &RawValue) -> Vec<u8> {
+    let body = result.get();
+    let mut line = Vec::with_capacity(body.len() + id.len() + 40);
+    line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    line.extend_from_slice(id.as_bytes());
+    line.extend_from_slice(b",\"result\":");
+    line.extend_from_slice(body.as_bytes());
+    line.extend_from_slice(b"}\n");
+    line
 }
 
 fn error_line(id: &str, error: &ErrorData) -> Vec<u8> {
@@ -332,24 +337,6 @@ fn error_line(id: &str, error: &ErrorData) -> Vec<u8> {
         )
     });
     format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{body}}}\n").into_bytes()
-}
-
-async fn write_lines<W: AsyncWrite + Unpin>(mut writer: W, mut lines: mpsc::Receiver<Vec<u8>>) {
-    while let Some(line) = lines.recv().await {
-        if writer.write_all(&line).await.is_err() {
-            return;
-        }
-        // Everything already queued goes out before one flush.
-        while let Ok(more) = lines.try_recv() {
-            if writer.write_all(&more).await.is_err() {
-                return;
-            }
-        }
-        if writer.flush().await.is_err() {
-            return;
-        }
-    }
-    let _ = writer.shutdown().await;
 }
 
 /// Why a message could not be sent to the agent.
@@ -469,7 +456,8 @@ mod tests {
 
     #[test]
     fn lines_keep_the_id_as_sent() {
-        let line = result_line("\"a-1\"", &serde_json::json!({"x": 1}));
+        let raw = crate::gateway::call::answer::raw_json(&serde_json::json!({"x": 1}));
+        let line = result_line("\"a-1\"", &raw);
         assert_eq!(
             String::from_utf8(line).unwrap(),
             "{\"jsonrpc\":\"2.0\",\"id\":\"a-1\",\"result\":{\"x\":1}}\n"

@@ -355,7 +355,9 @@ pub async fn call(
             let call = tokio::spawn(async move {
                 let pipeline =
                     crate::gateway::call::pipeline::call_tool(&shared, typed, &extra, ctx);
-                scope(round, pipeline).await
+                scope(round, pipeline)
+                    .await
+                    .and_then(|raw| crate::gateway::call::answer::value_of(&raw))
             });
             (call, rx, cancel)
         }

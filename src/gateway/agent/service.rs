@@ -442,8 +442,8 @@ impl ServerHandler for Upstream {
     ) -> Result<CallToolResponse, ErrorData> {
         // Counted while it runs: shutdown waits for it so that its audit record is written.
         let _in_flight = self.shared.calls.token();
-        let mut result =
-            pipeline::call_tool(&self.shared, request, &Default::default(), context).await?;
+        let raw = pipeline::call_tool(&self.shared, request, &Default::default(), context).await?;
+        let mut result = crate::gateway::call::answer::value_of(&raw)?;
         if let Value::Object(obj) = &mut result {
             super::versions::mark_complete(obj);
         }
@@ -622,7 +622,8 @@ impl RelayingService {
                         &Default::default(),
                         context,
                     )
-                    .await);
+                    .await
+                    .and_then(|raw| crate::gateway::call::answer::value_of(&raw)));
                 }
                 // A 2026-07-28 call that opens the session comes this way, not by the front.
                 super::mrtr::call(up.shared.clone(), r.params, Default::default(), context).await

@@ -17,6 +17,9 @@ use crate::sandbox::launch::Enforcement;
 
 /// What one call produced, before audit.
 pub(in crate::gateway) enum Answer {
+    /// A successful result no stage needs to read, as the server sent it: it goes to the
+    /// agent without being decoded or re-encoded (a 1 MiB result was parsed three times).
+    Relayed(Box<RawValue>),
     Result(CallToolResult),
     Error(ErrorData),
     /// A task-augmented call's task handle (`{"task": {...}}`), as the server sent it.
@@ -57,6 +60,52 @@ pub(in crate::gateway) fn result_json(answer: CallToolResult, received: Option<R
     Value::Object(out)
 }
 
+/// What a server answered a call, decoded only as far as the stages need: a result that is
+/// not an error goes on as `Relayed` (its typed view is built later only if a stage must
+/// change it); an error result is decoded for `annotate` and the record.
+pub(in crate::gateway) fn received(
+    server: &str,
+    raw: Box<RawValue>,
+) -> Result<(Answer, Option<Received>), crate::gateway::server::handler::ForwardError> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Probe {
+        #[serde(default)]
+        is_error: Option<bool>,
+    }
+    match serde_json::from_str::<Probe>(raw.get()) {
+        Ok(Probe {
+            is_error: None | Some(false),
+        }) => Ok((Answer::Relayed(raw), None)),
+        // An error result, or one the probe cannot read (the typed parse says why).
+        _ => typed(server, raw),
+    }
+}
+
+/// The typed view of a result the stages will read or change.
+pub(in crate::gateway) fn typed(
+    server: &str,
+    raw: Box<RawValue>,
+) -> Result<(Answer, Option<Received>), crate::gateway::server::handler::ForwardError> {
+    let view =
+        crate::gateway::server::handler::parse::<CallToolResult>(server, "tools/call", &raw)?;
+    Ok((Answer::Result(view.clone()), Some(Received { view, raw })))
+}
+
+/// The JSON text of a value Palisade built.
+pub(in crate::gateway) fn raw_json(value: &Value) -> Box<RawValue> {
+    serde_json::value::to_raw_value(value).unwrap_or_else(|_| {
+        // A `Value` always serializes; the fallback only keeps the type total.
+        RawValue::from_string("null".into()).unwrap_or_default()
+    })
+}
+
+/// A result's JSON text as a value, for the paths that change it further (a 2026-07-28
+/// agent's stamp, rmcp's typed session).
+pub(in crate::gateway) fn value_of(raw: &RawValue) -> Result<Value, ErrorData> {
+    serde_json::from_str(raw.get()).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+}
+
 /// A field of a task handle's `task`, for the audit record.
 pub(in crate::gateway) fn task_field(answer: &Answer, key: &str) -> Option<String> {
     match answer {
@@ -81,16 +130,28 @@ pub(in crate::gateway) fn is_task_handle(raw: &RawValue) -> bool {
 
 /// Tells the agent which connections the egress proxy refused during the call: an error's
 /// text starts with the `[SANDBOX BLOCKED] network access to HOST:PORT denied ...` lines
-/// (the original error follows); a successful result gets them as an extra text block.
+/// (the original error follows); a successful result gets them as an extra text block (it is
+/// decoded for that, so `received` may change too).
 pub(in crate::gateway) fn mark_refusals(
     refusals: &[crate::egress::RefusalEvent],
-    answer: Answer,
-) -> Answer {
+    server: &str,
+    (answer, received): (Answer, Option<Received>),
+) -> (Answer, Option<Received>) {
     if refusals.is_empty() {
-        return answer;
+        return (answer, received);
     }
+    let (answer, received) = match answer {
+        Answer::Relayed(raw) => match typed(server, raw) {
+            Ok(got) => got,
+            Err(e) => (
+                Answer::Error(ErrorData::internal_error(e.to_string(), None)),
+                None,
+            ),
+        },
+        other => (other, received),
+    };
     let text = crate::gateway::network::refusal_text(refusals);
-    match answer {
+    let answer = match answer {
         Answer::Error(mut e) => {
             e.message = format!("{text}\nOriginal error: {}", e.message).into();
             Answer::Error(e)
@@ -109,9 +170,11 @@ pub(in crate::gateway) fn mark_refusals(
             r.content.push(ContentBlock::text(text));
             Answer::Result(r)
         }
-        // A task has not run yet: its refusals are reported with its result.
-        task @ Answer::Task(_) => task,
-    }
+        // A task has not run yet: its refusals are reported with its result. (`Relayed` was
+        // decoded above.)
+        other @ (Answer::Task(_) | Answer::Relayed(_)) => other,
+    };
+    (answer, received)
 }
 
 /// The call's path arguments, canonical as the roots check saw them (the only paths the
@@ -194,7 +257,7 @@ pub(in crate::gateway) fn outcome_of(answer: &Answer, refused: bool) -> CallOutc
                 CallOutcome::Error { error: text }
             }
         }
-        Answer::Result(_) => CallOutcome::Success,
+        Answer::Result(_) | Answer::Relayed(_) => CallOutcome::Success,
         Answer::Task(_) => CallOutcome::Success,
         Answer::Error(e) => CallOutcome::Error {
             error: e.message.to_string(),

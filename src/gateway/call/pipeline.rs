@@ -14,6 +14,7 @@
 use std::borrow::Cow;
 use std::time::Instant;
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use rmcp::model::{
@@ -43,7 +44,8 @@ use super::route::*;
 /// Who decided an escalation that a remembered scope approved (`escalationDecidedBy`).
 pub const REMEMBERED: &str = "remembered";
 
-/// Runs one `tools/call` through every stage; the result is the JSON the agent is sent.
+/// Runs one `tools/call` through every stage; the result is the JSON text the agent is sent
+/// (the server's own bytes when no stage changed it).
 ///
 /// `extra` holds the request's params the typed view does not model (`task`, a field of a
 /// newer revision); they are forwarded as sent.
@@ -52,7 +54,7 @@ pub async fn call_tool(
     params: CallToolRequestParams,
     extra: &Map<String, Value>,
     ctx: RequestContext<RoleServer>,
-) -> Result<Value, ErrorData> {
+) -> Result<Box<RawValue>, ErrorData> {
     let started = Instant::now();
 
     // Stage 1: route. A call to a server that is (re)starting waits for it, bounded by the
@@ -110,7 +112,7 @@ pub async fn call_tool(
         let fp = mrtr::fingerprint(&params.name, &arguments);
         let handle = shared.mrtr.insert(fp, Instant::now());
         tracing::info!(server = %slot.name, tool = %tool, "escalation: asking the client (input required)");
-        return Ok(mrtr::input_required(&q, &handle));
+        return Ok(raw_json(&mrtr::input_required(&q, &handle)));
     }
 
     // The record names the stage that decided: a refusal by the agent's own roots is not
@@ -155,7 +157,7 @@ pub async fn call_tool(
     } = run;
 
     // Stage 6: annotate sandbox-caused errors; network refusals first (they are certain).
-    let answer = mark_refusals(&network_refusals, answer);
+    let (answer, received) = mark_refusals(&network_refusals, &slot.name, (answer, received));
     let call_paths = call_paths(
         path_args.as_deref(),
         cwd,
@@ -210,9 +212,10 @@ pub async fn call_tool(
         return Err(audit_failed(&e));
     }
     match answer {
-        Answer::Result(r) => Ok(result_json(r, received)),
+        Answer::Relayed(raw) => Ok(raw),
+        Answer::Result(r) => Ok(raw_json(&result_json(r, received))),
         Answer::Error(e) => Err(e),
-        Answer::Task(handle) => Ok(handle),
+        Answer::Task(handle) => Ok(raw_json(&handle)),
     }
 }
 
@@ -283,19 +286,13 @@ async fn forward(
                 ),
             }
         }
-        Ok(raw) => {
-            match crate::gateway::server::handler::parse::<CallToolResult>(
-                &conn.server,
-                "tools/call",
-                &raw,
-            ) {
-                Ok(view) => (Answer::Result(view.clone()), Some(Received { view, raw })),
-                Err(e) => (
-                    Answer::Error(ErrorData::internal_error(e.to_string(), None)),
-                    None,
-                ),
-            }
-        }
+        Ok(raw) => match crate::gateway::call::answer::received(&conn.server, raw) {
+            Ok(got) => got,
+            Err(e) => (
+                Answer::Error(ErrorData::internal_error(e.to_string(), None)),
+                None,
+            ),
+        },
         Err(ForwardError::Server(e)) => (Answer::Error(e), None),
         Err(e) => (
             Answer::Error(ErrorData::internal_error(e.to_string(), None)),

@@ -8,8 +8,8 @@
 //! (`Box<RawValue>`); callers take typed views of the few they police. It also removes two
 //! hops per message (rmcp's service task and the tap's pipe to it).
 //!
-//! Shape: `start` spawns a writer task (lines from a bounded queue to the server's stdin,
-//! watched for stalls) and a reader task (`tap::read_lines` charges and polices each line,
+//! Shape: callers write their lines to the server's stdin themselves (`LineOut`, watched for
+//! stalls), and `start` spawns a reader task (`tap::read_lines` charges and polices each line,
 //! then `dispatch` routes it: a response to the request waiting for it, progress in stream
 //! order, other notifications and the server's own requests to the `Inbound` handler).
 //!
@@ -28,15 +28,12 @@ use rmcp::model::{ErrorData, NumberOrString, ProgressToken, RequestId};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use crate::gateway::line_out::LineOut;
 use crate::gateway::server::fault::ProcessFaults;
-
-/// Lines queued for the server's stdin before senders wait (backpressure, not a buffer:
-/// a server that stops reading stalls its callers, whose requests time out).
-const WRITE_QUEUE: usize = 256;
 
 /// What a request got back.
 #[derive(Debug)]
@@ -83,7 +80,9 @@ pub trait Inbound: Send + Sync + 'static {
 /// One downstream connection's request side. Shared by every caller (`Arc`).
 pub struct ServerPeer {
     server: String,
-    out: mpsc::Sender<Vec<u8>>,
+    /// The server's stdin. A server that stops reading stalls its callers (backpressure, not
+    /// a buffer), whose requests time out.
+    out: LineOut,
     pending: Mutex<HashMap<u64, oneshot::Sender<Reply>>>,
     /// Requests the server sent us that are still being answered, by id (as JSON text).
     inbound: Mutex<HashMap<String, CancellationToken>>,
@@ -92,6 +91,13 @@ pub struct ServerPeer {
     closed: CancellationToken,
     /// Fires to close the server's stdin (a graceful stop).
     stop: CancellationToken,
+}
+
+impl Drop for ServerPeer {
+    fn drop(&mut self) {
+        // Nobody can send on it any more: the server's stdin closes.
+        self.stop.cancel();
+    }
 }
 
 impl std::fmt::Debug for ServerPeer {
@@ -205,7 +211,7 @@ fn our_id(id: &RawValue) -> Option<u64> {
 }
 
 impl ServerPeer {
-    /// Starts the reader and writer tasks over a server's pipes.
+    /// Starts the reader task over a server's pipes.
     pub fn start<R, W>(
         server: &str,
         stdout: R,
@@ -217,23 +223,29 @@ impl ServerPeer {
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let (out, rx) = mpsc::channel(WRITE_QUEUE);
+        let closed = CancellationToken::new();
+        let stop = CancellationToken::new();
+        let stdin = crate::gateway::server::stdin_watch::Watched::new(stdin, faults.stdin.clone());
+        // A failed write means the server is gone: the connection is closed.
+        let out = LineOut::new(Box::new(stdin), closed.clone());
         let peer = Arc::new(ServerPeer {
             server: server.to_string(),
-            out,
+            out: out.clone(),
             pending: Mutex::new(HashMap::new()),
             inbound: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
-            closed: CancellationToken::new(),
-            stop: CancellationToken::new(),
+            closed: closed.clone(),
+            stop: stop.clone(),
         });
-        let stdin = crate::gateway::server::stdin_watch::Watched::new(stdin, faults.stdin.clone());
-        tokio::spawn(write_loop(
-            rx,
-            stdin,
-            peer.stop.clone(),
-            peer.closed.clone(),
-        ));
+        // The server's stdin closes at a stop and when the connection has ended (the server
+        // may still answer after its stdin closes; the reader ends the connection at its EOF).
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = closed.cancelled() => {}
+            }
+            out.shutdown().await;
+        });
         let reader_peer = peer.clone();
         tokio::spawn(async move {
             let sink = Dispatch {
@@ -388,43 +400,6 @@ fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
     line
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(
-    mut rx: mpsc::Receiver<Vec<u8>>,
-    mut stdin: W,
-    stop: CancellationToken,
-    closed: CancellationToken,
-) {
-    loop {
-        let line = tokio::select! {
-            biased;
-            _ = stop.cancelled() => break,
-            _ = closed.cancelled() => break,
-            line = rx.recv() => match line {
-                Some(l) => l,
-                None => break,
-            },
-        };
-        let written = tokio::select! {
-            biased;
-            _ = stop.cancelled() => break,
-            r = async {
-                stdin.write_all(&line).await?;
-                stdin.flush().await
-            } => r,
-        };
-        if written.is_err() {
-            break;
-        }
-    }
-    let _ = stdin.shutdown().await;
-    drop(stdin);
-    // The server may still answer after its stdin closes; the reader ends the connection
-    // at its EOF. A failed write already means the server is gone.
-    if !stop.is_cancelled() {
-        closed.cancel();
-    }
-}
-
 /// Routes each line the tap passes on.
 struct Dispatch {
     peer: Arc<ServerPeer>,
@@ -498,6 +473,7 @@ impl crate::gateway::server::tap::LineSink for Dispatch {
 mod tests {
     use super::*;
     use rmcp::model::ErrorCode;
+    use tokio::io::AsyncWriteExt;
 
     #[test]
     fn lines_are_classified_by_their_envelope_only() {
