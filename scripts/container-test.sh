@@ -6,7 +6,9 @@
 # the same fs-server launched directly in the container as the control), and times container
 # start to /readyz. Then the attack suite's serve table (tests/attacks.rs) inside the same kind
 # of container, under the tiers `palisade check` finds there, each attack also launched directly
-# as its control (scripts/attack-image.sh makes the image it runs in). Prints both tables.
+# as its control (scripts/attack-image.sh makes the image it runs in), the network allowlist
+# rows included (a server with an allowlist, its Landlock loopback proxy port, an origin on
+# the container's loopback). Prints both tables.
 # Exit: 0 when every row passed, or when podman cannot run containers on this machine (said so);
 # non-zero on a failed row, an attack that gets through, a control that fails where it must
 # succeed, or a real image build error.

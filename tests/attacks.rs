@@ -6,6 +6,10 @@
 //! written to target/ (and into docs/security.md with PALISADE_UPDATE_DOCS=1, see
 //! scripts/security-report.sh).
 //!
+//! The serve table ends with the network allowlist rows (`ALLOWLIST_ATTACKS`), run by a third
+//! server with an allowlist on every tier that can enforce one here, beside a positive row
+//! that must reach the allowed name.
+//!
 //! Needs bwrap with working user namespaces and the Python venv with the `mcp` SDK
 //! (PALISADE_TEST_DEPS). Attacks the host itself refuses are reported as skipped.
 //!
@@ -23,6 +27,8 @@ use std::time::Duration;
 use palisade::client::{result_text, McpClient, SpawnOptions, StderrMode};
 use serde_json::{json, Value};
 
+#[path = "egress_support/mod.rs"]
+mod egress_support;
 #[path = "support/skip.rs"]
 mod skip;
 
@@ -100,6 +106,54 @@ const ATTACKS: &[(&str, &str)] = &[
     ("kernel_keyring", "add a key to the kernel keyring"),
     ("read_audit_log", "read palisade's audit log"),
 ];
+
+/// The network allowlist, tried by a third server, `allowlisted` (the same hostile program),
+/// whose allowlist names only `allowed.test` on the test's loopback origin, beside the peer,
+/// whose list names only `other.test` (the same origin). `egressHostsFile` maps the names to
+/// 127.0.0.1. Each attack's goal is the origin answering a request that allowlist does not
+/// permit; launched directly there is no proxy and the request goes straight to the origin
+/// (the control: the origin answers it). `egress_allowed` is the positive row: the allowed
+/// name through the proxy must work on every tier, so the rows cannot pass by everything
+/// being closed. The peer hands its proxy URL (port and, under Landlock, secret) to
+/// `allowlisted` through their shared writable root: a colluding pair.
+const ALLOWLIST_ATTACKS: &[(&str, &str)] = &[
+    ("egress_allowed", "allowlist: reach the allowed name through the proxy (positive row: must work)"),
+    ("egress_direct_tcp", "allowlist: GET from the allowed origin's port on the host's 127.0.0.1 directly, not through the proxy"),
+    ("egress_denied_http", "allowlist: a name not in the allowlist through the HTTP proxy"),
+    ("egress_denied_socks", "allowlist: a name not in the allowlist through the SOCKS5 proxy"),
+    ("egress_peer_port_no_secret", "allowlist: another server's allowed name through that server's proxy endpoint, without a secret"),
+    ("egress_peer_port_peer_secret", "allowlist: another server's allowed name through that server's proxy endpoint with its secret (handed over)"),
+    ("egress_own_port_peer_secret", "allowlist: another server's allowed name through this server's proxy endpoint with the other server's secret"),
+    ("egress_udp", "allowlist: UDP round trip with an echo server on the host's 127.0.0.1"),
+    ("egress_listen", "allowlist: listen() on a TCP port, then a host process connects to it (checked on the host)"),
+    ("egress_fastopen", "allowlist: GET from the origin's port by a TCP Fast Open connect (sendto with MSG_FASTOPEN)"),
+];
+
+/// The allowlist row that must succeed everywhere.
+const POSITIVE: &str = "egress_allowed";
+
+/// Why `tier` cannot run the allowlist rows here, if it cannot: srt's own proxy resolves
+/// names itself (the test's names need palisade's `egressHostsFile`), bubblewrap's bridge
+/// needs socat, Landlock's network rules need ABI 4.
+fn allowlist_unsupported(tier: &str) -> Option<String> {
+    match tier {
+        // Measured: with the rows enabled, srt's proxy answers 502 for the allowed name.
+        "srt" => Some("srt's own proxy cannot resolve the test's names".into()),
+        "bwrap" if which::which("socat").is_err() => Some("socat is not installed".into()),
+        "landlock" => {
+            let out = std::process::Command::new(palisade_bin())
+                .args(["check", "--json"])
+                .output()
+                .expect("run palisade check");
+            let report: Value = serde_json::from_slice(&out.stdout).expect("check --json");
+            match report["machine"]["landlock"]["abi"].as_u64() {
+                Some(abi) if abi >= 4 => None,
+                abi => Some(format!("Landlock ABI {abi:?}: network rules need 4")),
+            }
+        }
+        _ => None,
+    }
+}
 
 /// The native sandbox tiers the suite runs behind, each a `backend` value; srt joins them
 /// where it is installed (see `tiers`).
@@ -181,6 +235,8 @@ const HOST_DEPENDENT: &[&str] = &[
 
 struct Scene {
     dir: tempfile::TempDir,
+    /// The loopback HTTP origin of the allowlist rows.
+    origin_port: u16,
     cfg: Value,
     host_tmp: PathBuf,
     canary: String,
@@ -221,6 +277,7 @@ impl Scene {
             "work/app/.git/hooks/pre-commit",
             "work/hardlink",
             "work/link",
+            "work/drop/proxy.json",
         ] {
             let _ = std::fs::remove_file(self.p(rel));
         }
@@ -228,7 +285,7 @@ impl Scene {
     }
 }
 
-fn scene() -> Scene {
+async fn scene() -> Scene {
     use std::os::linux::net::SocketAddrExt;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -243,6 +300,7 @@ fn scene() -> Scene {
         "outside",
         "ro",
         "work/mnt",
+        "work/drop",
         "work/.git/hooks",
         "work/app/.git/hooks",
         "peer",
@@ -285,6 +343,13 @@ fn scene() -> Scene {
         }
     });
     let host_tmp = PathBuf::from(format!("/tmp/palisade-hostile-{id}"));
+    let origin_port = egress_support::http_origin().await.port();
+    std::fs::write(
+        d.join("palisade/hosts"),
+        "127.0.0.1 allowed.test denied.test other.test\n",
+    )
+    .unwrap();
+    let url = |name: &str, path: &str| format!("http://{name}.test:{origin_port}/{path}");
     let cfg = json!({
         "secret": d.join("outside/secret.txt"),
         "marker_reversed": marker.chars().rev().collect::<String>(),
@@ -310,8 +375,18 @@ fn scene() -> Scene {
         "unix_socket": sock,
         "abstract_name": abstract_name,
         "mount_target": d.join("work/mnt"),
+        "egress": {
+            "origin_port": origin_port,
+            "allowed_url": url("allowed", "allowed"),
+            "denied_url": url("denied", "denied"),
+            "other_url": url("other", "other"),
+            // A directory of its own: under Landlock, `work/` itself, on the way to its
+            // protected files, cannot have new entries made in it directly.
+            "proxy_drop": d.join("work/drop/proxy.json"),
+        },
     });
     let sc = Scene {
+        origin_port,
         canary: format!("canary-{id}"),
         dir,
         cfg,
@@ -327,8 +402,10 @@ fn scene() -> Scene {
 }
 
 /// The config `palisade serve` runs: the hostile server and a peer (another instance of the
-/// same program) that shares the hostile server's writable root and owns a private one.
-fn write_config(sc: &Scene, backend: &str) -> PathBuf {
+/// same program) that shares the hostile server's writable root and owns a private one. With
+/// `allowlist`, a third instance, `allowlisted`, gets a network allowlist (`allowed.test` on
+/// the origin) and the peer one of its own (`other.test`); both share `work/`.
+fn write_config(sc: &Scene, backend: &str, allowlist: bool) -> PathBuf {
     let server = |name: &str, allow_write: Vec<PathBuf>, allow_read: Vec<PathBuf>| {
         json!({
             "command": venv_python(),
@@ -336,12 +413,21 @@ fn write_config(sc: &Scene, backend: &str) -> PathBuf {
             "sandbox": {"filesystem": {"allowWrite": allow_write, "allowRead": allow_read}}
         })
     };
+    let mut servers = json!({
+        "hostile": server("hostile", vec![sc.p("work")], vec![attacks_dir(), sc.p("ro")]),
+        "peer": server("peer", vec![sc.p("work"), sc.p("peer")], vec![attacks_dir()]),
+    });
+    if allowlist {
+        let allow =
+            |name: &str| json!({"allowedDomains": [format!("{name}.test:{}", sc.origin_port)]});
+        servers["peer"]["sandbox"]["network"] = allow("other");
+        servers["allowlisted"] = server("allowlisted", vec![sc.p("work")], vec![attacks_dir()]);
+        servers["allowlisted"]["sandbox"]["network"] = allow("allowed");
+    }
     let cfg = json!({
-        "mcpServers": {
-            "hostile": server("hostile", vec![sc.p("work")], vec![attacks_dir(), sc.p("ro")]),
-            "peer": server("peer", vec![sc.p("work"), sc.p("peer")], vec![attacks_dir()]),
-        },
+        "mcpServers": servers,
         "palisade": {
+            "egressHostsFile": sc.p("palisade/hosts"),
             "sandboxDir": sc.p("sandbox"),
             "sandboxPolicy": "enforce",
             "backend": backend,
@@ -371,6 +457,10 @@ async fn client(sc: &Scene, cmd: Vec<String>, log: &Path) -> McpClient {
         ("PALISADE_SECRET".into(), sc.p("outside/secret.txt").into()),
         ("HOME".into(), sc.p("home").into()),
         ("PALISADE_LOG_LEVEL".into(), "warn".into()),
+        // No proxy of the test runner's reaches the control: launched directly, the
+        // allowlist rows go straight to the origin.
+        ("HTTP_PROXY".into(), "".into()),
+        ("ALL_PROXY".into(), "".into()),
     ];
     if let Some(srt) = srt_path() {
         // Where `backend: srt` finds it (it is installed outside PATH).
@@ -393,12 +483,20 @@ async fn call(c: &McpClient, tool: &str, args: Value) -> (bool, String) {
         Err(e) => (false, format!("call refused: {e}")),
         Ok(r) if r.is_error == Some(true) => (false, format!("call refused: {}", result_text(&r))),
         Ok(r) => {
+            // The tool's one-line report; after it, what palisade added for the agent (an
+            // egress refusal during the call).
             let text = result_text(&r);
-            match serde_json::from_str::<Value>(&text) {
-                Ok(v) => (
-                    v["ok"].as_bool().unwrap_or(false),
-                    v["detail"].as_str().unwrap_or("").to_string(),
-                ),
+            let (report, added) = text.split_once('\n').unwrap_or((&text, ""));
+            match serde_json::from_str::<Value>(report) {
+                Ok(v) => {
+                    let detail = v["detail"].as_str().unwrap_or("").to_string();
+                    let detail = if added.trim().is_empty() {
+                        detail
+                    } else {
+                        format!("{detail}; palisade told the agent: {}", added.trim())
+                    };
+                    (v["ok"].as_bool().unwrap_or(false), detail)
+                }
                 Err(_) => (false, format!("unexpected answer: {text}")),
             }
         }
@@ -429,11 +527,13 @@ fn not_a_sandbox_refusal(name: &str, detail: &str) -> Option<&'static str> {
 }
 
 /// Runs every attack through `c`; `prefix` is `hostile__`/`peer__` behind the gateway and
-/// empty for the direct control (where the peer is the same process).
+/// empty for the direct control (where the peer is the same process). `allowlisted` is the
+/// prefix of the allowlisted server, when the allowlist rows run.
 async fn run_all(
     sc: &Scene,
     c: &McpClient,
     prefix: (&str, &str),
+    allowlisted: Option<&str>,
 ) -> BTreeMap<String, (bool, String)> {
     let mut out = BTreeMap::new();
     for (name, _) in ATTACKS {
@@ -491,12 +591,65 @@ async fn run_all(
         );
         e.0 = planted;
     }
+    if let Some(p) = allowlisted {
+        out.extend(run_allowlist(c, prefix.1, p).await);
+    }
     out
+}
+
+/// The allowlist rows: the peer hands over its proxy URL first; the listener is tried from
+/// the host while the server still runs.
+async fn run_allowlist(
+    c: &McpClient,
+    peer: &str,
+    allowlisted: &str,
+) -> BTreeMap<String, (bool, String)> {
+    let mut out = BTreeMap::new();
+    let (leaked, detail) = call(c, &format!("{peer}leak_proxy"), json!({})).await;
+    assert!(leaked, "the peer hands over its proxy URL: {detail}");
+    for (name, _) in ALLOWLIST_ATTACKS {
+        let r = call(c, &format!("{allowlisted}{name}"), json!({})).await;
+        let r = if *name == "egress_listen" {
+            host_connects(&r.1)
+        } else {
+            r
+        };
+        out.insert(name.to_string(), r);
+    }
+    out
+}
+
+/// Decided on the host: whether a host process reaches the listener the tool reported
+/// ("listening on 127.0.0.1:PORT") and is greeted by it.
+fn host_connects(detail: &str) -> (bool, String) {
+    use std::io::Read;
+    let Some(port) = detail
+        .strip_prefix("listening on 127.0.0.1:")
+        .and_then(|p| p.parse::<u16>().ok())
+    else {
+        return (false, format!("{detail} (host: no listener to try)"));
+    };
+    let shown = detail.replace(&port.to_string(), "PORT");
+    match std::net::TcpStream::connect(("127.0.0.1", port)) {
+        Err(e) => (false, format!("{shown} (host: {e})")),
+        Ok(mut s) => {
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut greeting = String::new();
+            let _ = s.read_to_string(&mut greeting);
+            let greeted = greeting.contains("hostile listener");
+            let seen = if greeted {
+                "connected, greeted by the listener"
+            } else {
+                "connected to another listener"
+            };
+            (greeted, format!("{shown} (host: {seen})"))
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
-    let sc = scene();
+    let sc = scene().await;
     let log = sc.p("stderr.log");
     let server_cmd = vec![
         venv_python().display().to_string(),
@@ -510,23 +663,28 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
     // Control: the same server launched directly; a stand-in audit log and config exist at
     // the paths palisade will use.
     std::fs::write(sc.audit_log(), "{\"stand-in\": true}\n").unwrap();
-    write_config(&sc, "bwrap");
+    write_config(&sc, "bwrap", false);
     let direct = client(&sc, server_cmd, &log).await;
-    let plain = run_all(&sc, &direct, ("", "")).await;
+    let plain = run_all(&sc, &direct, ("", ""), Some("")).await;
     direct.shutdown().await;
 
-    // Behind palisade: enforce, once per tier.
+    // Behind palisade: enforce, once per tier; the allowlist rows where the tier can run them.
     let tiers = tiers();
+    let unsupported: Vec<Option<String>> = tiers.iter().map(|t| allowlist_unsupported(t)).collect();
     let mut boxed = Vec::new();
-    for tier in &tiers {
-        boxed.push(behind_serve(&sc, tier, &log).await);
+    for (tier, why) in tiers.iter().zip(&unsupported) {
+        if let Some(why) = why {
+            eprintln!("skipped the allowlist rows under {tier}: {why}");
+        }
+        boxed.push(behind_serve(&sc, tier, &log, why.is_none()).await);
     }
 
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     let mut controls = 0;
     let mut succeeded = vec![0; tiers.len()];
-    for (name, what) in ATTACKS {
+    let all = ATTACKS.iter().chain(ALLOWLIST_ATTACKS);
+    for (name, what) in all.clone() {
         let (c_ok, c_detail) = plain[*name].clone();
         if c_ok {
             controls += 1;
@@ -542,7 +700,24 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
         };
         let mut cells = vec![control_cell];
         for (i, tier) in tiers.iter().enumerate() {
-            let (s_ok, s_detail) = boxed[i][*name].clone();
+            let Some((s_ok, s_detail)) = boxed[i].get(*name).cloned() else {
+                let why = unsupported[i].clone().unwrap_or_default();
+                cells.push(format!("not run: {why}"));
+                continue;
+            };
+            if *name == POSITIVE {
+                if !s_ok {
+                    failures.push(format!(
+                        "the allowed name must be reachable through the proxy ({tier}): {s_detail}"
+                    ));
+                }
+                cells.push(if s_ok {
+                    format!("reached, as it must be ({s_detail})")
+                } else {
+                    format!("**BLOCKED** ({s_detail})")
+                });
+                continue;
+            }
             let beyond_srt = BEYOND_SRT
                 .iter()
                 .find(|(n, _)| *tier == "srt" && n == name)
@@ -586,11 +761,11 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
         .map(|(t, n)| format!("{n} under {t}"))
         .collect();
     let table = format!(
-        "| attack (hostile MCP server) | launched directly (control) | {} |\n|---|---|{}\n{}\n\n{} attacks; control succeeded for {controls}; succeeded behind palisade: {} (beyond Landlock by design: {}{}).\n",
+        "| attack (hostile MCP server) | launched directly (control) | {} |\n|---|---|{}\n{}\n\n{} attacks and 1 positive row (the allowed name, which must be reached); control succeeded for {controls}; succeeded behind palisade: {} (beyond Landlock by design: {}{}).\n",
         headers.join(" | "),
         "---|".repeat(tiers.len()),
         rows.join("\n"),
-        ATTACKS.len(),
+        all.count() - 1,
         totals.join(", "),
         BEYOND_LANDLOCK.join(", "),
         if tiers.contains(&"srt") {
@@ -603,7 +778,9 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
     .replace(&sc.dir.path().display().to_string(), "$SCENE")
     .replace(&sc.host_tmp.display().to_string(), "/tmp/palisade-hostile-ID")
     .replace(&format!("pid {}", sc.marker_proc.id()), "pid PID")
-    .replace(&format!("/proc/{}/", sc.marker_proc.id()), "/proc/PID/");
+    .replace(&format!("/proc/{}/", sc.marker_proc.id()), "/proc/PID/")
+    .replace(&format!(", {})", sc.marker_proc.id()), ", PID)")
+    .replace(&format!(".test:{}", sc.origin_port), ".test:ORIGIN");
     println!("{table}");
     write_table(&table);
     assert!(
@@ -619,12 +796,17 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
 
 /// Runs every attack behind `palisade serve` with `backend`, after checking that both
 /// servers are up and the peer's own root works.
-async fn behind_serve(sc: &Scene, backend: &str, log: &Path) -> BTreeMap<String, (bool, String)> {
+async fn behind_serve(
+    sc: &Scene,
+    backend: &str,
+    log: &Path,
+    allowlist: bool,
+) -> BTreeMap<String, (bool, String)> {
     sc.reset();
     // A fresh log per tier, and its head file with it (the head anchors the old log's end).
     let _ = std::fs::remove_file(sc.audit_log());
     let _ = std::fs::remove_file(palisade::audit::anchor::head_path(&sc.audit_log()));
-    let config = write_config(sc, backend);
+    let config = write_config(sc, backend, allowlist);
     let serve = vec![
         palisade_bin(),
         "serve".into(),
@@ -645,6 +827,11 @@ async fn behind_serve(sc: &Scene, backend: &str, log: &Path) -> BTreeMap<String,
         "both servers must be up under enforce ({backend}): {tools:?}\n{}",
         std::fs::read_to_string(log).unwrap_or_default()
     );
+    assert!(
+        !allowlist || tools.contains(&"allowlisted__egress_allowed".to_string()),
+        "the allowlisted server must be up under enforce ({backend}): {tools:?}\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
     // Positive control: the roots themselves work through the gateway.
     let (ok, detail) = call(
         &gw,
@@ -656,7 +843,13 @@ async fn behind_serve(sc: &Scene, backend: &str, log: &Path) -> BTreeMap<String,
         ok,
         "a read inside the peer's own root must work ({backend}): {detail}"
     );
-    let boxed = run_all(sc, &gw, ("hostile__", "peer__")).await;
+    let boxed = run_all(
+        sc,
+        &gw,
+        ("hostile__", "peer__"),
+        allowlist.then_some("allowlisted__"),
+    )
+    .await;
     gw.shutdown().await;
     // The audit log names the tier actually used.
     let audit = std::fs::read_to_string(sc.audit_log()).unwrap_or_default();
@@ -684,7 +877,7 @@ async fn palisades_own_files_are_masked_in_a_writable_root_that_holds_them() {
         "replace_audit_log",
         "rewrite_audit_head",
     ];
-    let sc = scene();
+    let sc = scene().await;
     let log = sc.p("stderr-own.log");
     let config = sc.p("palisade/config.json");
     let write_own_config = || {
@@ -800,7 +993,7 @@ async fn fork_bomb_and_memory_hog_are_stopped_and_the_rest_keeps_working() {
         );
         return;
     }
-    let sc = scene();
+    let sc = scene().await;
     let log = sc.p("limits-stderr.log");
     const BOMB: u64 = 300;
     const HOG_MB: u64 = 768;
@@ -825,7 +1018,7 @@ async fn fork_bomb_and_memory_hog_are_stopped_and_the_rest_keeps_working() {
     assert!(hog_ok, "control memory hog must succeed: {hog}");
     direct.shutdown().await;
 
-    let config = write_config(&sc, "bwrap");
+    let config = write_config(&sc, "bwrap", false);
     let mut cfg: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
     cfg["mcpServers"]["hostile"]["sandbox"]["limits"] = json!({"memoryMb": 256, "processes": 64});
     std::fs::write(&config, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
@@ -1155,7 +1348,7 @@ async fn agent_positive_controls(sc: &Scene, gw: &McpClient) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_agent_attack_through_serve_fails_and_succeeds_without_palisade() {
-    let sc = scene();
+    let sc = scene().await;
     let log = sc.p("agent-stderr.log");
     let marker = sc.cfg["marker_reversed"]
         .as_str()

@@ -888,71 +888,12 @@ async fn under_landlock_servers_reach_exactly_their_allowlist_through_their_own_
     assert_socket_dir_used_and_removed(&tmp, &r.stderr);
 }
 
-/// What the probe below tries, one JSON object on stdout. Proxy rows only when the proxy
-/// variables are set (inside the sandbox).
-const LANDLOCK_PROBE: &str = r#"
-import json, os, socket, sys, urllib.parse, urllib.request, base64
-origin, udp_port, allowed = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-out = {}
-def row(name, f):
-    try:
-        out[name] = f()
-    except Exception as e:
-        out[name] = "error: %s: %s" % (type(e).__name__, e)
-def raw_proxy(creds):
-    p = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
-    s = socket.create_connection((p.hostname, p.port), timeout=20)
-    auth = "" if creds is None else "Proxy-Authorization: Basic %s\r\n" % base64.b64encode(creds.encode()).decode()
-    s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n" % (allowed, auth)).encode())
-    return s.recv(64).decode(errors="replace").split("\r\n")[0]
-def socks(creds):
-    # RFC 1928 greeting offering no authentication, or RFC 1929 username/password: the
-    # replies, hex.
-    p = urllib.parse.urlsplit(os.environ["ALL_PROXY"])
-    s = socket.create_connection((p.hostname, p.port), timeout=20)
-    s.sendall(b"\x05\x01" + (b"\x00" if creds is None else b"\x02"))
-    got = s.recv(2)
-    if creds is not None and got == b"\x05\x02":
-        u, w = creds[0].encode(), creds[1].encode()
-        s.sendall(b"\x01" + bytes([len(u)]) + u + bytes([len(w)]) + w)
-        got += s.recv(2)
-    return got.hex()
-def get(url):
-    with urllib.request.urlopen(url, timeout=20) as r:
-        return r.read().decode()
-if "HTTP_PROXY" in os.environ:
-    p = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
-    out["secret"] = p.password
-    row("allowed", lambda: get(allowed))
-    row("denied", lambda: get(allowed.replace("allowed.test", "denied.test")))
-    row("no_secret", lambda: raw_proxy(None))
-    row("wrong_secret", lambda: raw_proxy("palisade:" + "0" * 48))
-    row("with_secret", lambda: raw_proxy("palisade:" + p.password))
-    row("socks_no_auth", lambda: socks(None))
-    row("socks_wrong_secret", lambda: socks(("palisade", "0" * 48)))
-    row("socks_with_secret", lambda: socks(("palisade", p.password)))
-def direct():
-    socket.create_connection(("127.0.0.1", origin), timeout=20).close()
-    return "connected"
-row("direct", direct)
-def udp():
-    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"probe", ("127.0.0.1", udp_port))
-    return "sent"
-row("udp", udp)
-def listen():
-    s = socket.socket()
-    s.listen(1)
-    return "listening on %d" % s.getsockname()[1]
-row("listen", listen)
-def fastopen():
-    s = socket.socket()
-    # Blocking: a non-blocking Fast Open connect answers EINPROGRESS.
-    s.sendto(b"GET /tfo HTTP/1.0\r\n\r\n", socket.MSG_FASTOPEN, ("127.0.0.1", origin))
-    s.settimeout(20)
-    return s.recv(64).decode(errors="replace").split("\r\n")[0]
-row("fastopen", fastopen)
-print(json.dumps(out))
-"#;
+/// The probe both runs below use: the network probes shared with the attack suite's hostile
+/// server (`tests/attacks/netprobe.py`), one JSON object on stdout; the proxy rows only when
+/// the proxy variables are set (inside the sandbox).
+fn netprobe() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/attacks/netprobe.py")
+}
 
 /// Attacks on the Landlock tier's way out (`palisade run --backend landlock --allow-domain`),
 /// each with its control. Inside: the allowed name is reached through the proxy variables
@@ -984,8 +925,7 @@ async fn under_landlock_run_allows_only_the_proxy_port_and_the_proxy_only_its_se
     let udp_port = udp.local_addr().unwrap().port();
     let allowed = format!("http://allowed.test:{port}/in");
     let probe_args = [
-        "-c".to_string(),
-        LANDLOCK_PROBE.to_string(),
+        netprobe().display().to_string(),
         port.to_string(),
         udp_port.to_string(),
         allowed.clone(),
@@ -997,6 +937,8 @@ async fn under_landlock_run_allows_only_the_proxy_port_and_the_proxy_only_its_se
         .arg(format!("allowed.test:{port}"))
         .arg("--egress-hosts-file")
         .arg(&hosts)
+        .arg("--ro")
+        .arg(netprobe().parent().unwrap())
         .arg("--")
         .arg(&python)
         .args(&probe_args)
