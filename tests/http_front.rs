@@ -963,9 +963,11 @@ fn jwks_url_front(ws: &Workspace, config: &Path, url: &str, extra: &[&str]) -> F
 }
 
 // An https:// JWKS URL (the issuer's usual `https://issuer/.well-known/jwks.json`) whose
-// certificate chains to the CA of `--jwks-ca`: fetched over real TLS (a tokio-rustls server
-// with a certificate for localhost), a token signed by the served key is admitted, and one
-// signed by another key is refused.
+// certificate chains to the CA of `jwksCa` (the config field; the attack test below gives
+// `--jwks-ca`): fetched over real TLS (a tokio-rustls server with a certificate for
+// localhost), a token signed by the served key is admitted, and one signed by another key is
+// refused. A CA file that holds no certificate, or one given for a plain http:// URL, stops
+// palisade at start with the flag, the file and the fix.
 #[test]
 fn a_jwks_over_https_is_verified_with_the_ca_file_and_its_keys_admit_tokens() {
     let ws = Workspace::new();
@@ -977,7 +979,41 @@ fn a_jwks_over_https_is_verified_with_the_ca_file_and_its_keys_admit_tokens() {
     std::fs::write(&ca, ca_pem).unwrap();
     let server = HttpsJwks::start(chain, key, jwks);
     let url = format!("https://localhost:{}/.well-known/jwks.json", server.port);
-    let front = jwks_url_front(&ws, &config, &url, &["--jwks-ca", ca.to_str().unwrap()]);
+    let not_pem = ws.path().join("not-a-ca.txt");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    let base = [
+        "--http",
+        "127.0.0.1:1",
+        "--jwt-issuer",
+        ISS,
+        "--jwt-audience",
+        AUD,
+        "--jwks-ca",
+        not_pem.to_str().unwrap(),
+        "--jwks-url",
+    ];
+    for (url, want) in [
+        (url.as_str(), "holds no certificate"),
+        ("http://127.0.0.1:1/jwks.json", "plain http on loopback"),
+    ] {
+        let out = Command::new(palisade())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(base)
+            .arg(url)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{url}: {err}");
+        assert!(err.contains(want), "{url}: {err}");
+        assert!(
+            err.contains(&format!("--jwks-ca {}", not_pem.display())),
+            "names the flag and the file: {err}"
+        );
+    }
+    support::merge_settings(&config, json!({"http": {"jwksCa": ca}}));
+    let front = jwks_url_front(&ws, &config, &url, &[]);
     let bearer = |name: &str| format!("Bearer {}", minted[name].as_str().unwrap());
     let (good, good_text) = front.raw("POST", "/mcp", &[("Authorization", &bearer("good"))]);
     let (forged, forged_text) =

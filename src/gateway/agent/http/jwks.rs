@@ -131,16 +131,18 @@ pub enum End {
 /// One GET of the JWKS: the response body, or why there is none. `tls` is needed for an
 /// `https://` URL.
 pub async fn fetch(url: &JwksUrl, tls: Option<&TlsClient>) -> Result<String, String> {
+    let tls = match (url.scheme, tls) {
+        (Scheme::Https, None) => return Err("an https:// URL without a TLS client".into()),
+        (Scheme::Https, tls) => tls,
+        (Scheme::Http, _) => None,
+    };
     let exchange = async {
         let tcp = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
             .await
             .map_err(|e| format!("cannot connect: {e}"))?;
-        match url.scheme {
-            Scheme::Http => get(tcp, url).await,
-            Scheme::Https => {
-                let tls = tls.ok_or("an https:// URL without a TLS client")?;
-                get(tls.connect(&url.host, tcp).await?, url).await
-            }
+        match tls {
+            None => get(tcp, url).await,
+            Some(tls) => get(tls.connect(&url.host, tcp).await?, url).await,
         }
     };
     let (raw, end) = tokio::time::timeout(FETCH_TIMEOUT, exchange)
@@ -483,6 +485,77 @@ mod tests {
         assert!(response_body(&huge, End::Closed)
             .unwrap_err()
             .contains("over"));
+    }
+
+    /// An HTTPS server on 127.0.0.1 for one connection, its certificate (for 127.0.0.1)
+    /// signed by a fresh CA: it answers `answer` and then, when `notify`, closes with
+    /// `close_notify`, else drops the connection. (The URL, a client trusting only that CA.)
+    async fn https_once(answer: &'static [u8], notify: bool) -> (JwksUrl, TlsClient) {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_der: CertificateDer<'static> = ca.self_signed(&ca_key).unwrap().der().clone();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(tcp).await.unwrap();
+            let mut request = Vec::new();
+            while !request.ends_with(b"\r\n\r\n") {
+                let mut byte = [0u8; 1];
+                if tls.read(&mut byte).await.unwrap() == 0 {
+                    return;
+                }
+                request.push(byte[0]);
+            }
+            tls.write_all(answer).await.unwrap();
+            if notify {
+                tls.shutdown().await.unwrap();
+            } else {
+                tls.flush().await.unwrap();
+                // Close the TCP connection under TLS without close_notify.
+                let (tcp, _) = tls.into_inner();
+                drop(tcp);
+            }
+        });
+        let url = JwksUrl::parse(&format!("https://127.0.0.1:{port}/jwks.json")).unwrap();
+        let client = TlsClient::with_roots(vec![ca_der], None).unwrap();
+        (url, client)
+    }
+
+    #[tokio::test]
+    async fn over_tls_an_answer_cut_without_close_notify_is_refused_unless_its_length_is_known() {
+        let sized = b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"keys\":[]}";
+        let no_length = b"HTTP/1.1 200 OK\r\n\r\n{\"keys\":[]}";
+        let (url, tls) = https_once(no_length, true).await;
+        assert_eq!(fetch(&url, Some(&tls)).await.unwrap(), "{\"keys\":[]}");
+        let (url, tls) = https_once(sized, false).await;
+        assert_eq!(fetch(&url, Some(&tls)).await.unwrap(), "{\"keys\":[]}");
+        let (url, tls) = https_once(no_length, false).await;
+        let e = fetch(&url, Some(&tls)).await.unwrap_err();
+        assert!(e.contains("close_notify"), "{e}");
+        // Without a TLS client an https:// URL is never fetched in clear text.
+        let url = JwksUrl::parse("https://127.0.0.1:1/jwks.json").unwrap();
+        let e = fetch(&url, None).await.unwrap_err();
+        assert!(e.contains("without a TLS client"), "{e}");
     }
 
     #[test]
