@@ -821,6 +821,287 @@ fn a_jwks_url_fails_closed_while_unreachable_and_is_fetched_again_for_a_new_key(
     assert!(status.success(), "{status}\n{err}");
 }
 
+/// A test PKI: a fresh CA, and a server certificate it signs for `names` (DNS names or IP
+/// addresses), valid now or, when `expired`, only in 2020. (CA PEM, the server's chain and key.)
+fn test_pki(
+    names: &[&str],
+    expired: bool,
+) -> (
+    String,
+    Vec<rustls::pki_types::CertificateDer<'static>>,
+    rustls::pki_types::PrivateKeyDer<'static>,
+) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "palisade test CA");
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut leaf =
+        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    if expired {
+        leaf.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        leaf.not_after = rcgen::date_time_ymd(2020, 2, 1);
+    }
+    let cert = leaf.signed_by(&key, &issuer).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+    (ca_pem, vec![cert.der().clone()], key)
+}
+
+/// An HTTPS server on 127.0.0.1 (tokio-rustls, on a runtime of its own, stopped when
+/// dropped) answering every GET with the file `jwks` (chunked); it counts the TLS handshakes
+/// attempted.
+struct HttpsJwks {
+    port: u16,
+    handshakes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl HttpsJwks {
+    fn start(
+        chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+        key: rustls::pki_types::PrivateKeyDer<'static>,
+        jwks: PathBuf,
+    ) -> HttpsJwks {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let handshakes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = handshakes.clone();
+        rt.spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (acceptor, counted, jwks) = (acceptor.clone(), counted.clone(), jwks.clone());
+                tokio::spawn(async move {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut request = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !request.ends_with(b"\r\n\r\n") {
+                        match tls.read(&mut byte).await {
+                            Ok(1) => request.push(byte[0]),
+                            _ => return,
+                        }
+                    }
+                    // HTTP/1.1 chunked, as many issuers answer: two chunks and the last.
+                    let body = std::fs::read(&jwks).unwrap_or_default();
+                    let (a, b) = body.split_at(body.len() / 2);
+                    let mut answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                                       Transfer-Encoding: chunked\r\n\r\n"
+                        .to_vec();
+                    for part in [a, b, b""] {
+                        answer.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+                        answer.extend_from_slice(part);
+                        answer.extend_from_slice(b"\r\n");
+                    }
+                    let _ = tls.write_all(&answer).await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        HttpsJwks {
+            port,
+            handshakes,
+            _rt: rt,
+        }
+    }
+
+    fn handshakes(&self) -> usize {
+        self.handshakes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Tokens minted for a fresh key whose JWKS is written to `jwks` (see mint_jwt.py).
+fn mint(jwks: &Path, iss: &str, aud: &str) -> Value {
+    let out = support::driver("tests/clients/mint_jwt.py")
+        .arg(jwks)
+        .args([iss, aud])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)))
+}
+
+const ISS: &str = "https://issuer.example";
+const AUD: &str = "https://palisade.example/mcp";
+
+/// `serve --http` taking JWTs against the JWKS at `url`, with `extra` flags.
+fn jwks_url_front(ws: &Workspace, config: &Path, url: &str, extra: &[&str]) -> Front {
+    let mut args = vec![
+        "--jwks-url",
+        url,
+        "--jwt-issuer",
+        ISS,
+        "--jwt-audience",
+        AUD,
+    ];
+    args.extend_from_slice(extra);
+    Front::start(ws, config, &args)
+}
+
+// An https:// JWKS URL (the issuer's usual `https://issuer/.well-known/jwks.json`) whose
+// certificate chains to the CA of `jwksCa` (the config field; the attack test below gives
+// `--jwks-ca`): fetched over real TLS (a tokio-rustls server with a certificate for
+// localhost), a token signed by the served key is admitted, and one signed by another key is
+// refused. A CA file that holds no certificate, or one given for a plain http:// URL, stops
+// palisade at start with the flag, the file and the fix.
+#[test]
+fn a_jwks_over_https_is_verified_with_the_ca_file_and_its_keys_admit_tokens() {
+    let ws = Workspace::new();
+    let (config, sandbox, _) = fs_config(&ws);
+    let jwks = ws.path().join("jwks.json");
+    let minted = mint(&jwks, ISS, AUD);
+    let (ca_pem, chain, key) = test_pki(&["localhost", "127.0.0.1"], false);
+    let ca = ws.path().join("ca.pem");
+    std::fs::write(&ca, ca_pem).unwrap();
+    let server = HttpsJwks::start(chain, key, jwks);
+    let url = format!("https://localhost:{}/.well-known/jwks.json", server.port);
+    let not_pem = ws.path().join("not-a-ca.txt");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    let base = [
+        "--http",
+        "127.0.0.1:1",
+        "--jwt-issuer",
+        ISS,
+        "--jwt-audience",
+        AUD,
+        "--jwks-ca",
+        not_pem.to_str().unwrap(),
+        "--jwks-url",
+    ];
+    for (url, want) in [
+        (url.as_str(), "holds no certificate"),
+        ("http://127.0.0.1:1/jwks.json", "plain http on loopback"),
+    ] {
+        let out = Command::new(palisade())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(base)
+            .arg(url)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{url}: {err}");
+        assert!(err.contains(want), "{url}: {err}");
+        assert!(
+            err.contains(&format!("--jwks-ca {}", not_pem.display())),
+            "names the flag and the file: {err}"
+        );
+    }
+    support::merge_settings(&config, json!({"http": {"jwksCa": ca}}));
+    let front = jwks_url_front(&ws, &config, &url, &[]);
+    let bearer = |name: &str| format!("Bearer {}", minted[name].as_str().unwrap());
+    let (good, good_text) = front.raw("POST", "/mcp", &[("Authorization", &bearer("good"))]);
+    let (forged, forged_text) =
+        front.raw("POST", "/mcp", &[("Authorization", &bearer("wrong_key"))]);
+    let status = front.stop();
+    let err = ws.stderr_text();
+    assert_eq!(good, 200, "{good_text}\n{err}");
+    assert!(good_text.contains("protocolVersion"), "{good_text}");
+    assert!(err.contains("JWKS fetched"), "{err}");
+    assert_eq!(forged, 401, "a token signed by another key: {forged_text}");
+    assert!(
+        sandbox.join("principals").exists(),
+        "the good token's principal was served"
+    );
+    assert!(status.success(), "{status}\n{err}");
+}
+
+// Attack: someone answers for the issuer's host with a certificate palisade must not trust (a
+// CA not in the trust store, a certificate for another name, an expired one). Each fetch fails
+// at the handshake, the reason is logged, and every JWT (even one the served key signed) is
+// refused with that reason, no principal's server started. The server was reached each time,
+// so the refusal is the certificate check; with the CA file the same kind of server admits the
+// token (the control, `a_jwks_over_https_is_verified_with_the_ca_file_and_its_keys_admit_tokens`).
+// Fails if certificate verification were off: the keys would be fetched and the token admitted.
+#[test]
+fn a_jwks_over_https_with_an_untrusted_misnamed_or_expired_certificate_is_never_used() {
+    let ws = Workspace::new();
+    let (config, sandbox, _) = fs_config(&ws);
+    let jwks = ws.path().join("jwks.json");
+    let minted = mint(&jwks, ISS, AUD);
+    let bearer = format!("Bearer {}", minted["good"].as_str().unwrap());
+    let cases: [(&str, &[&str], bool, bool, &str); 3] = [
+        // No CA file: the system trust store does not hold the test CA.
+        (
+            "unknown CA",
+            &["localhost", "127.0.0.1"],
+            false,
+            false,
+            "UnknownIssuer",
+        ),
+        (
+            "wrong name",
+            &["jwks.other.example"],
+            false,
+            true,
+            "not valid for name",
+        ),
+        (
+            "expired",
+            &["localhost", "127.0.0.1"],
+            true,
+            true,
+            "certificate expired",
+        ),
+    ];
+    for (what, names, expired, with_ca, reason) in cases {
+        let (ca_pem, chain, key) = test_pki(names, expired);
+        let ca = ws.path().join("ca.pem");
+        std::fs::write(&ca, ca_pem).unwrap();
+        let server = HttpsJwks::start(chain, key, jwks.clone());
+        let url = format!("https://localhost:{}/jwks.json", server.port);
+        let ca_flag = ["--jwks-ca", ca.to_str().unwrap()];
+        let extra: &[&str] = if with_ca { &ca_flag } else { &[] };
+        let front = jwks_url_front(&ws, &config, &url, extra);
+        let (status, text) = front.raw("POST", "/mcp", &[("Authorization", &bearer)]);
+        let (again, _) = front.raw("POST", "/mcp", &[("Authorization", &bearer)]);
+        let exit = front.stop();
+        let err = ws.stderr_text();
+        assert_eq!(status, 503, "{what}: {text}\n{err}");
+        assert_eq!(again, 503, "{what}: still refused");
+        assert!(text.contains("could not be fetched"), "{what}: {text}");
+        assert!(
+            text.contains("TLS handshake") && text.contains(reason),
+            "{what}: the refusal names the TLS failure: {text}"
+        );
+        assert!(
+            err.contains("cannot fetch the JWKS") && err.contains(reason),
+            "{what}: the reason is logged:\n{err}"
+        );
+        assert!(server.handshakes() > 0, "{what}: the server was reached");
+        assert!(
+            !sandbox.join("principals").exists(),
+            "{what}: a principal's servers started while no key was known"
+        );
+        assert!(exit.success(), "{what}: {exit}\n{err}");
+    }
+}
+
 // `--escalation elicit` over HTTP: an escalated call's question goes to the agent of the
 // principal whose call it is. Both agents are connected (Bob's last); Alice's agent approves
 // every question, Bob's declines: Alice's call runs, Bob's is refused, and each agent was asked

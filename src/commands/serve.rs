@@ -79,10 +79,15 @@ pub struct ServeArgs {
     /// resource server); needs --jwt-issuer and --jwt-audience.
     #[arg(long)]
     pub jwks: Option<std::path::PathBuf>,
-    /// With --http: like --jwks, from a loopback http:// URL, fetched at start and again when
-    /// a token names an unknown key id (at most every `jwksRefetch` seconds).
+    /// With --http: like --jwks, from an https:// URL (or http:// on loopback), fetched at
+    /// start and again when a token names an unknown key id (at most every `jwksRefetch`
+    /// seconds).
     #[arg(long, value_name = "URL")]
     pub jwks_url: Option<String>,
+    /// With an https:// --jwks-url: a PEM file of CA certificates to trust besides the
+    /// system's (a private issuer's CA).
+    #[arg(long, value_name = "FILE")]
+    pub jwks_ca: Option<std::path::PathBuf>,
     /// The `iss` a JWT access token must carry.
     #[arg(long)]
     pub jwt_issuer: Option<String>,
@@ -223,6 +228,15 @@ fn http_options(
         Some(from) => Some(jwt_verifier(args, &block, from)?),
         None => None,
     };
+    if jwt.is_none() {
+        if let Some((flag, path)) = jwks_ca(args, &block) {
+            anyhow::bail!(
+                "{flag} {}: a CA file applies to an https:// --jwks-url (jwksUrl), and none \
+                 is given; add the URL or drop the CA file",
+                path.display()
+            );
+        }
+    }
     let auth = match (tokens.is_some() || jwt.is_some(), args.no_auth) {
         (true, true) => {
             anyhow::bail!("--tokens/--jwks/--jwks-url and --no-auth exclude each other")
@@ -312,14 +326,71 @@ fn jwt_verifier(
     let mut scopes = block.jwt_scopes.clone();
     scopes.extend(args.jwt_scopes.iter().cloned());
     let verifier = match from {
-        JwksFrom::File(path) => JwtVerifier::load(&path, issuer, audience, scopes),
+        JwksFrom::File(path) => {
+            if let Some((flag, ca)) = jwks_ca(args, block) {
+                anyhow::bail!(
+                    "{flag} {}: a CA file applies to an https:// --jwks-url (jwksUrl), not to \
+                     the JWKS file {}; drop the CA file",
+                    ca.display(),
+                    path.display()
+                );
+            }
+            JwtVerifier::load(&path, issuer, audience, scopes)
+        }
         JwksFrom::Url(url) => {
             let url = jwks::JwksUrl::parse(&url).map_err(|e| anyhow::anyhow!("--jwks-url {e}"))?;
+            let tls = jwks_tls(&url, jwks_ca(args, block))?;
             let every = Duration::from_secs(block.jwks_refetch.unwrap_or(30));
-            JwtVerifier::from_url(jwks::JwksSource::new(url, every), issuer, audience, scopes)
+            let source = jwks::JwksSource::new(url, tls, every);
+            JwtVerifier::from_url(source, issuer, audience, scopes)
         }
     };
     verifier.map_err(anyhow::Error::msg)
+}
+
+/// The TLS client for an https:// JWKS URL: the system trust store plus the CA file, if
+/// given (with where it was given); `None` for a loopback http:// URL, which takes no CA file.
+fn jwks_tls(
+    url: &crate::gateway::agent::http::jwks::JwksUrl,
+    ca: Option<(&'static str, PathBuf)>,
+) -> anyhow::Result<Option<crate::gateway::agent::http::tls_client::TlsClient>> {
+    use crate::gateway::agent::http::{jwks::Scheme, tls_client::TlsClient};
+    match (url.scheme, ca) {
+        (Scheme::Http, None) => Ok(None),
+        (Scheme::Http, Some((flag, path))) => anyhow::bail!(
+            "{flag} {}: a CA file applies to an https:// --jwks-url, and {} is plain http on \
+             loopback; use the https:// URL or drop the CA file",
+            path.display(),
+            url.url
+        ),
+        (Scheme::Https, ca) => {
+            let client =
+                TlsClient::new(ca.as_ref().map(|(_, p)| p.as_path())).map_err(|e| match &ca {
+                    Some((flag, _)) => anyhow::anyhow!("{flag} {e}"),
+                    None => anyhow::anyhow!("--jwks-url {}: {e}", url.url),
+                })?;
+            tracing::info!(
+                url = %url.url,
+                trusted_cas = client.roots,
+                "the JWKS is fetched over TLS, its certificate checked against the system trust \
+                 store{}",
+                if ca.is_some() { " and the CA file" } else { "" }
+            );
+            Ok(Some(client))
+        }
+    }
+}
+
+/// The CA file for an https:// JWKS URL, with where it was given (the flag wins).
+fn jwks_ca(
+    args: &ServeArgs,
+    block: &crate::config::HttpSettings,
+) -> Option<(&'static str, PathBuf)> {
+    match (&args.jwks_ca, &block.jwks_ca) {
+        (Some(path), _) => Some(("--jwks-ca", path.clone())),
+        (None, Some(path)) => Some(("http.jwksCa", path.clone())),
+        (None, None) => None,
+    }
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {

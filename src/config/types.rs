@@ -369,9 +369,14 @@ pub struct HttpSettings {
     /// JWKS file whose keys sign accepted JWT access tokens (`--jwks`).
     #[serde(default)]
     pub jwks: Option<PathBuf>,
-    /// A loopback `http://` URL serving that JWKS instead of a file (`--jwks-url`).
+    /// An `https://` URL (or a loopback `http://` one) serving that JWKS instead of a file
+    /// (`--jwks-url`).
     #[serde(default)]
     pub jwks_url: Option<String>,
+    /// PEM CA certificates trusted for an `https://` `jwksUrl` besides the system's
+    /// (`--jwks-ca`).
+    #[serde(default)]
+    pub jwks_ca: Option<PathBuf>,
     /// Seconds between two fetches of `jwksUrl` at least (default 30).
     #[serde(default)]
     pub jwks_refetch: Option<u64>,

@@ -1,35 +1,60 @@
 //! A JWKS fetched from a URL (`--jwks-url`, `jwksUrl`) for the HTTP front's resource-server
 //! mode: fetched at start, and again when a token names a key id the set does not hold (key
 //! rotation), at most once per `jwksRefetch` seconds whoever asks, each fetch bounded by
-//! `FETCH_TIMEOUT`. While no set could ever be fetched, JWT requests are refused (the reason
-//! logged and sent); a failed refetch keeps the last good set.
+//! `FETCH_TIMEOUT` and `MAX_RESPONSE_BYTES`. While no set could ever be fetched, JWT requests
+//! are refused (the reason logged and sent); a failed refetch keeps the last good set.
 //!
-//! Only `http://` on a loopback address: keys fetched in clear text from elsewhere could be
-//! replaced in transit and would then admit anyone, and palisade carries no TLS client.
-//! A sidecar on loopback (or the issuer's JWKS saved to a file, `--jwks`) serves the rest.
+//! `https://` to any host, its certificate always verified (`tls_client`: the system trust
+//! store plus `--jwks-ca FILE`); a TLS failure (unknown CA, wrong host name, expired) is a
+//! failed fetch, its reason logged. `http://` only on a loopback address: keys fetched in
+//! clear text from elsewhere could be replaced in transit and would then admit anyone.
+//! One GET (HTTP/1.1, `Connection: close`; the answer ends at its `Content-Length`, its last
+//! chunk or the close) over either stream, read by one function; redirects are not followed
+//! (a `3xx` is a failure).
 //!
 //! Pure except `fetch` and `JwksSource::refresh`: URL checks, response parsing and the
 //! refetch decision are plain functions.
 //!
-//! Never: admit a token while no key set is known, or fetch more often than the rate allows
-//! however many unknown key ids arrive.
+//! Never: admit a token while no key set is known, fetch keys in clear text from another
+//! host, skip certificate verification, or fetch more often than the rate allows however many
+//! unknown key ids arrive.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::jwt::KeySet;
+use super::tls_client::TlsClient;
 
-/// A fetch (connect, send, read to the end) that takes longer fails.
+/// A fetch (connect, handshake, send, read to the end) that takes longer fails.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// A JWKS response larger than this is refused.
 pub const MAX_RESPONSE_BYTES: usize = 1 << 20;
 
-/// Where the JWKS is: a loopback `http://` URL.
+/// How the JWKS is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// Plain HTTP, on a loopback address only.
+    Http,
+    /// HTTP over TLS, the server's certificate verified.
+    Https,
+}
+
+impl Scheme {
+    fn default_port(self) -> u16 {
+        match self {
+            Scheme::Http => 80,
+            Scheme::Https => 443,
+        }
+    }
+}
+
+/// Where the JWKS is: an `https://` URL, or an `http://` one on a loopback address.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JwksUrl {
     pub url: String,
+    pub scheme: Scheme,
     host: String,
     port: u16,
     /// The path and query, as sent in the request line.
@@ -39,23 +64,26 @@ pub struct JwksUrl {
 impl JwksUrl {
     pub fn parse(text: &str) -> Result<JwksUrl, String> {
         let url = url::Url::parse(text).map_err(|e| format!("{text}: not a URL ({e})"))?;
-        if url.scheme() != "http" {
-            return Err(format!(
-                "{text}: only http:// on a loopback address is fetched (palisade has no TLS \
-                 client); serve the JWKS through a loopback sidecar or save it to a file (--jwks)"
-            ));
-        }
+        let scheme = match url.scheme() {
+            "https" => Scheme::Https,
+            "http" => Scheme::Http,
+            _ => {
+                return Err(format!(
+                    "{text}: only https:// (or http:// on a loopback address) is fetched; \
+                     give the issuer's https:// JWKS URL or save the JWKS to a file (--jwks)"
+                ))
+            }
+        };
         let (host, loopback) = match url.host() {
             Some(url::Host::Ipv4(ip)) => (ip.to_string(), ip.is_loopback()),
             Some(url::Host::Ipv6(ip)) => (ip.to_string(), ip.is_loopback()),
             Some(url::Host::Domain(d)) => (d.to_string(), d.eq_ignore_ascii_case("localhost")),
-            None => (String::new(), false),
+            None => return Err(format!("{text}: names no host")),
         };
-        if !loopback {
+        if scheme == Scheme::Http && !loopback {
             return Err(format!(
                 "{text}: a JWKS over plain HTTP from a host other than loopback could be \
-                 replaced in transit (and then admit anyone); serve it on loopback or save it \
-                 to a file (--jwks)"
+                 replaced in transit (and then admit anyone); use the issuer's https:// URL"
             ));
         }
         if !url.username().is_empty() || url.password().is_some() {
@@ -68,53 +96,103 @@ impl JwksUrl {
         }
         Ok(JwksUrl {
             url: text.to_string(),
+            scheme,
             host,
-            port: url.port_or_known_default().unwrap_or(80),
+            port: url.port().unwrap_or(scheme.default_port()),
             target,
         })
     }
 
+    /// The `Host` header: the host, and the port unless it is the scheme's default.
     fn authority(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
         } else {
-            format!("{}:{}", self.host, self.port)
+            self.host.clone()
+        };
+        if self.port == self.scheme.default_port() {
+            host
+        } else {
+            format!("{host}:{}", self.port)
         }
     }
 }
 
-/// One GET of the JWKS: the response body, or why there is none.
-pub async fn fetch(url: &JwksUrl) -> Result<String, String> {
+/// How an answer's stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The connection was closed (over TLS: with `close_notify`).
+    Closed,
+    /// TLS closed without `close_notify`: the end cannot be told from a cut, so the answer
+    /// must say its length.
+    Unannounced,
+}
+
+/// One GET of the JWKS: the response body, or why there is none. `tls` is needed for an
+/// `https://` URL.
+pub async fn fetch(url: &JwksUrl, tls: Option<&TlsClient>) -> Result<String, String> {
+    let tls = match (url.scheme, tls) {
+        (Scheme::Https, None) => return Err("an https:// URL without a TLS client".into()),
+        (Scheme::Https, tls) => tls,
+        (Scheme::Http, _) => None,
+    };
     let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
+        let tcp = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
             .await
             .map_err(|e| format!("cannot connect: {e}"))?;
-        // HTTP/1.0: the answer is never chunked and ends when the connection closes.
-        let request = format!(
-            "GET {} HTTP/1.0\r\nHost: {}\r\nAccept: application/json\r\nUser-Agent: palisade\r\n\r\n",
-            url.target,
-            url.authority()
-        );
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| format!("cannot send the request: {e}"))?;
-        let mut buf = Vec::new();
-        (&mut stream)
-            .take(MAX_RESPONSE_BYTES as u64 + 1)
-            .read_to_end(&mut buf)
-            .await
-            .map_err(|e| format!("cannot read the answer: {e}"))?;
-        Ok::<_, String>(buf)
+        match tls {
+            None => get(tcp, url).await,
+            Some(tls) => get(tls.connect(&url.host, tcp).await?, url).await,
+        }
     };
-    let buf = tokio::time::timeout(FETCH_TIMEOUT, exchange)
+    let (raw, end) = tokio::time::timeout(FETCH_TIMEOUT, exchange)
         .await
         .map_err(|_| format!("no complete answer within {FETCH_TIMEOUT:?}"))??;
-    response_body(&buf)
+    response_body(&raw, end)
+}
+
+/// Sends the GET over `stream` and reads the answer to its end (at most one byte over
+/// `MAX_RESPONSE_BYTES`, which `response_body` refuses).
+async fn get<S>(mut stream: S, url: &JwksUrl) -> Result<(Vec<u8>, End), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    // HTTP/1.1 (some CDNs answer an HTTP/1.0 request with `426 Upgrade Required`), one
+    // request per connection: the answer ends at its length, its last chunk, or the close.
+    let request = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nUser-Agent: palisade\r\n\
+         Connection: close\r\n\r\n",
+        url.target,
+        url.authority()
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("cannot send the request: {e}"))?;
+    stream
+        .flush()
+        .await
+        .map_err(|e| format!("cannot send the request: {e}"))?;
+    let mut raw = Vec::new();
+    let mut chunk = vec![0u8; 16 * 1024];
+    let end = loop {
+        match stream.read(&mut chunk).await {
+            Ok(0) => break End::Closed,
+            Ok(n) => {
+                raw.extend_from_slice(&chunk[..n]);
+                if raw.len() > MAX_RESPONSE_BYTES {
+                    break End::Closed;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break End::Unannounced,
+            Err(e) => return Err(format!("cannot read the answer: {e}")),
+        }
+    };
+    Ok((raw, end))
 }
 
 /// The body of a complete `200` response, or why it is not one.
-pub fn response_body(raw: &[u8]) -> Result<String, String> {
+pub fn response_body(raw: &[u8], end: End) -> Result<String, String> {
     if raw.len() > MAX_RESPONSE_BYTES {
         return Err(format!("the answer is over {MAX_RESPONSE_BYTES} bytes"));
     }
@@ -133,30 +211,81 @@ pub fn response_body(raw: &[u8]) -> Result<String, String> {
     if !version.starts_with("HTTP/1.") {
         return Err("not an HTTP/1 response".into());
     }
+    if code.starts_with('3') {
+        return Err(format!(
+            "the answer is `{status}`, not 200: redirects are not followed; give the URL the \
+             JWKS is served at"
+        ));
+    }
     if code != "200" {
         return Err(format!("the answer is `{status}`, not 200"));
     }
+    let (mut length, mut chunked) = (None, false);
     for line in lines {
         let Some((name, value)) = line.split_once(':') else {
             return Err("a malformed header line".into());
         };
         let (name, value) = (name.trim(), value.trim());
         if name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err(format!(
-                "an HTTP/1.0 request answered with Transfer-Encoding {value}"
-            ));
+            if !value.eq_ignore_ascii_case("chunked") {
+                return Err(format!("an answer with Transfer-Encoding {value}"));
+            }
+            chunked = true;
         }
         if name.eq_ignore_ascii_case("content-length") {
             let want: usize = value.parse().map_err(|_| "a malformed Content-Length")?;
-            if want != body.len() {
-                return Err(format!(
-                    "the answer was cut: {} of {want} bytes",
-                    body.len()
-                ));
+            if length.is_some_and(|l| l != want) {
+                return Err("two different Content-Lengths".into());
             }
+            length = Some(want);
         }
     }
-    String::from_utf8(body.to_vec()).map_err(|_| "the body is not UTF-8".into())
+    let body = match (chunked, length) {
+        (true, Some(_)) => {
+            return Err("an answer with both Transfer-Encoding and Content-Length".into())
+        }
+        (true, None) => dechunk(body)?,
+        (false, Some(want)) if want != body.len() => {
+            return Err(format!(
+                "the answer was cut: {} of {want} bytes",
+                body.len()
+            ))
+        }
+        (false, Some(_)) => body.to_vec(),
+        (false, None) if end == End::Unannounced => {
+            return Err(
+                "the TLS connection ended without close_notify and the answer names \
+                        no length: it may have been cut"
+                    .into(),
+            )
+        }
+        (false, None) => body.to_vec(),
+    };
+    String::from_utf8(body).map_err(|_| "the body is not UTF-8".into())
+}
+
+/// The data of a whole chunked body (RFC 9112 7.1), which must end with its last chunk;
+/// extensions and trailers are ignored.
+pub fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, String> {
+    const CUT: &str = "the chunked answer was cut or is malformed";
+    let mut data = Vec::new();
+    loop {
+        let eol = rest.windows(2).position(|w| w == b"\r\n").ok_or(CUT)?;
+        let line = std::str::from_utf8(&rest[..eol]).map_err(|_| CUT)?;
+        let hex = line.split(';').next().unwrap_or("").trim();
+        let size = usize::from_str_radix(hex, 16).map_err(|_| CUT)?;
+        rest = &rest[eol + 2..];
+        if size == 0 {
+            // Trailer lines, then the empty line that ends the message.
+            let whole = rest.starts_with(b"\r\n") || rest.windows(4).any(|w| w == b"\r\n\r\n");
+            return if whole { Ok(data) } else { Err(CUT.into()) };
+        }
+        if rest.len() < size.saturating_add(2) || &rest[size..size + 2] != b"\r\n" {
+            return Err(CUT.into());
+        }
+        data.extend_from_slice(&rest[..size]);
+        rest = &rest[size + 2..];
+    }
 }
 
 /// Whether a fetch may start now, the last one having started at `last`.
@@ -174,6 +303,8 @@ struct State {
 /// The JWKS at a URL, as last fetched.
 pub struct JwksSource {
     pub url: JwksUrl,
+    /// For an `https://` URL.
+    tls: Option<TlsClient>,
     min_interval: Duration,
     state: Mutex<State>,
     /// One fetch at a time; those who waited then see its result.
@@ -184,15 +315,18 @@ impl std::fmt::Debug for JwksSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JwksSource")
             .field("url", &self.url.url)
+            .field("tls", &self.tls)
             .field("min_interval", &self.min_interval)
             .finish()
     }
 }
 
 impl JwksSource {
-    pub fn new(url: JwksUrl, min_interval: Duration) -> JwksSource {
+    /// `tls` is required for an `https://` URL (every fetch fails without it).
+    pub fn new(url: JwksUrl, tls: Option<TlsClient>, min_interval: Duration) -> JwksSource {
         JwksSource {
             url,
+            tls,
             min_interval,
             state: Mutex::default(),
             fetching: tokio::sync::Mutex::new(()),
@@ -216,7 +350,9 @@ impl JwksSource {
         let allowed = may_fetch(self.state().last_attempt, Instant::now(), self.min_interval);
         if allowed {
             self.state().last_attempt = Some(Instant::now());
-            let fetched = fetch(&self.url).await.and_then(|text| KeySet::parse(&text));
+            let fetched = fetch(&self.url, self.tls.as_ref())
+                .await
+                .and_then(|text| KeySet::parse(&text));
             let mut st = self.state();
             match fetched {
                 Ok(set) => {
@@ -251,22 +387,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_loopback_http_urls_are_fetched() {
+    fn https_to_any_host_and_http_only_on_loopback_are_fetched() {
+        let u = JwksUrl::parse("https://issuer.example/.well-known/jwks.json").unwrap();
+        assert_eq!(u.scheme, Scheme::Https);
+        assert_eq!(
+            (u.authority().as_str(), u.target.as_str()),
+            ("issuer.example", "/.well-known/jwks.json")
+        );
+        let u = JwksUrl::parse("https://10.0.0.1:8443/jwks").unwrap();
+        assert_eq!(
+            (u.scheme, u.authority().as_str()),
+            (Scheme::Https, "10.0.0.1:8443")
+        );
+        let u = JwksUrl::parse("https://[2001:db8::1]/jwks").unwrap();
+        assert_eq!((u.port, u.authority().as_str()), (443, "[2001:db8::1]"));
+        let u = JwksUrl::parse("https://[2001:db8::1]:8443/jwks").unwrap();
+        assert_eq!(u.authority(), "[2001:db8::1]:8443");
         let u = JwksUrl::parse("http://127.0.0.1:8081/keys/jwks.json?x=1").unwrap();
+        assert_eq!(u.scheme, Scheme::Http);
         assert_eq!((u.port, u.target.as_str()), (8081, "/keys/jwks.json?x=1"));
         assert_eq!(u.authority(), "127.0.0.1:8081");
         let u = JwksUrl::parse("http://[::1]/jwks").unwrap();
         assert_eq!(
             (u.authority().as_str(), u.target.as_str()),
-            ("[::1]:80", "/jwks")
+            ("[::1]", "/jwks")
         );
         assert!(JwksUrl::parse("http://localhost:9/j").is_ok());
         for (bad, why) in [
-            ("https://issuer.example/jwks", "no TLS"),
             ("http://issuer.example/jwks", "replaced in transit"),
             ("http://10.0.0.1/jwks", "replaced in transit"),
+            ("http://[2001:db8::1]/jwks", "replaced in transit"),
             ("http://u:p@127.0.0.1/jwks", "credentials"),
-            ("file:///etc/jwks", "only http://"),
+            ("https://u@issuer.example/jwks", "credentials"),
+            ("file:///etc/jwks", "only https://"),
+            ("ftp://issuer.example/jwks", "only https://"),
             ("nope", "not a URL"),
         ] {
             let e = JwksUrl::parse(bad).unwrap_err();
@@ -278,24 +432,130 @@ mod tests {
     fn only_a_complete_200_answer_is_a_body() {
         let ok =
             b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
-        assert_eq!(response_body(ok).unwrap(), "{}");
+        assert_eq!(response_body(ok, End::Closed).unwrap(), "{}");
         let no_length = b"HTTP/1.1 200 OK\r\n\r\n{\"keys\":[]}";
-        assert_eq!(response_body(no_length).unwrap(), "{\"keys\":[]}");
+        assert_eq!(
+            response_body(no_length, End::Closed).unwrap(),
+            "{\"keys\":[]}"
+        );
         for (raw, why) in [
             (&b"HTTP/1.0 404 Not Found\r\n\r\n"[..], "not 200"),
             (b"HTTP/1.0 200 OK\r\nContent-Length: 10\r\n\r\n{}", "cut"),
             (
-                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
-                "Transfer-Encoding",
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nxx",
+                "Transfer-Encoding gzip",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+                "both",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n",
+                "chunked answer was cut",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+                "two different",
             ),
             (b"HTTP/1.0 200 OK\r\n", "not an HTTP response"),
             (b"SSH-2.0 x\r\n\r\n", "not an HTTP/1"),
+            (
+                b"HTTP/1.1 301 Moved Permanently\r\nLocation: http://elsewhere/\r\n\r\n",
+                "redirects are not followed",
+            ),
         ] {
-            let e = response_body(raw).unwrap_err();
+            let e = response_body(raw, End::Closed).unwrap_err();
             assert!(e.contains(why), "{e}");
         }
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+                        2;ext=1\r\n{\"\r\n9\r\nkeys\":[]}\r\n0\r\n\r\n";
+        assert_eq!(
+            response_body(chunked, End::Closed).unwrap(),
+            "{\"keys\":[]}"
+        );
+        // Over TLS without close_notify, only an answer that says where it ends is whole.
+        assert_eq!(response_body(ok, End::Unannounced).unwrap(), "{}");
+        assert_eq!(
+            response_body(chunked, End::Unannounced).unwrap(),
+            "{\"keys\":[]}"
+        );
+        let e = response_body(no_length, End::Unannounced).unwrap_err();
+        assert!(e.contains("close_notify"), "{e}");
         let huge = vec![b'x'; MAX_RESPONSE_BYTES + 1];
-        assert!(response_body(&huge).unwrap_err().contains("over"));
+        assert!(response_body(&huge, End::Closed)
+            .unwrap_err()
+            .contains("over"));
+    }
+
+    /// An HTTPS server on 127.0.0.1 for one connection, its certificate (for 127.0.0.1)
+    /// signed by a fresh CA: it answers `answer` and then, when `notify`, closes with
+    /// `close_notify`, else drops the connection. (The URL, a client trusting only that CA.)
+    async fn https_once(answer: &'static [u8], notify: bool) -> (JwksUrl, TlsClient) {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_der: CertificateDer<'static> = ca.self_signed(&ca_key).unwrap().der().clone();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(tcp).await.unwrap();
+            let mut request = Vec::new();
+            while !request.ends_with(b"\r\n\r\n") {
+                let mut byte = [0u8; 1];
+                if tls.read(&mut byte).await.unwrap() == 0 {
+                    return;
+                }
+                request.push(byte[0]);
+            }
+            tls.write_all(answer).await.unwrap();
+            if notify {
+                tls.shutdown().await.unwrap();
+            } else {
+                tls.flush().await.unwrap();
+                // Close the TCP connection under TLS without close_notify.
+                let (tcp, _) = tls.into_inner();
+                drop(tcp);
+            }
+        });
+        let url = JwksUrl::parse(&format!("https://127.0.0.1:{port}/jwks.json")).unwrap();
+        let client = TlsClient::with_roots(vec![ca_der], None).unwrap();
+        (url, client)
+    }
+
+    #[tokio::test]
+    async fn over_tls_an_answer_cut_without_close_notify_is_refused_unless_its_length_is_known() {
+        let sized = b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"keys\":[]}";
+        let no_length = b"HTTP/1.1 200 OK\r\n\r\n{\"keys\":[]}";
+        let (url, tls) = https_once(no_length, true).await;
+        assert_eq!(fetch(&url, Some(&tls)).await.unwrap(), "{\"keys\":[]}");
+        let (url, tls) = https_once(sized, false).await;
+        assert_eq!(fetch(&url, Some(&tls)).await.unwrap(), "{\"keys\":[]}");
+        let (url, tls) = https_once(no_length, false).await;
+        let e = fetch(&url, Some(&tls)).await.unwrap_err();
+        assert!(e.contains("close_notify"), "{e}");
+        // Without a TLS client an https:// URL is never fetched in clear text.
+        let url = JwksUrl::parse("https://127.0.0.1:1/jwks.json").unwrap();
+        let e = fetch(&url, None).await.unwrap_err();
+        assert!(e.contains("without a TLS client"), "{e}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod limits;
 pub mod metrics;
 pub mod origin;
 mod principals;
+pub mod tls_client;
 pub mod tokens;
 
 use std::collections::HashMap;
