@@ -34,11 +34,15 @@ for t in "${tables[@]}"; do
   fi
   log "attack table ($t)"
   cat "$t"
-  # The serve table has one column per tier (bwrap, then landlock).
-  awk -F'|' 'FNR>2 && /^\|/ {n++; if ($3 ~ /^ *succeeds/) c++; if ($4 ~ /^ *blocked/) b++;
+  # The serve table has one column per tier (bwrap, then landlock). A positive row (what
+  # must keep working behind palisade) is counted apart: "reached" there is the pass.
+  awk -F'|' 'FNR>2 && /^\|/ {
+      if ($2 ~ /positive row/) { p++; if ($4 ~ /^ *reached, as it must/) pb++; next }
+      n++; if ($3 ~ /^ *succeeds/) c++; if ($4 ~ /^ *blocked/) b++;
       if (NF > 5) { l++; if ($5 ~ /^ *blocked/) lb++; if ($5 ~ /beyond this tier/) lx++ } }
     END {printf "%d attacks: the control succeeded in %d/%d, palisade blocked %d/%d", n, c, n, b, n;
       if (l) printf "; under landlock %d/%d (%d beyond Landlock by design)", lb, l, lx;
+      if (p) printf "; positive rows working behind palisade %d/%d", pb, p;
       printf "\n"}' "$t"
 done
 if [ -f "$host_skips" ]; then
