@@ -14,7 +14,7 @@
 
 use std::sync::LazyLock;
 
-use regex::Regex;
+use regex::{Regex, RegexSet};
 use serde_json::{Map, Value};
 
 /// How much of the arguments the log keeps.
@@ -28,27 +28,25 @@ pub enum Redaction {
 }
 
 // Immutable, compiled once; the patterns are literals, so compilation cannot fail.
+const CARD_PATTERN: &str = r"\b\d(?:[ .-]?\d){12,18}\b";
 #[allow(clippy::expect_used)]
-static CARD: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\b\d(?:[ .-]?\d){12,18}\b").expect("literal regex"));
+static CARD: LazyLock<Regex> = LazyLock::new(|| Regex::new(CARD_PATTERN).expect("literal regex"));
+const SSN_PATTERN: &str = r"\b(\d{3})-(\d{2})-(\d{4})\b|\b(\d{3}) (\d{2}) (\d{4})\b";
 #[allow(clippy::expect_used)]
-static SSN: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"\b(\d{3})-(\d{2})-(\d{4})\b|\b(\d{3}) (\d{2}) (\d{4})\b").expect("literal regex")
-});
+static SSN: LazyLock<Regex> = LazyLock::new(|| Regex::new(SSN_PATTERN).expect("literal regex"));
+const API_KEY_PATTERN: &str = concat!(
+    r"\b(?:sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}",
+    r"|gh[pousr]_[A-Za-z0-9]{36,}",
+    r"|github_pat_[A-Za-z0-9_]{22,}",
+    r"|xox[abprs]-[A-Za-z0-9-]{10,}",
+    r"|AKIA[0-9A-Z]{16}",
+    r"|AIza[0-9A-Za-z_-]{35}",
+    r"|glpat-[A-Za-z0-9_-]{20,}",
+    r"|[rsp]k_(?:live|test)_[A-Za-z0-9]{10,})"
+);
 #[allow(clippy::expect_used)]
-static API_KEY: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(concat!(
-        r"\b(?:sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}",
-        r"|gh[pousr]_[A-Za-z0-9]{36,}",
-        r"|github_pat_[A-Za-z0-9_]{22,}",
-        r"|xox[abprs]-[A-Za-z0-9-]{10,}",
-        r"|AKIA[0-9A-Z]{16}",
-        r"|AIza[0-9A-Za-z_-]{35}",
-        r"|glpat-[A-Za-z0-9_-]{20,}",
-        r"|[rsp]k_(?:live|test)_[A-Za-z0-9]{10,})"
-    ))
-    .expect("literal regex")
-});
+static API_KEY: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(API_KEY_PATTERN).expect("literal regex"));
 #[allow(clippy::expect_used)]
 static SECRET_NAME: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(concat!(
@@ -60,41 +58,40 @@ static SECRET_NAME: LazyLock<Regex> = LazyLock::new(|| {
     .expect("literal regex")
 });
 /// `Bearer <token>` (an `Authorization` header value written into any text).
+const BEARER_PATTERN: &str = r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}";
 #[allow(clippy::expect_used)]
-static BEARER: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}").expect("literal regex")
-});
+static BEARER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(BEARER_PATTERN).expect("literal regex"));
 /// A JSON Web Token: three base64url parts, the first a JSON object (`eyJ`).
+const JWT_PATTERN: &str = r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*";
 #[allow(clippy::expect_used)]
-static JWT: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*").expect("literal regex")
-});
+static JWT: LazyLock<Regex> = LazyLock::new(|| Regex::new(JWT_PATTERN).expect("literal regex"));
 /// `scheme://user:password@host`: the user information of a URL.
+const URL_USERINFO_PATTERN: &str = r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s@]*:[^/?#\s@]*@";
 #[allow(clippy::expect_used)]
-static URL_USERINFO: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s@]*:[^/?#\s@]*@").expect("literal regex")
-});
+static URL_USERINFO: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(URL_USERINFO_PATTERN).expect("literal regex"));
 /// A query or fragment parameter whose name says it carries a secret.
+const SECRET_PARAM_PATTERN: &str = concat!(
+    r"(?i)([?&#;](?:access_token|refresh_token|id_token|token|api_key|apikey|key|secret",
+    r"|client_secret|password|passwd|pwd|pw|pass|auth|sig|signature|session|sessionid",
+    r"|x-amz-signature|x-amz-credential|x-amz-security-token)=)[^&#\s]+"
+);
 #[allow(clippy::expect_used)]
-static SECRET_PARAM: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(concat!(
-        r"(?i)([?&#;](?:access_token|refresh_token|id_token|token|api_key|apikey|key|secret",
-        r"|client_secret|password|passwd|pwd|pw|pass|auth|sig|signature|session|sessionid",
-        r"|x-amz-signature|x-amz-credential|x-amz-security-token)=)[^&#\s]+"
-    ))
-    .expect("literal regex")
-});
+static SECRET_PARAM: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(SECRET_PARAM_PATTERN).expect("literal regex"));
 /// `aws_secret_access_key = …` and its spellings, with the 40-character key after it.
+const AWS_SECRET_ASSIGNED_PATTERN: &str =
+    r#"(?i)(secret_?access_?key|aws_?secret(?:_?key)?)(["']?\s*[=:]\s*["']?)[A-Za-z0-9/+]{40}\b"#;
 #[allow(clippy::expect_used)]
-static AWS_SECRET_ASSIGNED: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"(?i)(secret_?access_?key|aws_?secret(?:_?key)?)(["']?\s*[=:]\s*["']?)[A-Za-z0-9/+]{40}\b"#)
-        .expect("literal regex")
-});
+static AWS_SECRET_ASSIGNED: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(AWS_SECRET_ASSIGNED_PATTERN).expect("literal regex"));
 /// A candidate AWS secret access key on its own: a run of exactly 40 base64 characters
 /// (checked further in `looks_like_aws_secret`).
+const BASE64_40_PATTERN: &str = r"[A-Za-z0-9/+]{40,}";
 #[allow(clippy::expect_used)]
 static BASE64_40: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"[A-Za-z0-9/+]{40,}").expect("literal regex"));
+    LazyLock::new(|| Regex::new(BASE64_40_PATTERN).expect("literal regex"));
 
 /// Values shorter than this under a secret-named key are not searched for elsewhere (a
 /// one-character "secret" would blank every occurrence of that character).
@@ -143,8 +140,31 @@ fn looks_like_aws_secret(run: &str) -> bool {
         && run.bytes().filter(|&b| b == b'/').count() <= 2
 }
 
+/// Every pattern `redact_str` replaces, matched in one pass: a string none of them matches
+/// (nearly every string of a record) is returned as it is, without nine scans.
+#[allow(clippy::expect_used)]
+static ANY_PATTERN: LazyLock<RegexSet> = LazyLock::new(|| {
+    RegexSet::new([
+        URL_USERINFO_PATTERN,
+        SECRET_PARAM_PATTERN,
+        JWT_PATTERN,
+        BEARER_PATTERN,
+        AWS_SECRET_ASSIGNED_PATTERN,
+        BASE64_40_PATTERN,
+        API_KEY_PATTERN,
+        CARD_PATTERN,
+        SSN_PATTERN,
+    ])
+    .expect("literal regexes")
+});
+
 /// Replaces sensitive substrings of one string.
 pub fn redact_str(s: &str) -> String {
+    // Each replacement below only ever acts where its pattern matches; when none matches the
+    // original, none matches any intermediate string either (each is the original).
+    if !ANY_PATTERN.is_match(s) {
+        return s.to_string();
+    }
     let s = URL_USERINFO.replace_all(s, "$1[REDACTED:userinfo]@");
     let s = SECRET_PARAM.replace_all(&s, "$1[REDACTED:secret]");
     let s = JWT.replace_all(&s, "[REDACTED:jwt]");
@@ -399,5 +419,55 @@ mod tests {
             redact_arguments(&a, Redaction::Shapes),
             json!({"path":"string(12)","n":"number","flags":["boolean","null"]})
         );
+    }
+}
+
+#[cfg(test)]
+mod one_pass {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The patterns, one by one, as `redact_str` applies them.
+    fn each() -> [&'static LazyLock<Regex>; 9] {
+        [
+            &URL_USERINFO,
+            &SECRET_PARAM,
+            &JWT,
+            &BEARER,
+            &AWS_SECRET_ASSIGNED,
+            &BASE64_40,
+            &API_KEY,
+            &CARD,
+            &SSN,
+        ]
+    }
+
+    #[test]
+    fn the_one_pass_check_sees_every_pattern_class() {
+        for s in [
+            "https://u:p@example.com/x",
+            "/a?token=abc",
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig",
+            "Authorization: Bearer abcdefgh12345",
+            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "sk_live_abcdefghijkl",
+            "4111 1111 1111 1111",
+            "123-45-6789",
+        ] {
+            assert!(ANY_PATTERN.is_match(s), "{s}");
+            assert_ne!(redact_str(s), s, "{s}");
+        }
+    }
+
+    proptest! {
+        // The shortcut is sound only if the set matches whenever one of the patterns does.
+        #[test]
+        fn the_set_matches_exactly_when_a_pattern_does(
+            s in r"[ -~]{0,60}|(https?://[a-z:@/]{0,20}|Bearer [A-Za-z0-9]{0,12}|[0-9 -]{0,24}|[?&](token|key|pw)=[a-z]{0,6}|(sk|rk)_(live|test)_[A-Za-z0-9]{0,12}|eyJ[A-Za-z0-9._-]{0,30}){1,3}"
+        ) {
+            let any = each().iter().any(|r| r.is_match(&s));
+            prop_assert_eq!(ANY_PATTERN.is_match(&s), any);
+        }
     }
 }
