@@ -60,6 +60,17 @@ pub(in crate::gateway) fn result_json(answer: CallToolResult, received: Option<R
     Value::Object(out)
 }
 
+impl Answer {
+    /// An error the agent gets: a JSON-RPC error or a result with `isError: true`.
+    pub(in crate::gateway) fn is_error(&self) -> bool {
+        match self {
+            Answer::Error(_) => true,
+            Answer::Result(r) => r.is_error == Some(true),
+            Answer::Relayed(_) | Answer::Task(_) => false,
+        }
+    }
+}
+
 /// What a server answered a call, decoded only as far as the stages need: a result that is
 /// not an error goes on as `Relayed` (its typed view is built later only if a stage must
 /// change it); an error result is decoded for `annotate` and the record.

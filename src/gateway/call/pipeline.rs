@@ -158,11 +158,16 @@ pub async fn call_tool(
 
     // Stage 6: annotate sandbox-caused errors; network refusals first (they are certain).
     let (answer, received) = mark_refusals(&network_refusals, &slot.name, (answer, received));
-    let call_paths = call_paths(
-        path_args.as_deref(),
-        cwd,
-        slot.roots.options().home.as_deref(),
-    );
+    // Only an error is annotated; the paths are resolved (file system calls) only for one.
+    let call_paths = if answer.is_error() {
+        call_paths(
+            path_args.as_deref(),
+            cwd,
+            slot.roots.options().home.as_deref(),
+        )
+    } else {
+        Vec::new()
+    };
     let answer = annotate(&slot, enforcement.as_ref(), &call_paths, answer);
     // A task handle: the task is remembered under the id the agent will use.
     let answer = match answer {
