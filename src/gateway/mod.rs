@@ -413,6 +413,11 @@ impl Gateway {
         // Calls in flight were cancelled with the session (rmcp cancels its handlers when
         // the client goes); give them a moment to write their audit records before their
         // servers stop.
+        // Calls suspended in a 2026-07-28 round wait for a retry that cannot come now.
+        let abandoned = self.shared.mrtr.abandon_all();
+        if abandoned > 0 {
+            tracing::info!("{abandoned} call(s) suspended in a round cancelled at shutdown");
+        }
         self.shared.calls.close();
         if tokio::time::timeout(CALLS_DRAIN, self.shared.calls.wait())
             .await

@@ -242,6 +242,21 @@ impl Pending {
         }
         Ok(driver)
     }
+
+    /// Forgets every waiting round and cancels the calls suspended in them (the gateway is
+    /// stopping: no retry will come). Each such call then ends as a cancelled call, with its
+    /// audit record, instead of holding the shutdown until its drain limit.
+    pub fn abandon_all(&self) -> usize {
+        let waiting: Vec<Waiting> = lock(&self.map).drain().map(|(_, w)| w).collect();
+        let mut cancelled = 0;
+        for (_, _, driver) in waiting {
+            if let Some(d) = driver {
+                d.cancel.cancel();
+                cancelled += 1;
+            }
+        }
+        cancelled
+    }
 }
 
 /// One open call: its registration id and its round.
@@ -353,6 +368,10 @@ pub async fn call(
             let round = Arc::new(Round::new(caps, answer).with_suspend(tx));
             let shared = shared.clone();
             let call = tokio::spawn(async move {
+                // Counted for as long as the call runs, across every round it is suspended in
+                // (the request that started it may have ended long before): shutdown waits
+                // for it so that its audit record is written.
+                let _in_flight = shared.calls.token();
                 let pipeline =
                     crate::gateway::call::pipeline::call_tool(&shared, typed, &extra, ctx);
                 scope(round, pipeline)
@@ -449,6 +468,34 @@ pub fn input_required(q: &Question, handle: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn abandoning_the_waiting_rounds_cancels_the_suspended_calls() {
+        let pending = Pending::default();
+        let cancel = CancellationToken::new();
+        let seen = cancel.clone();
+        // A suspended call: it ends only when cancelled, as a forwarded call does.
+        let call = tokio::spawn(async move {
+            seen.cancelled().await;
+            Err(ErrorData::internal_error("cancelled", None))
+        });
+        let (_tx, suspensions) = mpsc::channel(1);
+        let (answer, _rx) = oneshot::channel();
+        let driver = Driver {
+            call,
+            cancel: cancel.clone(),
+            suspensions,
+            answer,
+        };
+        let handle = pending.insert_with("fp".into(), Instant::now(), Some(driver));
+        pending.insert("other".into(), Instant::now());
+        assert_eq!(pending.abandon_all(), 1);
+        assert!(cancel.is_cancelled());
+        assert_eq!(
+            pending.take(&handle, "fp", Instant::now()).unwrap_err(),
+            StateError::Unknown
+        );
+    }
 
     fn args(v: Value) -> serde_json::Map<String, Value> {
         v.as_object().cloned().unwrap_or_default()
