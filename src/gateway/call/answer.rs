@@ -74,19 +74,34 @@ impl Answer {
 /// What a server answered a call, decoded only as far as the stages need: a result that is
 /// not an error goes on as `Relayed` (its typed view is built later only if a stage must
 /// change it); an error result is decoded for `annotate` and the record.
+/// `asks_task`: the call was task-augmented, so the answer may be a task handle
+/// (`{"task": {...}}`) instead of a tool result.
 pub(in crate::gateway) fn received(
     server: &str,
     raw: Box<RawValue>,
+    asks_task: bool,
 ) -> Result<(Answer, Option<Received>), crate::gateway::server::handler::ForwardError> {
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Probe {
         #[serde(default)]
         is_error: Option<bool>,
+        #[serde(default)]
+        task: Option<serde::de::IgnoredAny>,
     }
     match serde_json::from_str::<Probe>(raw.get()) {
+        Ok(Probe { task: Some(_), .. }) if asks_task => {
+            let handle = serde_json::from_str::<Value>(raw.get()).map_err(|e| {
+                crate::gateway::server::handler::ForwardError::Other {
+                    server: server.to_string(),
+                    message: format!("its task handle is not valid JSON ({e})"),
+                }
+            })?;
+            Ok((Answer::Task(handle), None))
+        }
         Ok(Probe {
             is_error: None | Some(false),
+            ..
         }) => Ok((Answer::Relayed(raw), None)),
         // An error result, or one the probe cannot read (the typed parse says why).
         _ => typed(server, raw),
@@ -127,16 +142,6 @@ pub(in crate::gateway) fn task_field(answer: &Answer, key: &str) -> Option<Strin
             .map(str::to_string),
         _ => None,
     }
-}
-
-/// Whether a result is a task handle (`{"task": {"taskId": ...}}`) rather than a tool result.
-pub(in crate::gateway) fn is_task_handle(raw: &RawValue) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Probe<'a> {
-        #[serde(borrow)]
-        task: Option<&'a RawValue>,
-    }
-    serde_json::from_str::<Probe>(raw.get()).is_ok_and(|p| p.task.is_some())
 }
 
 /// Tells the agent which connections the egress proxy refused during the call: an error's

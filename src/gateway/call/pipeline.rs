@@ -282,16 +282,7 @@ async fn forward(
         )
         .await
     {
-        Ok(raw) if asks_task && is_task_handle(&raw) => {
-            match serde_json::from_str::<Value>(raw.get()) {
-                Ok(handle) => (Answer::Task(handle), None),
-                Err(e) => (
-                    Answer::Error(ErrorData::internal_error(e.to_string(), None)),
-                    None,
-                ),
-            }
-        }
-        Ok(raw) => match crate::gateway::call::answer::received(&conn.server, raw) {
+        Ok(raw) => match crate::gateway::call::answer::received(&conn.server, raw, asks_task) {
             Ok(got) => got,
             Err(e) => (
                 Answer::Error(ErrorData::internal_error(e.to_string(), None)),
