@@ -80,7 +80,7 @@ pub enum ServerProcess {
     Child {
         child: Child,
         /// Kept alive as long as the child: it may own resources the sandbox uses.
-        guard: PreparedGuard,
+        guard: Box<PreparedGuard>,
     },
     Task {
         /// `None` once the task's end has been seen (a `JoinHandle` is polled to its end once).
@@ -188,7 +188,7 @@ impl Launcher for ProcessLauncher {
             faults: s.faults,
             process: ServerProcess::Child {
                 child: s.child,
-                guard: s.prepared_guard,
+                guard: Box::new(s.prepared_guard),
             },
         })
     }
