@@ -89,6 +89,18 @@ pub enum ServerProcess {
     },
 }
 
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        // The backstop a child has in `kill_on_drop`: a task outlives no supervisor.
+        if let ServerProcess::Task {
+            handle: Some(h), ..
+        } = self
+        {
+            h.abort();
+        }
+    }
+}
+
 impl ServerProcess {
     /// Waits until the server ends. Cancel-safe; may be called again after it returned.
     pub async fn wait(&mut self) -> Exit {
@@ -337,5 +349,30 @@ mod tests {
             "in-process task aborted"
         );
         assert!(!l.process.terminate(), "nothing left to stop");
+    }
+
+    // Paused time: the runtime advances the clock only when nothing else can run, so the
+    // timeout below fires only if the dropped task was never aborted (not a timed assertion).
+    #[tokio::test(start_paused = true)]
+    async fn dropping_an_in_process_server_aborts_its_task() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
+        // The task holds the sender until it ends: the receiver hears when it is dropped.
+        let hold = Arc::new(move |_pipes: InProcessPipes| {
+            let tx = tx.lock().unwrap().take();
+            Box::pin(async move {
+                let _tx = tx;
+                std::future::pending::<()>().await
+            }) as Pin<Box<dyn Future<Output = ()> + Send>>
+        });
+        let launcher = InProcessLauncher::new(hold);
+        let faults = Arc::new(ProcessFaults::new("t", 1 << 20));
+        let l = launcher.launch(&request("t"), &caps(), faults).unwrap();
+        drop(l);
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(3600), rx).await;
+        assert!(
+            matches!(ended, Ok(Err(_))),
+            "the task outlived its handle: {ended:?}"
+        );
     }
 }
