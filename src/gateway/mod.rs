@@ -8,7 +8,8 @@
 //! - `call/`: one tool call's stages (`pipeline`: route → agent roots → policy → approval →
 //!   widen → forward → annotate → audit), with what the stages need (`blocked`, `widen`,
 //!   `applied`, `remembered`) and tasks (`tasks`, `task_relay`).
-//! - `server/`: one downstream server: `supervisor` (start, watch, restart, stop), `spawn`,
+//! - `server/`: one downstream server: `supervisor` (start, watch, restart, stop),
+//!   `launcher` (the seam: a sandboxed process in production, a task in unit tests), `spawn`,
 //!   `peer` (its JSON-RPC wire), `handler` (what it sends us), `tap`, `fault`, `roots`,
 //!   `relay/` (its sampling and elicitation).
 //! - `stages/`: the injected stages (policy, approval, audit) and their implementations.
@@ -75,6 +76,10 @@ pub struct GatewayOptions {
     /// `protectedPaths`): masked in every server's sandbox that would show them (a writable
     /// root holding the audit log must not let a server truncate it), whatever the policy.
     pub protected: Vec<PathBuf>,
+    /// How servers are started. [`GatewayOptions::new`] sets the process launcher (each server
+    /// a sandboxed child), and the CLI never changes it; unit tests of the call pipeline set
+    /// `server::launcher::InProcessLauncher` (servers as tasks, reported as not sandboxed).
+    pub launcher: Arc<dyn server::launcher::Launcher>,
 }
 
 impl GatewayOptions {
@@ -105,6 +110,7 @@ impl GatewayOptions {
             pins: None,
             refused: Vec::new(),
             protected: Vec::new(),
+            launcher: Arc::new(server::launcher::ProcessLauncher),
         })
     }
 }
@@ -160,16 +166,15 @@ impl Gateway {
         // Probed once, off the runtime's threads (it runs a trial sandbox); every start and
         // relaunch of every server is resolved against it.
         // srt is asked whether it runs (a Node start) only when some server may use it.
+        // A launcher that never sandboxes (in-process tests) needs no trial sandbox.
+        let depth = opts.launcher.probe_depth();
         let srt_probe = if opts.config.uses_backend(crate::config::Backend::Srt) {
             crate::sandbox::capabilities::SrtProbe::Run
         } else {
             crate::sandbox::capabilities::SrtProbe::Locate
         };
         let caps = tokio::task::spawn_blocking(move || {
-            crate::sandbox::capabilities::probe_for(
-                crate::sandbox::capabilities::Depth::Full,
-                srt_probe,
-            )
+            crate::sandbox::capabilities::probe_for(depth, srt_probe)
         })
         .await
         .map_err(|e| GatewayError::Probe(e.to_string()))?;
@@ -296,7 +301,8 @@ impl Gateway {
         let shared = Arc::new(
             state::Shared::new(slots, opts.stages, opts.limits, opts.upstream, caps)
                 .with_egress(egress.as_ref().map(|e| e.proxy.clone()))
-                .with_pins(opts.pins),
+                .with_pins(opts.pins)
+                .with_launcher(opts.launcher),
         );
         let mut supervisors = Vec::new();
         let mut settled = Vec::new();
@@ -502,4 +508,22 @@ fn create_private_dir(path: &Path) -> Result<PathBuf, GatewayError> {
             .map_err(err)?;
     }
     std::fs::canonicalize(path).map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_from_a_config_start_servers_as_processes() {
+        let config =
+            crate::config::parse_str(r#"{"mcpServers": {"a": {"command": "x"}}}"#, "t.json")
+                .unwrap();
+        let opts = GatewayOptions::new(config).unwrap();
+        assert_eq!(format!("{:?}", opts.launcher), "ProcessLauncher");
+        assert_eq!(
+            opts.launcher.probe_depth(),
+            crate::sandbox::capabilities::Depth::Full
+        );
+    }
 }

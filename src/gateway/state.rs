@@ -245,6 +245,8 @@ pub struct Shared {
     /// What this machine can enforce, probed once when the gateway starts: a probe runs a
     /// trial sandbox, which every server start and relaunch would otherwise repeat.
     pub caps: Arc<crate::sandbox::capabilities::Capabilities>,
+    /// How every server is started: `launcher::ProcessLauncher` outside tests.
+    pub launcher: Arc<dyn crate::gateway::server::launcher::Launcher>,
     /// Approvals remembered in this session ("approve and remember"); never persisted.
     pub remembered: crate::gateway::call::remembered::Remembered,
     /// Every `tools/call` in progress: shutdown waits (bounded) for them, so that a call cut
@@ -289,6 +291,7 @@ impl Shared {
             upstream_roots: Default::default(),
             egress: None,
             caps: Arc::new(caps),
+            launcher: Arc::new(crate::gateway::server::launcher::ProcessLauncher),
             remembered: Default::default(),
             calls: tokio_util::task::TaskTracker::new(),
             pins: None,
@@ -305,6 +308,15 @@ impl Shared {
         pins: Option<Arc<crate::gateway::stages::pinning::PinGate>>,
     ) -> Shared {
         self.pins = pins;
+        self
+    }
+
+    /// Sets how servers are started (`GatewayOptions::launcher`).
+    pub fn with_launcher(
+        mut self,
+        launcher: Arc<dyn crate::gateway::server::launcher::Launcher>,
+    ) -> Shared {
+        self.launcher = launcher;
         self
     }
 

@@ -2,7 +2,8 @@
 //! roots, policy, approval, widen and forward, annotate, audit); the stages' helpers live
 //! beside it (`blocked`: the `[SANDBOX BLOCKED]` classifier; `widen` and `applied`: an
 //! approval's new roots and the relaunch; `remembered`: approvals remembered for the
-//! session); `tasks` and `task_relay` carry a task-augmented call past its creation.
+//! session); `tasks` and `task_relay` carry a task-augmented call past its creation. `tests`
+//! runs the whole pipeline in-process (an in-process server, a raw agent over duplex pipes).
 
 pub mod answer;
 pub mod applied;
@@ -13,3 +14,6 @@ pub mod route;
 pub mod task_relay;
 pub mod tasks;
 pub mod widen;
+
+#[cfg(test)]
+mod tests;

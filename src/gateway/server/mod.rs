@@ -1,11 +1,13 @@
-//! One downstream server: `supervisor` starts, watches, restarts and stops it (`spawn` makes
-//! its launch request and process); `peer` is its JSON-RPC wire (lines read by `tap`, writes
+//! One downstream server: `supervisor` starts, watches, restarts and stops it through a
+//! `launcher` (production: `spawn` makes its launch request and sandboxed process; the
+//! pipeline's unit tests: an in-process task over `tokio::io::duplex` pipes); `peer` is its JSON-RPC wire (lines read by `tap`, writes
 //! watched by `stdin_watch`, faults and its end in `fault`); `handler` answers what it sends
 //! us (roots from `roots`, progress through `progress`, sampling and elicitation through
 //! `relay/`).
 
 pub mod fault;
 pub mod handler;
+pub mod launcher;
 pub mod listing;
 pub mod peer;
 pub mod progress;

@@ -1,5 +1,6 @@
-//! One supervisor task per configured server: start (spawn, initialize within the startup
-//! timeout, first lists), watch (child exit, transport closed, list changes), restart with
+//! One supervisor task per configured server: start (launch through the gateway's
+//! `launcher::Launcher`: a sandboxed child in production, a task in the pipeline's unit tests;
+//! initialize within the startup timeout, first lists), watch (child exit, transport closed, list changes), restart with
 //! exponential backoff up to a limit, and stop (close stdin, wait, SIGTERM, wait, SIGKILL,
 //! always reap).
 //!
@@ -12,14 +13,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::model::InitializeResult;
-use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::gateway::server::fault::ProcessFaults;
 use crate::gateway::server::handler::{Connection, DownstreamHandler, ListKind};
+use crate::gateway::server::launcher::{Exit, ServerProcess};
 use crate::gateway::server::peer::ServerPeer;
 use crate::gateway::server::progress::ProgressMap;
-use crate::gateway::server::spawn::{self, PreparedGuard, SpawnError};
+use crate::gateway::server::spawn::SpawnError;
 use crate::gateway::state::{Live, Relaunch, Shared, Slot, Status};
 
 use super::listing::{fetch_lists, spawn_relist};
@@ -58,14 +59,14 @@ const STDERR_SETTLE: Duration = Duration::from_millis(500);
 
 /// A started server, owned by its supervisor.
 struct Running {
-    child: Child,
+    /// The child process (or in-process task) and what its launch attached.
+    process: ServerProcess,
     conn: Connection,
     list_rx: mpsc::UnboundedReceiver<ListKind>,
     /// The root-set version this process was launched with (its mounts).
     roots_version: u64,
     /// Its output budget and protocol faults (charged by the pipe readers).
     faults: Arc<ProcessFaults>,
-    _guard: PreparedGuard,
 }
 
 /// Why a running server stopped.
@@ -158,7 +159,7 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                         // Why a limit killed it, for the agent: the calls it left unanswered
                         // are told at once (they wait briefly for this), later calls by the
                         // slot's status.
-                        let guard_hits = running._guard.limits_hit();
+                        let guard_hits = running.process.limits_hit();
                         let why = if guard_hits.is_empty() {
                             why
                         } else {
@@ -261,7 +262,7 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
     };
     let req = &req;
     slot.roots.reset_fetched();
-    let spawned = match spawn::spawn_with_faults(
+    let spawned = match shared.launcher.launch(
         req,
         &shared.caps,
         Arc::new(
@@ -291,10 +292,14 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
             server = %slot.name,
             "started (enforcement: opted-out, \"sandbox\": false in the config)"
         ),
+        crate::sandbox::launch::Enforcement::InProcess => tracing::warn!(
+            server = %slot.name,
+            "started (enforcement: in-process test server, NOT sandboxed)"
+        ),
     }
     slot.update(|s| s.enforcement = Some(enforcement));
 
-    let mut child = spawned.child;
+    let mut process = spawned.process;
     let faults = spawned.faults;
     let (list_tx, list_rx) = mpsc::unbounded_channel();
     let progress = Arc::new(ProgressMap::default());
@@ -328,7 +333,7 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         r = initialize(&peer, &init_params, timeout) => r,
         _ = shared.shutdown.cancelled() => {
             peer.close();
-            reap_now(&mut child, &slot.name).await;
+            reap_now(&mut process, &slot.name).await;
             return Err(StartError::Shutdown);
         }
     };
@@ -336,7 +341,7 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         Ok(init) => init,
         Err(e @ (StartError::Init(_) | StartError::InitTimeout(_))) => {
             peer.close();
-            reap_now(&mut child, &slot.name).await;
+            reap_now(&mut process, &slot.name).await;
             return Err(match faults.stderr_tail(STDERR_SETTLE).await {
                 Some(tail) => StartError::Said {
                     error: Box::new(e),
@@ -347,7 +352,7 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         }
         Err(e) => {
             peer.close();
-            reap_now(&mut child, &slot.name).await;
+            reap_now(&mut process, &slot.name).await;
             return Err(e);
         }
     };
@@ -360,12 +365,11 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         faults: faults.clone(),
     };
     let mut running = Running {
-        child,
+        process,
         conn,
         list_rx,
         roots_version: roots.version,
         faults,
-        _guard: spawned.prepared_guard,
     };
     let lists = match fetch_lists(&running.conn, timeout).await {
         Ok(l) => l,
@@ -468,12 +472,7 @@ async fn watch(
                     return End::Relaunch(r);
                 }
             }
-            status = running.child.wait() => {
-                return End::Exited(match status {
-                    Ok(s) => exit_reason(s, slot),
-                    Err(e) => format!("waiting for the server failed: {e}"),
-                });
-            }
+            exit = running.process.wait() => return End::Exited(exit_reason(exit, slot)),
             why = running.faults.tripped() => return End::Fault(why),
             _ = shared.shutdown.cancelled() => return End::Shutdown,
             Some(kind) = running.list_rx.recv() => {
@@ -517,12 +516,8 @@ async fn watch(
                 }
                 // A fork bomb held at pids.max keeps the server alive but useless: treat
                 // the limit like a memory kill, restart it and say why.
-                if let Some(why) = running._guard.task_limit_hit() {
-                    return End::Fault(why);
-                }
-                // As root without a pids cgroup nothing else holds the task limit.
-                let over = running.child.id().and_then(|pid| running._guard.tasks_over_limit(pid));
-                if let Some(why) = over {
+                // (As root without a pids cgroup, the tree is counted.)
+                if let Some(why) = running.process.over_task_limit() {
                     return End::Fault(why);
                 }
                 if running.conn.peer.is_closed() {
@@ -537,34 +532,32 @@ async fn watch(
 /// wait, SIGKILL; always reaps. Returns how it ended, for the log.
 async fn stop(running: Running, limits: &crate::gateway::state::Limits, name: &str) -> String {
     let Running {
-        mut child,
-        conn,
-        _guard,
-        ..
+        mut process, conn, ..
     } = running;
     // Closing the connection closes the child's stdin: a well-behaved server exits.
     conn.peer.close();
-    if let Ok(Ok(status)) = tokio::time::timeout(limits.shutdown_grace, child.wait()).await {
-        return format!("{status}");
+    if let Ok(exit) = tokio::time::timeout(limits.shutdown_grace, process.wait()).await {
+        return exit.to_string();
     }
-    if let Some(pid) = child.id() {
-        tracing::info!(server = %name, "did not exit after stdin closed; sending SIGTERM");
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        if let Ok(Ok(status)) = tokio::time::timeout(limits.shutdown_grace, child.wait()).await {
-            return format!("{status} after SIGTERM");
+    if process.terminate() {
+        tracing::info!(server = %name, "did not exit after stdin closed; sent SIGTERM");
+        if let Ok(exit) = tokio::time::timeout(limits.shutdown_grace, process.wait()).await {
+            return format!("{exit} after SIGTERM");
         }
     }
     tracing::warn!(server = %name, "did not exit after SIGTERM; killing");
-    reap_now(&mut child, name).await;
+    reap_now(&mut process, name).await;
     "killed".into()
 }
 
 /// How a server's exit reads to the agent; a signal that a configured limit sends is named.
-fn exit_reason(status: std::process::ExitStatus, slot: &Slot) -> String {
+fn exit_reason(exit: Exit, slot: &Slot) -> String {
     use std::os::unix::process::ExitStatusExt;
+    let status = match exit {
+        Exit::Status(s) => s,
+        Exit::Task(how) => return format!("the in-process server ended ({how})"),
+        Exit::Unknown(e) => return format!("waiting for the server failed: {e}"),
+    };
     let base = format!("the server exited ({status})");
     let cpu = slot.req.as_ref().and_then(|r| r.limits.cpu_seconds);
     // Killed by SIGXCPU: as a signal when palisade runs the server directly, as exit code
@@ -583,16 +576,16 @@ fn exit_reason(status: std::process::ExitStatus, slot: &Slot) -> String {
 /// flooding its pipes). Closes its connection, SIGKILLs it and reaps it.
 async fn kill(running: Running, limits: &crate::gateway::state::Limits, name: &str) {
     let Running {
-        mut child, conn, ..
+        mut process, conn, ..
     } = running;
-    reap_now(&mut child, name).await;
+    reap_now(&mut process, name).await;
     conn.peer.close();
     let _ = tokio::time::timeout(limits.shutdown_grace, conn.peer.closed()).await;
 }
 
 /// SIGKILL and reap (a child that never got as far as a connection).
-async fn reap_now(child: &mut Child, name: &str) {
-    if let Err(e) = child.kill().await {
+async fn reap_now(process: &mut ServerProcess, name: &str) {
+    if let Err(e) = process.kill().await {
         tracing::debug!(server = %name, "kill: {e}");
     }
 }

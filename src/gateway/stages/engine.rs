@@ -140,6 +140,10 @@ pub fn to_audit_record(rec: &CallRecord) -> AuditRecord {
             Some("none".to_string()),
             vec!["sandbox: false in the server's config".to_string()],
         ),
+        Some(Enforcement::InProcess) => (
+            Some("none".to_string()),
+            vec!["an in-process test server: not sandboxed".to_string()],
+        ),
         None => (None, vec![]),
     };
     AuditRecord {

@@ -31,6 +31,9 @@ pub enum Enforcement {
     },
     /// The user opted this server out of the sandbox.
     OptedOut,
+    /// Not a process at all: a test server run as a task inside the gateway
+    /// (`gateway::server::launcher::InProcessLauncher`). Never a sandbox, never in production.
+    InProcess,
 }
 
 impl Enforcement {
