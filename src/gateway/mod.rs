@@ -376,7 +376,7 @@ impl Gateway {
         // answered with an error instead of being dropped unanswered.
         let reader = agent::frame::LineCap::new(reader, server::tap::MAX_LINE);
         let transport = agent::front::start(reader, writer, self.shared.clone());
-        let handler = agent::service::RelayingService(agent::service::Upstream {
+        let handler = agent::relaying::RelayingService(agent::service::Upstream {
             shared: self.shared.clone(),
         });
         // A stop during the handshake counts too: a client may give up before it completes.

@@ -1,7 +1,8 @@
 //! The agent's side of the gateway: how the agent's messages come in and answers go back.
 //!
 //! `front` owns the agent's stdio (tools/call and tasks answered from the raw line, the rest
-//! handed to `service`, rmcp's session); `http/` is the Streamable HTTP front; `frame` caps
+//! handed to rmcp's session: `relaying` relays the servers' answers as their bytes, `service` makes
+//! the rest); `http/` is the Streamable HTTP front; `frame` caps
 //! the agent's lines; `stdio` puts stdin/stdout on the reactor; `link` is the one way back to
 //! the agent for requests and notifications; `agent_roots` the agent's declared roots;
 //! `versions` the bridge between protocol revisions.
@@ -12,6 +13,7 @@ pub mod front;
 pub mod http;
 pub mod link;
 pub mod mrtr;
+pub mod relaying;
 pub mod service;
 pub mod stdio;
 pub mod versions;

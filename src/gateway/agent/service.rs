@@ -16,18 +16,16 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
-use rmcp::model::CustomResult;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientRequest, CompleteRequest, CompleteRequestParams,
     CompleteResult, GetPromptRequest, GetPromptRequestParams, GetPromptResponse, Implementation,
     InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
     ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, Reference,
-    ServerCapabilities, ServerConfig, ServerResult, SetLevelRequest, SetLevelRequestParams,
-    SubscribeRequest, SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
+    ServerCapabilities, ServerConfig, SetLevelRequest, SetLevelRequestParams, SubscribeRequest,
+    SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext};
-use rmcp::service::{NotificationContext as NoteCtx, Service};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -231,7 +229,7 @@ impl Upstream {
     }
 
     /// `prompts/get`, routed, checked and audited; the result as the server sent it.
-    async fn get_prompt_raw(
+    pub(super) async fn get_prompt_raw(
         &self,
         mut request: GetPromptRequestParams,
         context: &RequestContext<RoleServer>,
@@ -255,7 +253,7 @@ impl Upstream {
     }
 
     /// `resources/read`, routed, checked and audited; the result as the server sent it.
-    async fn read_resource_raw(
+    pub(super) async fn read_resource_raw(
         &self,
         mut request: ReadResourceRequestParams,
         context: &RequestContext<RoleServer>,
@@ -272,7 +270,7 @@ impl Upstream {
     }
 
     /// `completion/complete`, routed and audited; the result as the server sent it.
-    async fn complete_raw(
+    pub(super) async fn complete_raw(
         &self,
         mut request: CompleteRequestParams,
         context: &RequestContext<RoleServer>,
@@ -566,129 +564,5 @@ impl ServerHandler for Upstream {
             }
         }
         first_err.map_or(Ok(()), Err)
-    }
-}
-
-/// The service the agent's connection runs: rmcp's session machinery (handshake, framing,
-/// ids, cancellation) around `Upstream`, except for the answers Palisade relays rather than
-/// makes: the lists, tool results, prompts, resource reads and completions go to the agent as
-/// the servers' own JSON (names rewritten), never re-encoded through rmcp's typed models,
-/// which drop what they do not know (a tool's `execution`) and re-spell numbers.
-#[derive(Clone)]
-pub struct RelayingService(pub Upstream);
-
-/// A list result of the catalog (`{"tools": [...]}`…), or an empty one under `key`.
-fn list_result(v: &Value, key: &str) -> Value {
-    if v.is_null() {
-        serde_json::json!({ key: [] })
-    } else {
-        v.clone()
-    }
-}
-
-fn relayed(raw: &RawValue) -> Result<Value, ErrorData> {
-    serde_json::from_str::<Value>(raw.get())
-        .map_err(|e| ErrorData::internal_error(format!("unreadable result: {e}"), None))
-}
-
-impl RelayingService {
-    /// The answer to a request Palisade relays, or `None` when `Upstream` answers it.
-    async fn relay(
-        &self,
-        request: ClientRequest,
-        context: RequestContext<RoleServer>,
-    ) -> Result<Result<Value, ErrorData>, (ClientRequest, RequestContext<RoleServer>)> {
-        let up = &self.0;
-        let catalog = || up.shared.catalog();
-        Ok(match request {
-            ClientRequest::ListToolsRequest(_) => Ok(list_result(&catalog().tools_result, "tools")),
-            ClientRequest::ListPromptsRequest(_) => {
-                Ok(list_result(&catalog().prompts_result, "prompts"))
-            }
-            ClientRequest::ListResourcesRequest(_) => {
-                Ok(list_result(&catalog().resources_result, "resources"))
-            }
-            ClientRequest::ListResourceTemplatesRequest(_) => Ok(list_result(
-                &catalog().templates_result,
-                "resourceTemplates",
-            )),
-            ClientRequest::CallToolRequest(r) => {
-                // Counted while it runs: shutdown waits for it so its audit record is written.
-                let _in_flight = up.shared.calls.token();
-                if !super::versions::is_modern(&context.meta) {
-                    return Ok(pipeline::call_tool(
-                        &up.shared,
-                        r.params,
-                        &Default::default(),
-                        context,
-                    )
-                    .await
-                    .and_then(|raw| crate::gateway::call::answer::value_of(&raw)));
-                }
-                // A 2026-07-28 call that opens the session comes this way, not by the front.
-                super::mrtr::call(up.shared.clone(), r.params, Default::default(), context).await
-            }
-            ClientRequest::GetPromptRequest(r) => up
-                .get_prompt_raw(r.params, &context)
-                .await
-                .and_then(|raw| relayed(&raw)),
-            ClientRequest::ReadResourceRequest(r) => up
-                .read_resource_raw(r.params, &context)
-                .await
-                .and_then(|raw| relayed(&raw)),
-            ClientRequest::CompleteRequest(r) => up
-                .complete_raw(r.params, &context)
-                .await
-                .and_then(|raw| relayed(&raw)),
-            other => return Err((other, context)),
-        })
-    }
-}
-
-impl Service<RoleServer> for RelayingService {
-    async fn handle_request(
-        &self,
-        request: ClientRequest,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ServerResult, ErrorData> {
-        let up = &self.0;
-        // A 2026-07-28 session starts with no `initialize`: its first request brings the
-        // agent's side of the connection.
-        if up.shared.upstream.get().is_none() {
-            up.shared.upstream.set(context.peer.clone());
-        }
-        let method = request.method().to_string();
-        let modern = crate::gateway::agent::versions::is_modern(&context.meta);
-        if modern {
-            crate::gateway::agent::versions::check_envelope(&context.meta)?;
-        }
-        match self.relay(request, context).await {
-            Ok(answer) => {
-                let mut v = answer?;
-                if modern {
-                    crate::gateway::agent::versions::stamp_result(&method, &mut v);
-                }
-                Ok(ServerResult::CustomResult(CustomResult(v)))
-            }
-            Err((other, context)) => {
-                <Upstream as Service<RoleServer>>::handle_request(up, other, context).await
-            }
-        }
-    }
-
-    async fn handle_notification(
-        &self,
-        notification: rmcp::model::ClientNotification,
-        context: NoteCtx<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        <Upstream as Service<RoleServer>>::handle_notification(&self.0, notification, context).await
-    }
-
-    fn get_info(&self) -> ServerConfig {
-        <Upstream as Service<RoleServer>>::get_info(&self.0)
-    }
-
-    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        <Upstream as Service<RoleServer>>::supported_protocol_versions(&self.0)
     }
 }
