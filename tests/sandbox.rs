@@ -1057,3 +1057,108 @@ async fn prepare_gives_the_gateway_a_spawnable_sandbox_with_deny_masks() {
     assert!(status.success());
     assert_eq!(out, "fineend", "deny masks must hide .env and secret/");
 }
+
+/// The Landlock ABI `palisade check` reports, or `None` (reported as a host skip).
+fn landlock_abi(test: &str) -> Option<u64> {
+    let out = palisade().args(["check", "--json"]).output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let abi = report["machine"]["landlock"]["abi"].as_u64();
+    if abi.is_none() {
+        skip::host_skip(test, "Landlock is not available on this kernel");
+    }
+    abi
+}
+
+/// `run --backend landlock` spawns and waits instead of exec'ing (its private HOME/TMPDIR
+/// must be removed afterwards): the exit status and a death by signal come back, SIGTERM and
+/// SIGHUP sent to palisade end the command (128+N), the command starts with no signal
+/// blocked (regression: palisade blocks them to wait with sigwait, and a child that
+/// inherited that mask ignored the forwarded SIGTERM and hung), HOME and TMPDIR are private
+/// and writable, and nothing is left in palisade's TMPDIR.
+#[test]
+fn landlock_run_passes_on_status_and_signals_and_leaves_no_scratch() {
+    let test = "sandbox::landlock_run_passes_on_status_and_signals_and_leaves_no_scratch";
+    if landlock_abi(test).is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let real_tmp = std::fs::canonicalize(tmp.path()).unwrap();
+    let run = |argv: &[&str]| {
+        let mut c = palisade();
+        c.env("TMPDIR", tmp.path())
+            .args(["run", "--backend", "landlock", "--"])
+            .args(argv);
+        c
+    };
+    for (script, code) in [("exit 0", 0), ("exit 42", 42), ("kill -9 $$", 137)] {
+        let st = run(&["/bin/sh", "-c", script]).status().unwrap();
+        assert_eq!(st.code(), Some(code), "{script}");
+    }
+
+    let out = run(&[
+        "/bin/sh",
+        "-c",
+        "echo h > \"$HOME/f\" && echo t > \"$TMPDIR/f\" && cat \"$HOME/f\" \"$TMPDIR/f\" \
+         && echo \"$HOME\" && echo \"$TMPDIR\"",
+    ])
+    .output()
+    .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout} {}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[..2], ["h", "t"], "HOME and TMPDIR are writable");
+    let (home, tmpdir) = (Path::new(lines[2]), Path::new(lines[3]));
+    assert_ne!(home, tmpdir);
+    for d in [home, tmpdir] {
+        assert!(
+            d.starts_with(&real_tmp),
+            "private, under palisade's TMPDIR: {d:?}"
+        );
+    }
+
+    let out = run(&["/bin/grep", "^SigBlk", "/proc/self/status"])
+        .output()
+        .unwrap();
+    assert_eq!(text(&out.stdout).trim(), "SigBlk:\t0000000000000000");
+
+    let mut n = 600_000 + std::process::id() % 50_000;
+    for sig in [libc::SIGTERM, libc::SIGHUP] {
+        n += 1;
+        let mut child = run(&["/bin/sh", "-c", &format!("echo up; exec sleep {n}")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "up\n");
+        // Safety net so a command that ignores the forwarded signal fails the test instead
+        // of hanging it (palisade then dies by SIGKILL, not with 128+N).
+        let pid = child.id() as i32;
+        let sleeper = format!("sleep {n}");
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watched = done.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(60));
+            if watched.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            for p in processes_with(&sleeper) {
+                // SAFETY: kill() on a process this test started.
+                unsafe { libc::kill(p as i32, libc::SIGKILL) };
+            }
+            // SAFETY: kill() on the pid of the child this test spawned.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        });
+        // SAFETY: kill() on the pid of the child this test spawned and has not reaped.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        let status = child.wait().unwrap();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(status.code(), Some(128 + sig), "signal {sig}: {status:?}");
+    }
+
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+}

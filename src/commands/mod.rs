@@ -14,6 +14,7 @@ pub mod prefetch;
 pub mod profiles;
 pub mod run;
 pub mod serve;
+mod supervise;
 
 use std::process::ExitCode;
 

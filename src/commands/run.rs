@@ -124,9 +124,10 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     // known only by trying. Where they do not (a container, a nested sandbox) `auto` picks
     // Landlock, and enforce with `--backend bwrap` refuses with the cause and fix rather than
     // leave bubblewrap's raw error and exit 1; warn falls back to running unsandboxed only
-    // when the sandbox really cannot start. Landlock needs no trial.
+    // when the sandbox really cannot start. Landlock needs no trial, and an explicit
+    // Landlock backend nothing of bubblewrap, socat, ripgrep or srt: none is looked up.
     let depth = match (req.policy, req.backend) {
-        (_, Backend::Landlock) => Depth::Quick,
+        (_, Backend::Landlock) => Depth::LandlockOnly,
         (SandboxPolicy::Enforce, _) => Depth::Trial,
         (SandboxPolicy::Warn, _) => Depth::Full,
     };
@@ -150,14 +151,9 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     if prepared.owns_files() {
         // The Landlock tier's private HOME/TMPDIR must be removed afterwards: spawn and
         // wait instead of exec'ing. One child to wait for and three signals to forward need
-        // no worker threads: a single-threaded runtime saves starting and joining them (part
-        // of the Landlock tier's launch cost, docs/benchmarks.md).
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let code = rt.block_on(supervise(prepared));
-        rt.shutdown_timeout(std::time::Duration::from_millis(200));
-        return Ok(ExitCode::from(code?));
+        // no async runtime (building one was part of the Landlock tier's launch cost,
+        // docs/benchmarks.md): `sigwait` and `waitpid`.
+        return Ok(ExitCode::from(super::supervise::spawn_and_wait(prepared)?));
     }
     let (mut cmd, _, held) = prepared.into_std();
     let err = cmd.exec();
@@ -316,10 +312,7 @@ fn traced(req: &LaunchRequest, prepared: launch::Prepared, log: &Path) -> anyhow
     // Supervised rather than waited for: a signal to palisade must reach strace (which
     // then detaches; bwrap, whose parent it is, dies with it and takes the sandbox along),
     // and this process must live on to report and remove the trace log.
-    let rt = super::runtime()?;
-    let code = rt.block_on(supervise(prepared));
-    rt.shutdown_timeout(std::time::Duration::from_millis(200));
-    let code = code?;
+    let code = super::supervise::spawn_and_wait(prepared)?;
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let found = crate::sandbox::trace::denials(&text, &program, |p| p.exists());
     eprintln!(
@@ -402,14 +395,19 @@ fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
     // The name keys the state directory: the profile's name when one applies (`node` or
     // `uvx` would make every server share one), else the command's file name. A bad
     // profile or directory is reported by the launcher, with its fix.
-    let profile_name = crate::profiles::Catalog::load(args.profiles_dir.as_deref())
-        .ok()
-        .and_then(|c| {
-            crate::profiles::select(&c, args.profile.as_deref(), command, rest)
-                .ok()
-                .flatten()
-        })
-        .map(|s| s.profile.name);
+    let profile_name = crate::profiles::Catalog::load_for(
+        args.profiles_dir.as_deref(),
+        args.profile.as_deref(),
+        command,
+        rest,
+    )
+    .ok()
+    .and_then(|c| {
+        crate::profiles::select(&c, args.profile.as_deref(), command, rest)
+            .ok()
+            .flatten()
+    })
+    .map(|s| s.profile.name);
     Ok(LaunchRequest {
         name: profile_name.unwrap_or_else(|| {
             Path::new(command)

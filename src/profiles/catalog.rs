@@ -104,21 +104,57 @@ impl Catalog {
     pub fn builtin() -> Result<Catalog, ProfileError> {
         let mut c = Catalog::default();
         for (name, text) in BUILTIN {
-            let p = parse(
-                name,
-                text,
-                &format!("sandbox-profiles/{name}.json (built-in)"),
-            )?;
-            c.profiles
-                .insert((*name).to_string(), (p, ProfileSource::BuiltIn));
+            c.insert_builtin(name, text)?;
         }
         Ok(c)
     }
 
     /// The built-in profiles, overridden and extended by `dir`'s `*.json` files.
     pub fn load(dir: Option<&Path>) -> Result<Catalog, ProfileError> {
-        let mut c = Catalog::builtin()?;
-        let Some(dir) = dir else { return Ok(c) };
+        Catalog::builtin()?.with_dir(dir)
+    }
+
+    /// The catalog as far as choosing a profile for one launch needs it: `select(&c, name,
+    /// command, args)` on it gives what it gives on `load(dir)`. Only the built-ins that can
+    /// be chosen are parsed: the one named, or those whose text holds a word of the command
+    /// line a match rule could compare (`select::could_match`); none for `"none"`. A name
+    /// that is not built in loads them all (the refusal lists every known name). `dir` is
+    /// read in full as by `load`, so its errors are reported the same.
+    pub fn load_for(
+        dir: Option<&Path>,
+        name: Option<&str>,
+        command: &str,
+        args: &[String],
+    ) -> Result<Catalog, ProfileError> {
+        let wanted = |builtin: &str, text: &str| match name {
+            Some(n) => n == builtin,
+            None => super::select::could_match(text, command, args),
+        };
+        let builtin_named = name.is_some_and(|n| BUILTIN.iter().any(|(b, _)| *b == n));
+        if name.is_some_and(|n| n != "none") && !builtin_named {
+            return Catalog::load(dir);
+        }
+        let mut c = Catalog::default();
+        for (builtin, text) in BUILTIN.iter().filter(|(b, t)| wanted(b, t)) {
+            c.insert_builtin(builtin, text)?;
+        }
+        c.with_dir(dir)
+    }
+
+    fn insert_builtin(&mut self, name: &str, text: &str) -> Result<(), ProfileError> {
+        let p = parse(
+            name,
+            text,
+            &format!("sandbox-profiles/{name}.json (built-in)"),
+        )?;
+        self.profiles
+            .insert(name.to_string(), (p, ProfileSource::BuiltIn));
+        Ok(())
+    }
+
+    /// This catalog overridden and extended by `dir`'s `*.json` files.
+    fn with_dir(mut self, dir: Option<&Path>) -> Result<Catalog, ProfileError> {
+        let Some(dir) = dir else { return Ok(self) };
         let entries = std::fs::read_dir(dir).map_err(|source| ProfileError::Dir {
             path: dir.to_path_buf(),
             source,
@@ -139,9 +175,9 @@ impl Catalog {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
             let p = parse(&name, &text, &path.display().to_string())?;
-            c.profiles.insert(name, (p, ProfileSource::File(path)));
+            self.profiles.insert(name, (p, ProfileSource::File(path)));
         }
-        Ok(c)
+        Ok(self)
     }
 
     pub fn get(&self, name: &str) -> Option<&Profile> {
@@ -315,6 +351,91 @@ pub fn template_vars(value: &str) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every string a match rule of `p` compares.
+    fn match_strings(p: &Profile) -> Vec<String> {
+        let m = &p.matches;
+        m.packages
+            .iter()
+            .chain(&m.executables)
+            .chain(&m.python_modules)
+            .chain(m.argv_prefixes.iter().filter_map(|a| a.first()))
+            .cloned()
+            .collect()
+    }
+
+    /// `select::could_match` reads the texts of the built-ins: it is exact only when each
+    /// string a rule compares is written there plainly, quoted and without escapes.
+    #[test]
+    fn every_builtin_writes_its_match_strings_plainly() {
+        for (name, text) in BUILTIN {
+            let p = Catalog::builtin().unwrap().get(name).unwrap().clone();
+            let section = super::super::select::match_section(text);
+            assert_ne!(section, *text, "{name}: the match object is found");
+            for s in match_strings(&p) {
+                assert!(!s.is_empty(), "{name}: empty match string");
+                assert!(section.contains(&format!("\"{s}\"")), "{name}: {s:?}");
+            }
+        }
+    }
+
+    /// The launch catalog (only the built-ins that can be chosen parsed) chooses as the
+    /// whole one does: for command lines each built-in's rules match, lines no rule matches,
+    /// and every way of naming a profile.
+    #[test]
+    fn the_launch_catalog_chooses_as_the_whole_catalog_does() {
+        let whole = Catalog::load(None).unwrap();
+        let mut lines: Vec<(String, Vec<String>)> = vec![
+            ("true".into(), vec![]),
+            ("/bin/sh".into(), vec!["-c".into(), "exit 0".into()]),
+            ("python3".into(), vec!["-m".into(), "http.server".into()]),
+            ("npx".into(), vec!["-y".into(), "@scope/other@1.0".into()]),
+            ("node".into(), vec!["/x/node_modules/other/index.js".into()]),
+        ];
+        for (p, _) in whole.iter() {
+            let m = &p.matches;
+            for pkg in &m.packages {
+                lines.push(("npx".into(), vec!["-y".into(), pkg.clone()]));
+                lines.push(("npx".into(), vec!["-y".into(), format!("{pkg}@1.2.3")]));
+                lines.push((
+                    "node".into(),
+                    vec![format!("/x/node_modules/{pkg}/dist/index.js"), "/d".into()],
+                ));
+            }
+            for e in &m.executables {
+                lines.push((format!("/opt/bin/{e}"), vec!["/d".into()]));
+                lines.push(("uvx".into(), vec![e.clone(), "--flag".into()]));
+            }
+            for module in &m.python_modules {
+                lines.push(("python3".into(), vec!["-m".into(), module.clone()]));
+            }
+            for prefix in &m.argv_prefixes {
+                let (first, rest) = prefix.split_first().unwrap();
+                lines.push((format!("/usr/bin/{first}"), rest.to_vec()));
+            }
+        }
+        let mut names: Vec<Option<String>> = vec![None, Some("none".into()), Some("nope".into())];
+        names.extend(whole.names().into_iter().map(|n| Some(n.to_string())));
+        let mut chosen = 0;
+        for (command, args) in &lines {
+            for name in &names {
+                let name = name.as_deref();
+                let want = crate::profiles::select(&whole, name, command, args);
+                let part = Catalog::load_for(None, name, command, args).unwrap();
+                let got = crate::profiles::select(&part, name, command, args);
+                assert_eq!(got, want, "{name:?} {command} {args:?}");
+                if name.is_none() && matches!(want, Ok(Some(_))) {
+                    chosen += 1;
+                }
+            }
+        }
+        assert!(
+            chosen >= whole.names().len(),
+            "every built-in is chosen by some line"
+        );
+        let plain = Catalog::load_for(None, None, "true", &[]).unwrap();
+        assert!(plain.names().is_empty(), "`true` parses no built-in");
+    }
 
     #[test]
     fn every_builtin_profile_parses() {

@@ -124,6 +124,66 @@ pub fn matches(p: &Profile, command: &str, args: &[String]) -> Option<String> {
     None
 }
 
+/// The `"match": {...}` object of a profile's JSON text (up to its first `}`), or "" when it
+/// has none (then no rule can match).
+pub fn match_section(text: &str) -> &str {
+    let Some((at, key)) = text
+        .match_indices("\"match\"")
+        .find(|(i, k)| text[i + k.len()..].trim_start().starts_with(':'))
+    else {
+        return "";
+    };
+    let rest = &text[at + key.len()..];
+    match (rest.find('{'), rest.find('}')) {
+        (Some(open), Some(close)) if open < close => &rest[open..=close],
+        // Not an object written plainly: look everywhere (never a false "cannot match").
+        _ => text,
+    }
+}
+
+/// Whether a profile whose JSON text is `text` could match `command args...`: false only
+/// when no string a match rule of `matches` would compare with this command line appears
+/// quoted in its `"match"` object. Lets the catalog skip parsing the built-ins that cannot
+/// match; exact for texts that write those strings plainly there, without JSON escapes
+/// (every built-in, tested).
+pub fn could_match(text: &str, command: &str, args: &[String]) -> bool {
+    let text = match_section(text);
+    let quoted = |s: &str| {
+        !s.is_empty()
+            && text
+                .match_indices(s)
+                .any(|(i, _)| text[..i].ends_with('"') && text[i + s.len()..].starts_with('"'))
+    };
+    let words = std::iter::once(command).chain(
+        args.iter()
+            .map(String::as_str)
+            .filter(|a| !a.starts_with('-'))
+            .take(2),
+    );
+    for w in words {
+        // `argvPrefixes` (first word) and `executables` compare file names.
+        if quoted(file_name(w)) {
+            return true;
+        }
+        // `packages`: the word itself, or it up to a version (`pkg@1.2`).
+        if quoted(w) || w.match_indices('@').any(|(i, _)| i > 0 && quoted(&w[..i])) {
+            return true;
+        }
+        // `packages` installed: `.../node_modules/<pkg>/...`.
+        for (i, m) in w.match_indices("node_modules/") {
+            let rest = &w[i + m.len()..];
+            if rest.match_indices('/').any(|(j, _)| quoted(&rest[..j])) {
+                return true;
+            }
+        }
+    }
+    // `pythonModules`: the module after `-m`.
+    args.iter()
+        .position(|a| a == "-m")
+        .and_then(|i| args.get(i + 1))
+        .is_some_and(|m| quoted(m))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

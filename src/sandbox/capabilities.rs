@@ -26,6 +26,11 @@ pub enum Depth {
     Trial,
     /// `bwrap --version`, a trivial sandbox, and `srt --version`.
     Full,
+    /// Landlock and seccomp only, for a launch whose backend is explicitly `landlock`
+    /// (`palisade run --backend landlock`): that tier needs neither bubblewrap, socat,
+    /// ripgrep nor srt, so they are not looked up and read as absent, and the user-namespace
+    /// sysctls are not read. Never for `auto`, `check`, or a report of the machine.
+    LandlockOnly,
 }
 
 /// The bubblewrap found.
@@ -147,6 +152,9 @@ pub enum SrtProbe {
 
 /// Probes the machine, running srt only when `srt` says it may be used.
 pub fn probe_for(depth: Depth, srt_probe: SrtProbe) -> Capabilities {
+    if depth == Depth::LandlockOnly {
+        return landlock_only();
+    }
     let (bwrap, bwrap_override_problem) = find_bwrap(depth);
     let srt = find_srt();
     let userns = match (&bwrap, depth) {
@@ -173,6 +181,27 @@ pub fn probe_for(depth: Depth, srt_probe: SrtProbe) -> Capabilities {
             (Some(p), Depth::Full, SrtProbe::Run) => srt_runs(p).err(),
             _ => None,
         },
+        landlock: probe_landlock(),
+    }
+}
+
+/// `Depth::LandlockOnly`: what the Landlock tier reads (its ABI, seccomp) and nothing it
+/// does not; the four PATH searches and three sysctl reads of the other depths were about a
+/// tenth of a millisecond of `run --backend landlock` (docs/benchmarks.md).
+fn landlock_only() -> Capabilities {
+    Capabilities {
+        bwrap: None,
+        bwrap_override_problem: None,
+        userns: Userns::NotProbed,
+        max_user_namespaces: None,
+        unprivileged_userns_clone: None,
+        apparmor_restrict_userns: None,
+        root: nix::unistd::geteuid().is_root(),
+        seccomp: seccomp_supported(),
+        socat: None,
+        ripgrep: None,
+        srt: None,
+        srt_problem: None,
         landlock: probe_landlock(),
     }
 }
@@ -346,6 +375,16 @@ mod tests {
         if let Landlock::Available { abi } = probe_landlock() {
             assert!(abi >= 1);
         }
+    }
+
+    #[test]
+    fn the_landlock_only_probe_agrees_with_the_full_one_on_what_landlock_reads() {
+        let quick = probe(Depth::Quick);
+        let only = probe(Depth::LandlockOnly);
+        assert_eq!(only.landlock, quick.landlock);
+        assert_eq!(only.seccomp, quick.seccomp);
+        assert_eq!(only.root, quick.root);
+        assert_eq!((only.bwrap, only.socat, only.srt), (None, None, None));
     }
 
     #[test]

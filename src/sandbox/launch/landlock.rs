@@ -60,9 +60,8 @@ pub(super) fn prepare(
             "--trace-denials works under the bwrap backend only; run with --backend bwrap".into(),
         ));
     }
-    let canon = |p: &PathBuf| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
     let scratch = Scratch::create(&req.name)?;
-    let (home, tmp) = (canon(&scratch.home()), canon(&scratch.tmp()));
+    let (home, tmp) = (scratch.home(), scratch.tmp());
     let mut env = scratch_env(&spec.env, &req.env, &home, &tmp);
     let cwd = scratch_cwd(spec, &req.env, &home);
     let mut read_only = if req.write_protect {

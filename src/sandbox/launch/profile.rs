@@ -28,8 +28,14 @@ pub fn profile_for(
     req: &LaunchRequest,
     host: &HostEnv,
 ) -> Result<Option<(profiles::Selected, profiles::Plan)>, LaunchError> {
-    let catalog = profiles::Catalog::load(req.profiles_dir.as_deref())
-        .map_err(|e| LaunchError::Invalid(e.to_string()))?;
+    // Only the built-ins this launch can choose are parsed (`Catalog::load_for`).
+    let catalog = profiles::Catalog::load_for(
+        req.profiles_dir.as_deref(),
+        req.profile.as_deref(),
+        &req.command,
+        &req.args,
+    )
+    .map_err(|e| LaunchError::Invalid(e.to_string()))?;
     let selected = profiles::select(&catalog, req.profile.as_deref(), &req.command, &req.args)
         .map_err(|e| LaunchError::Invalid(format!("server `{}`: {e}", req.name)))?;
     let Some(selected) = selected else {
