@@ -827,21 +827,25 @@ fn processes_with(needle: &str) -> Vec<u32> {
     pids
 }
 
-#[test]
-fn the_whole_tree_dies_with_palisade() {
-    let n = 800_000 + std::process::id() % 100_000;
-    let (a, b) = (n.to_string(), (n + 1).to_string());
-    let mut child = palisade()
-        .args(["run", "--", "/bin/sh", "-c"])
-        .arg(format!("sleep {a} & sleep {b} & echo up; wait"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+/// Spawns `cmd` with its stdout piped and returns once it printed `up` (its command runs).
+fn spawn_until_up(mut cmd: Command) -> std::process::Child {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     assert_eq!(line, "up\n");
+    child
+}
+
+#[test]
+fn the_whole_tree_dies_with_palisade() {
+    let n = 800_000 + std::process::id() % 100_000;
+    let (a, b) = (n.to_string(), (n + 1).to_string());
+    let mut cmd = palisade();
+    cmd.args(["run", "--", "/bin/sh", "-c"])
+        .arg(format!("sleep {a} & sleep {b} & echo up; wait"));
+    let mut child = spawn_until_up(cmd);
     // Both sleeps run on the host (seen from outside the PID namespace).
     let mut seen = Vec::new();
     for _ in 0..100 {
@@ -904,12 +908,7 @@ fn termination_signals_to_palisade_run_end_the_sandboxed_tree() {
                     Ok(())
                 });
             }
-            let mut child = cmd.spawn().unwrap();
-            let mut line = String::new();
-            BufReader::new(child.stdout.take().unwrap())
-                .read_line(&mut line)
-                .unwrap();
-            assert_eq!(line, "up\n");
+            let mut child = spawn_until_up(cmd);
             let needle = format!("sleep {n}");
             assert!(!processes_with(&needle).is_empty(), "sleep not running");
             // SAFETY: kill() on the pid of the child this test spawned and has not reaped.
@@ -1124,16 +1123,9 @@ fn landlock_run_passes_on_status_and_signals_and_leaves_no_scratch() {
     let mut n = 600_000 + std::process::id() % 50_000;
     for sig in [libc::SIGTERM, libc::SIGHUP] {
         n += 1;
-        let mut child = run(&["/bin/sh", "-c", &format!("echo up; exec sleep {n}")])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line, "up\n");
+        let mut cmd = run(&["/bin/sh", "-c", &format!("echo up; exec sleep {n}")]);
+        cmd.stderr(Stdio::null());
+        let mut child = spawn_until_up(cmd);
         // Safety net so a command that ignores the forwarded signal fails the test instead
         // of hanging it (palisade then dies by SIGKILL, not with 128+N).
         let pid = child.id() as i32;
