@@ -62,6 +62,8 @@ fn fixture(extra_servers: Value) -> Fixture {
         "fs": {"command": "node", "args": [node_server("server-filesystem"), "{roots}"], "sandbox": {}},
         "probe": {"command": python().display().to_string(),
                   "args": [repo("tests/servers/roots_probe.py")],
+                  // Its `announced` asks for roots by a request of its own: the handshake era.
+                  "protocol": "2025-11-25",
                   "sandbox": {}}
     });
     for (k, v) in extra_servers.as_object().unwrap() {

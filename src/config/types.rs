@@ -67,6 +67,28 @@ pub struct ServerConfig {
     /// can stand in for this one server unseen. At most one server may say so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<bool>,
+    /// The protocol era Palisade speaks to this server: the newest it supports (`auto`, the
+    /// default), or pinned (`"2025-11-25"`: the `initialize` handshake; `"2026-07-28"`: no
+    /// handshake, refused at start if the server does not speak it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<ServerProtocol>,
+}
+
+/// The per-server `protocol` key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServerProtocol {
+    /// `server/discover` first; 2026-07-28 if the server names it, else `initialize`.
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// The `initialize` handshake (2025-11-25 or older, as the server answers). For servers
+    /// that ask for roots, sampling or elicitation outside a request, which 2026-07-28 has no
+    /// channel for.
+    #[serde(rename = "2025-11-25")]
+    Handshake,
+    /// 2026-07-28 only.
+    #[serde(rename = "2026-07-28")]
+    Sessionless,
 }
 
 /// The per-server `relay` key: which server-to-client requests reach the agent, and how many.

@@ -284,6 +284,7 @@ impl Gateway {
                     }
                     if let Some(server) = opts.config.server(&slot.name) {
                         slot.filters = registry::ListFilters::of(server);
+                        slot.protocol = server.protocol.unwrap_or_default();
                     }
                     Arc::new(slot)
                 }

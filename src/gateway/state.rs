@@ -114,6 +114,8 @@ pub struct Slot {
     pub output_rate: u64,
     /// The config's `tools` / `prompts` filters: what the agent never sees of this server.
     pub filters: crate::gateway::registry::ListFilters,
+    /// The protocol era to speak to it (config `protocol`; see `server::era`).
+    pub protocol: crate::config::ServerProtocol,
     relaunch_tx: mpsc::UnboundedSender<Relaunch>,
     relaunch_rx: Mutex<Option<mpsc::UnboundedReceiver<Relaunch>>>,
     state: RwLock<SlotState>,
@@ -156,6 +158,7 @@ impl Slot {
             gate: tokio::sync::RwLock::new(()),
             output_rate: crate::gateway::server::fault::DEFAULT_OUTPUT_BYTES_PER_SECOND,
             filters: Default::default(),
+            protocol: Default::default(),
             relaunch_tx,
             relaunch_rx: Mutex::new(Some(relaunch_rx)),
             state: RwLock::new(SlotState {

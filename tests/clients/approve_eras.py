@@ -28,6 +28,10 @@ async def main():
 
     async def approve(context, p):
         questions.append(p.message)
+        # A server's own form asking for a name (tests/servers/modern_server.py) gets one.
+        props = (getattr(p, "requested_schema", None) or {}).get("properties", {})
+        if "name" in props:
+            return types.ElicitResult(action="accept", content={"name": "Ada from python"})
         return types.ElicitResult(action="accept", content={"approve": True})
 
     async def sample(context, p):

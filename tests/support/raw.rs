@@ -20,6 +20,8 @@ pub struct Serve {
     /// The agent's declared roots (`file://` URIs), answered to `roots/list`; `None`: the
     /// client does not declare the roots capability.
     pub agent_roots: Option<Vec<String>>,
+    /// Notifications read while waiting for a response, oldest first.
+    pub seen: Vec<Value>,
 }
 
 /// Guards a test against a hung gateway; never a timing assertion.
@@ -59,6 +61,7 @@ impl Serve {
             lines,
             errlog,
             agent_roots: None,
+            seen: Vec::new(),
         }
     }
 
@@ -82,6 +85,10 @@ impl Serve {
             if v["id"] == json!(id) && v.get("method").is_none() {
                 return v;
             }
+            if v.get("id").is_none() && v.get("method").is_some() {
+                self.seen.push(v);
+                continue;
+            }
             if v["method"] == "roots/list" {
                 let roots: Vec<Value> = self
                     .agent_roots
@@ -90,6 +97,26 @@ impl Serve {
                     .map(|u| json!({"uri": u}))
                     .collect();
                 self.send(json!({"jsonrpc": "2.0", "id": v["id"], "result": {"roots": roots}}));
+            }
+        }
+    }
+
+    /// The first notification `method` the gateway sent (seen already, or waited for).
+    pub fn notification(&mut self, method: &str) -> Value {
+        if let Some(i) = self.seen.iter().position(|n| n["method"] == method) {
+            return self.seen.remove(i);
+        }
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(PATIENCE)
+                .unwrap_or_else(|_| panic!("no {method} notification; stderr:\n{}", self.stderr()));
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["method"] == method && v.get("id").is_none() {
+                return v;
+            }
+            if v.get("id").is_none() {
+                self.seen.push(v);
             }
         }
     }

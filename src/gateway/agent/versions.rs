@@ -2,11 +2,11 @@
 //!
 //! Upstream, the agent speaks 2025-11-25 or older through `initialize`, or 2026-07-28 with no
 //! handshake (each request carries its version, client info and capabilities in `_meta`).
-//! Downstream, every server is spoken to in 2025-11-25: a 2026-07-28 server cannot ask for
-//! roots outside a client request, and roots are how Palisade tells a server its directories.
+//! Downstream, each server is spoken to in its own era (`server::era`): that side is not
+//! this module's.
 //!
 //! The bridge, for a 2026-07-28 request: the request envelope's `_meta` keys stay with the
-//! gateway (a 2025-11-25 server would read them as its own session's), and the server's
+//! gateway (a server would read them as its own; a 2026-07-28 server gets Palisade's), and the server's
 //! result gets what 2026-07-28 requires of every result: `resultType: "complete"`, and on
 //! cacheable results (lists, `resources/read`) the most conservative cache hints (`ttlMs: 0`,
 //! `cacheScope: "private"`; the gateway's lists change whenever a server's do). Hints a
@@ -17,7 +17,7 @@
 use rmcp::model::{ErrorData, ProtocolVersion, RequestMetaObject};
 use serde_json::{Map, Value};
 
-/// The version Palisade speaks to every server.
+/// The handshake version Palisade offers a server in `initialize`.
 pub const DOWNSTREAM: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
 /// The `_meta` keys of a 2026-07-28 request envelope: the agent's, never forwarded.

@@ -81,6 +81,8 @@ pub enum Applied {
     Reported { polls: u32 },
     /// No introspection: fetched (or not) and the settle delay passed.
     Settled { fetched: bool },
+    /// A 2026-07-28 server: roots go with each request that asks for them.
+    PerRequest,
     /// The report never listed every root within the bound.
     NotReported { missing: Vec<PathBuf> },
 }
@@ -93,6 +95,11 @@ pub async fn announce_and_wait(
     version: u64,
     want: &[PathBuf],
 ) -> Applied {
+    // A 2026-07-28 server asks for its roots inside each request that needs them (answered
+    // from the same root set): there is nothing to announce and no fetch to wait for.
+    if conn.era.is_sessionless() {
+        return Applied::PerRequest;
+    }
     let introspection = Introspection::find(tools);
     conn.peer
         .notify("notifications/roots/list_changed", None)

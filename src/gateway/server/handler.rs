@@ -28,12 +28,13 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::link::UpstreamLink;
+use crate::gateway::server::era::{self, Era};
 use crate::gateway::server::peer::{Inbound, NoReply, Reply, ServerPeer};
 use crate::gateway::server::progress::ProgressMap;
 use crate::gateway::server::roots::RootsCell;
 
-/// The protocol revision palisade speaks on both sides (see NOTES: on 2026-07-28 a server
-/// cannot ask for roots outside a client request).
+/// The revision palisade offers in `initialize`: to a server that does not speak 2026-07-28
+/// (see `era.rs`), and to an agent that starts with the handshake.
 pub const PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
 /// Where a downstream progress notification goes: the agent's peer and its token.
@@ -78,6 +79,22 @@ pub struct FromServer {
 impl DownstreamHandler {
     /// The `initialize` params the gateway sends this server.
     pub fn initialize_params(&self) -> Value {
+        serde_json::json!({
+            "protocolVersion": PROTOCOL,
+            "capabilities": self.capabilities(),
+            "clientInfo": client_info(),
+        })
+    }
+
+    /// The `_meta` envelope of the gateway's requests when this server speaks 2026-07-28:
+    /// the same capabilities and client info as `initialize` carries.
+    pub fn envelope(&self) -> Map<String, Value> {
+        crate::gateway::server::era::envelope(&self.capabilities(), &client_info())
+    }
+
+    /// What the gateway offers this server: roots always (they are Palisade's own, not the
+    /// agent's), sampling and elicitation only as its `relay` allows.
+    fn capabilities(&self) -> Value {
         let mut caps = ClientCapabilities::builder()
             .enable_roots()
             .enable_roots_list_changed()
@@ -93,11 +110,7 @@ impl DownstreamHandler {
             caps.elicitation =
                 Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
         }
-        serde_json::json!({
-            "protocolVersion": PROTOCOL,
-            "capabilities": caps,
-            "clientInfo": Implementation::new("palisade", env!("CARGO_PKG_VERSION")),
-        })
+        serde_json::to_value(caps).unwrap_or_default()
     }
 
     fn list_roots(&self) -> ListRootsResult {
@@ -166,6 +179,11 @@ impl DownstreamHandler {
             });
         }
     }
+}
+
+fn client_info() -> Value {
+    serde_json::to_value(Implementation::new("palisade", env!("CARGO_PKG_VERSION")))
+        .unwrap_or_default()
 }
 
 fn view<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, ErrorData> {
@@ -291,6 +309,11 @@ pub struct Connection {
     pub progress: Arc<ProgressMap<UpTarget>>,
     /// The process's faults and end: a call the process left unanswered says why.
     pub faults: Arc<crate::gateway::server::fault::ProcessFaults>,
+    /// The protocol era of this connection (see `era.rs`).
+    pub era: Arc<Era>,
+    /// What answers the server's questions: its standalone requests (through the peer) and,
+    /// on a 2026-07-28 connection, the input requests inside its results (here).
+    pub inbound: Arc<dyn Inbound>,
 }
 
 /// How long a call cut short by its server's end waits for the supervisor to say why.
@@ -372,6 +395,7 @@ impl Connection {
         if self.peer.is_closed() {
             return Err(self.stopped(self.server.clone()).await);
         }
+        self.era.stamp(&mut params);
         let id = self.peer.next_id();
         let token = ServerPeer::progress_token(id);
         if let Some(target) = &progress_to {
@@ -386,11 +410,45 @@ impl Connection {
                 forward_progress(target, early).await;
             }
         }
-        let params = (!params.is_empty()).then_some(Value::Object(params));
-        let outcome = self
+        let first = (!params.is_empty()).then(|| Value::Object(params.clone()));
+        let mut outcome = self
             .peer
-            .request(id, method, params.as_ref(), timeout, cancel)
+            .request(id, method, first.as_ref(), timeout, cancel)
             .await;
+        // A 2026-07-28 server asks for what it needs inside its result: answer, retry.
+        let mut rounds = 0;
+        while let (true, Ok(Reply::Result(raw))) = (self.era.is_sessionless(), &outcome) {
+            let Some(asked) = era::input_required(raw) else {
+                break;
+            };
+            rounds += 1;
+            if rounds > era::MAX_INPUT_ROUNDS {
+                outcome = Ok(Reply::Error(ErrorData::internal_error(
+                    format!(
+                        "server `{}` asked for input more than {} times for one request",
+                        self.server,
+                        era::MAX_INPUT_ROUNDS
+                    ),
+                    None,
+                )));
+                break;
+            }
+            let answers = match self.answer_inputs(id, asked.input_requests, cancel).await {
+                Ok(a) => a,
+                Err(e) => {
+                    if progress_to.is_some() {
+                        self.progress.unregister(&token);
+                    }
+                    return Err(e);
+                }
+            };
+            let retry = Value::Object(era::retry_params(&params, answers, asked.request_state));
+            let id = self.peer.next_id();
+            outcome = self
+                .peer
+                .request(id, method, Some(&retry), timeout, cancel)
+                .await;
+        }
         if progress_to.is_some() {
             self.progress.unregister(&token);
         }
@@ -404,6 +462,59 @@ impl Connection {
             Err(NoReply::Cancelled) => Err(ForwardError::Cancelled),
             Err(NoReply::Closed) => Err(self.stopped(self.server.clone()).await),
         }
+    }
+
+    /// Answers the input requests of one `input_required` round, as the same requests sent
+    /// standalone are answered (roots from the server's root set, sampling and elicitation
+    /// through the relay). A refusal ends the call with the reason: the server cannot go on
+    /// without the answer.
+    async fn answer_inputs(
+        &self,
+        request: u64,
+        asks: Map<String, Value>,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<Map<String, Value>, ForwardError> {
+        let other = |message: String| ForwardError::Other {
+            server: self.server.clone(),
+            message,
+        };
+        let ct = self.peer.connection_token();
+        let mut answers = Map::new();
+        for (key, ask) in asks {
+            let method = ask
+                .get("method")
+                .and_then(Value::as_str)
+                .ok_or_else(|| other(format!("its input request `{key}` names no method")))?;
+            let params = ask
+                .get("params")
+                .map(serde_json::value::to_raw_value)
+                .transpose()
+                .map_err(|e| other(format!("its input request `{key}` is unreadable ({e})")))?;
+            let id = RequestId::String(format!("{request}/{key}").into());
+            let asked = self
+                .inbound
+                .request(method, params.as_deref(), id, ct.clone());
+            let never = CancellationToken::new();
+            let answer = tokio::select! {
+                a = asked => a,
+                _ = cancel.unwrap_or(&never).cancelled() => {
+                    ct.cancel();
+                    return Err(ForwardError::Cancelled);
+                }
+            };
+            match answer {
+                Ok(v) => {
+                    answers.insert(key, v);
+                }
+                Err(e) => {
+                    return Err(other(format!(
+                        "it asked for {method} before answering, which was refused: {}",
+                        e.message
+                    )))
+                }
+            }
+        }
+        Ok(answers)
     }
 
     /// `Closed`, with the reason the process ended when the supervisor learns it in time.

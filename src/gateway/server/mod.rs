@@ -3,11 +3,14 @@
 //! pipeline's unit tests: an in-process task over `tokio::io::duplex` pipes); `peer` is its JSON-RPC wire (lines read by `tap`, writes
 //! watched by `stdin_watch`, faults and its end in `fault`); `handler` answers what it sends
 //! us (roots from `roots`, progress through `progress`, sampling and elicitation through
-//! `relay/`).
+//! `relay/`); `era` decides whether it is spoken to in 2026-07-28 (and answers that era's
+//! input requests' rounds), and `listen` hears such a server's list changes.
 
+pub mod era;
 pub mod fault;
 pub mod handler;
 pub mod launcher;
+pub mod listen;
 pub mod listing;
 pub mod peer;
 pub mod progress;

@@ -273,6 +273,11 @@ impl ServerPeer {
         self.closed.cancelled().await
     }
 
+    /// A token cancelled when the connection ends (for work done on the server's behalf).
+    pub fn connection_token(&self) -> CancellationToken {
+        self.closed.child_token()
+    }
+
     /// Closes the server's stdin (it should exit); waiting requests end as closed.
     pub fn close(&self) {
         self.stop.cancel();

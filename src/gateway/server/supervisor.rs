@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 use rmcp::model::InitializeResult;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::gateway::server::era::Era;
 use crate::gateway::server::fault::ProcessFaults;
 use crate::gateway::server::handler::{Connection, DownstreamHandler, ListKind};
 use crate::gateway::server::launcher::{Exit, ServerProcess};
-use crate::gateway::server::peer::ServerPeer;
+use crate::gateway::server::peer::{NoReply, Reply, ServerPeer};
 use crate::gateway::server::progress::ProgressMap;
 use crate::gateway::server::spawn::SpawnError;
 use crate::gateway::state::{Live, Relaunch, Shared, Slot, Status};
@@ -322,22 +323,24 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
     };
     let timeout = shared.limits.startup_timeout;
     let init_params = handler.initialize_params();
+    let envelope = handler.envelope();
+    let inbound: Arc<dyn crate::gateway::server::peer::Inbound> = Arc::new(handler);
     let peer = ServerPeer::start(
         &slot.name,
         spawned.stdout,
         spawned.stdin,
         faults.clone(),
-        Arc::new(handler),
+        inbound.clone(),
     );
     let init = tokio::select! {
-        r = initialize(&peer, &init_params, timeout) => r,
+        r = handshake(&peer, slot, &init_params, envelope, timeout) => r,
         _ = shared.shutdown.cancelled() => {
             peer.close();
             reap_now(&mut process, &slot.name).await;
             return Err(StartError::Shutdown);
         }
     };
-    let (info, tasks) = match init {
+    let (info, tasks, era) = match init {
         Ok(init) => init,
         Err(e @ (StartError::Init(_) | StartError::InitTimeout(_))) => {
             peer.close();
@@ -363,7 +366,12 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
         tasks,
         progress,
         faults: faults.clone(),
+        era: Arc::new(era),
+        inbound,
     };
+    // A 2026-07-28 server's list changes come only on a listen stream: opened before the
+    // first listing, so a change racing it is heard.
+    crate::gateway::server::listen::spawn(&conn);
     let mut running = Running {
         process,
         conn,
@@ -414,6 +422,57 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
     Ok(running)
 }
 
+/// How the connection starts, by the server's `protocol` (see `era.rs`): `server/discover`
+/// first unless the handshake is pinned, then `initialize` unless the server spoke 2026-07-28.
+async fn handshake(
+    peer: &ServerPeer,
+    slot: &Slot,
+    init_params: &serde_json::Value,
+    envelope: serde_json::Map<String, serde_json::Value>,
+    timeout: Duration,
+) -> Result<(InitializeResult, Option<serde_json::Value>, Era), StartError> {
+    use crate::config::ServerProtocol;
+    use crate::gateway::server::era::{verdict, Verdict};
+    if slot.protocol != ServerProtocol::Handshake {
+        let params = serde_json::json!({ "_meta": envelope });
+        let id = peer.next_id();
+        let reply = peer
+            .request(id, "server/discover", Some(&params), timeout, None)
+            .await;
+        let said = match &reply {
+            Ok(Reply::Result(raw)) => verdict(Ok(raw), &slot.name),
+            Ok(Reply::Error(e)) => verdict(Err(&e.message), &slot.name),
+            Err(NoReply::Timeout) => return Err(StartError::InitTimeout(timeout)),
+            Err(_) => {
+                return Err(StartError::Init(
+                    "the server closed its connection before answering server/discover".into(),
+                ))
+            }
+        };
+        match said {
+            Verdict::Sessionless(view) => {
+                let info: InitializeResult = serde_json::from_value(view.clone()).map_err(|e| {
+                    StartError::Init(format!("its server/discover answer is unusable ({e})"))
+                })?;
+                let tasks = view.pointer("/capabilities/tasks").cloned();
+                tracing::debug!(server = %slot.name, "speaks 2026-07-28 (no handshake)");
+                return Ok((info, tasks, Era::Sessionless { envelope }));
+            }
+            Verdict::Handshake(why) if slot.protocol == ServerProtocol::Sessionless => {
+                return Err(StartError::Init(format!(
+                    "its config says \"protocol\": \"2026-07-28\", but {why}; \
+                     set \"protocol\": \"auto\" to let it use the initialize handshake"
+                )));
+            }
+            Verdict::Handshake(why) => {
+                tracing::debug!(server = %slot.name, "initialize handshake ({why})");
+            }
+        }
+    }
+    let (info, tasks) = initialize(peer, init_params, timeout).await?;
+    Ok((info, tasks, Era::Handshake))
+}
+
 /// The handshake: `initialize` within `timeout`, then `notifications/initialized`.
 async fn initialize(
     peer: &ServerPeer,
@@ -425,7 +484,7 @@ async fn initialize(
         .request(id, "initialize", Some(params), timeout, None)
         .await;
     let raw = match reply {
-        Ok(crate::gateway::server::peer::Reply::Result(raw)) => raw,
+        Ok(Reply::Result(raw)) => raw,
         Ok(crate::gateway::server::peer::Reply::Error(e)) => {
             return Err(StartError::Init(e.message.to_string()))
         }
