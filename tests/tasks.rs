@@ -187,3 +187,112 @@ fn a_denied_task_call_creates_no_task_and_is_audited() {
     assert_eq!(denied["result"]["status"], "denied", "{denied}");
     assert!(denied.get("taskId").is_none(), "{denied}");
 }
+
+/// A 2026-07-28 request envelope; `extension` declares the tasks extension (SEP-2663).
+fn envelope_2026(extension: bool) -> Value {
+    let caps = if extension {
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    } else {
+        json!({})
+    };
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw-2026-tasks", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": caps
+    })
+}
+
+/// A 2026-07-28 agent with the tasks extension uses the task-only tool as that extension
+/// says: it sends a plain call, gets `resultType: "task"`, polls `tasks/get` and finds the
+/// result inline. Palisade bridges it to server-everything's 2025-11-25 tasks. The control is
+/// the same call without the extension, which the server refuses.
+#[test]
+fn a_2026_agent_with_the_tasks_extension_runs_a_task_only_tool() {
+    let ws = Workspace::new();
+    let config = ws.config(everything(), json!({}));
+    let mut serve = Serve::start(&ws, &config, &[], &[]);
+    let meta = envelope_2026(true);
+
+    let found = serve.request(1, "server/discover", json!({"_meta": meta}));
+    assert_eq!(
+        found["result"]["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"],
+        json!({}),
+        "the extension is offered: {found}"
+    );
+
+    // Control: without the extension the call is a plain call, which the server refuses.
+    let plain = serve.request(
+        2,
+        "tools/call",
+        json!({"name": TOOL, "arguments": {"topic": "sandboxes"}, "_meta": envelope_2026(false)}),
+    );
+    let refused = plain.get("error").is_some() || plain["result"]["isError"] == true;
+    assert!(
+        refused,
+        "a plain call to a task-only tool must fail: {plain}"
+    );
+
+    let created = serve.request(
+        3,
+        "tools/call",
+        json!({"name": TOOL, "arguments": {"topic": "sandboxes"}, "_meta": meta}),
+    );
+    let result = &created["result"];
+    assert_eq!(result["resultType"], "task", "{created}");
+    assert_eq!(result["status"], "working", "{created}");
+    assert!(result.get("task").is_none(), "the 2026 shape: {created}");
+    assert!(result.get("ttlMs").is_some(), "{created}");
+    let task = result["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task id: {created}"))
+        .to_string();
+    assert!(task.starts_with("everything__"), "namespaced id: {task}");
+
+    // Polled until done (a hang guard, not a timing assertion).
+    let mut done = Value::Null;
+    for n in 0..240u64 {
+        let got = serve.request(10 + n, "tasks/get", json!({"taskId": task, "_meta": meta}));
+        let status = got["result"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(got["result"]["taskId"], task.as_str(), "{got}");
+        assert_eq!(got["result"]["resultType"], "complete", "{got}");
+        if ["completed", "failed", "cancelled"].contains(&status.as_str()) {
+            done = got;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    let text = done["result"]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("Research Report: sandboxes"),
+        "the result inline: {done}"
+    );
+
+    let update = serve.request(
+        500,
+        "tasks/update",
+        json!({"taskId": task, "inputResponses": {}, "_meta": meta}),
+    );
+    assert_eq!(update["error"]["code"], -32602, "{update}");
+
+    let (status, _) = serve.finish();
+    assert!(status.success());
+    let records = audit_records(&ws);
+    let creation = records
+        .iter()
+        .find(|r| r["toolName"] == "simulate-research-query" && r["taskId"] == task.as_str())
+        .unwrap_or_else(|| panic!("no creation record: {records:?}"));
+    assert_eq!(creation["taskStatus"], "working", "{creation}");
+    assert_eq!(creation["protocol"]["agent"], "2026-07-28", "{creation}");
+    let completions: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "tasks/result")
+        .collect();
+    assert_eq!(completions.len(), 1, "{records:?}");
+    assert_eq!(completions[0]["taskStatus"], "completed");
+}

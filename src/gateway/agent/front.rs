@@ -32,7 +32,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::agent::{mrtr, versions};
+use crate::gateway::agent::{mrtr, tasks_v2, versions};
 use crate::gateway::line_out::LineOut;
 use crate::gateway::state::Shared;
 
@@ -92,6 +92,7 @@ fn route(method: Option<&str>, has_id: bool) -> Route {
     match method {
         Some("tools/call") if has_id => Route::Relay,
         Some(m) if has_id && crate::gateway::call::task_relay::METHODS.contains(&m) => Route::Relay,
+        Some("tasks/update") if has_id => Route::Relay,
         Some("notifications/cancelled") if !has_id => Route::Cancel,
         _ => Route::Session,
     }
@@ -248,7 +249,7 @@ async fn answer(
 ) -> Result<Box<RawValue>, ErrorData> {
     use crate::gateway::call::answer::raw_json;
     if method == "tools/call" {
-        let (mut typed, extra) = call_params(params)?;
+        let (mut typed, mut extra) = call_params(params)?;
         if let Some(meta) = typed.meta.take() {
             ctx.meta = meta;
         }
@@ -257,8 +258,21 @@ async fn answer(
         // Counted while it runs: shutdown waits for it so that its audit record is written.
         let _in_flight = shared.calls.token();
         if modern {
+            // A tool that must run as a task, for an agent with the tasks extension: the
+            // server is asked for a 2025-11-25 task, and its handle is given in 2026-07-28.
+            let as_task = tasks_v2::declared(&ctx.meta)
+                && !extra.contains_key("task")
+                && requires_task(shared, &typed.name);
+            if as_task {
+                extra.insert("task".into(), Value::Object(Map::new()));
+            }
             // Its rounds (questions for the agent) are driven by `mrtr`.
             let mut result = mrtr::call(shared.clone(), typed, extra, ctx).await?;
+            if as_task {
+                if let Some(task) = tasks_v2::created(&result) {
+                    result = task;
+                }
+            }
             versions::stamp_result(method, &mut result);
             Ok(raw_json(&result))
         } else {
@@ -271,12 +285,72 @@ async fn answer(
         }
         versions::check_envelope(&ctx.meta)?;
         let modern = versions::is_modern(&ctx.meta);
-        let mut result =
-            crate::gateway::call::task_relay::handle(shared, method, params, &ctx).await?;
+        let mut result = if modern && tasks_v2::declared(&ctx.meta) {
+            extension_task_request(shared, method, params, &ctx).await?
+        } else if method == "tasks/update" {
+            return Err(not_updatable());
+        } else {
+            crate::gateway::call::task_relay::handle(shared, method, params, &ctx).await?
+        };
         if modern {
             versions::stamp_result(method, &mut result);
         }
         Ok(raw_json(&result))
+    }
+}
+
+/// Whether the tool a call names must run as a task (its server's own listing says so).
+fn requires_task(shared: &Shared, name: &str) -> bool {
+    let catalog = shared.catalog();
+    let Ok(route) = catalog.tool(name) else {
+        return false;
+    };
+    let Some(live) = shared.slots[route.server].snapshot().live else {
+        return false;
+    };
+    let required = live
+        .lists
+        .raw
+        .tools
+        .get(&route.name)
+        .is_some_and(tasks_v2::required);
+    required
+}
+
+fn not_updatable() -> ErrorData {
+    ErrorData::invalid_params(
+        "tasks/update: the task's server speaks 2025-11-25 tasks, which take no input by update",
+        None,
+    )
+}
+
+/// A `tasks/*` request of an agent that speaks the tasks extension, answered in its terms
+/// from the server's 2025-11-25 tasks (see `tasks_v2.rs`).
+async fn extension_task_request(
+    shared: &Shared,
+    method: &str,
+    params: Option<&RawValue>,
+    ctx: &RequestContext<RoleServer>,
+) -> Result<Value, ErrorData> {
+    use crate::gateway::call::task_relay::handle;
+    match method {
+        "tasks/get" => {
+            let v1 = handle(shared, "tasks/get", params, ctx).await?;
+            let mut task = tasks_v2::detailed(&v1);
+            if tasks_v2::needs_result(&task) {
+                let result = handle(shared, "tasks/result", params, ctx)
+                    .await
+                    .map_err(|e| (e.code.0, e.message.to_string()));
+                tasks_v2::finished(&mut task, result);
+            }
+            Ok(task)
+        }
+        "tasks/cancel" => {
+            handle(shared, "tasks/cancel", params, ctx).await?;
+            Ok(Value::Object(Map::new()))
+        }
+        "tasks/update" => Err(not_updatable()),
+        other => handle(shared, other, params, ctx).await,
     }
 }
 
@@ -362,10 +436,18 @@ impl FrontTransport {
         );
         // Only the handshake's answer is patched: every other message is encoded as is.
         let tasks = is_initialize.then(|| self.tasks_capability()).flatten();
+        let is_discover = matches!(
+            item,
+            JsonRpcMessage::Response(r) if matches!(r.result, ServerResult::DiscoverResult(_))
+        );
         let mut line = match tasks {
             Some(tasks) => {
                 let mut v = serde_json::to_value(item)?;
                 if let Some(Value::Object(caps)) = v.pointer_mut("/result/capabilities") {
+                    // A 2026-07-28 agent is also offered the tasks extension, bridged.
+                    if is_discover && crate::gateway::call::tasks::takes_tool_tasks(Some(&tasks)) {
+                        tasks_v2::declare(caps);
+                    }
                     caps.insert("tasks".into(), tasks);
                 }
                 serde_json::to_vec(&v)?

@@ -16,4 +16,5 @@ pub mod mrtr;
 pub mod relaying;
 pub mod service;
 pub mod stdio;
+pub mod tasks_v2;
 pub mod versions;
