@@ -263,6 +263,8 @@ pub struct Shared {
     pub mrtr: Arc<crate::gateway::agent::mrtr::Pending>,
     /// The 2026-07-28 calls forwarded and not yet answered, by server (`agent/mrtr.rs`).
     pub mrtr_open: Arc<crate::gateway::agent::mrtr::OpenCalls>,
+    /// Every catalog change, for the agent's `subscriptions/listen` streams (`agent/listen.rs`).
+    pub list_events: tokio::sync::broadcast::Sender<Changed>,
     /// Serialises catalog rebuilds: each reviews pins (file I/O) outside the catalog lock,
     /// and an older view must never be installed over a newer one.
     refresh: tokio::sync::Mutex<()>,
@@ -301,6 +303,7 @@ impl Shared {
             tasks: Arc::default(),
             mrtr: Arc::default(),
             mrtr_open: Arc::default(),
+            list_events: tokio::sync::broadcast::channel(16).0,
             refresh: tokio::sync::Mutex::new(()),
         }
     }
@@ -412,9 +415,15 @@ impl Shared {
     }
 
     async fn notify(&self, changed: Changed) {
+        // Listen streams (2026-07-28 agents) first; nobody listening is no error.
+        let _ = self.list_events.send(changed);
         let Some(peer) = self.upstream.get() else {
             return;
         };
+        // A 2026-07-28 agent hears of changes only on the streams it opened.
+        if self.upstream.is_sessionless() {
+            return;
+        }
         if changed.tools {
             let _ = peer.notify_tool_list_changed().await;
         }
