@@ -1266,3 +1266,117 @@ fn a_principal_over_its_request_rate_is_refused_and_another_is_not() {
         .iter()
         .all(|r| r["principal"] == "alice" && r["toolName"] == "echo"));
 }
+
+// `--escalation elicit` over HTTP for a 2026-07-28 agent: no session, so the question comes
+// back as an input-required result of the call, and the SDK's `Client` retries with the
+// answer, as it does over stdio. The same agent in legacy mode is asked by a request on its
+// session. Both calls run once approved; each is audited once, decided by elicit, naming the
+// agent's version.
+#[test]
+fn a_2026_agent_over_http_approves_an_escalation_by_input_required_rounds() {
+    for (mode, version) in [("2026-07-28", "2026-07-28"), ("legacy", "2025-11-25")] {
+        let ws = Workspace::new();
+        let policy = ws.path().join("compiled-policy.json");
+        support::write_policy(
+            &policy,
+            json!([
+                {"name": "ask-about-echo", "description": "echo asks", "principle": "test",
+                 "if": {"server": ["faulty"], "tool": ["echo"]},
+                 "then": "escalate", "reason": "echo needs a yes"},
+                {"name": "allow-the-rest", "description": "the rest", "principle": "test",
+                 "if": {}, "then": "allow", "reason": "test"}
+            ]),
+        );
+        let (config, audit, _) = faulty_config(&ws, json!({}));
+        support::merge_settings(
+            &config,
+            json!({"policy": policy, "escalation": "elicit", "escalationTimeout": 30}),
+        );
+        let tokens = tokens_file(&ws);
+        let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+        let out = support::driver("tests/clients/http_eras.py")
+            .args([
+                &front.url(),
+                ALICE,
+                mode,
+                "faulty__echo",
+                r#"{"text": "over http"}"#,
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let status = front.stop();
+        let err = ws.stderr_text();
+        let r: Value = serde_json::from_str(text.trim())
+            .unwrap_or_else(|_| panic!("{text}\n{}\n{err}", String::from_utf8_lossy(&out.stderr)));
+        assert!(r.get("error").is_none(), "{mode}: {r}\n{err}");
+        assert_eq!(r["call"]["text"], "echo: over http", "{mode}: {r}\n{err}");
+        assert_eq!(
+            r["questions"].as_array().unwrap().len(),
+            1,
+            "{mode}: asked once: {r}"
+        );
+        let records = support::read_jsonl(&audit);
+        let echoes: Vec<&Value> = records
+            .iter()
+            .filter(|rec| rec["toolName"] == "echo")
+            .collect();
+        assert_eq!(echoes.len(), 1, "{mode}: one record: {records:?}");
+        assert_eq!(echoes[0]["escalationResult"], "approved", "{mode}");
+        assert_eq!(echoes[0]["escalationDecidedBy"], "elicit", "{mode}");
+        assert_eq!(echoes[0]["protocol"]["agent"], version, "{mode}");
+        assert!(status.success(), "{mode}: {status}\n{err}");
+    }
+}
+
+// A server's own sampling request during a 2026-07-28 call over HTTP reaches the agent as
+// the call's next round (the SDK's callback answers, the retry carries it back), as over
+// stdio; and as a request on its session for a legacy agent.
+#[test]
+fn a_servers_sampling_reaches_an_http_agent_in_both_eras() {
+    for mode in ["2026-07-28", "legacy"] {
+        let ws = Workspace::new();
+        let audit = ws.path().join("audit.jsonl");
+        let config = ws.config(
+            json!({"everything": {"command": "node",
+                                  "args": [support::node_server("server-everything"), "stdio"],
+                                  "relay": {"sampling": true}}}),
+            json!({"auditLog": audit, "http": {}}),
+        );
+        let tokens = tokens_file(&ws);
+        let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+        let out = support::driver("tests/clients/http_eras.py")
+            .args([
+                &front.url(),
+                ALICE,
+                mode,
+                "everything__trigger-sampling-request",
+                r#"{"prompt": "relay me", "maxTokens": 5}"#,
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let status = front.stop();
+        let err = ws.stderr_text();
+        let r: Value = serde_json::from_str(text.trim())
+            .unwrap_or_else(|_| panic!("{text}\n{}\n{err}", String::from_utf8_lossy(&out.stderr)));
+        assert!(r.get("error").is_none(), "{mode}: {r}\n{err}");
+        assert!(
+            r["call"]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("sampled-over-http"),
+            "{mode}: the server got the agent's answer: {r}\n{err}"
+        );
+        let prompts = r["prompts"].as_array().unwrap();
+        assert_eq!(prompts.len(), 1, "{mode}: {r}");
+        let records = support::read_jsonl(&audit);
+        assert!(
+            records
+                .iter()
+                .any(|rec| rec["kind"] == "sampling" && rec["result"]["status"] == "success"),
+            "{mode}: {records:?}"
+        );
+        assert!(status.success(), "{mode}: {status}\n{err}");
+    }
+}

@@ -28,7 +28,7 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::value::RawValue;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::audit::RecordKind;
 use crate::gateway::call::pipeline::{self, forwarded_meta};
@@ -440,14 +440,28 @@ impl ServerHandler for Upstream {
     ) -> Result<CallToolResponse, ErrorData> {
         // Counted while it runs: shutdown waits for it so that its audit record is written.
         let _in_flight = self.shared.calls.token();
-        let raw = pipeline::call_tool(&self.shared, request, &Default::default(), context).await?;
-        let mut result = crate::gateway::call::answer::value_of(&raw)?;
+        // (The HTTP front's way in; stdio's calls are read by `front.rs`.) A 2026-07-28 call
+        // is driven in rounds, so an approval or a server's question can be asked of its
+        // agent as an input-required result, as over stdio.
+        let mut result = if super::versions::is_modern(&context.meta) {
+            super::mrtr::call(self.shared.clone(), request, Map::new(), context).await?
+        } else {
+            let raw =
+                pipeline::call_tool(&self.shared, request, &Default::default(), context).await?;
+            crate::gateway::call::answer::value_of(&raw)?
+        };
+        let unexpected = |e: serde_json::Error| ErrorData::internal_error(e.to_string(), None);
+        if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+            return serde_json::from_value(result)
+                .map(CallToolResponse::InputRequired)
+                .map_err(unexpected);
+        }
         if let Value::Object(obj) = &mut result {
             super::versions::mark_complete(obj);
         }
         serde_json::from_value(result)
             .map(CallToolResponse::Complete)
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+            .map_err(unexpected)
     }
 
     async fn list_prompts(

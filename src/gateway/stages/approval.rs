@@ -99,9 +99,9 @@ impl Elicitor for UpstreamElicitor {
         }
         if self.link.is_sessionless() {
             return Some(
-                "the client speaks MCP 2026-07-28, which has no way to ask it during a call \
-                 until Palisade turns approvals into input-required results; use a dir:, exec: \
-                 or tty approver with such clients"
+                "the client speaks MCP 2026-07-28, which can be asked only in a tool call's \
+                 rounds (input-required results), and this request is not one; use a dir:, \
+                 exec: or tty approver for it"
                     .into(),
             );
         }

@@ -96,13 +96,17 @@ impl Relayer {
         &self.gate.server
     }
 
+    /// A 2026-07-28 call in flight to this server takes the request into its next round
+    /// (stdio and HTTP alike: over HTTP a 2026-07-28 agent has no session to be asked in);
+    /// otherwise the agent's session, if it has one.
     fn road(&self) -> Road {
-        if !self.upstream.is_sessionless() {
-            return Road::Session;
-        }
         match self.open_calls.only(self.server()) {
             Ok(round) => Road::Round(round),
-            Err(why) => Road::None(why),
+            // No session to ask in (a 2026-07-28 agent, or none over HTTP): say why.
+            Err(why) if self.upstream.get().is_none() || self.upstream.is_sessionless() => {
+                Road::None(why)
+            }
+            Err(_) => Road::Session,
         }
     }
 
