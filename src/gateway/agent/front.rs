@@ -92,7 +92,7 @@ fn route(method: Option<&str>, has_id: bool) -> Route {
     match method {
         Some("tools/call") if has_id => Route::Relay,
         Some(m) if has_id && crate::gateway::call::task_relay::METHODS.contains(&m) => Route::Relay,
-        Some("tasks/update" | "subscriptions/listen") if has_id => Route::Relay,
+        Some("tasks/update") if has_id => Route::Relay,
         Some("notifications/cancelled") if !has_id => Route::Cancel,
         _ => Route::Session,
     }
@@ -220,24 +220,6 @@ fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &LineOut, running: &Running
     let ct = CancellationToken::new();
     let key = id_key(&id);
     lock(&running).insert(key.clone(), ct.clone());
-    if method == "subscriptions/listen" {
-        // A stream, not a call: it runs until the agent cancels it (see `listen.rs`).
-        tokio::spawn(async move {
-            let end =
-                super::listen::stream(&shared, raw_id.get(), params.as_deref(), &out, &ct).await;
-            lock(&running).remove(&key);
-            if let Some(mut result) = end {
-                versions::stamp_result("subscriptions/listen", &mut result);
-                let _ = out
-                    .send(result_line(
-                        raw_id.get(),
-                        &crate::gateway::call::answer::raw_json(&result),
-                    ))
-                    .await;
-            }
-        });
-        return;
-    }
     tokio::spawn(async move {
         let answer = match shared.upstream.get() {
             None => Err(ErrorData::invalid_request(

@@ -12,7 +12,6 @@ pub mod frame;
 pub mod front;
 pub mod http;
 pub mod link;
-pub mod listen;
 pub mod mrtr;
 pub mod relaying;
 pub mod service;

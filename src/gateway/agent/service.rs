@@ -22,10 +22,11 @@ use rmcp::model::{
     InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
     ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, Reference,
-    ServerCapabilities, ServerConfig, SetLevelRequest, SetLevelRequestParams, SubscribeRequest,
-    SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
+    ServerCapabilities, ServerConfig, ServerNotification, SetLevelRequest, SetLevelRequestParams,
+    SubscribeRequest, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequest,
+    UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -377,6 +378,67 @@ impl ServerHandler for Upstream {
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
+    }
+
+    /// A 2026-07-28 agent's `subscriptions/listen` (stdio and HTTP): the three list kinds are
+    /// honoured (rmcp acknowledges the ones asked for and tags every frame with the stream's
+    /// id); resource updates are not.
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(
+            SubscriptionFilter::builder()
+                .tools_list_changed()
+                .prompts_list_changed()
+                .resources_list_changed()
+                .build(),
+        )
+    }
+
+    /// One listen stream: each catalog change of a kind it accepted, until the agent cancels
+    /// it or the gateway shuts down (then the final result ends it).
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        use tokio::sync::broadcast::error::RecvError;
+        let mut events = self.shared.list_events.subscribe();
+        loop {
+            let changed = tokio::select! {
+                _ = context.cancelled() => return Ok(()),
+                _ = self.shared.shutdown.cancelled() => return Ok(()),
+                e = events.recv() => match e {
+                    Ok(c) => c,
+                    // Fell behind: every kind may have changed (listing again is safe).
+                    Err(RecvError::Lagged(_)) => crate::gateway::state::Changed {
+                        tools: true,
+                        prompts: true,
+                        resources: true,
+                    },
+                    Err(RecvError::Closed) => return Ok(()),
+                },
+            };
+            let notes = [
+                (
+                    changed.tools,
+                    ServerNotification::ToolListChangedNotification(Default::default()),
+                ),
+                (
+                    changed.prompts,
+                    ServerNotification::PromptListChangedNotification(Default::default()),
+                ),
+                (
+                    changed.resources,
+                    ServerNotification::ResourceListChangedNotification(Default::default()),
+                ),
+            ];
+            for (_, note) in notes.into_iter().filter(|(hit, _)| *hit) {
+                match context.sink().send(note).await {
+                    Ok(()) => {}
+                    // A kind this stream did not ask for.
+                    Err(rmcp::service::SubscriptionSendError::NotificationNotAccepted(_)) => {}
+                    Err(_) => return Ok(()),
+                }
+            }
+        }
     }
 
     async fn initialize(
