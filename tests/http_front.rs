@@ -1380,3 +1380,65 @@ fn a_servers_sampling_reaches_an_http_agent_in_both_eras() {
         assert!(status.success(), "{mode}: {status}\n{err}");
     }
 }
+
+// The tasks extension (SEP-2663) over HTTP, for a raw 2026-07-28 agent: the task-only tool of
+// server-everything, called plainly, is refused without the extension (the control) and
+// becomes a task with it; `tasks/get` is polled to `completed` with the report inline;
+// `tasks/update` is refused; one creation and one completion record are written.
+#[test]
+fn a_2026_agent_over_http_runs_a_task_only_tool_through_the_tasks_extension() {
+    let ws = Workspace::new();
+    let audit = ws.path().join("audit.jsonl");
+    let config = ws.config(
+        json!({"everything": {"command": "node",
+                              "args": [support::node_server("server-everything"), "stdio"]}}),
+        json!({"auditLog": audit, "http": {}}),
+    );
+    let tokens = tokens_file(&ws);
+    let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let out = support::driver("tests/clients/http_tasks.py")
+        .args([
+            &front.url(),
+            ALICE,
+            "everything__simulate-research-query",
+            r#"{"topic": "sandboxes"}"#,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let status = front.stop();
+    let err = ws.stderr_text();
+    let r: Value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|_| panic!("{text}\n{}\n{err}", String::from_utf8_lossy(&out.stderr)));
+    assert!(r.get("error").is_none(), "{r}\n{err}");
+    let plain = &r["plain"];
+    assert!(
+        plain.get("error").is_some() || plain["result"]["isError"] == true,
+        "without the extension the server refuses the plain call: {r}"
+    );
+    let created = &r["created"]["result"];
+    assert_eq!(created["resultType"], "task", "{r}\n{err}");
+    let task = created["taskId"].as_str().unwrap_or_default();
+    assert!(task.starts_with("everything__"), "{r}");
+    let done = &r["done"]["result"];
+    assert_eq!(done["status"], "completed", "{r}");
+    assert!(
+        done["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Research Report: sandboxes"),
+        "{r}"
+    );
+    assert!(r["update"].get("error").is_some(), "{r}");
+    let records = support::read_jsonl(&audit);
+    let created_records = records
+        .iter()
+        .filter(|rec| rec["taskId"] == task && rec.get("kind").is_none())
+        .count();
+    let completions = records
+        .iter()
+        .filter(|rec| rec["taskId"] == task && rec["kind"] == "tasks/result")
+        .count();
+    assert_eq!((created_records, completions), (1, 1), "{records:?}");
+    assert!(status.success(), "{status}\n{err}");
+}

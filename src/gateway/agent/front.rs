@@ -32,7 +32,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::agent::{mrtr, tasks_v2, versions};
+use crate::gateway::agent::{mrtr, task_bridge, tasks_v2, versions};
 use crate::gateway::line_out::LineOut;
 use crate::gateway::state::Shared;
 
@@ -262,7 +262,7 @@ async fn answer(
             // server is asked for a 2025-11-25 task, and its handle is given in 2026-07-28.
             let as_task = tasks_v2::declared(&ctx.meta)
                 && !extra.contains_key("task")
-                && requires_task(shared, &typed.name);
+                && task_bridge::requires_task(shared, &typed.name);
             if as_task {
                 extra.insert("task".into(), Value::Object(Map::new()));
             }
@@ -286,9 +286,9 @@ async fn answer(
         versions::check_envelope(&ctx.meta)?;
         let modern = versions::is_modern(&ctx.meta);
         let mut result = if modern && tasks_v2::declared(&ctx.meta) {
-            extension_task_request(shared, method, params, &ctx).await?
+            task_bridge::answer(shared, method, params, &ctx).await?
         } else if method == "tasks/update" {
-            return Err(not_updatable());
+            return Err(task_bridge::not_updatable());
         } else {
             crate::gateway::call::task_relay::handle(shared, method, params, &ctx).await?
         };
@@ -296,61 +296,6 @@ async fn answer(
             versions::stamp_result(method, &mut result);
         }
         Ok(raw_json(&result))
-    }
-}
-
-/// Whether the tool a call names must run as a task (its server's own listing says so).
-fn requires_task(shared: &Shared, name: &str) -> bool {
-    let catalog = shared.catalog();
-    let Ok(route) = catalog.tool(name) else {
-        return false;
-    };
-    let Some(live) = shared.slots[route.server].snapshot().live else {
-        return false;
-    };
-    let required = live
-        .lists
-        .raw
-        .tools
-        .get(&route.name)
-        .is_some_and(tasks_v2::required);
-    required
-}
-
-fn not_updatable() -> ErrorData {
-    ErrorData::invalid_params(
-        "tasks/update: the task's server speaks 2025-11-25 tasks, which take no input by update",
-        None,
-    )
-}
-
-/// A `tasks/*` request of an agent that speaks the tasks extension, answered in its terms
-/// from the server's 2025-11-25 tasks (see `tasks_v2.rs`).
-async fn extension_task_request(
-    shared: &Shared,
-    method: &str,
-    params: Option<&RawValue>,
-    ctx: &RequestContext<RoleServer>,
-) -> Result<Value, ErrorData> {
-    use crate::gateway::call::task_relay::handle;
-    match method {
-        "tasks/get" => {
-            let v1 = handle(shared, "tasks/get", params, ctx).await?;
-            let mut task = tasks_v2::detailed(&v1);
-            if tasks_v2::needs_result(&task) {
-                let result = handle(shared, "tasks/result", params, ctx)
-                    .await
-                    .map_err(|e| (e.code.0, e.message.to_string()));
-                tasks_v2::finished(&mut task, result);
-            }
-            Ok(task)
-        }
-        "tasks/cancel" => {
-            handle(shared, "tasks/cancel", params, ctx).await?;
-            Ok(Value::Object(Map::new()))
-        }
-        "tasks/update" => Err(not_updatable()),
-        other => handle(shared, other, params, ctx).await,
     }
 }
 

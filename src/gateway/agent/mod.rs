@@ -16,5 +16,6 @@ pub mod mrtr;
 pub mod relaying;
 pub mod service;
 pub mod stdio;
+pub mod task_bridge;
 pub mod tasks_v2;
 pub mod versions;

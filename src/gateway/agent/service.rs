@@ -17,14 +17,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientRequest, CompleteRequest, CompleteRequestParams,
-    CompleteResult, GetPromptRequest, GetPromptRequestParams, GetPromptResponse, Implementation,
-    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, Reference,
-    ServerCapabilities, ServerConfig, ServerNotification, SetLevelRequest, SetLevelRequestParams,
-    SubscribeRequest, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequest,
-    UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientRequest, CompleteRequest,
+    CompleteRequestParams, CompleteResult, GetPromptRequest, GetPromptRequestParams,
+    GetPromptResponse, GetTaskParams, GetTaskResult, Implementation, InitializeRequestParams,
+    InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequest,
+    ReadResourceRequestParams, ReadResourceResponse, Reference, ServerCapabilities, ServerConfig,
+    ServerNotification, SetLevelRequest, SetLevelRequestParams, SubscribeRequest,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequest, UnsubscribeRequestParams,
+    UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -335,6 +336,12 @@ fn audit_failed(e: &crate::gateway::stages::AuditError) -> ErrorData {
     )
 }
 
+/// The params of a `tasks/*` request naming `task_id`.
+fn task_params(task_id: &str) -> Result<Box<RawValue>, ErrorData> {
+    serde_json::value::to_raw_value(&serde_json::json!({ "taskId": task_id }))
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+}
+
 /// A typed view of a forwarded result; an error naming the method when it does not fit.
 /// A typed view of a server's result for rmcp to send. A 2025-11-25 server's result has no
 /// `resultType`; the view gets `"complete"`, which 2026-07-28 requires and rmcp strips again
@@ -367,6 +374,20 @@ impl ServerHandler for Upstream {
             .enable_resources_subscribe()
             .enable_tool_list_changed()
             .build();
+        // The tasks extension, bridged, when a running server takes task-augmented calls.
+        let live: Vec<Value> = self
+            .shared
+            .slots
+            .iter()
+            .filter_map(|s| s.snapshot().live.and_then(|l| l.conn.tasks.clone()))
+            .collect();
+        let takes = crate::gateway::call::tasks::aggregate_capability(&live);
+        let mut caps = caps;
+        if crate::gateway::call::tasks::takes_tool_tasks(takes.as_ref()) {
+            caps.extensions
+                .get_or_insert_with(rmcp::model::ExtensionCapabilities::new)
+                .insert(super::tasks_v2::EXTENSION.into(), Default::default());
+        }
         InitializeResult::new(caps)
             .with_protocol_version(PROTOCOL)
             .with_server_info(Implementation::new("palisade", env!("CARGO_PKG_VERSION")))
@@ -378,6 +399,39 @@ impl ServerHandler for Upstream {
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
+    }
+
+    /// The tasks extension's requests over the HTTP front (rmcp checks that the agent declared
+    /// the extension and that `get_info` offers it), answered from the servers' 2025-11-25
+    /// tasks as over stdio.
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let params = task_params(&request.task_id)?;
+        let task =
+            super::task_bridge::answer(&self.shared, "tasks/get", Some(&params), &context).await?;
+        serde_json::from_value(task).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let params = task_params(&request.task_id)?;
+        super::task_bridge::answer(&self.shared, "tasks/cancel", Some(&params), &context)
+            .await
+            .map(|_| ())
+    }
+
+    async fn update_task(
+        &self,
+        _request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Err(super::task_bridge::not_updatable())
     }
 
     /// A 2026-07-28 agent's `subscriptions/listen` (stdio and HTTP): the three list kinds are
@@ -505,14 +559,29 @@ impl ServerHandler for Upstream {
         // (The HTTP front's way in; stdio's calls are read by `front.rs`.) A 2026-07-28 call
         // is driven in rounds, so an approval or a server's question can be asked of its
         // agent as an input-required result, as over stdio.
+        let mut as_task = false;
         let mut result = if super::versions::is_modern(&context.meta) {
-            super::mrtr::call(self.shared.clone(), request, Map::new(), context).await?
+            // A task-only tool for an agent with the tasks extension (see `tasks_v2.rs`).
+            let mut extra = Map::new();
+            as_task = super::tasks_v2::declared(&context.meta)
+                && super::task_bridge::requires_task(&self.shared, &request.name);
+            if as_task {
+                extra.insert("task".into(), Value::Object(Map::new()));
+            }
+            super::mrtr::call(self.shared.clone(), request, extra, context).await?
         } else {
             let raw =
                 pipeline::call_tool(&self.shared, request, &Default::default(), context).await?;
             crate::gateway::call::answer::value_of(&raw)?
         };
         let unexpected = |e: serde_json::Error| ErrorData::internal_error(e.to_string(), None);
+        if as_task {
+            if let Some(task) = super::tasks_v2::created(&result) {
+                return serde_json::from_value(task)
+                    .map(CallToolResponse::Task)
+                    .map_err(unexpected);
+            }
+        }
         if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
             return serde_json::from_value(result)
                 .map(CallToolResponse::InputRequired)
