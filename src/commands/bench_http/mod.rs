@@ -54,6 +54,10 @@ pub struct BenchHttpArgs {
     /// Tool arguments as a JSON object; `{principal}` is replaced by the principal's name.
     #[arg(long, default_value = "{}")]
     pub args: String,
+    /// Paced load: each connection starts a call every this many milliseconds (spread
+    /// evenly over the connections), instead of the next as soon as the last is answered.
+    #[arg(long)]
+    pub interval_ms: Option<f64>,
     /// Per-request timeout in seconds.
     #[arg(long, default_value_t = 30)]
     pub timeout_secs: u64,
@@ -206,7 +210,14 @@ async fn bench(
             }
         }
     }
+    let pace = args
+        .interval_ms
+        .filter(|ms| *ms > 0.0)
+        .map(|ms| Duration::from_secs_f64(ms / 1e3));
+    let total: usize = ready.iter().map(|p| p.conns.len()).sum();
+    let mut index = 0usize;
     let started = Instant::now();
+    let base = tokio::time::Instant::now();
     let mut workers = tokio::task::JoinSet::new();
     let mut sessions = Vec::with_capacity(ready.len());
     for p in ready {
@@ -219,11 +230,17 @@ async fn bench(
                 Arc::clone(&p.session),
                 args.tool.clone(),
             );
+            // Paced: this connection's k-th call starts at base + phase + k * interval.
+            let phase = pace.map(|p| (p.mul_f64(index as f64 / total.max(1) as f64), p));
+            index += 1;
             workers.spawn(async move {
                 let mut conn = conn;
                 let mut t = Tally::default();
                 let mut id = (w as u64 + 1) << 32;
-                for _ in 0..calls {
+                for k in 0..calls {
+                    if let Some((phase, every)) = phase {
+                        tokio::time::sleep_until(base + phase + every * k as u32).await;
+                    }
                     id += 1;
                     let t0 = Instant::now();
                     match tokio::time::timeout(
@@ -274,6 +291,7 @@ async fn bench(
         "initErrors": init_errors,
         "callsPerPrincipal": args.calls,
         "concurrency": args.concurrency,
+        "intervalMs": args.interval_ms,
         "ok": ok,
         "errors": all.errors,
         "toolErrors": all.tool_errors,
