@@ -20,6 +20,7 @@ pub mod limits;
 pub mod metrics;
 pub mod origin;
 mod principals;
+pub mod proxy;
 pub mod tls_client;
 pub mod tokens;
 
