@@ -278,7 +278,7 @@ async fn bench(
         spare.push(conn);
     }
     let wall = started.elapsed();
-    for (s, mut conn) in sessions.iter().zip(spare.into_iter()) {
+    for (s, mut conn) in sessions.iter().zip(spare) {
         s.close(&mut conn).await;
     }
     let ok = all.lat.len();
