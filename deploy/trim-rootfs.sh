@@ -51,3 +51,24 @@ for p in "${programs[@]}"; do
     exit 1
   fi
 done
+# The TLS client of an https:// JWKS URL trusts the system store (rustls-native-certs reads
+# /etc/ssl/certs, from the ca-certificates package): a root without it could never fetch keys.
+# Nothing above removes /etc or /usr/share/ca-certificates; this says so if that changes.
+bundle=$root/etc/ssl/certs/ca-certificates.crt
+if ! [ -s "$bundle" ] || ! grep -q -- '-----BEGIN CERTIFICATE-----' "$bundle"; then
+  echo "trim-rootfs: /etc/ssl/certs/ca-certificates.crt is missing or holds no certificate" >&2
+  exit 1
+fi
+# Each link of /etc/ssl/certs (to /usr/share/ca-certificates, hash links) resolves in the root.
+for l in "$root"/etc/ssl/certs/*; do
+  t=$l
+  for _ in 1 2 3 4 5 6 7 8; do
+    [ -L "$t" ] || break
+    r=$(readlink "$t")
+    case $r in /*) t=$root$r ;; *) t=${t%/*}/$r ;; esac
+  done
+  if ! [ -f "$t" ]; then
+    echo "trim-rootfs: ${l#"$root"} does not lead to a certificate in the root" >&2
+    exit 1
+  fi
+done

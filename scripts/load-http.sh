@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
-# Load test of the HTTP front: N principals, each with its own sandboxed fs-server, calling in
-# parallel through the Python SDK's HTTP client, beside the same calls over stdio (through
-# palisade and direct). Reports latency, errors and memory per principal; asserts nothing.
-# Usage: scripts/load-http.sh [PRINCIPALS (default 20)] [CALLS each (default 200)]
+# Load test of the HTTP front with palisade's own native clients: one principal's calls over
+# HTTP beside the same calls over stdio through palisade and direct, then N principals at
+# once, each with its own sandboxed fs-server; reports latency, errors and memory per idle
+# principal; asserts nothing.
+# Usage: scripts/load-http.sh [PRINCIPALS (default 200)] [CALLS each (default 200)] [ROUNDS (3)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-deps=${PALISADE_TEST_DEPS:-$PWD/target/test-deps}
-[ -x "$deps/venv/bin/python" ] || scripts/install-test-deps.sh
 cargo build --release --quiet
-PYTHONPATH=scripts "$deps/venv/bin/python" scripts/load_http.py "$PWD/target/release/palisade" \
-  "${1:-20}" "${2:-200}"
+python3 scripts/load_http.py "$PWD/target/release/palisade" "${1:-200}" "${2:-200}" "${3:-3}"

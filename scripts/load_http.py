@@ -1,18 +1,22 @@
-"""Load test of `palisade serve --http` (a script, not a timed test: it reports, never asserts).
+"""Load test of `palisade serve --http` with native clients (a script, not a timed test: it
+reports, never asserts).
 
-N principals, each with its own token and so its own sandboxed fs-server behind the front,
-call `fs__stat` in parallel through the Python `mcp` SDK's Streamable HTTP client. Side by
-side in the same run, the same client makes the same calls over stdio, through `palisade
-serve` and to the fs-server directly. Reports per-call latency (p50, p99) for each, the HTTP
-front's added latency over stdio, errors, and memory: the gateway process's RSS per active
-principal, and the whole process tree's (servers included).
+Side by side in one run, each figure from palisade's own Rust clients (`bench-http` over
+HTTP/1.1 keep-alive, `bench-client` over stdio), interleaved over ROUNDS rounds:
+  - one principal, one connection, sequential `fs__stat` calls through the HTTP front;
+  - the same calls over stdio through `palisade serve` (the stdio front);
+  - `stat` on the fs-server directly (no palisade in between);
+then PRINCIPALS principals at once, each with its own token and so its own sandboxed
+fs-server, one connection each (at most 200: maxPrincipals' default), first as fast as they
+can (a closed loop: saturation throughput, latency mostly queueing), then paced (each
+principal one call per second, then per 400 ms); then memory: the gateway's RSS with no principal and with
+every principal idle (their sessions closed, their servers still up until idleTimeout), and
+the whole process tree's.
 
-Usage (from scripts/load-http.sh): load_http.py PALISADE PRINCIPALS CALLS
+Usage (from scripts/load-http.sh): load_http.py PALISADE PRINCIPALS CALLS [ROUNDS]
 """
 
-import asyncio
 import hashlib
-import logging
 import json
 import os
 import secrets
@@ -23,15 +27,9 @@ import sys
 import tempfile
 import time
 
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
+# Paced runs: each principal calls once per this many milliseconds.
+PACED_INTERVALS_MS = (1000, 400)
 
 
 def rss_kb(pid):
@@ -59,47 +57,12 @@ def tree(pid):
     return out
 
 
-async def timed_calls(s, path, calls, lat, errors):
-    for _ in range(calls):
-        t = time.perf_counter()
-        try:
-            r = await s.call_tool("fs__stat" if "fs__stat" in NAMES else "stat", {"path": path})
-            if r.is_error:
-                errors.append("isError")
-        except Exception as e:  # counted, not raised: a load test reports
-            errors.append(str(e))
-        lat.append((time.perf_counter() - t) * 1e6)
+def run_json(cmd):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
 
 
-NAMES = set()
-
-
-async def http_principal(url, token, path, calls, lat, errors, ready, go):
-    async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
-        async with streamable_http_client(url, http_client=http) as streams:
-            async with ClientSession(streams[0], streams[1]) as s:
-                await s.initialize()
-                NAMES.update(t.name for t in (await s.list_tools()).tools)
-                await timed_calls(s, path, 5, [], [])  # warm up
-                ready.release()
-                await go.wait()
-                await timed_calls(s, path, calls, lat, errors)
-
-
-async def stdio_run(cmd, path, calls):
-    lat, errors = [], []
-    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
-    with open(os.devnull, "w") as devnull:
-        async with stdio_client(params, errlog=devnull) as (r, w):
-            async with ClientSession(r, w) as s:
-                await s.initialize()
-                NAMES.update(t.name for t in (await s.list_tools()).tools)
-                await timed_calls(s, path, 5, [], [])
-                await timed_calls(s, path, calls, lat, errors)
-    return lat, errors
-
-
-async def main(palisade, principals, calls):
+def main(palisade, principals, calls, rounds):
     work = tempfile.mkdtemp(prefix="palisade-load-")
     target = os.path.join(work, "sandbox")
     config = os.path.join(work, "servers.json")
@@ -107,16 +70,25 @@ async def main(palisade, principals, calls):
         json.dump({"mcpServers": {"fs": {"command": palisade, "args": ["fs-server"]}},
                    "palisade": {"sandboxDir": target}}, f)
     tokens = {f"p{i}": secrets.token_hex(16) for i in range(principals)}
-    tfile = os.path.join(work, "tokens")
-    with open(os.open(tfile, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-        for p, t in tokens.items():
-            f.write(f"{p} {hashlib.sha256(t.encode()).hexdigest()}\n")
+    hashed, clear = os.path.join(work, "tokens"), os.path.join(work, "clear-tokens")
+    for path, line in ((hashed, lambda t: hashlib.sha256(t.encode()).hexdigest()),
+                       (clear, lambda t: t)):
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            for p, t in tokens.items():
+                f.write(f"{p} {line(t)}\n")
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
+    url = f"http://127.0.0.1:{port}/mcp"
     proc = subprocess.Popen([palisade, "serve", "--config", config, "--http", f"127.0.0.1:{port}",
-                             "--tokens", tfile], stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+                             "--tokens", hashed], stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    http_args = json.dumps({"path": os.path.join(target, "principals", "{principal}")})
+    bench_http = [palisade, "bench-http", "--url", url, "--tokens", clear, "--tool", "fs__stat",
+                  "--args", http_args]
+    stdio_args = json.dumps({"path": target})
+    one = {"http": [], "stdio": [], "direct": []}
     try:
         for _ in range(200):
             try:
@@ -124,52 +96,71 @@ async def main(palisade, principals, calls):
                 break
             except OSError:
                 time.sleep(0.05)
-        idle_rss = rss_kb(proc.pid)
-        url = f"http://127.0.0.1:{port}/mcp"
-        # One principal alone, sequential calls: the front's own cost beside stdio's.
-        solo_lat, solo_err = [], []
-        ready, go = asyncio.Semaphore(0), asyncio.Event()
-        go.set()
-        first = next(iter(tokens))
-        await http_principal(url, tokens[first], os.path.join(target, "principals", first),
-                             calls, solo_lat, solo_err, ready, go)
-        # Then every principal at once.
-        lat, errors = [], []
-        ready, go = asyncio.Semaphore(0), asyncio.Event()
-        tasks = [asyncio.create_task(http_principal(
-            url, t, os.path.join(target, "principals", p), calls, lat, errors, ready, go))
-            for p, t in tokens.items()]
-        for _ in tokens:
-            await ready.acquire()
-        active_rss = rss_kb(proc.pid)
-        tree_rss = sum(rss_kb(p) for p in tree(proc.pid))
-        go.set()
-        started = time.perf_counter()
-        await asyncio.gather(*tasks)
-        wall = time.perf_counter() - started
+        time.sleep(0.5)
+        rss_none = rss_kb(proc.pid)
+        for _ in range(rounds):
+            one["http"].append(run_json(bench_http + [
+                "--principals", "1", "--calls", str(calls), "--warmup", "50"]))
+            one["stdio"].append(run_json([
+                palisade, "bench-client", "--calls", str(calls), "--warmup", "50",
+                "--tool", "fs__stat", "--args", stdio_args, "--",
+                palisade, "serve", "--config", config]))
+            one["direct"].append(run_json([
+                palisade, "bench-client", "--calls", str(calls), "--warmup", "50",
+                "--tool", "stat", "--args", stdio_args, "--",
+                palisade, "fs-server", "--root", target]))
+        many = run_json(bench_http + ["--calls", str(calls), "--warmup", "5"])
+        # Paced: every principal active at a steady rate (one call per INTERVAL each), under
+        # the saturation throughput above, so that latency is not a queue of the closed loop.
+        paced = {ms: run_json(bench_http + ["--calls", str(max(20, calls // 2)), "--warmup", "2",
+                                            "--interval-ms", str(ms)])
+                 for ms in PACED_INTERVALS_MS}
+        time.sleep(1)
+        rss_idle = rss_kb(proc.pid)
+        pids = tree(proc.pid)
+        tree_idle = sum(rss_kb(p) for p in pids)
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
-    stdio_lat, stdio_err = await stdio_run([palisade, "serve", "--config", config], target, calls)
-    direct_lat, _ = await stdio_run([palisade, "fs-server", "--root", target], target, calls)
+        proc.wait(timeout=60)
     subprocess.run(["rm", "-rf", work], check=False)
+
+    def med(kind, key):
+        return statistics.median(r["latencyUs"][key] for r in one[kind])
+
+    errors = sum(r["errors"] + r["toolErrors"] for k in one for r in one[k])
     report = {
-        "principals": principals, "calls_per_principal": calls,
-        "one_principal_http_p50_us": pct(solo_lat, 0.5),
-        "stdio_p50_us": pct(stdio_lat, 0.5), "stdio_p99_us": pct(stdio_lat, 0.99),
-        "direct_p50_us": pct(direct_lat, 0.5),
-        "http_over_stdio_p50_us": pct(solo_lat, 0.5) - pct(stdio_lat, 0.5),
-        "all_principals_p50_us": pct(lat, 0.5), "all_principals_p99_us": pct(lat, 0.99),
-        "calls_per_second": len(lat) / wall if wall else 0,
-        "errors": len(errors) + len(stdio_err) + len(solo_err), "first_errors": errors[:3],
-        "gateway_rss_idle_kb": idle_rss, "gateway_rss_active_kb": active_rss,
-        "gateway_kb_per_principal": (active_rss - idle_rss) / principals,
-        "tree_rss_kb": tree_rss, "tree_kb_per_principal": tree_rss / principals,
+        "rounds": rounds, "calls": calls, "principals": principals,
+        "one_principal_us": {k: {"p50": med(k, "median"), "p99": med(k, "p99")} for k in one},
+        "http_over_stdio_p50_us": round(med("http", "median") - med("stdio", "median"), 1),
+        "stdio_over_direct_p50_us": round(med("stdio", "median") - med("direct", "median"), 1),
+        "all_principals": {
+            "ready": many["principalsReady"], "p50_us": many["latencyUs"]["median"],
+            "p99_us": many["latencyUs"]["p99"], "max_us": many["latencyUs"]["max"],
+            "calls_per_second": many["throughputPerSec"],
+            "ok": many["ok"], "errors": many["errors"] + many["toolErrors"],
+            "init_failures": many["initFailures"], "first_errors":
+                many["firstErrors"] + many["initErrors"],
+            "session_setup_ms": many["sessionSetupMs"],
+        },
+        "paced": {f"every_{ms}ms": {
+            "calls_per_second_offered": round(principals * 1000 / ms),
+            "calls_per_second": r["throughputPerSec"], "ready": r["principalsReady"],
+            "p50_us": r["latencyUs"]["median"], "p99_us": r["latencyUs"]["p99"],
+            "max_us": r["latencyUs"]["max"],
+            "p99_added_over_direct_p99_us": round(r["latencyUs"]["p99"] - med("direct", "p99"), 1),
+            "ok": r["ok"], "errors": r["errors"] + r["toolErrors"] + r["initFailures"],
+        } for ms, r in paced.items()},
+        "errors_one_principal": errors,
+        "memory": {
+            "gateway_rss_no_principal_kb": rss_none, "gateway_rss_all_idle_kb": rss_idle,
+            "gateway_kb_per_idle_principal": round((rss_idle - rss_none) / principals, 1),
+            "tree_rss_all_idle_kb": tree_idle, "tree_processes": len(pids),
+            "tree_kb_per_idle_principal": round((tree_idle - rss_none) / principals, 1),
+        },
     }
     print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":
-    # The SDK logs each session's DELETE answered 202 (rmcp's Accepted) as a failure; noise here.
-    logging.disable(logging.WARNING)
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
+         int(sys.argv[4]) if len(sys.argv) > 4 else 3)

@@ -87,6 +87,9 @@ pub enum Command {
     /// Measure an MCP server's call latency and throughput (for scripts/bench.sh).
     #[command(hide = true)]
     BenchClient(commands::bench_client::BenchClientArgs),
+    /// Load the HTTP front with many principals (for scripts/load-http.sh).
+    #[command(hide = true)]
+    BenchHttp(commands::bench_http::BenchHttpArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -110,6 +113,7 @@ pub fn main() -> ExitCode {
         Command::Annotate(a) => commands::annotate::run(a),
         Command::FsServer(a) => commands::fs_server::run(a),
         Command::BenchClient(a) => commands::bench_client::run(a),
+        Command::BenchHttp(a) => commands::bench_http::run(a),
     })
 }
 

@@ -49,8 +49,14 @@ struct Front {
 
 impl Front {
     fn start(ws: &Workspace, config: &Path, extra: &[&str]) -> Front {
+        Front::start_env(ws, config, extra, &[])
+    }
+
+    /// `start` with these variables added to palisade's environment.
+    fn start_env(ws: &Workspace, config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Front {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let child = Command::new(palisade())
+            .envs(env.iter().copied())
             .args(["serve", "--config"])
             .arg(config)
             .args(["--http", &addr.to_string()])
@@ -1441,4 +1447,200 @@ fn a_2026_agent_over_http_runs_a_task_only_tool_through_the_tasks_extension() {
         .count();
     assert_eq!((created_records, completions), (1, 1), "{records:?}");
     assert!(status.success(), "{status}\n{err}");
+}
+
+// `palisade bench-http`, the native load client of scripts/load-http.sh, drives a real front
+// end to end over kept-alive connections: every measured call of the principals with good
+// tokens succeeds (and is audited under its principal), and the principal with a wrong
+// token is refused at `initialize` and makes no call.
+#[test]
+fn bench_http_load_client_counts_calls_and_wrong_tokens_fail() {
+    let ws = Workspace::new();
+    let (config, sandbox, audit) = fs_config(&ws);
+    let tokens = tokens_file(&ws);
+    let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let clear = ws.path().join("clear-tokens");
+    std::fs::write(
+        &clear,
+        format!("# clear tokens\nalice {ALICE}\nbob {BOB}\nmallory not-{ALICE}\n"),
+    )
+    .unwrap();
+    let args = json!({"path": format!("{}/principals/{{principal}}", sandbox.display())});
+    let out = Command::new(palisade())
+        .args(["bench-http", "--url", &front.url(), "--tokens"])
+        .arg(&clear)
+        .args(["--calls", "12", "--concurrency", "3", "--warmup", "1"])
+        .args(["--tool", "fs__stat", "--args", &args.to_string()])
+        .output()
+        .unwrap();
+    let status = front.stop();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v["principals"], 3, "{v}");
+    assert_eq!(v["principalsReady"], 2, "{v}");
+    assert_eq!(v["ok"], 24, "12 calls each for alice and bob: {v}");
+    assert_eq!(
+        (v["errors"].as_u64(), v["toolErrors"].as_u64()),
+        (Some(0), Some(0)),
+        "{v}"
+    );
+    assert_eq!(v["initFailures"], 1, "{v}");
+    let why = v["initErrors"][0].as_str().unwrap();
+    assert!(why.starts_with("mallory: HTTP 401"), "{why}");
+    assert!(!text.contains(ALICE), "the report shows no token: {text}");
+    for k in ["median", "p99"] {
+        assert!(v["latencyUs"][k].as_f64().unwrap() > 0.0, "{k}: {v}");
+    }
+    // Measured calls plus one warm-up call per connection, each audited under its principal.
+    let records = support::read_jsonl(&audit);
+    let by = |p: &str| records.iter().filter(|r| r["principal"] == p).count();
+    assert_eq!(
+        (by("alice"), by("bob"), by("mallory")),
+        (15, 15, 0),
+        "{records:?}"
+    );
+    assert!(status.success(), "{status}\n{}", ws.stderr_text());
+}
+
+/// An HTTP proxy that tunnels with CONNECT, for the tests: it records each request line; it
+/// refuses every tunnel (403) when `refuse`, else it opens tunnels to `jwks.test:PORT` only,
+/// a name only it resolves (to 127.0.0.1).
+struct ConnectProxy {
+    port: u16,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl ConnectProxy {
+    fn start(refuse: bool) -> ConnectProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut client) = conn else { continue };
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match client.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => break,
+                    }
+                }
+                let text = String::from_utf8_lossy(&head).into_owned();
+                let line = text.lines().next().unwrap_or("").to_string();
+                log.lock().unwrap().push(line.clone());
+                let target = line
+                    .strip_prefix("CONNECT jwks.test:")
+                    .and_then(|rest| rest.split(' ').next())
+                    .and_then(|p| p.parse::<u16>().ok());
+                let upstream = match (refuse, target) {
+                    (false, Some(p)) => TcpStream::connect(("127.0.0.1", p)).ok(),
+                    _ => None,
+                };
+                let Some(upstream) = upstream else {
+                    let _ =
+                        client.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
+                    continue;
+                };
+                let _ = client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
+                let (mut c2, mut u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+                let (mut client, mut upstream) = (client, upstream);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c2, &mut u2);
+                    let _ = u2.shutdown(std::net::Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut upstream, &mut client);
+                    let _ = client.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        ConnectProxy { port, seen }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+// The JWKS at an https:// URL behind an HTTP proxy (`HTTPS_PROXY`): fetched through a CONNECT
+// tunnel, TLS end to end with the JWKS host (its certificate checked against `jwksCa`). The
+// host `jwks.test` resolves nowhere but in the proxy, so a token admitted proves the keys came
+// through it, and the proxy saw the CONNECT. `NO_PROXY` naming the host sends the fetch
+// direct (where the name does not resolve: JWTs get 503, the proxy sees nothing more); a
+// proxy that refuses the tunnel fails closed (503, the refusal logged). Before proxies were
+// honoured the first case failed like the second.
+#[test]
+fn a_jwks_over_https_is_fetched_through_https_proxy_and_no_proxy_is_honoured() {
+    let ws = Workspace::new();
+    let (config, _, _) = fs_config(&ws);
+    let jwks = ws.path().join("jwks.json");
+    let minted = mint(&jwks, ISS, AUD);
+    let (ca_pem, chain, key) = test_pki(&["jwks.test"], false);
+    let ca = ws.path().join("ca.pem");
+    std::fs::write(&ca, ca_pem).unwrap();
+    support::merge_settings(&config, json!({"http": {"jwksCa": ca}}));
+    let server = HttpsJwks::start(chain, key, jwks);
+    let url = format!("https://jwks.test:{}/.well-known/jwks.json", server.port);
+    let bearer = format!("Bearer {}", minted["good"].as_str().unwrap());
+    let try_token = |env: &[(&str, &str)]| {
+        let front = Front::start_env(
+            &ws,
+            &config,
+            &[
+                "--jwks-url",
+                &url,
+                "--jwt-issuer",
+                ISS,
+                "--jwt-audience",
+                AUD,
+            ],
+            env,
+        );
+        let (status, text) = front.raw("POST", "/mcp", &[("Authorization", &bearer)]);
+        let stopped = front.stop();
+        assert!(stopped.success(), "{stopped}\n{}", ws.stderr_text());
+        (status, text, ws.stderr_text())
+    };
+
+    let proxy = ConnectProxy::start(false);
+    let (status, text, err) = try_token(&[("HTTPS_PROXY", &proxy.url())]);
+    assert_eq!(status, 200, "{text}\n{err}");
+    assert!(err.contains("JWKS fetched"), "{err}");
+    assert!(
+        err.contains("through the proxy"),
+        "the start says so: {err}"
+    );
+    assert_eq!(
+        proxy.seen(),
+        vec![format!("CONNECT jwks.test:{} HTTP/1.1", server.port)]
+    );
+    assert_eq!(server.handshakes(), 1, "the TLS server was reached once");
+
+    let (status, text, err) =
+        try_token(&[("https_proxy", &proxy.url()), ("NO_PROXY", "jwks.test")]);
+    assert_eq!(status, 503, "{text}\n{err}");
+    assert_eq!(proxy.seen().len(), 1, "NO_PROXY: the proxy was not asked");
+    assert_eq!(server.handshakes(), 1);
+
+    let refusing = ConnectProxy::start(true);
+    let (status, text, err) = try_token(&[("HTTPS_PROXY", &refusing.url())]);
+    assert_eq!(status, 503, "{text}\n{err}");
+    assert!(
+        err.contains("refused the tunnel: HTTP/1.1 403 Forbidden"),
+        "the refusal is said: {err}"
+    );
+    assert!(text.contains("could not be fetched"), "{text}");
+    assert!(!refusing.seen().is_empty());
+    assert_eq!(server.handshakes(), 1, "never fetched around the proxy");
 }

@@ -93,6 +93,24 @@ async fn bench(
     let outcome = measure(&client, args, &tool_args, timeout).await;
     client.shutdown().await;
     let (mut lat, errors, tool_errors, wall) = outcome?;
+    let ok = lat.len();
+    Ok(json!({
+        "command": args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>(),
+        "tool": args.tool,
+        "calls": args.calls,
+        "concurrency": args.concurrency,
+        "ok": ok,
+        "errors": errors,
+        "toolErrors": tool_errors,
+        "spawnToInitializedMs": round2(spawn_ms),
+        "wallMs": round2(wall.as_secs_f64() * 1e3),
+        "throughputPerSec": round2(if wall.is_zero() { 0.0 } else { ok as f64 / wall.as_secs_f64() }),
+        "latencyUs": latency_us(&mut lat),
+    }))
+}
+
+/// min, median, p90, p99, max and mean of the latencies, in µs (sorts them).
+pub(crate) fn latency_us(lat: &mut [Duration]) -> Value {
     lat.sort_unstable();
     let pct = |p: f64| -> f64 {
         if lat.is_empty() {
@@ -106,30 +124,17 @@ async fn bench(
     } else {
         lat.iter().map(Duration::as_secs_f64).sum::<f64>() / lat.len() as f64 * 1e6
     };
-    let ok = lat.len();
-    Ok(json!({
-        "command": args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>(),
-        "tool": args.tool,
-        "calls": args.calls,
-        "concurrency": args.concurrency,
-        "ok": ok,
-        "errors": errors,
-        "toolErrors": tool_errors,
-        "spawnToInitializedMs": round2(spawn_ms),
-        "wallMs": round2(wall.as_secs_f64() * 1e3),
-        "throughputPerSec": round2(if wall.is_zero() { 0.0 } else { ok as f64 / wall.as_secs_f64() }),
-        "latencyUs": {
-            "min": round2(pct(0.0)),
-            "median": round2(pct(0.5)),
-            "p90": round2(pct(0.9)),
-            "p99": round2(pct(0.99)),
-            "max": round2(pct(1.0)),
-            "mean": round2(mean),
-        },
-    }))
+    json!({
+        "min": round2(pct(0.0)),
+        "median": round2(pct(0.5)),
+        "p90": round2(pct(0.9)),
+        "p99": round2(pct(0.99)),
+        "max": round2(pct(1.0)),
+        "mean": round2(mean),
+    })
 }
 
-fn round2(x: f64) -> f64 {
+pub(crate) fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 

@@ -5,6 +5,7 @@ pub mod annotate;
 pub mod approve;
 pub mod audit;
 pub mod bench_client;
+pub mod bench_http;
 pub mod check;
 pub mod demo;
 pub mod fs_server;

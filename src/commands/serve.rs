@@ -341,11 +341,37 @@ fn jwt_verifier(
             let url = jwks::JwksUrl::parse(&url).map_err(|e| anyhow::anyhow!("--jwks-url {e}"))?;
             let tls = jwks_tls(&url, jwks_ca(args, block))?;
             let every = Duration::from_secs(block.jwks_refetch.unwrap_or(30));
-            let source = jwks::JwksSource::new(url, tls, every);
+            let proxy = jwks_proxy(&url)?;
+            let source = jwks::JwksSource::new(url, tls, proxy, every);
             JwtVerifier::from_url(source, issuer, audience, scopes)
         }
     };
     verifier.map_err(anyhow::Error::msg)
+}
+
+/// The proxy an https:// JWKS URL is fetched through: `https_proxy`/`HTTPS_PROXY` unless
+/// `no_proxy`/`NO_PROXY` names the host (or it is loopback); a proxy setting that cannot be
+/// used stops palisade at start (a fetch around it would bypass the network's rules).
+fn jwks_proxy(
+    url: &crate::gateway::agent::http::jwks::JwksUrl,
+) -> anyhow::Result<Option<crate::gateway::agent::http::proxy::Proxy>> {
+    use crate::gateway::agent::http::{jwks::Scheme, proxy::ProxyEnv};
+    if url.scheme != Scheme::Https {
+        return Ok(None);
+    }
+    let proxy = ProxyEnv::read(|name| std::env::var(name).ok())
+        .choose(url.host())
+        .map_err(|e| anyhow::anyhow!("--jwks-url {}: {e}", url.url))?;
+    if let Some(p) = &proxy {
+        tracing::info!(
+            url = %url.url,
+            "the JWKS is fetched through the proxy {}:{} ({}), by CONNECT",
+            p.host,
+            p.port,
+            p.from
+        );
+    }
+    Ok(proxy)
 }
 
 /// The TLS client for an https:// JWKS URL: the system trust store plus the CA file, if

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::jwt::KeySet;
+use super::proxy::Proxy;
 use super::tls_client::TlsClient;
 
 /// A fetch (connect, handshake, send, read to the end) that takes longer fails.
@@ -103,6 +104,11 @@ impl JwksUrl {
         })
     }
 
+    /// The host name or address the URL names.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
     /// The `Host` header: the host, and the port unless it is the scheme's default.
     fn authority(&self) -> String {
         let host = if self.host.contains(':') {
@@ -130,16 +136,39 @@ pub enum End {
 
 /// One GET of the JWKS: the response body, or why there is none. `tls` is needed for an
 /// `https://` URL.
-pub async fn fetch(url: &JwksUrl, tls: Option<&TlsClient>) -> Result<String, String> {
+/// With `proxy` (an `https://` URL only), through a `CONNECT` tunnel of that proxy, the
+/// whole exchange (proxy included) within `FETCH_TIMEOUT`.
+pub async fn fetch(
+    url: &JwksUrl,
+    tls: Option<&TlsClient>,
+    proxy: Option<&Proxy>,
+) -> Result<String, String> {
     let tls = match (url.scheme, tls) {
         (Scheme::Https, None) => return Err("an https:// URL without a TLS client".into()),
         (Scheme::Https, tls) => tls,
         (Scheme::Http, _) => None,
     };
     let exchange = async {
-        let tcp = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
-            .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
+        let tcp = match (proxy, tls) {
+            (Some(p), Some(_)) => {
+                let via = |why: String| {
+                    format!(
+                        "through the proxy {}:{} ({}): {why}",
+                        p.host, p.port, p.from
+                    )
+                };
+                let mut tcp = tokio::net::TcpStream::connect((p.host.as_str(), p.port))
+                    .await
+                    .map_err(|e| via(format!("cannot connect: {e}")))?;
+                super::proxy::tunnel(&mut tcp, &url.host, url.port)
+                    .await
+                    .map_err(via)?;
+                tcp
+            }
+            _ => tokio::net::TcpStream::connect((url.host.as_str(), url.port))
+                .await
+                .map_err(|e| format!("cannot connect: {e}"))?,
+        };
         match tls {
             None => get(tcp, url).await,
             Some(tls) => get(tls.connect(&url.host, tcp).await?, url).await,
@@ -305,6 +334,8 @@ pub struct JwksSource {
     pub url: JwksUrl,
     /// For an `https://` URL.
     tls: Option<TlsClient>,
+    /// For an `https://` URL when `HTTPS_PROXY` applies to its host.
+    proxy: Option<Proxy>,
     min_interval: Duration,
     state: Mutex<State>,
     /// One fetch at a time; those who waited then see its result.
@@ -316,17 +347,25 @@ impl std::fmt::Debug for JwksSource {
         f.debug_struct("JwksSource")
             .field("url", &self.url.url)
             .field("tls", &self.tls)
+            .field("proxy", &self.proxy)
             .field("min_interval", &self.min_interval)
             .finish()
     }
 }
 
 impl JwksSource {
-    /// `tls` is required for an `https://` URL (every fetch fails without it).
-    pub fn new(url: JwksUrl, tls: Option<TlsClient>, min_interval: Duration) -> JwksSource {
+    /// `tls` is required for an `https://` URL (every fetch fails without it); `proxy`, if
+    /// given, is used for an `https://` URL only.
+    pub fn new(
+        url: JwksUrl,
+        tls: Option<TlsClient>,
+        proxy: Option<Proxy>,
+        min_interval: Duration,
+    ) -> JwksSource {
         JwksSource {
             url,
             tls,
+            proxy,
             min_interval,
             state: Mutex::default(),
             fetching: tokio::sync::Mutex::new(()),
@@ -350,7 +389,7 @@ impl JwksSource {
         let allowed = may_fetch(self.state().last_attempt, Instant::now(), self.min_interval);
         if allowed {
             self.state().last_attempt = Some(Instant::now());
-            let fetched = fetch(&self.url, self.tls.as_ref())
+            let fetched = fetch(&self.url, self.tls.as_ref(), self.proxy.as_ref())
                 .await
                 .and_then(|text| KeySet::parse(&text));
             let mut st = self.state();
@@ -546,15 +585,21 @@ mod tests {
         let sized = b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"keys\":[]}";
         let no_length = b"HTTP/1.1 200 OK\r\n\r\n{\"keys\":[]}";
         let (url, tls) = https_once(no_length, true).await;
-        assert_eq!(fetch(&url, Some(&tls)).await.unwrap(), "{\"keys\":[]}");
+        assert_eq!(
+            fetch(&url, Some(&tls), None).await.unwrap(),
+            "{\"keys\":[]}"
+        );
         let (url, tls) = https_once(sized, false).await;
-        assert_eq!(fetch(&url, Some(&tls)).await.unwrap(), "{\"keys\":[]}");
+        assert_eq!(
+            fetch(&url, Some(&tls), None).await.unwrap(),
+            "{\"keys\":[]}"
+        );
         let (url, tls) = https_once(no_length, false).await;
-        let e = fetch(&url, Some(&tls)).await.unwrap_err();
+        let e = fetch(&url, Some(&tls), None).await.unwrap_err();
         assert!(e.contains("close_notify"), "{e}");
         // Without a TLS client an https:// URL is never fetched in clear text.
         let url = JwksUrl::parse("https://127.0.0.1:1/jwks.json").unwrap();
-        let e = fetch(&url, None).await.unwrap_err();
+        let e = fetch(&url, None, None).await.unwrap_err();
         assert!(e.contains("without a TLS client"), "{e}");
     }
 
