@@ -471,12 +471,13 @@ async fn widen_and_forward(
     let _permit = match gate {
         Ok(permit) => permit,
         Err(e) => {
-            out.answer = Answer::Error(ErrorData::internal_error(e, None));
+            out.answer = Answer::Error(ErrorData::internal_error(e.to_string(), None));
             return out;
         }
     };
     let set = slot.roots.current();
-    if let Err(text) = check_paths(&set, path_args, &slot.name, tool) {
+    if let Err(refusal) = check_paths(&set, path_args, &slot.name, tool) {
+        let text = refusal.to_string();
         out.refused = true;
         out.decided = stage_refusal(ROOTS_CHECK_RULE, &text);
         out.answer = Answer::Result(CallToolResult::error(vec![ContentBlock::text(text)]));
@@ -560,23 +561,41 @@ fn shown_grants(
         .collect()
 }
 
+/// Why the roots check refused a call (the text is the agent's error and the audit reason).
+#[derive(Debug, thiserror::Error)]
+pub enum RootsRefusal {
+    #[error(
+        "FORBIDDEN: the path arguments of {server}/{tool} are not known to the policy, so they \
+         cannot be checked against the server's roots"
+    )]
+    Unannotated { server: String, tool: String },
+    #[error("{source} [server {server}]")]
+    Guard {
+        server: String,
+        source: crate::roots::guard::GuardError,
+    },
+}
+
 /// Checks every path argument against the server's current roots (see `RootGuard`).
 fn check_paths(
     set: &RootSet,
     path_args: Option<&[PathArg<'_>]>,
     server: &str,
     tool: &str,
-) -> Result<(), String> {
+) -> Result<(), RootsRefusal> {
     let Some(args) = path_args else {
-        return Err(format!(
-            "FORBIDDEN: the path arguments of {server}/{tool} are not known to the policy, so \
-             they cannot be checked against the server's roots"
-        ));
+        return Err(RootsRefusal::Unannotated {
+            server: server.to_string(),
+            tool: tool.to_string(),
+        });
     };
     for a in args {
         let need = if a.writes() { Need::Write } else { Need::Read };
-        if let Err(e) = set.guard.check(a.value, need) {
-            return Err(format!("{e} [server {server}]"));
+        if let Err(source) = set.guard.check(a.value, need) {
+            return Err(RootsRefusal::Guard {
+                server: server.to_string(),
+                source,
+            });
         }
     }
     Ok(())

@@ -342,7 +342,7 @@ async fn admit(front: &Front, headers: &HeaderMap) -> Result<String, Box<Respons
     if let Err(why) = origin::check(headers, front.http.listen, &front.http.allowed_origins) {
         tracing::warn!("refused a request: {why}");
         front.metrics.refused("forbidden_origin_or_host");
-        return Err(Box::new(refusal(StatusCode::FORBIDDEN, &why)));
+        return Err(Box::new(refusal(StatusCode::FORBIDDEN, &why.to_string())));
     }
     authenticate(&front.http.auth, headers)
         .await
