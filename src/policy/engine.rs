@@ -36,6 +36,7 @@ use super::model::{
 use super::{validate, CallContext, Decision, Policy, PolicySource};
 use crate::roots::canon::{self, Base};
 use crate::roots::path_like::looks_like_path;
+use crate::roots::resolved::CallPaths;
 
 pub(crate) const DEFAULT_DENY: &str = "default-deny";
 pub(crate) const SANDBOX_ALLOW: &str = "structural-sandbox-allow";
@@ -131,7 +132,13 @@ fn deny(rule: &str, reason: impl Into<String>) -> Decision {
     Decision::new(Status::Deny, rule, reason, Vec::new())
 }
 
-pub(crate) fn evaluate(policy: &Policy, ctx: &CallContext<'_>) -> Decision {
+/// `shared`: the call's shared resolutions (`CallPaths`), when the gateway judges the call in
+/// several stages; `None` resolves here.
+pub(crate) fn evaluate(
+    policy: &Policy,
+    ctx: &CallContext<'_>,
+    shared: Option<&CallPaths>,
+) -> Decision {
     // 1. Unknown tools.
     let Some(ann) = policy.annotation(ctx.server, ctx.tool) else {
         return deny(
@@ -206,7 +213,11 @@ pub(crate) fn evaluate(policy: &Policy, ctx: &CallContext<'_>) -> Decision {
         if paths.iter().any(|(r, _)| *r == raw) {
             continue;
         }
-        match canon::canonicalize_traced(raw, &base) {
+        let resolved = match shared {
+            Some(memo) => memo.traced(raw, &base),
+            None => canon::canonicalize_traced(raw, &base),
+        };
+        match resolved {
             Ok(r) => {
                 if let Some(link) = r.links.iter().find(|l| ctx.scope.in_sandbox(l)) {
                     return Decision::new(

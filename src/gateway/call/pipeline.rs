@@ -35,7 +35,9 @@ use crate::gateway::stages::{
 };
 use crate::gateway::state::{Shared, Slot};
 use crate::policy::PathArg;
+use crate::roots::canon::Base;
 use crate::roots::guard::Need;
+use crate::roots::resolved::CallPaths;
 use crate::sandbox::launch::Enforcement;
 
 use super::answer::*;
@@ -74,21 +76,27 @@ pub async fn call_tool(
     let arguments = params.arguments.clone().unwrap_or_default();
     let set = slot.roots.current();
     let cwd = slot.req.as_ref().and_then(|r| r.cwd.as_deref());
+    let home = slot.roots.options().home.as_deref();
+    // Each path argument is resolved on the disk once, for the agent's roots, the policy and
+    // (when the call does not wait in between) the roots check.
+    shared.upstream_roots.wait_known(&ctx.peer).await;
+    let resolved = CallPaths::new(&Base { cwd, home });
     let call = CallInfo {
         server: &slot.name,
         tool: &tool,
         arguments: &arguments,
         roots: &set.paths,
         cwd,
+        paths: Some(&resolved),
     };
     let path_args = shared.stages.policy.path_arguments(&call);
 
     // Stage 1b: the agent's own roots, when its client declared them, narrow what it may ask
     // for (they never widen a server's set).
-    shared.upstream_roots.wait_known(&ctx.peer).await;
     let narrowed = path_args.as_deref().and_then(|args| {
-        let home = slot.roots.options().home.as_deref();
-        shared.upstream_roots.refuse(args, &set, cwd, home)
+        shared
+            .upstream_roots
+            .refuse(args, &set, cwd, home, &resolved)
     });
 
     // Stage 2: policy.
@@ -135,6 +143,7 @@ pub async fn call_tool(
                 approved,
                 decided,
                 &ctx,
+                &resolved,
             )
             .await
         }
@@ -446,6 +455,7 @@ async fn widen_and_forward(
     approved: bool,
     decided: crate::gateway::stages::PolicyVerdict,
     ctx: &RequestContext<RoleServer>,
+    resolved: &CallPaths,
 ) -> Forwarded {
     let cwd = slot.req.as_ref().and_then(|r| r.cwd.as_deref());
     let mut out = Forwarded {
@@ -458,6 +468,10 @@ async fn widen_and_forward(
         network_refusals: Vec::new(),
         server_protocol: None,
     };
+    // The resolutions made before the policy are reused only when nothing was awaited since:
+    // an approval or a widening in progress gives the disk time to change, so the roots
+    // check then resolves every path again, after the wait, as it always did.
+    let mut fresh = None;
     let gate = if approved {
         widen::for_approved(slot, path_args.unwrap_or(&[]), cwd)
             .await
@@ -465,6 +479,9 @@ async fn widen_and_forward(
                 out.approved_roots = added;
                 permit
             })
+    } else if let Ok(permit) = slot.gate.try_read() {
+        fresh = Some(resolved);
+        Ok(permit)
     } else {
         Ok(slot.gate.read().await)
     };
@@ -476,7 +493,7 @@ async fn widen_and_forward(
         }
     };
     let set = slot.roots.current();
-    if let Err(refusal) = check_paths(&set, path_args, &slot.name, tool) {
+    if let Err(refusal) = check_paths(&set, path_args, &slot.name, tool, fresh) {
         let text = refusal.to_string();
         out.refused = true;
         out.decided = stage_refusal(ROOTS_CHECK_RULE, &text);
@@ -582,6 +599,7 @@ fn check_paths(
     path_args: Option<&[PathArg<'_>]>,
     server: &str,
     tool: &str,
+    resolved: Option<&CallPaths>,
 ) -> Result<(), RootsRefusal> {
     let Some(args) = path_args else {
         return Err(RootsRefusal::Unannotated {
@@ -591,7 +609,11 @@ fn check_paths(
     };
     for a in args {
         let need = if a.writes() { Need::Write } else { Need::Read };
-        if let Err(source) = set.guard.check(a.value, need) {
+        let checked = match resolved {
+            Some(paths) => set.guard.check_shared(a.value, need, paths),
+            None => set.guard.check(a.value, need),
+        };
+        if let Err(source) = checked {
             return Err(RootsRefusal::Guard {
                 server: server.to_string(),
                 source,
