@@ -151,7 +151,7 @@ pub(crate) fn evaluate(
     };
     // 2. Arguments.
     if let Err(why) = validate::check_arguments(ann.input_schema.as_ref(), ctx.arguments) {
-        return deny("structural-invalid-arguments", why);
+        return deny("structural-invalid-arguments", why.to_string());
     }
     // An argument the annotation does not know has no roles, so nothing would check it: a
     // stale annotation file must not let a new path argument through unjudged.
