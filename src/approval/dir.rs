@@ -246,10 +246,26 @@ pub struct PendingRequest {
     pub request: EscalationRequest,
 }
 
+/// A request file in an approval directory that could not be read or parsed (named by its
+/// file name).
+#[derive(Debug, thiserror::Error)]
+pub enum UnreadableRequest {
+    #[error("{name}: {source}")]
+    Read {
+        name: String,
+        source: std::io::Error,
+    },
+    #[error("{name}: {source}")]
+    Parse {
+        name: String,
+        source: serde_json::Error,
+    },
+}
+
 impl PendingRequest {
     /// Lists requests in `dir` that have no response yet, oldest first. Unparsable request
     /// files are reported as errors, not skipped silently.
-    pub fn list(dir: &Path) -> std::io::Result<Vec<Result<PendingRequest, String>>> {
+    pub fn list(dir: &Path) -> std::io::Result<Vec<Result<PendingRequest, UnreadableRequest>>> {
         let mut found = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
@@ -265,10 +281,13 @@ impl PendingRequest {
             }
             let modified = entry.metadata().and_then(|m| m.modified()).ok();
             let parsed = std::fs::read(entry.path())
-                .map_err(|e| format!("{name}: {e}"))
+                .map_err(|source| UnreadableRequest::Read {
+                    name: name.clone(),
+                    source,
+                })
                 .and_then(|b| {
                     serde_json::from_slice::<EscalationRequest>(&b)
-                        .map_err(|e| format!("{name}: {e}"))
+                        .map_err(|source| UnreadableRequest::Parse { name, source })
                 })
                 .map(|request| PendingRequest {
                     path: entry.path(),

@@ -38,7 +38,24 @@ pub trait Elicitor: Send + Sync {
         message: String,
         schema: serde_json::Value,
         timeout: Duration,
-    ) -> BoxFuture<'a, Result<ElicitOutcome, String>>;
+    ) -> BoxFuture<'a, Result<ElicitOutcome, ElicitError>>;
+}
+
+/// Why the person could not be asked, or their answer could not be read (a denial).
+#[derive(Debug, thiserror::Error)]
+pub enum ElicitError {
+    #[error("the client's answer is not an elicitation result ({0})")]
+    NotAResult(serde_json::Error),
+    /// Not a failure of the client: a 2026-07-28 call asks in its next round.
+    #[error("the question goes to the client as an input-required result")]
+    AskedInNextRound,
+    #[error("bad form schema: {0}")]
+    BadSchema(serde_json::Error),
+    /// The request to the client failed (not connected, timeout, closed, its error).
+    #[error(transparent)]
+    Request(Box<dyn std::error::Error + Send + Sync>),
+    #[error("unexpected answer to elicitation: {0}")]
+    UnexpectedAnswer(String),
 }
 
 pub struct ElicitApprover {

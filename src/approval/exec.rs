@@ -13,16 +13,31 @@ use super::{Answer, Approver, ApproverKind, EscalationRequest};
 
 const MAX_ANSWER_BYTES: u64 = 4096;
 
+/// Why an `exec:` command cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecCommandError {
+    #[error("exec:{command}: {source}")]
+    Quoting {
+        command: String,
+        source: shell_words::ParseError,
+    },
+    #[error("exec: needs a command, e.g. exec:/usr/local/bin/approver")]
+    Empty,
+}
+
 pub struct ExecApprover {
     argv: Vec<String>,
 }
 
 impl ExecApprover {
     /// `command` is split with shell quoting rules (no shell is run).
-    pub fn new(command: &str) -> Result<Self, String> {
-        let argv = shell_words::split(command).map_err(|e| format!("exec:{command}: {e}"))?;
+    pub fn new(command: &str) -> Result<Self, ExecCommandError> {
+        let argv = shell_words::split(command).map_err(|source| ExecCommandError::Quoting {
+            command: command.to_string(),
+            source,
+        })?;
         if argv.is_empty() {
-            return Err("exec: needs a command, e.g. exec:/usr/local/bin/approver".into());
+            return Err(ExecCommandError::Empty);
         }
         Ok(ExecApprover { argv })
     }

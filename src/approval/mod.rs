@@ -20,13 +20,17 @@ mod spec;
 mod tty;
 
 pub use chain::ApprovalChain;
-pub use dir::{write_response, write_response_remembering, DirApprover, PendingRequest};
+pub use dir::{
+    write_response, write_response_remembering, DirApprover, PendingRequest, UnreadableRequest,
+};
 pub use display::{describe_request, terminal_safe};
-pub use elicit::{ElicitApprover, ElicitOutcome, Elicitor};
-pub use exec::ExecApprover;
+pub use elicit::{ElicitApprover, ElicitError, ElicitOutcome, Elicitor};
+pub use exec::{ExecApprover, ExecCommandError};
 pub use remember::{CallSubject, RememberScope, RememberedDir, SubjectPath};
 pub use request::{Answer, ApproverKind, Decision, EscalationRequest};
-pub use spec::{build as build_chain, parse_escalation, ApproverSpec, SpecError, TIMEOUT_RANGE};
+pub use spec::{
+    build as build_chain, parse_escalation, ApproverSpec, BuildError, SpecError, TIMEOUT_RANGE,
+};
 pub use tty::TtyApprover;
 
 use futures::future::BoxFuture;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::exec::ExecCommandError;
 use super::{
     ApprovalChain, Approver, DirApprover, ElicitApprover, Elicitor, ExecApprover, TtyApprover,
 };
@@ -91,12 +92,21 @@ pub fn parse_escalation(value: &str) -> Result<Vec<ApproverSpec>, SpecError> {
     Ok(specs)
 }
 
+/// Why a parsed chain cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Exec(#[from] ExecCommandError),
+    #[error("elicit needs an upstream MCP client (palisade serve)")]
+    NoUpstream,
+}
+
 /// Builds the chain. `elicitor` is the gateway's upstream side (absent outside `serve`).
 pub fn build(
     specs: &[ApproverSpec],
     elicitor: Option<Arc<dyn Elicitor>>,
     timeout: Duration,
-) -> Result<ApprovalChain, String> {
+) -> Result<ApprovalChain, BuildError> {
     let mut approvers: Vec<Arc<dyn Approver>> = Vec::new();
     for spec in specs {
         match spec {
@@ -106,7 +116,7 @@ pub fn build(
             ApproverSpec::Exec(c) => approvers.push(Arc::new(ExecApprover::new(c)?)),
             ApproverSpec::Elicit => match &elicitor {
                 Some(e) => approvers.push(Arc::new(ElicitApprover::new(e.clone()))),
-                None => return Err("elicit needs an upstream MCP client (palisade serve)".into()),
+                None => return Err(BuildError::NoUpstream),
             },
             ApproverSpec::Auto => {
                 if let Some(e) = &elicitor {

@@ -52,7 +52,7 @@ pub fn run(args: ApproveArgs) -> anyhow::Result<ExitCode> {
             Err(e) => {
                 eprintln!(
                     "palisade: skipping unreadable request {}",
-                    terminal_safe(&e)
+                    terminal_safe(&e.to_string())
                 );
                 continue;
             }

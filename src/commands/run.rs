@@ -229,7 +229,7 @@ fn run_proxied(
         let mut egress = match crate::gateway::network::start_in_temp(resolver) {
             Ok(e) => Some(e),
             Err(why) => {
-                req.egress = EgressSocket::Failed(why);
+                req.egress = EgressSocket::Failed(why.to_string());
                 None
             }
         };

@@ -138,6 +138,22 @@ pub enum GatewayError {
     Probe(String),
 }
 
+/// Why a configured server is not started at all (its slot shows `Status::Refused` with this
+/// text).
+#[derive(Debug, thiserror::Error)]
+pub enum NotStarted {
+    /// Refused before the gateway started (the reason given in `GatewayOptions::refused`).
+    #[error("{0}")]
+    Configured(String),
+    #[error(transparent)]
+    Grant(#[from] server::spawn::GrantError),
+    #[error("its roots cannot be derived: {0}")]
+    Roots(crate::roots::canon::PathError),
+    /// Its domain lists are invalid (a typo must not widen anything).
+    #[error(transparent)]
+    Egress(crate::egress::EgressError),
+}
+
 /// One server's state, for `check`, the demo and tests.
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerStatus {
@@ -184,14 +200,14 @@ impl Gateway {
         // that server alone.
         let mut requests: Vec<(
             String,
-            Result<crate::sandbox::launch::LaunchRequest, String>,
+            Result<crate::sandbox::launch::LaunchRequest, NotStarted>,
         )> = Vec::with_capacity(opts.config.servers.len());
         let mut cells: Vec<Option<server::roots::RootsCell>> =
             Vec::with_capacity(requests.capacity());
         for (name, server) in &opts.config.servers {
             if let Some((_, reason)) = opts.refused.iter().find(|(n, _)| n == name) {
                 cells.push(None);
-                requests.push((name.clone(), Err(reason.clone())));
+                requests.push((name.clone(), Err(NotStarted::Configured(reason.clone()))));
                 continue;
             }
             let derived = server::spawn::launch_request(
@@ -201,7 +217,7 @@ impl Gateway {
                 &opts.sandbox_dir,
                 home.as_deref(),
             )
-            .map_err(|e| e.to_string())
+            .map_err(NotStarted::Grant)
             .and_then(|req| {
                 crate::roots::derive::derive_for_server(
                     roots_policy,
@@ -211,7 +227,7 @@ impl Gateway {
                     home.as_deref(),
                 )
                 .map(|d| (req, d))
-                .map_err(|e| format!("its roots cannot be derived: {e}"))
+                .map_err(NotStarted::Roots)
             });
             match derived {
                 Ok((mut req, derived)) => {
@@ -288,7 +304,8 @@ impl Gateway {
                     }
                     Arc::new(slot)
                 }
-                (Err(reason), _) => {
+                (Err(why), _) => {
+                    let reason = why.to_string();
                     tracing::error!(server = %name, "not started: {reason}");
                     Arc::new(state::Slot::new(name, None, Status::Refused { reason }))
                 }

@@ -15,6 +15,7 @@ use std::path::Path;
 
 use tokio::sync::broadcast;
 
+use super::NotStarted;
 use crate::config::{NetworkConfig, Settings};
 use crate::egress::{EgressError, EgressOptions, EgressProxy, RefusalEvent, Resolver};
 use crate::sandbox::capabilities::Capabilities;
@@ -64,7 +65,7 @@ pub fn wants_proxy(req: &LaunchRequest) -> bool {
 /// request `EgressSocket::Failed` and `resolve` decides (enforce refuses, warn shares the
 /// host network).
 pub fn attach(
-    requests: &mut [(String, Result<LaunchRequest, String>)],
+    requests: &mut [(String, Result<LaunchRequest, NotStarted>)],
     settings: &Settings,
     caps: &Capabilities,
 ) -> Option<GatewayEgress> {
@@ -82,7 +83,7 @@ pub fn attach(
             for (_, r) in requests.iter_mut() {
                 if let Ok(req) = r {
                     if wants_proxy(req) {
-                        req.egress = EgressSocket::Failed(why.clone());
+                        req.egress = EgressSocket::Failed(why.to_string());
                     }
                 }
             }
@@ -105,7 +106,7 @@ pub fn attach(
         };
         match egress.proxy.add_server(name, lists) {
             Ok(socket) => req.egress = EgressSocket::Ready(socket),
-            Err(e @ EgressError::Config { .. }) => *r = Err(e.to_string()),
+            Err(e @ EgressError::Config { .. }) => *r = Err(NotStarted::Egress(e)),
             Err(e) => {
                 tracing::error!(server = %name, "egress socket not created: {e}");
                 req.egress = EgressSocket::Failed(e.to_string());
@@ -139,12 +140,27 @@ pub fn open_loopback(
     }
 }
 
-fn start_proxy(settings: &Settings) -> Result<GatewayEgress, String> {
+/// Why the shared egress proxy did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EgressStartError {
+    #[error(transparent)]
+    HostsFile(#[from] crate::egress::hosts::HostsError),
+    #[error("cannot create a private socket directory: {0}")]
+    SocketDir(std::io::Error),
+    #[error("cannot make {} private: {source}", dir.display())]
+    Private {
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Proxy(#[from] EgressError),
+}
+
+fn start_proxy(settings: &Settings) -> Result<GatewayEgress, EgressStartError> {
     let resolver = match &settings.egress_hosts_file {
         None => Resolver::system(),
         Some(path) => {
-            let (r, n) =
-                crate::egress::hosts::resolver_from_file(path).map_err(|e| e.to_string())?;
+            let (r, n) = crate::egress::hosts::resolver_from_file(path)?;
             tracing::warn!(
                 file = %path.display(),
                 "egressHostsFile pins {n} names for the egress proxy (a test knob: these names \
@@ -157,18 +173,21 @@ fn start_proxy(settings: &Settings) -> Result<GatewayEgress, String> {
 }
 
 /// A proxy whose sockets live in a fresh private directory under the system temp dir.
-pub fn start_in_temp(resolver: Resolver) -> Result<GatewayEgress, String> {
+pub fn start_in_temp(resolver: Resolver) -> Result<GatewayEgress, EgressStartError> {
     let dir = tempfile::Builder::new()
         .prefix("palisade-egress-")
         .tempdir()
-        .map_err(|e| format!("cannot create a private socket directory: {e}"))?;
+        .map_err(EgressStartError::SocketDir)?;
     // tempfile creates directories with the umask's mode (0755 here); the proxy insists on
     // a private directory.
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| format!("cannot make {} private: {e}", dir.path().display()))?;
-    let proxy = EgressProxy::new(EgressOptions::new(dir.path()).with_resolver(resolver))
-        .map_err(|e| e.to_string())?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).map_err(
+        |source| EgressStartError::Private {
+            dir: dir.path().to_path_buf(),
+            source,
+        },
+    )?;
+    let proxy = EgressProxy::new(EgressOptions::new(dir.path()).with_resolver(resolver))?;
     Ok(GatewayEgress {
         proxy,
         dir: Some(dir),
@@ -223,7 +242,7 @@ mod tests {
         crate::sandbox::capabilities::probe(crate::sandbox::capabilities::Depth::Quick)
     }
 
-    fn req(name: &str, allowed: &[&str]) -> (String, Result<LaunchRequest, String>) {
+    fn req(name: &str, allowed: &[&str]) -> (String, Result<LaunchRequest, NotStarted>) {
         (
             name.to_string(),
             Ok(LaunchRequest {
@@ -264,7 +283,12 @@ mod tests {
             std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
             0o700
         );
-        assert!(reqs[1].1.as_ref().unwrap_err().contains("server bad"));
+        let bad = reqs[1].1.as_ref().unwrap_err();
+        assert!(
+            matches!(bad, NotStarted::Egress(EgressError::Config { .. })),
+            "{bad:?}"
+        );
+        assert!(bad.to_string().contains("server bad"), "{bad}");
         assert_eq!(reqs[2].1.as_ref().unwrap().egress, EgressSocket::NotStarted);
         egress.shutdown();
         assert!(!dir.exists(), "socket directory removed");

@@ -90,8 +90,14 @@ pub struct SlotState {
 /// Asks a server's supervisor to relaunch it with its current (wider) root set; the answer
 /// comes once the new process runs and has applied its roots, or with the reason it failed.
 pub struct Relaunch {
-    pub reply: oneshot::Sender<Result<(), String>>,
+    pub reply: oneshot::Sender<Result<(), RelaunchFailed>>,
 }
+
+/// Why a relaunch did not bring the server back (the supervisor's reason, shown to the agent
+/// and logged; nobody branches on it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RelaunchFailed(pub String);
 
 /// One configured server.
 pub struct Slot {
@@ -200,7 +206,7 @@ impl Slot {
     }
 
     /// Sends a relaunch request to the supervisor.
-    pub fn request_relaunch(&self) -> oneshot::Receiver<Result<(), String>> {
+    pub fn request_relaunch(&self) -> oneshot::Receiver<Result<(), RelaunchFailed>> {
         let (reply, rx) = oneshot::channel();
         // A closed channel means the supervisor ended: the dropped reply says so.
         let _ = self.relaunch_tx.send(Relaunch { reply });

@@ -36,6 +36,7 @@ use super::model::{
 use super::{validate, CallContext, Decision, Policy, PolicySource};
 use crate::roots::canon::{self, Base};
 use crate::roots::path_like::looks_like_path;
+use crate::roots::resolved::CallPaths;
 
 pub(crate) const DEFAULT_DENY: &str = "default-deny";
 pub(crate) const SANDBOX_ALLOW: &str = "structural-sandbox-allow";
@@ -131,7 +132,13 @@ fn deny(rule: &str, reason: impl Into<String>) -> Decision {
     Decision::new(Status::Deny, rule, reason, Vec::new())
 }
 
-pub(crate) fn evaluate(policy: &Policy, ctx: &CallContext<'_>) -> Decision {
+/// `shared`: the call's shared resolutions (`CallPaths`), when the gateway judges the call in
+/// several stages; `None` resolves here.
+pub(crate) fn evaluate(
+    policy: &Policy,
+    ctx: &CallContext<'_>,
+    shared: Option<&CallPaths>,
+) -> Decision {
     // 1. Unknown tools.
     let Some(ann) = policy.annotation(ctx.server, ctx.tool) else {
         return deny(
@@ -144,7 +151,7 @@ pub(crate) fn evaluate(policy: &Policy, ctx: &CallContext<'_>) -> Decision {
     };
     // 2. Arguments.
     if let Err(why) = validate::check_arguments(ann.input_schema.as_ref(), ctx.arguments) {
-        return deny("structural-invalid-arguments", why);
+        return deny("structural-invalid-arguments", why.to_string());
     }
     // An argument the annotation does not know has no roles, so nothing would check it: a
     // stale annotation file must not let a new path argument through unjudged.
@@ -206,7 +213,11 @@ pub(crate) fn evaluate(policy: &Policy, ctx: &CallContext<'_>) -> Decision {
         if paths.iter().any(|(r, _)| *r == raw) {
             continue;
         }
-        match canon::canonicalize_traced(raw, &base) {
+        let resolved = match shared {
+            Some(memo) => memo.traced(raw, &base),
+            None => canon::canonicalize_traced(raw, &base),
+        };
+        match resolved {
             Ok(r) => {
                 if let Some(link) = r.links.iter().find(|l| ctx.scope.in_sandbox(l)) {
                     return Decision::new(

@@ -288,6 +288,16 @@ impl Policy {
 
     /// Decides one call. Pure apart from canonicalising path arguments.
     pub fn evaluate(&self, ctx: &CallContext<'_>) -> Decision {
-        engine::evaluate(self, ctx)
+        engine::evaluate(self, ctx, None)
+    }
+
+    /// `evaluate`, taking the call's path resolutions from (and leaving them in) `paths`, so
+    /// the gateway's other stages judge the same resolution without walking the disk again.
+    pub fn evaluate_sharing(
+        &self,
+        ctx: &CallContext<'_>,
+        paths: &crate::roots::resolved::CallPaths,
+    ) -> Decision {
+        engine::evaluate(self, ctx, Some(paths))
     }
 }

@@ -7,26 +7,41 @@
 
 use serde_json::{Map, Value};
 
+/// Why the arguments do not fit the schema (the engine's `structural-invalid-arguments`
+/// reason).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgumentError {
+    #[error("unknown argument {0:?} (the tool's schema allows no others)")]
+    Unknown(String),
+    #[error("argument {name:?} should be of type {schema_type}, got {got}")]
+    WrongType {
+        name: String,
+        /// The schema's `type`, as JSON (`"string"`, `["string","null"]`).
+        schema_type: String,
+        got: &'static str,
+    },
+}
+
 /// Returns why the arguments do not fit the schema, or `Ok` when they do (or no schema).
-pub fn check_arguments(schema: Option<&Value>, args: &Map<String, Value>) -> Result<(), String> {
+pub fn check_arguments(
+    schema: Option<&Value>,
+    args: &Map<String, Value>,
+) -> Result<(), ArgumentError> {
     let Some(schema) = schema else { return Ok(()) };
     let props = schema.get("properties").and_then(Value::as_object);
     let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
     for (name, value) in args {
         match props.and_then(|p| p.get(name)) {
-            None if closed => {
-                return Err(format!(
-                    "unknown argument {name:?} (the tool's schema allows no others)"
-                ))
-            }
+            None if closed => return Err(ArgumentError::Unknown(name.clone())),
             None => {}
             Some(prop) => {
                 if let Some(t) = prop.get("type") {
                     if !type_fits(t, value) {
-                        return Err(format!(
-                            "argument {name:?} should be of type {t}, got {}",
-                            kind(value)
-                        ));
+                        return Err(ArgumentError::WrongType {
+                            name: name.clone(),
+                            schema_type: t.to_string(),
+                            got: kind(value),
+                        });
                     }
                 }
             }
@@ -84,6 +99,7 @@ mod tests {
         let a = args(json!({"path":"/x","pathz":"/etc"}));
         assert!(check_arguments(Some(&closed), &a)
             .unwrap_err()
+            .to_string()
             .contains("pathz"));
         assert!(check_arguments(Some(&open), &a).is_ok());
     }

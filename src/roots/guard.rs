@@ -207,6 +207,18 @@ impl RootGuard {
         self.check_canonical(canonical, need)
     }
 
+    /// `check`, with the path resolved through the call's shared resolutions (`CallPaths`):
+    /// the same answer, without walking the disk again for an argument already resolved.
+    pub fn check_shared(
+        &self,
+        raw: &str,
+        need: Need,
+        paths: &super::resolved::CallPaths,
+    ) -> Result<Allowed<'_>, GuardError> {
+        let canonical = paths.input(raw, &self.base())?;
+        self.check_canonical(canonical, need)
+    }
+
     /// Checks an absolute path given as bytes (canonicalised here).
     pub fn check_path(&self, path: &Path, need: Need) -> Result<Allowed<'_>, GuardError> {
         let canonical = canonicalize_path(path)?;

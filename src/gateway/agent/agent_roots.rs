@@ -21,7 +21,8 @@ use crate::gateway::server::roots::RootSet;
 use crate::policy::PathArg;
 use crate::roots::canon::{self, Base};
 use crate::roots::derive::RootSource;
-use crate::roots::guard::{canonicalize_input, GuardOptions, RootGuard};
+use crate::roots::guard::{GuardOptions, RootGuard};
+use crate::roots::resolved::CallPaths;
 use crate::roots::uri;
 use crate::sandbox::Access;
 
@@ -121,6 +122,7 @@ impl UpstreamRoots {
         set: &RootSet,
         cwd: Option<&Path>,
         home: Option<&Path>,
+        paths: &CallPaths,
     ) -> Option<String> {
         let agent = self.get()?;
         let sandbox_dir = set
@@ -131,7 +133,7 @@ impl UpstreamRoots {
         let base = Base { cwd, home };
         for a in args {
             // A path that cannot be canonicalised is refused later by the roots check.
-            let Ok(p) = canonicalize_input(a.value, &base) else {
+            let Ok(p) = paths.input(a.value, &base) else {
                 continue;
             };
             if sandbox_dir.is_some_and(|s| canon::is_within(&p, s)) {

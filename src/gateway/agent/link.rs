@@ -57,6 +57,9 @@ pub enum UpstreamError {
     /// The agent answered with a JSON-RPC error.
     #[error("the MCP client answered with an error: {}", .0.message)]
     Client(ErrorData),
+    /// A 2026-07-28 call's round could not carry the request, or its answer did not come.
+    #[error(transparent)]
+    Round(#[from] crate::gateway::agent::mrtr::AskError),
     #[error("{0}")]
     Other(String),
 }

@@ -51,6 +51,21 @@ tokio::task_local! {
     static ROUND: Arc<Round>;
 }
 
+/// Why a server's request put to the agent in the next round got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AskError {
+    #[error("this call cannot be suspended")]
+    NotSuspendable,
+    #[error("the call is no longer waiting")]
+    NotWaiting,
+    #[error("the client did not retry the call in time; the question expired")]
+    Expired,
+    #[error("the client did not answer within {}s", .0.as_secs())]
+    Timeout(Duration),
+    #[error("the server withdrew the request")]
+    Withdrawn,
+}
+
 /// One round of a 2026-07-28 call: the agent's answer, when it is a retry, and the question
 /// the approver would ask, when it has none.
 #[derive(Debug)]
@@ -105,22 +120,19 @@ impl Round {
         request: Value,
         timeout: Duration,
         cancel: &CancellationToken,
-    ) -> Result<Value, String> {
-        let tx = self
-            .suspend
-            .as_ref()
-            .ok_or("this call cannot be suspended")?;
+    ) -> Result<Value, AskError> {
+        let tx = self.suspend.as_ref().ok_or(AskError::NotSuspendable)?;
         let (answer, rx) = oneshot::channel();
         tx.send(Suspension { request, answer })
             .await
-            .map_err(|_| "the call is no longer waiting")?;
+            .map_err(|_| AskError::NotWaiting)?;
         tokio::select! {
             got = tokio::time::timeout(timeout, rx) => match got {
                 Ok(Ok(v)) => Ok(v),
-                Ok(Err(_)) => Err("the client did not retry the call in time; the question expired".into()),
-                Err(_) => Err(format!("the client did not answer within {}s", timeout.as_secs())),
+                Ok(Err(_)) => Err(AskError::Expired),
+                Err(_) => Err(AskError::Timeout(timeout)),
             },
-            _ = cancel.cancelled() => Err("the server withdrew the request".into()),
+            _ = cancel.cancelled() => Err(AskError::Withdrawn),
         }
     }
 

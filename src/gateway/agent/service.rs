@@ -140,6 +140,9 @@ impl Upstream {
         let set = slot.roots.current();
         let cwd = slot.req.as_ref().and_then(|r| r.cwd.as_deref());
         let home = slot.roots.options().home.as_deref();
+        // Both checks below judge one resolution of each path (nothing awaits between them).
+        let resolved =
+            crate::roots::resolved::CallPaths::new(&crate::roots::canon::Base { cwd, home });
         let refusal = match found {
             Err(why) => Some(format!("FORBIDDEN: {why} [server {}]", slot.name)),
             Ok(paths) => {
@@ -152,11 +155,11 @@ impl Upstream {
                     .collect();
                 self.shared
                     .upstream_roots
-                    .refuse(&args, &set, cwd, home)
+                    .refuse(&args, &set, cwd, home, &resolved)
                     .or_else(|| {
                         args.iter().find_map(|a| {
                             set.guard
-                                .check(a.value, crate::roots::guard::Need::Read)
+                                .check_shared(a.value, crate::roots::guard::Need::Read, &resolved)
                                 .err()
                                 .map(|e| format!("{e} [server {}]", slot.name))
                         })

@@ -35,7 +35,9 @@ use crate::gateway::stages::{
 };
 use crate::gateway::state::{Shared, Slot};
 use crate::policy::PathArg;
+use crate::roots::canon::Base;
 use crate::roots::guard::Need;
+use crate::roots::resolved::CallPaths;
 use crate::sandbox::launch::Enforcement;
 
 use super::answer::*;
@@ -74,21 +76,27 @@ pub async fn call_tool(
     let arguments = params.arguments.clone().unwrap_or_default();
     let set = slot.roots.current();
     let cwd = slot.req.as_ref().and_then(|r| r.cwd.as_deref());
+    let home = slot.roots.options().home.as_deref();
+    // Each path argument is resolved on the disk once, for the agent's roots, the policy and
+    // (when the call does not wait in between) the roots check.
+    shared.upstream_roots.wait_known(&ctx.peer).await;
+    let resolved = CallPaths::new(&Base { cwd, home });
     let call = CallInfo {
         server: &slot.name,
         tool: &tool,
         arguments: &arguments,
         roots: &set.paths,
         cwd,
+        paths: Some(&resolved),
     };
     let path_args = shared.stages.policy.path_arguments(&call);
 
     // Stage 1b: the agent's own roots, when its client declared them, narrow what it may ask
     // for (they never widen a server's set).
-    shared.upstream_roots.wait_known(&ctx.peer).await;
     let narrowed = path_args.as_deref().and_then(|args| {
-        let home = slot.roots.options().home.as_deref();
-        shared.upstream_roots.refuse(args, &set, cwd, home)
+        shared
+            .upstream_roots
+            .refuse(args, &set, cwd, home, &resolved)
     });
 
     // Stage 2: policy.
@@ -135,6 +143,7 @@ pub async fn call_tool(
                 approved,
                 decided,
                 &ctx,
+                &resolved,
             )
             .await
         }
@@ -446,6 +455,7 @@ async fn widen_and_forward(
     approved: bool,
     decided: crate::gateway::stages::PolicyVerdict,
     ctx: &RequestContext<RoleServer>,
+    resolved: &CallPaths,
 ) -> Forwarded {
     let cwd = slot.req.as_ref().and_then(|r| r.cwd.as_deref());
     let mut out = Forwarded {
@@ -458,6 +468,10 @@ async fn widen_and_forward(
         network_refusals: Vec::new(),
         server_protocol: None,
     };
+    // The resolutions made before the policy are reused only when nothing was awaited since:
+    // an approval or a widening in progress gives the disk time to change, so the roots
+    // check then resolves every path again, after the wait, as it always did.
+    let mut fresh = None;
     let gate = if approved {
         widen::for_approved(slot, path_args.unwrap_or(&[]), cwd)
             .await
@@ -465,18 +479,22 @@ async fn widen_and_forward(
                 out.approved_roots = added;
                 permit
             })
+    } else if let Ok(permit) = slot.gate.try_read() {
+        fresh = Some(resolved);
+        Ok(permit)
     } else {
         Ok(slot.gate.read().await)
     };
     let _permit = match gate {
         Ok(permit) => permit,
         Err(e) => {
-            out.answer = Answer::Error(ErrorData::internal_error(e, None));
+            out.answer = Answer::Error(ErrorData::internal_error(e.to_string(), None));
             return out;
         }
     };
     let set = slot.roots.current();
-    if let Err(text) = check_paths(&set, path_args, &slot.name, tool) {
+    if let Err(refusal) = check_paths(&set, path_args, &slot.name, tool, fresh) {
+        let text = refusal.to_string();
         out.refused = true;
         out.decided = stage_refusal(ROOTS_CHECK_RULE, &text);
         out.answer = Answer::Result(CallToolResult::error(vec![ContentBlock::text(text)]));
@@ -560,23 +578,46 @@ fn shown_grants(
         .collect()
 }
 
+/// Why the roots check refused a call (the text is the agent's error and the audit reason).
+#[derive(Debug, thiserror::Error)]
+pub enum RootsRefusal {
+    #[error(
+        "FORBIDDEN: the path arguments of {server}/{tool} are not known to the policy, so they \
+         cannot be checked against the server's roots"
+    )]
+    Unannotated { server: String, tool: String },
+    #[error("{source} [server {server}]")]
+    Guard {
+        server: String,
+        source: crate::roots::guard::GuardError,
+    },
+}
+
 /// Checks every path argument against the server's current roots (see `RootGuard`).
 fn check_paths(
     set: &RootSet,
     path_args: Option<&[PathArg<'_>]>,
     server: &str,
     tool: &str,
-) -> Result<(), String> {
+    resolved: Option<&CallPaths>,
+) -> Result<(), RootsRefusal> {
     let Some(args) = path_args else {
-        return Err(format!(
-            "FORBIDDEN: the path arguments of {server}/{tool} are not known to the policy, so \
-             they cannot be checked against the server's roots"
-        ));
+        return Err(RootsRefusal::Unannotated {
+            server: server.to_string(),
+            tool: tool.to_string(),
+        });
     };
     for a in args {
         let need = if a.writes() { Need::Write } else { Need::Read };
-        if let Err(e) = set.guard.check(a.value, need) {
-            return Err(format!("{e} [server {server}]"));
+        let checked = match resolved {
+            Some(paths) => set.guard.check_shared(a.value, need, paths),
+            None => set.guard.check(a.value, need),
+        };
+        if let Err(source) = checked {
+            return Err(RootsRefusal::Guard {
+                server: server.to_string(),
+                source,
+            });
         }
     }
     Ok(())

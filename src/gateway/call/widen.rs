@@ -20,7 +20,7 @@ use std::path::{Component, Path, PathBuf};
 use tokio::sync::RwLockReadGuard;
 
 use crate::gateway::server::roots::{directory_for, Needed};
-use crate::gateway::state::{Slot, Status};
+use crate::gateway::state::{RelaunchFailed, Slot, Status};
 use crate::policy::PathArg;
 use crate::roots::canon::Base;
 use crate::roots::guard::canonicalize_input;
@@ -121,9 +121,40 @@ pub fn refusal(needed: &[Needed], home: Option<&Path>) -> Option<String> {
     })
 }
 
+/// Why an approved call's widening was not carried out (the call fails; the text is the
+/// agent's error).
+#[derive(Debug, thiserror::Error)]
+pub enum WidenError {
+    /// A directory it needs is a persistence location (`refusal`).
+    #[error("{0}")]
+    Refused(String),
+    #[error(
+        "the approved directory {} is not where it was judged to be (a symlink on the way)",
+        .0.display()
+    )]
+    LinkOnTheWay(PathBuf),
+    #[error("cannot create the approved directory {}: {source}", dir.display())]
+    Create {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "the approved directory {} is not where it was judged to be (a symlink on the way?)",
+        .0.display()
+    )]
+    MovedAfterCreate(PathBuf),
+    #[error("server `{server}` could not be relaunched with the approved roots: {reason}")]
+    Relaunch {
+        server: String,
+        reason: RelaunchFailed,
+    },
+    #[error("server `{server}` is shutting down; the approved roots were not applied")]
+    ShuttingDown { server: String },
+}
+
 /// Creates an approved directory that does not exist yet (0700, with its missing parents),
 /// then checks it is where it was judged to be (no symlink planted on the way).
-fn create_approved(dir: &Path) -> Result<(), String> {
+fn create_approved(dir: &Path) -> Result<(), WidenError> {
     if dir.is_dir() {
         return Ok(());
     }
@@ -134,27 +165,19 @@ fn create_approved(dir: &Path) -> Result<(), String> {
         .find(|a| a.exists())
         .unwrap_or(Path::new("/"));
     if std::fs::canonicalize(existing).ok().as_deref() != Some(existing) {
-        return Err(format!(
-            "the approved directory {} is not where it was judged to be (a symlink on the way)",
-            dir.display()
-        ));
+        return Err(WidenError::LinkOnTheWay(dir.to_path_buf()));
     }
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| {
-            format!(
-                "cannot create the approved directory {}: {e}",
-                dir.display()
-            )
+        .map_err(|source| WidenError::Create {
+            dir: dir.to_path_buf(),
+            source,
         })?;
     match std::fs::canonicalize(dir) {
         Ok(real) if real == dir => Ok(()),
-        _ => Err(format!(
-            "the approved directory {} is not where it was judged to be (a symlink on the way?)",
-            dir.display()
-        )),
+        _ => Err(WidenError::MovedAfterCreate(dir.to_path_buf())),
     }
 }
 
@@ -164,7 +187,7 @@ pub async fn for_approved<'s>(
     slot: &'s Slot,
     args: &[PathArg<'_>],
     cwd: Option<&Path>,
-) -> Result<(RwLockReadGuard<'s, ()>, Vec<(PathBuf, Access)>), String> {
+) -> Result<(RwLockReadGuard<'s, ()>, Vec<(PathBuf, Access)>), WidenError> {
     let home = slot.roots.options().home.clone();
     let wanted = needed(args, cwd, home.as_deref());
     if slot.roots.missing(&wanted).is_empty() {
@@ -176,7 +199,7 @@ pub async fn for_approved<'s>(
     // Checked again here (the pipeline refuses before asking): an approval remembered earlier
     // also widens through this path. Fails closed.
     if let Some(why) = refusal(&missing, home.as_deref()) {
-        return Err(why);
+        return Err(WidenError::Refused(why));
     }
     for n in &missing {
         create_approved(&n.path)?;
@@ -194,17 +217,16 @@ pub async fn for_approved<'s>(
     if slot.snapshot().status == Status::Running {
         match slot.request_relaunch().await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                return Err(format!(
-                    "server `{}` could not be relaunched with the approved roots: {e}",
-                    slot.name
-                ))
+            Ok(Err(reason)) => {
+                return Err(WidenError::Relaunch {
+                    server: slot.name.clone(),
+                    reason,
+                })
             }
             Err(_) => {
-                return Err(format!(
-                    "server `{}` is shutting down; the approved roots were not applied",
-                    slot.name
-                ))
+                return Err(WidenError::ShuttingDown {
+                    server: slot.name.clone(),
+                })
             }
         }
     }

@@ -22,7 +22,7 @@ use crate::gateway::server::launcher::{Exit, ServerProcess};
 use crate::gateway::server::peer::{NoReply, Reply, ServerPeer};
 use crate::gateway::server::progress::ProgressMap;
 use crate::gateway::server::spawn::SpawnError;
-use crate::gateway::state::{Live, Relaunch, Shared, Slot, Status};
+use crate::gateway::state::{Live, Relaunch, RelaunchFailed, Shared, Slot, Status};
 
 use super::listing::{fetch_lists, spawn_relist};
 use crate::sandbox::launch::LaunchError;
@@ -189,7 +189,7 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
             Err(StartError::Shutdown) => break,
             Err(StartError::Refused(reason)) => {
                 if let Some(r) = relaunching.take() {
-                    let _ = r.reply.send(Err(reason.clone()));
+                    let _ = r.reply.send(Err(RelaunchFailed(reason.clone())));
                 }
                 slot.update(|s| s.live = None);
                 shared.refresh_catalog().await;
@@ -200,7 +200,7 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
             }
             Err(e) => {
                 if let Some(r) = relaunching.take() {
-                    let _ = r.reply.send(Err(e.to_string()));
+                    let _ = r.reply.send(Err(RelaunchFailed(e.to_string())));
                     slot.update(|s| s.live = None);
                     shared.refresh_catalog().await;
                 }

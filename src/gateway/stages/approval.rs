@@ -13,7 +13,8 @@ use rmcp::model::{
 };
 
 use crate::approval::{
-    ApprovalChain, ApproverKind, ElicitOutcome, Elicitor, EscalationRequest, RememberScope,
+    ApprovalChain, ApproverKind, ElicitError, ElicitOutcome, Elicitor, EscalationRequest,
+    RememberScope,
 };
 use crate::gateway::agent::link::UpstreamLink;
 use crate::gateway::stages::{Approval, ApprovalOutcome, ApprovalStage, CallInfo, PolicyVerdict};
@@ -113,23 +114,21 @@ impl Elicitor for UpstreamElicitor {
         message: String,
         schema: serde_json::Value,
         timeout: Duration,
-    ) -> BoxFuture<'a, Result<ElicitOutcome, String>> {
+    ) -> BoxFuture<'a, Result<ElicitOutcome, ElicitError>> {
         Box::pin(async move {
             if let Some(round) = crate::gateway::agent::mrtr::current() {
                 return match round.take_answer() {
                     Some(answer) => serde_json::from_value::<rmcp::model::ElicitResult>(answer)
                         .map(|r| outcome(&r))
-                        .map_err(|e| {
-                            format!("the client's answer is not an elicitation result ({e})")
-                        }),
+                        .map_err(ElicitError::NotAResult),
                     None => {
                         round.ask(crate::gateway::agent::mrtr::Question { message, schema });
-                        Err("the question goes to the client as an input-required result".into())
+                        Err(ElicitError::AskedInNextRound)
                     }
                 };
             }
             let requested_schema =
-                serde_json::from_value(schema).map_err(|e| format!("bad form schema: {e}"))?;
+                serde_json::from_value(schema).map_err(ElicitError::BadSchema)?;
             let params = ElicitRequestParams::FormElicitationParams {
                 meta: None,
                 message,
@@ -143,10 +142,10 @@ impl Elicitor for UpstreamElicitor {
                     None,
                 )
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| ElicitError::Request(Box::new(e)))?;
             match answer {
                 ClientResult::ElicitResult(r) => Ok(outcome(&r)),
-                other => Err(format!("unexpected answer to elicitation: {other:?}")),
+                other => Err(ElicitError::UnexpectedAnswer(format!("{other:?}"))),
             }
         })
     }

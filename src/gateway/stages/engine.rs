@@ -42,7 +42,7 @@ impl CallPolicy for EngineStage {
         let Ok(policy) = self.policy.read() else {
             return PolicyVerdict::deny("policy engine unavailable (poisoned lock): denied");
         };
-        let d = policy.evaluate(&CallContext {
+        let ctx = CallContext {
             server: call.server,
             tool: call.tool,
             arguments: call.arguments,
@@ -50,7 +50,11 @@ impl CallPolicy for EngineStage {
             home: self.home.as_deref(),
             scope: &self.scope,
             roots: call.roots,
-        });
+        };
+        let d = match call.paths {
+            Some(paths) => policy.evaluate_sharing(&ctx, paths),
+            None => policy.evaluate(&ctx),
+        };
         PolicyVerdict {
             decision: match d.status {
                 Status::Allow => Decision::Allow,
@@ -218,4 +222,156 @@ pub fn to_audit_record(rec: &CallRecord) -> AuditRecord {
 
 fn backend_name(b: crate::config::Backend) -> String {
     b.name().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::roots::canon::{self, Base};
+    use crate::roots::guard::{GuardError, GuardOptions, Need, RootGuard};
+    use crate::roots::resolved::CallPaths;
+    use crate::sandbox::Access;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// The built-in policy with the fs-server's tools registered, and a guard over `root`.
+    fn stages(root: &std::path::Path) -> (EngineStage, RootGuard) {
+        let scope = Scope::new(None, &[], None).unwrap();
+        let engine = EngineStage::new(Policy::builtin_default(), scope, None);
+        engine.tools_listed("fs", &crate::fsserver::tools::catalogue(1024, 10));
+        let guard = RootGuard::new(
+            vec![(root.to_path_buf(), Access::Ro)],
+            GuardOptions::default(),
+        )
+        .unwrap();
+        (engine, guard)
+    }
+
+    fn counting() -> (CallPaths, Arc<AtomicUsize>) {
+        let n = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&n);
+        let base = Base {
+            cwd: None,
+            home: None,
+        };
+        let paths = CallPaths::with_resolver(
+            &base,
+            Box::new(move |p| {
+                seen.fetch_add(1, Ordering::SeqCst);
+                canon::resolve_checked(p)
+            }),
+        );
+        (paths, n)
+    }
+
+    /// Judges `path` as the pipeline does (policy, then roots check) through one `CallPaths`.
+    fn judge(
+        engine: &EngineStage,
+        guard: &RootGuard,
+        root: &std::path::Path,
+        path: &std::path::Path,
+    ) -> (PolicyVerdict, Result<PathBuf, GuardError>, usize) {
+        let (paths, walks) = counting();
+        let roots = [root.to_path_buf()];
+        let arguments = serde_json::json!({"path": path.to_str().unwrap()});
+        let call = CallInfo {
+            server: "fs",
+            tool: crate::fsserver::tools::READ,
+            arguments: arguments.as_object().unwrap(),
+            roots: &roots,
+            cwd: None,
+            paths: Some(&paths),
+        };
+        let verdict = engine.decide(&call);
+        assert_eq!(
+            walks.load(Ordering::SeqCst),
+            1,
+            "the policy resolved the path"
+        );
+        let args = engine.path_arguments(&call).unwrap();
+        assert_eq!(args.len(), 1);
+        let checked = guard
+            .check_shared(args[0].value, Need::Read, &paths)
+            .map(|a| a.path);
+        (verdict, checked, walks.load(Ordering::SeqCst))
+    }
+
+    #[test]
+    fn the_policy_and_the_roots_check_resolve_a_call_path_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::write(root.join("f"), "x").unwrap();
+        let (engine, guard) = stages(&root);
+        let (verdict, checked, walks) = judge(&engine, &guard, &root, &root.join("f"));
+        assert_eq!(verdict.decision, Decision::Allow, "{verdict:?}");
+        assert_eq!(checked.unwrap(), root.join("f"));
+        assert_eq!(
+            walks, 1,
+            "one walk for the policy and the roots check together"
+        );
+    }
+
+    #[test]
+    fn the_roots_check_judges_the_shared_resolution() {
+        // A resolver that places every path under `root/moved`: the guard's answer shows
+        // whose resolution it judged.
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let (_, guard) = stages(&root);
+        let moved = root.join("moved");
+        let to = moved.clone();
+        let paths = CallPaths::with_resolver(
+            &Base {
+                cwd: None,
+                home: None,
+            },
+            Box::new(move |_| {
+                Ok(canon::Resolved {
+                    path: to.clone(),
+                    links: Vec::new(),
+                })
+            }),
+        );
+        let got = guard
+            .check_shared("/etc/hosts", Need::Read, &paths)
+            .map(|a| a.path);
+        assert_eq!(got, Ok(moved));
+        assert!(guard.check("/etc/hosts", Need::Read).is_err());
+    }
+
+    #[test]
+    fn a_symlink_escape_is_still_refused_by_the_policy_and_the_roots_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let (root, outside) = (base.join("root"), base.join("outside"));
+        std::fs::create_dir(&root).unwrap();
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("secret"), "s").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("esc")).unwrap();
+        let (engine, guard) = stages(&root);
+        let (verdict, checked, walks) = judge(&engine, &guard, &root, &root.join("esc/secret"));
+        assert_ne!(verdict.decision, Decision::Allow, "{verdict:?}");
+        assert!(
+            matches!(&checked, Err(GuardError::Outside { path, .. }) if *path == outside.join("secret")),
+            "{checked:?}"
+        );
+        assert_eq!(walks, 1);
+        // Control: each stage alone refuses it the same way.
+        let arguments = serde_json::json!({"path": root.join("esc/secret")});
+        let alone = CallInfo {
+            server: "fs",
+            tool: crate::fsserver::tools::READ,
+            arguments: arguments.as_object().unwrap(),
+            roots: std::slice::from_ref(&root),
+            cwd: None,
+            paths: None,
+        };
+        assert_eq!(engine.decide(&alone), verdict);
+        assert_eq!(
+            guard
+                .check(root.join("esc/secret").to_str().unwrap(), Need::Read)
+                .map(|a| a.path),
+            checked
+        );
+    }
 }

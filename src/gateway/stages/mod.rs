@@ -36,6 +36,10 @@ pub struct CallInfo<'a> {
     pub roots: &'a [PathBuf],
     /// The server's working directory, for relative path arguments.
     pub cwd: Option<&'a Path>,
+    /// The call's path resolutions, shared by the stages that judge it (`None`: each
+    /// resolves its own).
+    #[serde(skip)]
+    pub paths: Option<&'a crate::roots::resolved::CallPaths>,
 }
 
 /// allow / deny / escalate.

@@ -62,33 +62,52 @@ pub struct JwksUrl {
     target: String,
 }
 
+/// Why a JWKS URL is refused (at start; the text begins with the URL).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JwksUrlError {
+    #[error("{url}: not a URL ({source})")]
+    NotUrl {
+        url: String,
+        source: url::ParseError,
+    },
+    #[error(
+        "{0}: only https:// (or http:// on a loopback address) is fetched; give the issuer's \
+         https:// JWKS URL or save the JWKS to a file (--jwks)"
+    )]
+    Scheme(String),
+    #[error("{0}: names no host")]
+    NoHost(String),
+    #[error(
+        "{0}: a JWKS over plain HTTP from a host other than loopback could be replaced in \
+         transit (and then admit anyone); use the issuer's https:// URL"
+    )]
+    PlainHttp(String),
+    #[error("{0}: credentials in the URL are not sent")]
+    Credentials(String),
+}
+
 impl JwksUrl {
-    pub fn parse(text: &str) -> Result<JwksUrl, String> {
-        let url = url::Url::parse(text).map_err(|e| format!("{text}: not a URL ({e})"))?;
+    pub fn parse(text: &str) -> Result<JwksUrl, JwksUrlError> {
+        let url = url::Url::parse(text).map_err(|source| JwksUrlError::NotUrl {
+            url: text.to_string(),
+            source,
+        })?;
         let scheme = match url.scheme() {
             "https" => Scheme::Https,
             "http" => Scheme::Http,
-            _ => {
-                return Err(format!(
-                    "{text}: only https:// (or http:// on a loopback address) is fetched; \
-                     give the issuer's https:// JWKS URL or save the JWKS to a file (--jwks)"
-                ))
-            }
+            _ => return Err(JwksUrlError::Scheme(text.to_string())),
         };
         let (host, loopback) = match url.host() {
             Some(url::Host::Ipv4(ip)) => (ip.to_string(), ip.is_loopback()),
             Some(url::Host::Ipv6(ip)) => (ip.to_string(), ip.is_loopback()),
             Some(url::Host::Domain(d)) => (d.to_string(), d.eq_ignore_ascii_case("localhost")),
-            None => return Err(format!("{text}: names no host")),
+            None => return Err(JwksUrlError::NoHost(text.to_string())),
         };
         if scheme == Scheme::Http && !loopback {
-            return Err(format!(
-                "{text}: a JWKS over plain HTTP from a host other than loopback could be \
-                 replaced in transit (and then admit anyone); use the issuer's https:// URL"
-            ));
+            return Err(JwksUrlError::PlainHttp(text.to_string()));
         }
         if !url.username().is_empty() || url.password().is_some() {
-            return Err(format!("{text}: credentials in the URL are not sent"));
+            return Err(JwksUrlError::Credentials(text.to_string()));
         }
         let mut target = url.path().to_string();
         if let Some(q) = url.query() {
@@ -391,7 +410,7 @@ impl JwksSource {
             self.state().last_attempt = Some(Instant::now());
             let fetched = fetch(&self.url, self.tls.as_ref(), self.proxy.as_ref())
                 .await
-                .and_then(|text| KeySet::parse(&text));
+                .and_then(|text| KeySet::parse(&text).map_err(|e| e.to_string()));
             let mut st = self.state();
             match fetched {
                 Ok(set) => {
@@ -462,7 +481,7 @@ mod tests {
             ("ftp://issuer.example/jwks", "only https://"),
             ("nope", "not a URL"),
         ] {
-            let e = JwksUrl::parse(bad).unwrap_err();
+            let e = JwksUrl::parse(bad).unwrap_err().to_string();
             assert!(e.contains(why), "{bad}: {e}");
         }
     }

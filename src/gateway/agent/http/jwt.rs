@@ -22,18 +22,53 @@ use super::tokens::valid_principal;
 /// The signing keys of a JWKS, each with its `kid` and `alg` when it names them.
 pub struct KeySet(Vec<(Option<String>, Option<Algorithm>, DecodingKey)>);
 
+/// Why a JWKS document cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeySetError {
+    #[error("not a JWKS: {0}")]
+    NotJwks(serde_json::Error),
+    #[error("the JWKS holds no key")]
+    Empty,
+    #[error("key {kid}: {source}")]
+    Key {
+        kid: String,
+        source: jsonwebtoken::errors::Error,
+    },
+}
+
+/// Why a verifier cannot be set up (refused at start).
+#[derive(Debug, thiserror::Error)]
+pub enum VerifierError {
+    #[error(transparent)]
+    Keys(#[from] KeySetError),
+    #[error("an issuer and an audience (this resource) are required")]
+    IssuerAndAudience,
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    File {
+        path: std::path::PathBuf,
+        source: Box<VerifierError>,
+    },
+}
+
 impl KeySet {
     /// A JWKS document's keys; every key must be usable, and there must be one.
-    pub fn parse(text: &str) -> Result<KeySet, String> {
-        let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
+    pub fn parse(text: &str) -> Result<KeySet, KeySetError> {
+        let set: JwkSet = serde_json::from_str(text).map_err(KeySetError::NotJwks)?;
         if set.keys.is_empty() {
-            return Err("the JWKS holds no key".into());
+            return Err(KeySetError::Empty);
         }
         let mut keys = Vec::new();
         for jwk in &set.keys {
             let kid = jwk.common.key_id.clone();
-            let key = DecodingKey::from_jwk(jwk)
-                .map_err(|e| format!("key {}: {e}", kid.as_deref().unwrap_or("(no kid)")))?;
+            let key = DecodingKey::from_jwk(jwk).map_err(|source| KeySetError::Key {
+                kid: kid.as_deref().unwrap_or("(no kid)").to_string(),
+                source,
+            })?;
             let alg = jwk
                 .common
                 .key_algorithm
@@ -131,10 +166,15 @@ impl JwtVerifier {
         issuer: String,
         audience: String,
         scopes: Vec<String>,
-    ) -> Result<JwtVerifier, String> {
-        let text = std::fs::read_to_string(jwks).map_err(|e| format!("{}: {e}", jwks.display()))?;
-        JwtVerifier::from_jwks(&text, issuer, audience, scopes)
-            .map_err(|e| format!("{}: {e}", jwks.display()))
+    ) -> Result<JwtVerifier, VerifierError> {
+        let text = std::fs::read_to_string(jwks).map_err(|source| VerifierError::Read {
+            path: jwks.to_path_buf(),
+            source,
+        })?;
+        JwtVerifier::from_jwks(&text, issuer, audience, scopes).map_err(|e| VerifierError::File {
+            path: jwks.to_path_buf(),
+            source: Box::new(e),
+        })
     }
 
     pub fn from_jwks(
@@ -142,7 +182,7 @@ impl JwtVerifier {
         issuer: String,
         audience: String,
         scopes: Vec<String>,
-    ) -> Result<JwtVerifier, String> {
+    ) -> Result<JwtVerifier, VerifierError> {
         let set = KeySet::parse(text)?;
         JwtVerifier::new(Keys::Fixed(Arc::new(set)), issuer, audience, scopes)
     }
@@ -153,7 +193,7 @@ impl JwtVerifier {
         issuer: String,
         audience: String,
         scopes: Vec<String>,
-    ) -> Result<JwtVerifier, String> {
+    ) -> Result<JwtVerifier, VerifierError> {
         JwtVerifier::new(Keys::Url(Arc::new(source)), issuer, audience, scopes)
     }
 
@@ -162,9 +202,9 @@ impl JwtVerifier {
         issuer: String,
         audience: String,
         scopes: Vec<String>,
-    ) -> Result<JwtVerifier, String> {
+    ) -> Result<JwtVerifier, VerifierError> {
         if issuer.is_empty() || audience.is_empty() {
-            return Err("an issuer and an audience (this resource) are required".into());
+            return Err(VerifierError::IssuerAndAudience);
         }
         Ok(JwtVerifier {
             keys,
@@ -293,8 +333,8 @@ mod tests {
     #[test]
     fn a_jwks_without_keys_or_audience_is_refused() {
         let e = JwtVerifier::from_jwks(r#"{"keys": []}"#, "i".into(), "a".into(), vec![]);
-        assert!(e.unwrap_err().contains("no key"));
+        assert!(e.unwrap_err().to_string().contains("no key"));
         let e = JwtVerifier::from_jwks("nope", "i".into(), "a".into(), vec![]);
-        assert!(e.unwrap_err().contains("not a JWKS"));
+        assert!(e.unwrap_err().to_string().contains("not a JWKS"));
     }
 }

@@ -114,33 +114,42 @@ impl std::fmt::Debug for HttpOptions {
 
 impl HttpOptions {
     /// What the options cannot mean, refused before anything listens.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OptionsError> {
         if matches!(self.auth, Auth::Anonymous) && !self.listen.ip().is_loopback() {
-            return Err(format!(
-                "--no-auth on {}: anyone who can reach this address could use every server; \
-                 listen on 127.0.0.1 or give --tokens FILE",
-                self.listen
-            ));
+            return Err(OptionsError::OpenWithoutAuth(self.listen));
         }
         if self.max_principals == 0 {
-            return Err("maxPrincipals must be at least 1".into());
+            return Err(OptionsError::Zero("maxPrincipals"));
         }
         if self.max_requests_per_principal == 0 {
-            return Err("maxRequestsPerPrincipal must be at least 1".into());
+            return Err(OptionsError::Zero("maxRequestsPerPrincipal"));
         }
         if let Some((per_minute, burst)) = self.rate {
             if per_minute == 0 || burst == 0 {
-                return Err("requestsPerMinute and requestBurst must be at least 1".into());
+                return Err(OptionsError::Zero("requestsPerMinute and requestBurst"));
             }
         }
         Ok(())
     }
 }
 
+/// What the HTTP options cannot mean (refused before anything listens).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    #[error(
+        "--no-auth on {0}: anyone who can reach this address could use every server; listen on \
+         127.0.0.1 or give --tokens FILE"
+    )]
+    OpenWithoutAuth(SocketAddr),
+    /// Names the setting(s).
+    #[error("{0} must be at least 1")]
+    Zero(&'static str),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
-    #[error("{0}")]
-    Invalid(String),
+    #[error(transparent)]
+    Invalid(#[from] OptionsError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -352,7 +361,7 @@ async fn admit(front: &Front, headers: &HeaderMap) -> Result<String, Box<Respons
     if let Err(why) = origin::check(headers, front.http.listen, &front.http.allowed_origins) {
         tracing::warn!("refused a request: {why}");
         front.metrics.refused("forbidden_origin_or_host");
-        return Err(Box::new(refusal(StatusCode::FORBIDDEN, &why)));
+        return Err(Box::new(refusal(StatusCode::FORBIDDEN, &why.to_string())));
     }
     authenticate(&front.http.auth, headers)
         .await

@@ -10,17 +10,30 @@ use std::net::SocketAddr;
 
 use axum::http::{header, HeaderMap};
 
+/// Why a request is refused before authentication (the text is the 403's body).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OriginRefusal {
+    #[error("host `{0}` is not a loopback name on a loopback listener (DNS rebinding?)")]
+    HostNotLoopback(String),
+    #[error("the Origin header is not text")]
+    NotText,
+    #[error("origin `{0}` is not allowed (give --allow-origin {0} to allow it)")]
+    NotAllowed(String),
+}
+
 /// `Ok` when the request's origin (and, on loopback, its host) may be served.
-pub fn check(headers: &HeaderMap, listen: SocketAddr, allowed: &[String]) -> Result<(), String> {
+pub fn check(
+    headers: &HeaderMap,
+    listen: SocketAddr,
+    allowed: &[String],
+) -> Result<(), OriginRefusal> {
     if listen.ip().is_loopback() {
         let host = headers
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .unwrap_or_default();
         if !is_loopback_origin(&format!("http://{host}")) {
-            return Err(format!(
-                "host `{host}` is not a loopback name on a loopback listener (DNS rebinding?)"
-            ));
+            return Err(OriginRefusal::HostNotLoopback(host.to_string()));
         }
     }
     let Some(value) = headers.get(header::ORIGIN) else {
@@ -28,7 +41,7 @@ pub fn check(headers: &HeaderMap, listen: SocketAddr, allowed: &[String]) -> Res
     };
     let origin = value
         .to_str()
-        .map_err(|_| "the Origin header is not text".to_string())?
+        .map_err(|_| OriginRefusal::NotText)?
         .trim()
         .trim_end_matches('/');
     if allowed
@@ -40,9 +53,7 @@ pub fn check(headers: &HeaderMap, listen: SocketAddr, allowed: &[String]) -> Res
     if listen.ip().is_loopback() && is_loopback_origin(origin) {
         return Ok(());
     }
-    Err(format!(
-        "origin `{origin}` is not allowed (give --allow-origin {origin} to allow it)"
-    ))
+    Err(OriginRefusal::NotAllowed(origin.to_string()))
 }
 
 fn is_loopback_origin(origin: &str) -> bool {

@@ -17,6 +17,44 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+/// What to give instead of an unusable CA file.
+const CA_FIX: &str = "give the CA certificate(s) that sign the JWKS server's certificate, in PEM \
+                      (-----BEGIN CERTIFICATE-----)";
+
+/// Why the TLS client for the JWKS cannot be set up (refused at start).
+#[derive(Debug, thiserror::Error)]
+pub enum TlsSetupError {
+    #[error("{}: cannot read the CA file: {source}", path.display())]
+    ReadCa {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot set up TLS: {0}")]
+    Setup(rustls::Error),
+    #[error("{}: not PEM ({source}); {}", path.display(), CA_FIX)]
+    NotPem {
+        path: std::path::PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error(
+        "{}: a certificate that cannot be a trust anchor ({source}); {}",
+        path.display(),
+        CA_FIX
+    )]
+    NotAnchor {
+        path: std::path::PathBuf,
+        source: rustls::Error,
+    },
+    #[error("{}: holds no certificate; {}", .0.display(), CA_FIX)]
+    NoCertificate(std::path::PathBuf),
+    #[error(
+        "no trusted CA certificate: the system trust store (/etc/ssl/certs, or SSL_CERT_FILE / \
+         SSL_CERT_DIR) holds none; install the ca-certificates package or give the issuer's CA \
+         with --jwks-ca FILE (jwksCa)"
+    )]
+    EmptyStore,
+}
+
 /// A TLS client that verifies the server's certificate against the trust store it was built
 /// with.
 #[derive(Clone)]
@@ -36,15 +74,17 @@ impl std::fmt::Debug for TlsClient {
 
 impl TlsClient {
     /// Trusts the system's CA certificates and those of `extra_ca` (a PEM file), if given.
-    pub fn new(extra_ca: Option<&Path>) -> Result<TlsClient, String> {
+    pub fn new(extra_ca: Option<&Path>) -> Result<TlsClient, TlsSetupError> {
         let system = rustls_native_certs::load_native_certs();
         for e in &system.errors {
             tracing::warn!("the system trust store: {e}");
         }
         let extra = match extra_ca {
             Some(path) => {
-                let pem = std::fs::read(path)
-                    .map_err(|e| format!("{}: cannot read the CA file: {e}", path.display()))?;
+                let pem = std::fs::read(path).map_err(|source| TlsSetupError::ReadCa {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
                 Some((path, pem))
             }
             None => None,
@@ -58,13 +98,13 @@ impl TlsClient {
     pub fn with_roots(
         system: Vec<CertificateDer<'static>>,
         extra: Option<(&Path, &[u8])>,
-    ) -> Result<TlsClient, String> {
+    ) -> Result<TlsClient, TlsSetupError> {
         let store = roots(system, extra)?;
         let roots = store.len();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("cannot set up TLS: {e}"))?
+            .map_err(TlsSetupError::Setup)?
             .with_root_certificates(store)
             .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -98,37 +138,31 @@ impl TlsClient {
 pub fn roots(
     system: Vec<CertificateDer<'static>>,
     extra: Option<(&Path, &[u8])>,
-) -> Result<rustls::RootCertStore, String> {
+) -> Result<rustls::RootCertStore, TlsSetupError> {
     let mut store = rustls::RootCertStore::empty();
     let (_, skipped) = store.add_parsable_certificates(system);
     if skipped > 0 {
         tracing::debug!("{skipped} certificates of the system trust store are not usable");
     }
     if let Some((path, pem)) = extra {
-        let fix = "give the CA certificate(s) that sign the JWKS server's certificate, in PEM \
-                   (-----BEGIN CERTIFICATE-----)";
         let mut added = 0;
         for cert in CertificateDer::pem_slice_iter(pem) {
-            let cert = cert.map_err(|e| format!("{}: not PEM ({e}); {fix}", path.display()))?;
-            store.add(cert).map_err(|e| {
-                format!(
-                    "{}: a certificate that cannot be a trust anchor ({e}); {fix}",
-                    path.display()
-                )
+            let cert = cert.map_err(|source| TlsSetupError::NotPem {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            store.add(cert).map_err(|source| TlsSetupError::NotAnchor {
+                path: path.to_path_buf(),
+                source,
             })?;
             added += 1;
         }
         if added == 0 {
-            return Err(format!("{}: holds no certificate; {fix}", path.display()));
+            return Err(TlsSetupError::NoCertificate(path.to_path_buf()));
         }
     }
     if store.is_empty() {
-        return Err(
-            "no trusted CA certificate: the system trust store (/etc/ssl/certs, or \
-                    SSL_CERT_FILE / SSL_CERT_DIR) holds none; install the ca-certificates \
-                    package or give the issuer's CA with --jwks-ca FILE (jwksCa)"
-                .into(),
-        );
+        return Err(TlsSetupError::EmptyStore);
     }
     Ok(store)
 }
@@ -167,7 +201,9 @@ mod tests {
                 "not PEM",
             ),
         ] {
-            let e = roots(vec![], Some((path, text.as_bytes()))).unwrap_err();
+            let e = roots(vec![], Some((path, text.as_bytes())))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(why), "{text:?}: {e}");
             assert!(e.contains("/etc/palisade/ca.pem"), "names the file: {e}");
             assert!(e.contains("BEGIN CERTIFICATE"), "says the fix: {e}");
@@ -176,7 +212,7 @@ mod tests {
 
     #[test]
     fn an_empty_trust_store_is_refused() {
-        let e = roots(vec![], None).unwrap_err();
+        let e = roots(vec![], None).unwrap_err().to_string();
         assert!(e.contains("no trusted CA certificate"), "{e}");
         assert!(e.contains("--jwks-ca"), "{e}");
     }

@@ -16,6 +16,33 @@ pub struct TokenTable {
     entries: Vec<(String, [u8; 32])>,
 }
 
+/// Why a token file cannot be used (the text names the line, or the file, and the fix).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    #[error("line {0}: expected `PRINCIPAL SHA256HEX`")]
+    Shape(usize),
+    #[error("line {line}: principal `{name}` must be 1-64 characters of [A-Za-z0-9._-]")]
+    Principal { line: usize, name: String },
+    #[error("line {line}: `{hash}` is not 64 hex digits (give the SHA-256 of the token, e.g. `printf %s TOKEN | sha256sum`)")]
+    Hash { line: usize, hash: String },
+    #[error("line {line}: principal `{name}` is listed twice")]
+    Twice { line: usize, name: String },
+    #[error("no tokens: add a line `PRINCIPAL SHA256HEX`")]
+    Empty,
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is readable by group or others (mode {mode:o}); run `chmod 600 {}`", path.display(), path.display())]
+    Readable { path: std::path::PathBuf, mode: u32 },
+    #[error("{}: {source}", path.display())]
+    Invalid {
+        path: std::path::PathBuf,
+        source: Box<TokenFileError>,
+    },
+}
+
 /// A principal name: it names the principal's sandbox directory, so it is kept to
 /// `[A-Za-z0-9._-]`, 1-64 characters, and never `.` or `..`.
 pub fn valid_principal(name: &str) -> bool {
@@ -29,7 +56,7 @@ pub fn valid_principal(name: &str) -> bool {
 
 impl TokenTable {
     /// Parses the file's text; errors name the line and the fix.
-    pub fn parse(text: &str) -> Result<TokenTable, String> {
+    pub fn parse(text: &str) -> Result<TokenTable, TokenFileError> {
         let mut entries = Vec::new();
         for (i, raw) in text.lines().enumerate() {
             let line = raw.trim();
@@ -39,40 +66,51 @@ impl TokenTable {
             let n = i + 1;
             let mut words = line.split_whitespace();
             let (Some(name), Some(hash), None) = (words.next(), words.next(), words.next()) else {
-                return Err(format!("line {n}: expected `PRINCIPAL SHA256HEX`"));
+                return Err(TokenFileError::Shape(n));
             };
             if !valid_principal(name) {
-                return Err(format!(
-                    "line {n}: principal `{name}` must be 1-64 characters of [A-Za-z0-9._-]"
-                ));
+                return Err(TokenFileError::Principal {
+                    line: n,
+                    name: name.to_string(),
+                });
             }
             let mut digest = [0u8; 32];
-            hex::decode_to_slice(hash, &mut digest).map_err(|_| {
-                format!("line {n}: `{hash}` is not 64 hex digits (give the SHA-256 of the token, e.g. `printf %s TOKEN | sha256sum`)")
+            hex::decode_to_slice(hash, &mut digest).map_err(|_| TokenFileError::Hash {
+                line: n,
+                hash: hash.to_string(),
             })?;
             if entries.iter().any(|(p, _): &(String, [u8; 32])| p == name) {
-                return Err(format!("line {n}: principal `{name}` is listed twice"));
+                return Err(TokenFileError::Twice {
+                    line: n,
+                    name: name.to_string(),
+                });
             }
             entries.push((name.to_string(), digest));
         }
         if entries.is_empty() {
-            return Err("no tokens: add a line `PRINCIPAL SHA256HEX`".into());
+            return Err(TokenFileError::Empty);
         }
         Ok(TokenTable { entries })
     }
 
     /// Loads `path`, refusing a file readable by group or others.
-    pub fn load(path: &Path) -> Result<TokenTable, String> {
-        let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<TokenTable, TokenFileError> {
+        let read = |source| TokenFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let meta = std::fs::metadata(path).map_err(read)?;
         if meta.mode() & 0o077 != 0 {
-            return Err(format!(
-                "{} is readable by group or others (mode {:o}); run `chmod 600 {0}`",
-                path.display(),
-                meta.mode() & 0o777
-            ));
+            return Err(TokenFileError::Readable {
+                path: path.to_path_buf(),
+                mode: meta.mode() & 0o777,
+            });
         }
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        TokenTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let text = std::fs::read_to_string(path).map_err(read)?;
+        TokenTable::parse(&text).map_err(|e| TokenFileError::Invalid {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        })
     }
 
     /// The principal whose token this is.
@@ -113,12 +151,14 @@ mod tests {
         assert_eq!(t.principal("b-token"), Some("bob"));
         assert_eq!(t.principal("c-token"), None);
         assert_eq!(t.principal(""), None);
-        let e = TokenTable::parse("alice nothex\n").unwrap_err();
+        let e = TokenTable::parse("alice nothex\n").unwrap_err().to_string();
         assert!(
             e.starts_with("line 1:") && e.contains("64 hex digits"),
             "{e}"
         );
-        let e = TokenTable::parse(&format!("../x {}\n", hash("t"))).unwrap_err();
+        let e = TokenTable::parse(&format!("../x {}\n", hash("t")))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("principal `../x`"), "{e}");
         assert!(TokenTable::parse("# only comments\n").is_err());
     }

@@ -131,7 +131,7 @@ impl Relayer {
                 round
                     .ask_agent(request, self.timeout, cancel)
                     .await
-                    .map_err(UpstreamError::Other)
+                    .map_err(UpstreamError::Round)
             }
             Road::None(why) => Err(UpstreamError::Other((*why).to_string())),
         }
