@@ -9,6 +9,8 @@
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -58,10 +60,27 @@ impl Approver for DirApprover {
                 Ok(b) => b,
                 Err(e) => return Answer::Deny(format!("cannot encode the request: {e}")),
             };
+            // Both files go when this future ends, however it ends, even while the request
+            // is still being written: a cancelled call must not leave its question behind
+            // (the write runs on a blocking thread and finishes after this future is gone).
+            let abandoned = Arc::new(AtomicBool::new(false));
+            let _cleanup = Cleanup {
+                request: request.clone(),
+                response: response.clone(),
+                abandoned: abandoned.clone(),
+            };
             let dir = self.dir.clone();
             let req_path = request.clone();
-            let written =
-                tokio::task::spawn_blocking(move || write_atomically(&dir, &req_path, &body)).await;
+            let written = tokio::task::spawn_blocking(move || {
+                let result = write_atomically(&dir, &req_path, &body);
+                // Checked after the rename: if the guard ran before it, the file is ours to
+                // remove (the guard sets the flag before it unlinks).
+                if abandoned.load(Ordering::SeqCst) {
+                    let _ = std::fs::remove_file(&req_path);
+                }
+                result
+            })
+            .await;
             match written {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
@@ -72,11 +91,6 @@ impl Approver for DirApprover {
                 }
                 Err(e) => return Answer::Deny(format!("request writer failed: {e}")),
             }
-            // From here on both files go when this future ends, however it ends.
-            let _cleanup = Cleanup {
-                request: request.clone(),
-                response: response.clone(),
-            };
             tracing::warn!(
                 escalation = %id, dir = %self.dir.display(),
                 "approval needed for {}__{}: run `palisade approve --dir {}`",
@@ -101,10 +115,13 @@ impl Approver for DirApprover {
 struct Cleanup {
     request: PathBuf,
     response: PathBuf,
+    /// Set before the files are removed, for a request write still in flight.
+    abandoned: Arc<AtomicBool>,
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
+        self.abandoned.store(true, Ordering::SeqCst);
         let _ = std::fs::remove_file(&self.request);
         let _ = std::fs::remove_file(&self.response);
     }
@@ -353,6 +370,33 @@ mod tests {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A call cancelled while its request file is still being written leaves no question
+    /// behind: the write finishes on a blocking thread after the approver's future is gone
+    /// (the race behind a flaky `approvals` test under load).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_question_dropped_mid_write_is_not_left_behind() {
+        for _ in 0..50 {
+            let dir = tempfile::tempdir().unwrap();
+            let approver = DirApprover::new(dir.path().to_path_buf());
+            let r = req();
+            {
+                let mut ask = approver.ask(&r, Duration::from_secs(10));
+                // One poll starts the blocking write; the future is then dropped, as the
+                // pipeline's select drops it when the agent cancels.
+                let _ = futures::poll!(&mut ask);
+            }
+            // Every blocking write started before is done once this one runs after them.
+            for _ in 0..4 {
+                tokio::task::spawn_blocking(|| ()).await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let left: Vec<_> = std::fs::read_dir(dir.path())
+                .map(|d| d.flatten().map(|e| e.file_name()).collect())
+                .unwrap_or_default();
+            assert!(left.is_empty(), "left behind: {left:?}");
         }
     }
 
