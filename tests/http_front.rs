@@ -512,6 +512,28 @@ fn faulty_config(ws: &Workspace, http: Value) -> (PathBuf, PathBuf, String) {
     (config, audit, tag)
 }
 
+/// The faulty server's config with `echo` escalated to the `elicit` approver (the rest
+/// allowed); its audit log's path.
+fn faulty_echo_escalated_to_elicit(ws: &Workspace) -> (PathBuf, PathBuf) {
+    let policy = ws.path().join("compiled-policy.json");
+    support::write_policy(
+        &policy,
+        json!([
+            {"name": "ask-about-echo", "description": "echo asks", "principle": "test",
+             "if": {"server": ["faulty"], "tool": ["echo"]},
+             "then": "escalate", "reason": "echo needs a yes"},
+            {"name": "allow-the-rest", "description": "the rest", "principle": "test",
+             "if": {}, "then": "allow", "reason": "test"}
+        ]),
+    );
+    let (config, audit, _) = faulty_config(ws, json!({}));
+    support::merge_settings(
+        &config,
+        json!({"policy": policy, "escalation": "elicit", "escalationTimeout": 30}),
+    );
+    (config, audit)
+}
+
 /// Processes on the host whose command line carries `tag`.
 fn processes_tagged(tag: &str) -> Vec<String> {
     let mut found = Vec::new();
@@ -1116,22 +1138,7 @@ fn a_jwks_over_https_with_an_untrusted_misnamed_or_expired_certificate_is_never_
 #[test]
 fn elicit_approvals_reach_the_agent_of_the_principal_whose_call_escalated() {
     let ws = Workspace::new();
-    let policy = ws.path().join("compiled-policy.json");
-    support::write_policy(
-        &policy,
-        json!([
-            {"name": "ask-about-echo", "description": "echo asks", "principle": "test",
-             "if": {"server": ["faulty"], "tool": ["echo"]},
-             "then": "escalate", "reason": "echo needs a yes"},
-            {"name": "allow-the-rest", "description": "the rest", "principle": "test",
-             "if": {}, "then": "allow", "reason": "test"}
-        ]),
-    );
-    let (config, audit, _) = faulty_config(&ws, json!({}));
-    support::merge_settings(
-        &config,
-        json!({"policy": policy, "escalation": "elicit", "escalationTimeout": 30}),
-    );
+    let (config, audit) = faulty_echo_escalated_to_elicit(&ws);
     let tokens = tokens_file(&ws);
     let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
     let out = support::driver("tests/clients/http_elicit.py")
@@ -1282,22 +1289,7 @@ fn a_principal_over_its_request_rate_is_refused_and_another_is_not() {
 fn a_2026_agent_over_http_approves_an_escalation_by_input_required_rounds() {
     for (mode, version) in [("2026-07-28", "2026-07-28"), ("legacy", "2025-11-25")] {
         let ws = Workspace::new();
-        let policy = ws.path().join("compiled-policy.json");
-        support::write_policy(
-            &policy,
-            json!([
-                {"name": "ask-about-echo", "description": "echo asks", "principle": "test",
-                 "if": {"server": ["faulty"], "tool": ["echo"]},
-                 "then": "escalate", "reason": "echo needs a yes"},
-                {"name": "allow-the-rest", "description": "the rest", "principle": "test",
-                 "if": {}, "then": "allow", "reason": "test"}
-            ]),
-        );
-        let (config, audit, _) = faulty_config(&ws, json!({}));
-        support::merge_settings(
-            &config,
-            json!({"policy": policy, "escalation": "elicit", "escalationTimeout": 30}),
-        );
+        let (config, audit) = faulty_echo_escalated_to_elicit(&ws);
         let tokens = tokens_file(&ws);
         let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
         let out = support::driver("tests/clients/http_eras.py")

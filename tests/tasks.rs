@@ -24,9 +24,18 @@ fn everything() -> Value {
 /// Polls `tasks/get` until the task's status is final; bounded (a hang guard, not a timing
 /// assertion: the task takes about four seconds).
 fn wait_final(serve: &mut Serve, id: &mut u64, task: &str) -> Value {
+    wait_final_with(serve, id, task, None)
+}
+
+/// As `wait_final`, each request carrying `meta` (a 2026-07-28 envelope) when given.
+fn wait_final_with(serve: &mut Serve, id: &mut u64, task: &str, meta: Option<&Value>) -> Value {
     for _ in 0..240 {
         *id += 1;
-        let got = serve.request(*id, "tasks/get", json!({"taskId": task}));
+        let mut params = json!({"taskId": task});
+        if let Some(m) = meta {
+            params["_meta"] = m.clone();
+        }
+        let got = serve.request(*id, "tasks/get", params);
         let status = got["result"]["status"]
             .as_str()
             .unwrap_or_default()
@@ -248,22 +257,9 @@ fn a_2026_agent_with_the_tasks_extension_runs_a_task_only_tool() {
         .to_string();
     assert!(task.starts_with("everything__"), "namespaced id: {task}");
 
-    // Polled until done (a hang guard, not a timing assertion).
-    let mut done = Value::Null;
-    for n in 0..240u64 {
-        let got = serve.request(10 + n, "tasks/get", json!({"taskId": task, "_meta": meta}));
-        let status = got["result"]["status"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        assert_eq!(got["result"]["taskId"], task.as_str(), "{got}");
-        assert_eq!(got["result"]["resultType"], "complete", "{got}");
-        if ["completed", "failed", "cancelled"].contains(&status.as_str()) {
-            done = got;
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
+    let mut id = 10;
+    let done = wait_final_with(&mut serve, &mut id, &task, Some(&meta));
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
     assert_eq!(done["result"]["status"], "completed", "{done}");
     let text = done["result"]["result"]["content"][0]["text"]
         .as_str()

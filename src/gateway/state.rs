@@ -420,6 +420,16 @@ impl Shared {
         self.notify(changed).await;
     }
 
+    /// The `tasks` capability the running servers declare together (`None`: none has tasks).
+    pub fn tasks_capability(&self) -> Option<serde_json::Value> {
+        let live: Vec<serde_json::Value> = self
+            .slots
+            .iter()
+            .filter_map(|s| s.snapshot().live.and_then(|l| l.conn.tasks.clone()))
+            .collect();
+        crate::gateway::call::tasks::aggregate_capability(&live)
+    }
+
     async fn notify(&self, changed: Changed) {
         // Listen streams (2026-07-28 agents) first; nobody listening is no error.
         let _ = self.list_events.send(changed);

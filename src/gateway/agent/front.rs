@@ -404,13 +404,7 @@ impl FrontTransport {
     }
 
     fn tasks_capability(&self) -> Option<Value> {
-        let live: Vec<Value> = self
-            .shared
-            .slots
-            .iter()
-            .filter_map(|s| s.snapshot().live.and_then(|l| l.conn.tasks.clone()))
-            .collect();
-        crate::gateway::call::tasks::aggregate_capability(&live)
+        self.shared.tasks_capability()
     }
 }
 

@@ -378,13 +378,7 @@ impl ServerHandler for Upstream {
             .enable_tool_list_changed()
             .build();
         // The tasks extension, bridged, when a running server takes task-augmented calls.
-        let live: Vec<Value> = self
-            .shared
-            .slots
-            .iter()
-            .filter_map(|s| s.snapshot().live.and_then(|l| l.conn.tasks.clone()))
-            .collect();
-        let takes = crate::gateway::call::tasks::aggregate_capability(&live);
+        let takes = self.shared.tasks_capability();
         let mut caps = caps;
         if crate::gateway::call::tasks::takes_tool_tasks(takes.as_ref()) {
             caps.extensions
