@@ -135,7 +135,7 @@ fn a_server_killed_mid_call_fails_that_call_and_comes_back() {
 }
 
 #[test]
-fn a_server_that_never_answers_initialize_times_out_alone() {
+fn a_server_that_never_answers_its_first_request_times_out_alone() {
     let ws = Workspace::new();
     let servers = json!({
         "mute": {"command": python().display().to_string(), "args": ["-c", "import time; time.sleep(600)"]},
@@ -154,7 +154,15 @@ fn a_server_that_never_answers_initialize_times_out_alone() {
     let msg = r["mute_call"]["text"].as_str().unwrap();
     assert_eq!(r["mute_call"]["ok"], false);
     assert!(msg.contains("server `mute` is not running"), "{msg}");
-    assert!(msg.contains("no answer to initialize within 8s"), "{msg}");
+    // Its first request (`server/discover`, then `initialize`) is never answered.
+    assert!(
+        msg.contains("no answer to server/discover (its first request) within 8s"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("\"protocol\": \"2025-11-25\""),
+        "the fix is named: {msg}"
+    );
     assert_eq!(r["echo"]["text"], "Echo: still here");
 }
 

@@ -41,6 +41,13 @@ enum StartError {
     Spawn(#[from] SpawnError),
     #[error("no answer to initialize within {}s", .0.as_secs_f64())]
     InitTimeout(Duration),
+    /// The first request of `protocol: auto` went unanswered.
+    #[error(
+        "no answer to server/discover (its first request) within {}s; a server that ignores \
+         requests it does not know can be set to \"protocol\": \"2025-11-25\"",
+        .0.as_secs_f64()
+    )]
+    DiscoverTimeout(Duration),
     #[error("initialize failed: {0}")]
     Init(String),
     #[error(transparent)]
@@ -342,7 +349,9 @@ async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
     };
     let (info, tasks, era) = match init {
         Ok(init) => init,
-        Err(e @ (StartError::Init(_) | StartError::InitTimeout(_))) => {
+        Err(
+            e @ (StartError::Init(_) | StartError::InitTimeout(_) | StartError::DiscoverTimeout(_)),
+        ) => {
             peer.close();
             reap_now(&mut process, &slot.name).await;
             return Err(match faults.stderr_tail(STDERR_SETTLE).await {
@@ -442,7 +451,7 @@ async fn handshake(
         let said = match &reply {
             Ok(Reply::Result(raw)) => verdict(Ok(raw), &slot.name),
             Ok(Reply::Error(e)) => verdict(Err(&e.message), &slot.name),
-            Err(NoReply::Timeout) => return Err(StartError::InitTimeout(timeout)),
+            Err(NoReply::Timeout) => return Err(StartError::DiscoverTimeout(timeout)),
             Err(_) => {
                 return Err(StartError::Init(
                     "the server closed its connection before answering server/discover".into(),
