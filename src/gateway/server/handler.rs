@@ -410,7 +410,10 @@ impl Connection {
                 forward_progress(target, early).await;
             }
         }
-        let first = (!params.is_empty()).then(|| Value::Object(params.clone()));
+        // Only a 2026-07-28 request may be retried, so only its params are kept (a copy of a
+        // large write's arguments on every call would be work on the hot path for nothing).
+        let original = self.era.is_sessionless().then(|| params.clone());
+        let first = (!params.is_empty()).then_some(Value::Object(params));
         let mut outcome = self
             .peer
             .request(id, method, first.as_ref(), timeout, cancel)
@@ -442,7 +445,10 @@ impl Connection {
                     return Err(e);
                 }
             };
-            let retry = Value::Object(era::retry_params(&params, answers, asked.request_state));
+            let Some(original) = original.as_ref() else {
+                break;
+            };
+            let retry = Value::Object(era::retry_params(original, answers, asked.request_state));
             let id = self.peer.next_id();
             outcome = self
                 .peer
