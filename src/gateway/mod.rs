@@ -26,6 +26,7 @@ pub mod agent;
 pub mod call;
 pub mod line_out;
 pub mod network;
+pub mod pipe_size;
 pub mod registry;
 pub mod server;
 pub mod stages;

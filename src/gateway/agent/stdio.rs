@@ -35,10 +35,14 @@ pub fn upstream_stdio() -> (UpstreamReader, UpstreamWriter) {
         Err(e) => thread_backed_stdin(&e),
     };
     let writer: UpstreamWriter = match on_reactor(std::io::stdout().as_fd()) {
-        Ok(Reactor::Pipe(fd)) => match tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
-            Ok(pipe) => Box::new(pipe),
-            Err(e) => thread_backed_stdout(&e),
-        },
+        Ok(Reactor::Pipe(fd)) => {
+            // Answers go out through this pipe: a large result in one write (pipe_size).
+            crate::gateway::pipe_size::widen(&fd, "stdout");
+            match tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
+                Ok(pipe) => Box::new(pipe),
+                Err(e) => thread_backed_stdout(&e),
+            }
+        }
         Ok(Reactor::Socket(s)) => Box::new(s),
         Err(e) => thread_backed_stdout(&e),
     };
