@@ -278,3 +278,54 @@ proptest! {
         checks::bwrap_argv::run(&data);
     }
 }
+
+/// A tool result's top level, as servers write it and as hostile ones might: `isError` and
+/// `task` members among others, nested look-alikes, escaped keys, odd spacing.
+fn result_object() -> impl Strategy<Value = String> {
+    let key = prop_oneof![
+        Just("isError".to_string()),
+        Just("task".to_string()),
+        Just("content".to_string()),
+        Just("is\\u0045rror".to_string()),
+        "[a-zA-Z_]{1,6}",
+    ];
+    let value = prop_oneof![
+        json().prop_map(|v| v.to_string()),
+        Just("true".to_string()),
+        Just("false".to_string()),
+        Just("null".to_string()),
+        Just(r#""\"isError\":true""#.to_string()),
+        Just(r#"{"isError":true,"t":"}\\"}"#.to_string()),
+    ];
+    let ws = prop_oneof![Just(""), Just(" "), Just("\n\t ")];
+    prop::collection::vec((key, value, ws), 0..6).prop_map(|members| {
+        let body: Vec<String> = members
+            .into_iter()
+            .map(|(k, v, w)| format!("{w}\"{k}\"{w}:{w}{v}{w}"))
+            .collect();
+        format!("{{{}}}", body.join(","))
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// The relay's fast look at a result (gateway::call::probe) never disagrees with serde:
+    /// where it answers, serde answers the same; where it is unsure, it says so. A wrong
+    /// answer would relay an error result unmarked and audit it as a success.
+    #[test]
+    fn the_result_probe_agrees_with_serde(object in result_object(), cut in any::<prop::sample::Index>()) {
+        use palisade::gateway::call::probe::{probe, serde_probe};
+        if let Some(ours) = probe(&object) {
+            prop_assert_eq!(Some(ours), serde_probe(&object), "{}", object);
+        }
+        // A truncated object is never read as a whole one.
+        let end = cut.index(object.len().max(1));
+        if end < object.len() && object.is_char_boundary(end) {
+            let part = &object[..end];
+            if let Some(ours) = probe(part) {
+                prop_assert_eq!(Some(ours), serde_probe(part), "{}", part);
+            }
+        }
+    }
+}

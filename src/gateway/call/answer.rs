@@ -81,16 +81,10 @@ pub(in crate::gateway) fn received(
     raw: Box<RawValue>,
     asks_task: bool,
 ) -> Result<(Answer, Option<Received>), crate::gateway::server::handler::ForwardError> {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Probe {
-        #[serde(default)]
-        is_error: Option<bool>,
-        #[serde(default)]
-        task: Option<serde::de::IgnoredAny>,
-    }
-    match serde_json::from_str::<Probe>(raw.get()) {
-        Ok(Probe { task: Some(_), .. }) if asks_task => {
+    use crate::gateway::call::probe::{probe, serde_probe, ResultProbe};
+    let said = probe(raw.get()).or_else(|| serde_probe(raw.get()));
+    match said {
+        Some(ResultProbe { task: true, .. }) if asks_task => {
             let handle = serde_json::from_str::<Value>(raw.get()).map_err(|e| {
                 crate::gateway::server::handler::ForwardError::Other {
                     server: server.to_string(),
@@ -99,7 +93,7 @@ pub(in crate::gateway) fn received(
             })?;
             Ok((Answer::Task(handle), None))
         }
-        Ok(Probe {
+        Some(ResultProbe {
             is_error: None | Some(false),
             ..
         }) => Ok((Answer::Relayed(raw), None)),

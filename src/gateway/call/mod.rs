@@ -9,6 +9,7 @@ pub mod answer;
 pub mod applied;
 pub mod blocked;
 pub mod pipeline;
+pub mod probe;
 pub mod remembered;
 pub mod route;
 pub mod task_relay;
