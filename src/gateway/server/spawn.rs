@@ -219,8 +219,10 @@ pub fn spawn_with_faults(
         })?;
     let stdout = child.stdout.take().ok_or(SpawnError::Pipe("stdout"))?;
     let stdin = child.stdin.take().ok_or(SpawnError::Pipe("stdin"))?;
-    crate::gateway::pipe_size::widen(&stdout, "server stdout");
-    crate::gateway::pipe_size::widen(&stdin, "server stdin");
+    // Results come back through stdout; requests are small.
+    if crate::gateway::pipe_size::servers() {
+        crate::gateway::pipe_size::widen(&stdout, "server stdout");
+    }
     if let Some(stderr) = child.stderr.take() {
         tokio::spawn(log_stderr(req.name.clone(), stderr, faults.clone()));
     }
