@@ -7,6 +7,13 @@ Usage (from the repository root, both binaries built with --release):
     python3 scripts/compare_binaries.py OLD_BINARY [NEW_BINARY]
 NEW_BINARY defaults to target/release/palisade, whose bench-client drives every run.
 A benchmark, not a test: it prints medians over 5 interleaved repetitions and asserts nothing.
+
+Besides latency and throughput it prints CPU time per call (user + system, warm-up calls
+included) of the command bench-client talks to, as a waiting wrapper reaps it: for `direct`
+the fs-server's own; for `old`/`new` the gateway's own, since serve's sandboxed fs-server is
+killed at exit and its time is never added to serve's. So `new` against `old` compares the
+gateway's CPU per call. On a shared machine CPU time is the steadier figure: other load
+stretches wall time but hardly the CPU a call costs.
 """
 import json
 import os
@@ -44,16 +51,26 @@ def main():
         variants = {"direct": ([NEW, "fs-server", "--root", data], ""),
                     "old": (serve(OLD, "old"), "fs0__"), "new": (serve(NEW, "new"), "fs0__")}
 
+        cpu_file = os.path.join(d, "cpu")
+        # Runs the command and, once it has exited, writes the CPU seconds of everything
+        # reaped below it (serve reaps its servers before it exits).
+        wrapper = ("import resource, subprocess, sys; subprocess.run(sys.argv[2:]); "
+                   "r = resource.getrusage(resource.RUSAGE_CHILDREN); "
+                   "open(sys.argv[1], 'w').write(str(r.ru_utime + r.ru_stime))")
+
         def run(cmd, tool, args, calls, conc, warm):
             r = subprocess.run([NEW, "bench-client", "--calls", str(calls), "--concurrency",
                                 str(conc), "--warmup", str(warm), "--tool", tool,
-                                "--args", json.dumps(args), "--"] + cmd,
+                                "--args", json.dumps(args), "--",
+                                sys.executable, "-c", wrapper, cpu_file] + cmd,
                                capture_output=True, text=True)
             if r.returncode:
                 raise SystemExit(r.stderr[-800:])
             out = json.loads(r.stdout)
             if out["ok"] != calls:
                 raise SystemExit("only %d of %d calls ok" % (out["ok"], calls))
+            with open(cpu_file) as f:
+                out["cpuUsPerCall"] = float(f.read()) * 1e6 / (calls + warm)
             return out
 
         def series(label, tool, args, calls, conc, warm=50, reps=5):
@@ -66,7 +83,9 @@ def main():
                 med = statistics.median(r["latencyUs"]["median"] for r in v)
                 p99 = statistics.median(r["latencyUs"]["p99"] for r in v)
                 thr = statistics.median(r["throughputPerSec"] for r in v)
-                print("  %-6s median %8.1f us  p99 %8.1f us  throughput %7.0f/s" % (k, med, p99, thr))
+                cpu = statistics.median(r["cpuUsPerCall"] for r in v)
+                print("  %-6s median %8.1f us  p99 %8.1f us  throughput %7.0f/s  CPU %7.1f us/call"
+                      % (k, med, p99, thr, cpu))
 
         small = {"path": os.path.join(data, "f.txt")}
         series("stat, 1 caller", "stat", small, 2000, 1)
