@@ -3,8 +3,9 @@
 //! `[SANDBOX BLOCKED]` on errors of sandboxed servers that write or read places their call
 //! arguments never name (tests/servers/blocked_probe.py), never on ordinary tool errors nor on
 //! unsandboxed servers. Every attack has an unprotected control that must succeed.
-//! Also the Landlock tier's missing PID namespace: `palisade run --backend landlock` must not
-//! leave the command's own children running after a forwarded SIGTERM.
+//! Also the Landlock tier's missing PID namespace: neither `palisade run --backend landlock`
+//! after a forwarded SIGTERM nor `serve` stopping a Landlock server may leave the command's
+//! own children running.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 #[path = "support/skip.rs"]
@@ -593,4 +594,59 @@ fn landlock_run_leaves_no_grandchild_after_sigterm() {
         "the command ends by the forwarded SIGTERM"
     );
     assert!(left.is_empty(), "grandchildren still running: {left:?}");
+}
+
+/// Regression: a Landlock-tier server stopped by `serve` (its stdin closed when the gateway
+/// ends) left its own children running: no PID namespace ends them. The server now leads a
+/// process group the supervisor signals whole. The server here starts `sleep` and says its
+/// PID on stderr (which palisade logs) before it serves; checked on the host, by PID, once
+/// serve has exited.
+#[test]
+fn a_stopped_landlock_server_leaves_no_child_behind() {
+    let test = "gaps::a_stopped_landlock_server_leaves_no_child_behind";
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["check", "--json"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&check.stdout).unwrap();
+    if report["machine"]["landlock"]["abi"].as_u64().is_none() {
+        skip::host_skip(test, "Landlock is not available on this kernel");
+        return;
+    }
+    let (_t, d) = canon_tempdir();
+    let n = 750_000 + std::process::id() % 50_000;
+    let code = format!(
+        "import runpy, subprocess, sys\n\
+         c = subprocess.Popen(['/bin/sleep', '{n}'])\n\
+         print('GRANDCHILD=%d' % c.pid, file=sys.stderr, flush=True)\n\
+         p = sys.argv[1]\n\
+         sys.argv = [p]\n\
+         runpy.run_path(p, run_name='__main__')\n"
+    );
+    let servers = json!({
+        "forker": {
+            "command": python(),
+            "args": ["-c", code, manifest("tests/servers/blocked_probe.py")],
+            "env": {"BLOCKED_TARGET": d.join("t").display().to_string()},
+            "sandbox": {"backend": "landlock",
+                        "filesystem": {"allowRead": [manifest("tests/servers")]}},
+        },
+    });
+    let run = serve(&d, servers, json!([]));
+    let pid: i32 = run
+        .stderr
+        .split("GRANDCHILD=")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the server did not start its child:\n{}", run.stderr));
+    let mark = format!("sleep\0{n}");
+    let alive = alive_with(pid, &mark);
+    let _cleanup = KillOnDrop(if alive { vec![pid] } else { Vec::new() });
+    assert!(
+        run.stderr.contains("sandboxed by landlock") && run.stderr.contains("status: Running"),
+        "the server ran and served under Landlock:\n{}",
+        run.stderr
+    );
+    assert!(!alive, "the server's child {pid} outlived it");
 }
