@@ -3,7 +3,13 @@
 //! `[SANDBOX BLOCKED]` on errors of sandboxed servers that write or read places their call
 //! arguments never name (tests/servers/blocked_probe.py), never on ordinary tool errors nor on
 //! unsandboxed servers. Every attack has an unprotected control that must succeed.
+//! Also the Landlock tier's missing PID namespace: neither `palisade run --backend landlock`
+//! after a forwarded SIGTERM nor `serve` stopping a Landlock server may leave the command's
+//! own children running.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
+#[path = "support/skip.rs"]
+mod skip;
 
 use std::path::{Path, PathBuf};
 
@@ -470,4 +476,177 @@ fn prompts_resources_and_completions_fail_closed_when_the_audit_log_fails() {
             "{step}: {text}"
         );
     }
+}
+
+/// SIGKILLs its processes when dropped (a failed test leaves nothing running).
+struct KillOnDrop(Vec<i32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// The process `pid` is running the command line that holds `mark` (not gone, not a zombie).
+fn alive_with(pid: i32, mark: &str) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat.rsplit_once(") ").map(|(_, r)| r.starts_with('Z'));
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    state == Some(false) && String::from_utf8_lossy(&cmdline).contains(mark)
+}
+
+/// Regression: under Landlock (no PID namespace) SIGTERM forwarded to the command ended it
+/// but not its children: `sh -c 'sleep N & wait'` left `sleep` running, reparented to init.
+/// palisade now ends every process left beneath it once the command has ended, including one
+/// that left the process group and session (`setsid`). Checked on the host, by PID.
+#[test]
+fn landlock_run_leaves_no_grandchild_after_sigterm() {
+    use std::io::BufRead as _;
+    let test = "gaps::landlock_run_leaves_no_grandchild_after_sigterm";
+    let bin = env!("CARGO_BIN_EXE_palisade");
+    let check = std::process::Command::new(bin)
+        .args(["check", "--json"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&check.stdout).unwrap();
+    if report["machine"]["landlock"]["abi"].as_u64().is_none() {
+        skip::host_skip(test, "Landlock is not available on this kernel");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 700_000 + std::process::id() % 50_000;
+    let (a, b) = (format!("{n}"), format!("{}", n + 1));
+    let script = format!("sleep {a} & echo $!; setsid sleep {b} & echo $!; echo up; wait");
+    let mut palisade = std::process::Command::new(bin)
+        .env("PALISADE_LOG_LEVEL", "warn")
+        .env("TMPDIR", tmp.path())
+        .args([
+            "run",
+            "--backend",
+            "landlock",
+            "--",
+            "/bin/sh",
+            "-c",
+            &script,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(palisade.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().unwrap().unwrap();
+    let pids: Vec<i32> = vec![next().parse().unwrap(), next().parse().unwrap()];
+    assert_eq!(next(), "up");
+    let marks = [format!("sleep\0{a}"), format!("sleep\0{b}")];
+    // Whatever fails below, nothing this test started is left running.
+    let mut cleanup = KillOnDrop(pids.iter().copied().chain([palisade.id() as i32]).collect());
+    // Control: both grandchildren run `sleep`, on the host, before palisade is told to stop
+    // (`$!` is printed at fork, before the exec: wait for it, up to a generous bound).
+    for (pid, mark) in pids.iter().zip(&marks) {
+        let mut tries = 0;
+        while !alive_with(*pid, mark) && tries < 1000 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            tries += 1;
+        }
+        assert!(
+            alive_with(*pid, mark),
+            "grandchild {pid} ({mark}) did not start"
+        );
+    }
+    // Safety net only: a palisade that never exits fails the test instead of hanging it.
+    let ppid = palisade.id() as i32;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watched = done.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        if !watched.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(ppid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(ppid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = palisade.wait().unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let left: Vec<i32> = pids
+        .iter()
+        .zip(&marks)
+        .filter(|(pid, mark)| alive_with(**pid, mark))
+        .map(|(pid, _)| *pid)
+        .collect();
+    // Only those still running (palisade is reaped: its PID is no longer its own).
+    cleanup.0.clone_from(&left);
+    assert_eq!(
+        status.code(),
+        Some(128 + libc::SIGTERM),
+        "the command ends by the forwarded SIGTERM"
+    );
+    assert!(left.is_empty(), "grandchildren still running: {left:?}");
+}
+
+/// Regression: a Landlock-tier server stopped by `serve` (its stdin closed when the gateway
+/// ends) left its own children running: no PID namespace ends them. The server now leads a
+/// process group the supervisor signals whole. The server here starts `sleep` and says its
+/// PID on stderr (which palisade logs) before it serves; checked on the host, by PID, once
+/// serve has exited.
+#[test]
+fn a_stopped_landlock_server_leaves_no_child_behind() {
+    let test = "gaps::a_stopped_landlock_server_leaves_no_child_behind";
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["check", "--json"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&check.stdout).unwrap();
+    if report["machine"]["landlock"]["abi"].as_u64().is_none() {
+        skip::host_skip(test, "Landlock is not available on this kernel");
+        return;
+    }
+    let (_t, d) = canon_tempdir();
+    let n = 750_000 + std::process::id() % 50_000;
+    let code = format!(
+        "import runpy, subprocess, sys\n\
+         c = subprocess.Popen(['/bin/sleep', '{n}'])\n\
+         print('GRANDCHILD=%d' % c.pid, file=sys.stderr, flush=True)\n\
+         p = sys.argv[1]\n\
+         sys.argv = [p]\n\
+         runpy.run_path(p, run_name='__main__')\n"
+    );
+    let servers = json!({
+        "forker": {
+            "command": python(),
+            "args": ["-c", code, manifest("tests/servers/blocked_probe.py")],
+            "env": {"BLOCKED_TARGET": d.join("t").display().to_string()},
+            "sandbox": {"backend": "landlock",
+                        "filesystem": {"allowRead": [manifest("tests/servers")]}},
+        },
+    });
+    let run = serve(&d, servers, json!([]));
+    let pid: i32 = run
+        .stderr
+        .split("GRANDCHILD=")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the server did not start its child:\n{}", run.stderr));
+    let mark = format!("sleep\0{n}");
+    let alive = alive_with(pid, &mark);
+    let _cleanup = KillOnDrop(if alive { vec![pid] } else { Vec::new() });
+    assert!(
+        run.stderr.contains("sandboxed by landlock") && run.stderr.contains("status: Running"),
+        "the server ran and served under Landlock:\n{}",
+        run.stderr
+    );
+    assert!(!alive, "the server's child {pid} outlived it");
 }

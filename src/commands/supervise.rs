@@ -6,6 +6,14 @@
 //! `sigwait`, so none is lost between the spawn and the wait; the child gets back the mask
 //! palisade inherited right before it execs. Never: return before the child is reaped, or
 //! leave the child running when this process gives up waiting (it is killed and reaped).
+//!
+//! The child's own children: without a PID namespace nothing kills them when the child
+//! ends, so palisade makes itself their subreaper (orphans are reparented to it, not to
+//! init) and, once the child has ended, SIGKILLs and reaps every process left beneath it,
+//! whether it stayed in the child's process group or left it (bwrap's tier gets the same
+//! from its PID namespace). Signals are still forwarded to the child alone, as bwrap
+//! forwards them to its sandbox's first process; the child stays in palisade's process group
+//! so it keeps the terminal (Ctrl-C, reads from a tty).
 
 use std::os::unix::process::CommandExt;
 
@@ -42,6 +50,9 @@ pub(super) fn spawn_and_wait(mut prepared: Prepared) -> Result<u8, ExitWith> {
         unsafe { nix::sys::signal::signal(*s, SigHandler::SigDfl) }
             .map_err(|e| ExitWith::new(1, format!("cannot reset signal {s}: {e}")))?;
     }
+    // Orphans of the child's tree come to palisade (and are ended with it), not to init.
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|e| ExitWith::new(1, format!("cannot become the subreaper: {e}")))?;
     let cmd = prepared.command.as_std_mut();
     // The child starts with the mask palisade inherited, not the one blocked here: the
     // standard library passes the parent's mask on, and a command with SIGTERM blocked would
@@ -56,6 +67,7 @@ pub(super) fn spawn_and_wait(mut prepared: Prepared) -> Result<u8, ExitWith> {
         .map_err(|e| ExitWith::new(EXIT_CANNOT_EXEC, format!("cannot start the sandbox: {e}")))?;
     let pid = Pid::from_raw(child.id() as i32);
     let status = wait_forwarding(pid, &set);
+    end_descendants();
     drop(prepared);
     status
 }
@@ -78,19 +90,91 @@ fn wait_forwarding(pid: Pid, set: &SigSet) -> Result<u8, ExitWith> {
             let _ = kill(pid, sig);
             continue;
         }
-        // One SIGCHLD may stand for several changes (coalesced), or a stop/continue.
-        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, code)) => return Ok(u8::try_from(code).unwrap_or(1)),
-            Ok(WaitStatus::Signaled(_, s, _)) => {
-                return Ok(128u8.saturating_add(u8::try_from(s as i32).unwrap_or(0)))
-            }
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => {
-                return Err(ExitWith::new(
-                    1,
-                    format!("waiting for the sandbox failed: {e}"),
-                ))
+        // One SIGCHLD may stand for several changes (coalesced), or an orphan of the child's
+        // tree that ended (reaped here too: palisade is its subreaper).
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(p, code)) if p == pid => {
+                    return Ok(u8::try_from(code).unwrap_or(1))
+                }
+                Ok(WaitStatus::Signaled(p, s, _)) if p == pid => {
+                    return Ok(128u8.saturating_add(u8::try_from(s as i32).unwrap_or(0)))
+                }
+                Ok(WaitStatus::StillAlive) => break,
+                Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    return Err(ExitWith::new(
+                        1,
+                        format!("waiting for the sandbox failed: {e}"),
+                    ))
+                }
             }
         }
+    }
+}
+
+/// SIGKILLs and reaps every process still beneath palisade (the ended child's orphans, which
+/// the kernel reparented here, and theirs as they are orphaned in turn). Waits only for
+/// processes it has just killed: where the children cannot be listed it reaps what has
+/// already ended and says what may be left.
+fn end_descendants() {
+    loop {
+        let Some(kids) = children() else {
+            tracing::warn!(
+                "cannot list this process's children: the command's child processes may outlive it"
+            );
+            while let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
+                waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG))
+            {}
+            return;
+        };
+        if kids.is_empty() {
+            return;
+        }
+        for k in &kids {
+            let _ = kill(*k, Signal::SIGKILL);
+        }
+        // Each listed child is dead or dying (a zombie is listed until reaped): reap one,
+        // then list again (its own children are now ours).
+        match waitpid(Pid::from_raw(-1), None) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return,
+        }
+    }
+}
+
+/// The children of this process, from `/proc/self/task/*/children` (every thread's: an
+/// orphan goes to one of the subreaper's threads), or `None` when they cannot be read.
+fn children() -> Option<Vec<Pid>> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let list = std::fs::read_to_string(task.ok()?.path().join("children")).ok()?;
+        out.extend(parse_children(&list));
+    }
+    Some(out)
+}
+
+/// The PIDs of a `/proc/PID/task/TID/children` file (space-separated).
+fn parse_children(list: &str) -> impl Iterator<Item = Pid> + '_ {
+    list.split_ascii_whitespace()
+        .filter_map(|w| w.parse::<i32>().ok())
+        .filter(|p| *p > 0)
+        .map(Pid::from_raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn children_are_read_from_the_proc_list() {
+        let pids: Vec<i32> = parse_children("12 345 \n").map(Pid::as_raw).collect();
+        assert_eq!(pids, [12, 345]);
+        assert_eq!(parse_children("").count(), 0);
+        assert_eq!(
+            parse_children("0 x -3").count(),
+            0,
+            "never a group or every process"
+        );
     }
 }

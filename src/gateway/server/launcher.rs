@@ -92,12 +92,27 @@ pub enum ServerProcess {
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         // The backstop a child has in `kill_on_drop`: a task outlives no supervisor.
-        if let ServerProcess::Task {
-            handle: Some(h), ..
-        } = self
-        {
-            h.abort();
+        match self {
+            ServerProcess::Task {
+                handle: Some(h), ..
+            } => h.abort(),
+            // `kill_on_drop` ends the server itself; its group (Landlock) goes with it.
+            ServerProcess::Child { child, guard } if guard.own_group() => {
+                signal_group(child.id(), nix::sys::signal::Signal::SIGKILL);
+            }
+            _ => {}
         }
+    }
+}
+
+/// Sends `sig` to the process group the server `pid` leads (the Landlock tier's servers, see
+/// `PreparedGuard::own_group`). Called while the leader is unreaped, or right after reaping
+/// it: a group's number is not reused while any member lives, so it reaches the server's
+/// tree only (with no member left, at worst a new group that took the number in between:
+/// the kernel hands PIDs out in order and wraps only after `pid_max`).
+fn signal_group(pid: Option<u32>, sig: nix::sys::signal::Signal) {
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()).filter(|p| *p > 1) {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), sig);
     }
 }
 
@@ -105,10 +120,19 @@ impl ServerProcess {
     /// Waits until the server ends. Cancel-safe; may be called again after it returned.
     pub async fn wait(&mut self) -> Exit {
         match self {
-            ServerProcess::Child { child, .. } => match child.wait().await {
-                Ok(s) => Exit::Status(s),
-                Err(e) => Exit::Unknown(e.to_string()),
-            },
+            ServerProcess::Child { child, guard } => {
+                let pid = child.id();
+                let exit = match child.wait().await {
+                    Ok(s) => Exit::Status(s),
+                    Err(e) => Exit::Unknown(e.to_string()),
+                };
+                if guard.own_group() {
+                    // The server ended; what it started must not outlive it (no PID
+                    // namespace does it for this tier).
+                    signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+                }
+                exit
+            }
             ServerProcess::Task { handle, ended } => {
                 if let Some(h) = handle.as_mut() {
                     let how = match h.await {
@@ -128,7 +152,11 @@ impl ServerProcess {
     /// nothing to ask (a child already reaped).
     pub fn terminate(&mut self) -> bool {
         match self {
-            ServerProcess::Child { child, .. } => match child.id() {
+            ServerProcess::Child { child, guard } => match child.id() {
+                Some(pid) if guard.own_group() => {
+                    signal_group(Some(pid), nix::sys::signal::Signal::SIGTERM);
+                    true
+                }
                 Some(pid) => {
                     let _ = nix::sys::signal::kill(
                         nix::unistd::Pid::from_raw(pid as i32),
@@ -150,7 +178,12 @@ impl ServerProcess {
     /// Kills the server and reaps it (SIGKILL and wait for a child; abort and await a task).
     pub async fn kill(&mut self) -> std::io::Result<()> {
         match self {
-            ServerProcess::Child { child, .. } => child.kill().await,
+            ServerProcess::Child { child, guard } => {
+                if guard.own_group() {
+                    signal_group(child.id(), nix::sys::signal::Signal::SIGKILL);
+                }
+                child.kill().await
+            }
             ServerProcess::Task { handle, .. } => {
                 if let Some(h) = handle {
                     h.abort();

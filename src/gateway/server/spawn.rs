@@ -15,7 +15,7 @@ use tokio::io::AsyncBufReadExt;
 use crate::gateway::server::fault::ProcessFaults;
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use crate::config::{NetworkConfig, SandboxSetting, ServerConfig, Settings};
+use crate::config::{Backend, NetworkConfig, SandboxSetting, ServerConfig, Settings};
 use crate::roots::canon::{self, Base};
 use crate::sandbox::launch::{self, Enforcement, Grant, LaunchError, LaunchRequest, Prepared};
 use crate::sandbox::Access;
@@ -148,9 +148,15 @@ pub struct Spawned {
 
 /// Owns whatever the launcher attached to `Prepared` besides the command.
 #[derive(Debug)]
-pub struct PreparedGuard(Prepared);
+pub struct PreparedGuard(Prepared, bool);
 
 impl PreparedGuard {
+    /// The server leads a process group of its own (the Landlock tier: no PID namespace to
+    /// end its children with it), which stopping it signals whole.
+    pub fn own_group(&self) -> bool {
+        self.1
+    }
+
     /// The resource limits the server's process tree ran into (cgroup), for restart reasons.
     pub fn limits_hit(&self) -> Vec<String> {
         self.0.limits_hit()
@@ -206,6 +212,21 @@ pub fn spawn_with_faults(
 ) -> Result<Spawned, SpawnError> {
     let mut prepared = launch::prepare_with(req, caps)?;
     let enforcement = prepared.enforcement.clone();
+    // Under Landlock nothing ends the server's own children with it (no PID namespace): it
+    // leads a process group of its own, so the supervisor's SIGTERM and SIGKILL reach them
+    // too (src/gateway/server/launcher.rs). Its stdio are pipes: no terminal to lose.
+    let own_group = matches!(
+        enforcement,
+        Enforcement::Sandboxed {
+            backend: Backend::Landlock
+        } | Enforcement::Degraded {
+            backend: Some(Backend::Landlock),
+            ..
+        }
+    );
+    if own_group {
+        prepared.command.process_group(0);
+    }
     let mut child = prepared
         .command
         .stdin(Stdio::piped())
@@ -232,7 +253,7 @@ pub fn spawn_with_faults(
         stdin,
         enforcement,
         faults,
-        prepared_guard: PreparedGuard(prepared),
+        prepared_guard: PreparedGuard(prepared, own_group),
     })
 }
 
