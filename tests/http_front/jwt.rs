@@ -29,8 +29,15 @@ fn mint(jwks: &Path, iss: &str, aud: &str) -> Value {
 const ISS: &str = "https://issuer.example";
 const AUD: &str = "https://palisade.example/mcp";
 
-/// `serve --http` taking JWTs against the JWKS at `url`, with `extra` flags.
-fn jwks_url_front(ws: &Workspace, config: &Path, url: &str, extra: &[&str]) -> Front {
+/// `serve --http` taking JWTs against the JWKS at `url`, with `extra` flags and `env` added to
+/// its environment.
+fn jwks_url_front(
+    ws: &Workspace,
+    config: &Path,
+    url: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Front {
     let mut args = vec![
         "--jwks-url",
         url,
@@ -40,7 +47,7 @@ fn jwks_url_front(ws: &Workspace, config: &Path, url: &str, extra: &[&str]) -> F
         AUD,
     ];
     args.extend_from_slice(extra);
-    Front::start(ws, config, &args)
+    Front::start_env(ws, config, &args, env)
 }
 
 // OAuth 2.1 resource-server mode: JWT access tokens checked for signature (JWKS), issuer,
@@ -136,22 +143,10 @@ fn a_jwks_url_fails_closed_while_unreachable_and_is_fetched_again_for_a_new_key(
     let site = ws.path().join("site");
     std::fs::create_dir_all(&site).unwrap();
     let jwks = site.join("jwks.json");
-    let (iss, aud) = (ISS, AUD);
-    let minted = mint(&jwks, iss, aud);
+    let minted = mint(&jwks, ISS, AUD);
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}/jwks.json");
-    let front = Front::start(
-        &ws,
-        &config,
-        &[
-            "--jwks-url",
-            &url,
-            "--jwt-issuer",
-            iss,
-            "--jwt-audience",
-            aud,
-        ],
-    );
+    let front = jwks_url_front(&ws, &config, &url, &[], &[]);
     let bearer = |name: &str| format!("Bearer {}", minted[name].as_str().unwrap());
     let (down, down_text) = front.raw("POST", "/mcp", &[("Authorization", &bearer("good"))]);
     let reached_while_down = sandbox.join("principals").exists();
@@ -259,7 +254,7 @@ fn a_jwks_over_https_is_verified_with_the_ca_file_and_its_keys_admit_tokens() {
         );
     }
     support::merge_settings(&config, json!({"http": {"jwksCa": ca}}));
-    let front = jwks_url_front(&ws, &config, &url, &[]);
+    let front = jwks_url_front(&ws, &config, &url, &[], &[]);
     let bearer = |name: &str| format!("Bearer {}", minted[name].as_str().unwrap());
     let (good, good_text) = front.raw("POST", "/mcp", &[("Authorization", &bearer("good"))]);
     let (forged, forged_text) =
@@ -323,7 +318,7 @@ fn a_jwks_over_https_with_an_untrusted_misnamed_or_expired_certificate_is_never_
         let url = format!("https://localhost:{}/jwks.json", server.port);
         let ca_flag = ["--jwks-ca", ca.to_str().unwrap()];
         let extra: &[&str] = if with_ca { &ca_flag } else { &[] };
-        let front = jwks_url_front(&ws, &config, &url, extra);
+        let front = jwks_url_front(&ws, &config, &url, extra, &[]);
         let (status, text) = front.raw("POST", "/mcp", &[("Authorization", &bearer)]);
         let (again, _) = front.raw("POST", "/mcp", &[("Authorization", &bearer)]);
         let exit = front.stop();
@@ -369,19 +364,7 @@ fn a_jwks_over_https_is_fetched_through_https_proxy_and_no_proxy_is_honoured() {
     let url = format!("https://jwks.test:{}/.well-known/jwks.json", server.port);
     let bearer = format!("Bearer {}", minted["good"].as_str().unwrap());
     let try_token = |env: &[(&str, &str)]| {
-        let front = Front::start_env(
-            &ws,
-            &config,
-            &[
-                "--jwks-url",
-                &url,
-                "--jwt-issuer",
-                ISS,
-                "--jwt-audience",
-                AUD,
-            ],
-            env,
-        );
+        let front = jwks_url_front(&ws, &config, &url, &[], env);
         let (status, text) = front.raw("POST", "/mcp", &[("Authorization", &bearer)]);
         let stopped = front.stop();
         assert!(stopped.success(), "{stopped}\n{}", ws.stderr_text());
