@@ -302,7 +302,7 @@ fn a_call_the_agents_roots_refuse_is_not_audited_as_allowed() {
 // #5: where namespaces fail (a container, a nested sandbox), `palisade run` under enforce
 // printed bubblewrap's raw error and exited 1. Asked for bubblewrap, it now refuses itself,
 // with the cause and the fix, and exits 3 (as `check` explains); under the default `auto` it
-// runs under the Landlock tier instead (tests/sandbox.rs). The place without user namespaces
+// runs under the Landlock tier instead (tests/sandbox/tiers.rs). The place without user namespaces
 // is real: an outer bubblewrap with --disable-userns, inside which creating one fails with
 // ENOSPC.
 #[test]

@@ -31,7 +31,7 @@ fn everything(relay: Option<Value>) -> Value {
 /// tests/servers/relay_server.py, with `relay` when given.
 fn asker(relay: Option<Value>) -> Value {
     // Pinned to the handshake: this server sends its sampling and elicitation as requests of
-    // its own, which 2026-07-28 has no channel for (tests/protocol.rs covers that era).
+    // its own, which 2026-07-28 has no channel for (tests/protocol/ covers that era).
     let mut v = json!({"command": python(), "args": [repo("tests/servers/relay_server.py")],
                        "protocol": "2025-11-25"});
     if let Some(r) = relay {

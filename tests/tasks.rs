@@ -49,6 +49,22 @@ fn wait_final_with(serve: &mut Serve, id: &mut u64, task: &str, meta: Option<&Va
     panic!("task {task} never finished");
 }
 
+/// The control of both task tests: a plain call to the task-only tool (no `task` field; with
+/// `meta`, a 2026-07-28 envelope without the tasks extension) is refused by the server, so
+/// the task each test then creates exists only because palisade carried the task request.
+fn assert_plain_call_refused(serve: &mut Serve, id: u64, meta: Option<Value>) {
+    let mut params = json!({"name": TOOL, "arguments": {"topic": "sandboxes"}});
+    if let Some(meta) = meta {
+        params["_meta"] = meta;
+    }
+    let plain = serve.request(id, "tools/call", params);
+    let refused = plain.get("error").is_some() || plain["result"]["isError"] == true;
+    assert!(
+        refused,
+        "a plain call to a task-only tool must fail: {plain}"
+    );
+}
+
 #[test]
 fn a_tool_that_requires_a_task_works_through_palisade() {
     let ws = Workspace::new();
@@ -63,12 +79,7 @@ fn a_tool_that_requires_a_task_works_through_palisade() {
 
     // Control: without `task` the server refuses the call, so a gateway that dropped the
     // field (as it did before) could not create the task below.
-    let plain = serve.call(2, TOOL, json!({"topic": "sandboxes"}));
-    let refused = plain.get("error").is_some() || plain["result"]["isError"] == true;
-    assert!(
-        refused,
-        "a plain call to a task-only tool must fail: {plain}"
-    );
+    assert_plain_call_refused(&mut serve, 2, None);
 
     let created = serve.request(
         3,
@@ -230,16 +241,7 @@ fn a_2026_agent_with_the_tasks_extension_runs_a_task_only_tool() {
     );
 
     // Control: without the extension the call is a plain call, which the server refuses.
-    let plain = serve.request(
-        2,
-        "tools/call",
-        json!({"name": TOOL, "arguments": {"topic": "sandboxes"}, "_meta": envelope_2026(false)}),
-    );
-    let refused = plain.get("error").is_some() || plain["result"]["isError"] == true;
-    assert!(
-        refused,
-        "a plain call to a task-only tool must fail: {plain}"
-    );
+    assert_plain_call_refused(&mut serve, 2, Some(envelope_2026(false)));
 
     let created = serve.request(
         3,

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A hostile program: tries every escape the sandbox must stop and reports what worked.
 
-Usage: hostile.py CONFIG_JSON   (one argument: the JSON the test passes; see tests/sandbox.rs)
+Usage: hostile.py CONFIG_JSON   (one argument: the JSON the test passes; see tests/sandbox/hostile.rs)
 Prints one JSON object on stdout: {attack: {"ok": bool, "detail": str}}. "ok" means the
 attack SUCCEEDED. Each attack runs in a forked child so that one attack (a user namespace,
 a mount namespace) cannot change the conditions of the next. Only the standard library and

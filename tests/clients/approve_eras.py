@@ -1,7 +1,7 @@
 """Calls one tool through `palisade serve` with the Python `mcp` SDK's high-level `Client`,
 answering every elicitation as a person who approves would (`approve: true`) and every
 sampling request with a canned model answer, and prints one JSON report: the era, the
-questions and prompts seen, and the call's outcome. Used by tests/protocol.rs.
+questions and prompts seen, and the call's outcome. Used by tests/protocol/ (common.rs).
 
 Usage: approve_eras.py MODE TOOL ARGS_JSON -- CMD ARGS...
   MODE: `2026-07-28` (no handshake; Palisade asks through an input-required result, which

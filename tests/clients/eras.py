@@ -1,6 +1,6 @@
 """Connects to `palisade serve` (or any MCP server) with the Python `mcp` SDK in one protocol
 era and prints one JSON report: the negotiated version, the tool names, and one call's
-outcome per step. Used by tests/protocol.rs.
+outcome per step. Used by tests/protocol/agents.rs.
 
 Usage: eras.py ERA TOOL ARGS_JSON -- CMD ARGS...
   ERA: `modern` (2026-07-28: `server/discover`, then per-request metadata, no handshake) or

@@ -1,5 +1,5 @@
 """The Python `mcp` SDK's Streamable HTTP client against `palisade serve --http`, for
-tests/http_front.rs.
+tests/http_front/ (`Front::client`).
 
 Usage: http_client.py URL TOKEN CALLS_JSON, TOKEN "" for none; CALLS_JSON a list of
 {"tool": NAME, "args": {...}}. Prints one JSON report: {"tools": [...], "calls": [{"ok",

@@ -1,5 +1,5 @@
 """Two principals' agents at once against `palisade serve --http --escalation elicit`, with
-the Python `mcp` SDK's Streamable HTTP client, for tests/http_front.rs.
+the Python `mcp` SDK's Streamable HTTP client, for tests/http_front/rounds.rs.
 
 Usage: http_elicit.py URL ALICE_TOKEN BOB_TOKEN. Both sessions are opened (Bob's last, so a
 gateway that asked "the latest agent" would ask Bob), then Alice calls faulty__echo, then

@@ -1,6 +1,6 @@
 """One tool call through `palisade serve --http` with the Python `mcp` SDK's high-level
 `Client` in a given era, answering every elicitation as a person who approves would and every
-sampling request with a canned model answer. For tests/http_front.rs.
+sampling request with a canned model answer. For tests/http_front/rounds.rs.
 
 Usage: http_eras.py URL TOKEN MODE TOOL ARGS_JSON
   MODE: `2026-07-28` (no handshake: Palisade's questions come as input-required results,

@@ -1,4 +1,4 @@
-"""Mints JWT access tokens for tests/http_front.rs with a fresh EC P-256 key (PyJWT and
+"""Mints JWT access tokens for tests/http_front/jwt.rs with a fresh EC P-256 key (PyJWT and
 cryptography, from the test venv): writes the public key as a JWKS to JWKS_PATH and prints
 a JSON object of named tokens, and beside it JWKS_PATH.rotated: the same key plus a second
 one (`k2`, which signs the token `rotated`). Nothing is asserted here.

@@ -1,0 +1,104 @@
+//! SIGTERM with calls in flight: the drain refuses new requests, a call within shutdownGrace
+//! finishes with its result, one past it ends with an error saying why, and every server
+//! process is reaped before palisade exits 0.
+
+use serde_json::{json, Value};
+
+use crate::fixtures::{faulty_config, processes_tagged, sleep_call, tokens_file, ALICE, BOB};
+use crate::front::{post, wait_log, Front};
+use crate::support::{self, Workspace};
+
+// SIGTERM while a slow call is in flight: new requests get 503, the call completes with its
+// result (within shutdownGrace), every server process is reaped and palisade exits 0.
+#[test]
+fn sigterm_mid_call_lets_the_call_finish_refuses_new_requests_and_reaps_every_server() {
+    let ws = Workspace::new();
+    let (config, _, tag) = faulty_config(&ws, json!({"shutdownGrace": 60}));
+    let tokens = tokens_file(&ws);
+    let mut front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    // Bob's servers run too, idle: they must be reaped as well.
+    let bob = front.client(BOB, json!([]));
+    let session = front.session(ALICE);
+    let addr = front.addr;
+    let call = std::thread::spawn(move || post(addr, ALICE, Some(&session), &sleep_call(1, 3.0)));
+    let started = wait_log(&ws, "sleep: started", 1);
+    let servers_running = processes_tagged(&tag).len();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(front.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let draining = wait_log(&ws, "shutdown requested", 1);
+    let (refused, refused_text) = front.post(BOB, None, &sleep_call(2, 0.0));
+    let (call_status, call_text) = call.join().unwrap();
+    let status = support::raw::wait_bounded(&mut front.child);
+    let err = ws.stderr_text();
+    assert!(bob.get("error").is_none(), "{bob}\n{err}");
+    assert!(started && draining, "{err}");
+    assert!(servers_running >= 2, "alice's and bob's servers run");
+    assert_eq!(call_status, 200, "{call_text}\n{err}");
+    assert!(
+        call_text.contains("slept"),
+        "the call in flight completed with its result: {call_text}\n{err}"
+    );
+    assert_eq!(
+        refused, 503,
+        "a new request during the drain: {refused_text}"
+    );
+    assert!(status.success(), "exit {status}\n{err}");
+    assert_eq!(
+        processes_tagged(&tag),
+        Vec::<String>::new(),
+        "servers left running"
+    );
+}
+
+// SIGTERM while a call runs longer than shutdownGrace: past the grace the call ends with an
+// error saying why (not a cut stream), every server process is reaped and palisade exits 0.
+#[test]
+fn sigterm_past_the_grace_ends_the_call_with_an_error_and_reaps_every_server() {
+    let ws = Workspace::new();
+    let (config, _, tag) = faulty_config(&ws, json!({"shutdownGrace": 1}));
+    let tokens = tokens_file(&ws);
+    let mut front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let session = front.session(ALICE);
+    let addr = front.addr;
+    let call = std::thread::spawn(move || post(addr, ALICE, Some(&session), &sleep_call(1, 600.0)));
+    let started = wait_log(&ws, "sleep: started", 1);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(front.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let (call_status, call_text) = call.join().unwrap();
+    let status = support::raw::wait_bounded(&mut front.child);
+    let err = ws.stderr_text();
+    assert!(started, "{err}");
+    assert_eq!(call_status, 200, "{call_text}\n{err}");
+    let answer: Value = call_text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|m| m["id"] == 1)
+        .unwrap_or_else(|| panic!("the call got no answer: {call_text}\n{err}"));
+    assert!(
+        answer.get("error").is_some() || answer["result"]["isError"] == true,
+        "the cut call ends with an error: {answer}"
+    );
+    assert!(!call_text.contains("slept"), "{call_text}");
+    assert!(err.contains("shutdownGrace (1s) is over"), "{err}");
+    assert_eq!(answer["error"]["code"], -32006, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("did not finish within shutdownGrace"),
+        "{answer}"
+    );
+    assert!(status.success(), "exit {status}\n{err}");
+    assert_eq!(
+        processes_tagged(&tag),
+        Vec::<String>::new(),
+        "servers left running"
+    );
+}
