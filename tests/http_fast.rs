@@ -526,3 +526,54 @@ fn the_python_sdk_client_calls_through_the_fast_path() {
         ws.stderr_text()
     );
 }
+
+// `notifications/cancelled` naming a fast call cancels it: the call ends at once (its response
+// with no answer, as JSON-RPC asks) instead of sleeping on, and its audit record is written. (Without the fast path's own
+// cancellation, rmcp's session knows no such request and the call sleeps for 600 s.)
+#[test]
+fn a_fast_call_is_cancelled_by_notifications_cancelled() {
+    let ws = Workspace::new();
+    let audit = ws.path().join("audit.jsonl");
+    let config = ws.config(
+        json!({"faulty": {
+            "command": support::deps().join("venv/bin/python"),
+            "args": [support::repo("tests/servers/faulty_server.py")],
+        }}),
+        json!({"auditLog": audit}),
+    );
+    let front = std::sync::Arc::new(Front::start(&ws, &config));
+    let session = front.session(json!({}));
+    let call = {
+        let (front, session) = (front.clone(), session.clone());
+        std::thread::spawn(move || {
+            front.call(&session, 7, "faulty__sleep", json!({"after": 600.0}))
+        })
+    };
+    let mut started = false;
+    for _ in 0..1200 {
+        if ws.stderr_text().contains("sleep: started") {
+            started = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let cancel = front.post(
+        Some(&session),
+        &[],
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": 7, "reason": "changed my mind"}}),
+    );
+    let answer = call.join().unwrap();
+    let err = ws.stderr_text();
+    std::sync::Arc::try_unwrap(front)
+        .unwrap_or_else(|_| panic!("the front is still shared"))
+        .stop();
+    assert!(started, "{err}");
+    assert_eq!(cancel.status, 202, "{cancel:?}");
+    assert!(answer.fast(), "{answer:?}\n{err}");
+    // As rmcp's path does, the cancelled request's response ends with no answer.
+    assert_eq!(answer.message, "", "{answer:?}");
+    let records = support::read_jsonl(&audit);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["principal"], "alice", "{records:?}");
+}

@@ -22,8 +22,10 @@
 //! unknown session therefore gets rmcp's own 404.
 //!
 //! A fast call runs on its own task: the client going away cancels it (its audit record is
-//! still written); `notifications/cancelled` naming it cancels it; shutdown past
-//! `shutdownGrace` answers it with the same error as a cut stream.
+//! still written); `notifications/cancelled` naming it cancels it (and, as on rmcp's path,
+//! its response carries no answer); shutdown past `shutdownGrace` answers it with the same
+//! error as a cut stream. A session is known to the fast path once rmcp has handled its
+//! `notifications/initialized`: the front holds that notification's 202 until then (bounded).
 //!
 //! Never: serve a call rmcp would have refused or answered differently in kind; take a call
 //! whose session is not the caller's (the session id is looked up in the principal's own
@@ -51,9 +53,19 @@ const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 
 /// Each initialized session's agent peer, by session id (one table per principal).
-#[derive(Default)]
 pub struct SessionPeers {
     peers: Mutex<HashMap<String, Peer<RoleServer>>>,
+    /// Bumped at each registration (see `wait_registered`).
+    registered: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for SessionPeers {
+    fn default() -> Self {
+        SessionPeers {
+            peers: Mutex::default(),
+            registered: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 impl SessionPeers {
@@ -71,6 +83,23 @@ impl SessionPeers {
         let mut peers = self.lock();
         peers.retain(|_, p| !p.is_transport_closed());
         peers.insert(id.to_string(), context.peer.clone());
+        drop(peers);
+        self.registered.send_modify(|n| *n += 1);
+    }
+
+    /// Waits (at most `bound`) until session `id` is registered. rmcp answers
+    /// `notifications/initialized` with 202 before its handler has run; the front waits for
+    /// the registration before passing the 202 on, so that the agent's next call finds it.
+    pub(super) async fn wait_registered(&self, id: &str, bound: std::time::Duration) {
+        let mut rx = self.registered.subscribe();
+        let _ = tokio::time::timeout(bound, async {
+            while self.get(id).is_none() {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
     }
 
     fn get(&self, id: &str) -> Option<Peer<RoleServer>> {
@@ -215,6 +244,7 @@ impl FastPath {
         self.running().insert(key.clone(), ct.clone());
         // The client going away (this future dropped) cancels the call.
         let _cancel_on_drop = ct.clone().drop_guard();
+        let cancelled = ct.clone();
         let shared = Arc::clone(&self.shared);
         let raw_id = call.raw_id;
         let id_text = raw_id.get().to_string();
@@ -235,13 +265,20 @@ impl FastPath {
             _ = cut.cancelled() => cut_error(&id_text),
         };
         self.running().remove(&key);
+        // A request the agent cancelled gets no answer (JSON-RPC), as on rmcp's path: the
+        // stream ends without an event.
+        let body = if cancelled.is_cancelled() && !cut.is_cancelled() {
+            Vec::new()
+        } else {
+            one_event(&line)
+        };
         (
             StatusCode::OK,
             [
                 (header::CONTENT_TYPE, "text/event-stream"),
                 (header::CACHE_CONTROL, "no-cache"),
             ],
-            Body::from(one_event(&line)),
+            Body::from(body),
         )
             .into_response()
     }
@@ -275,6 +312,13 @@ impl FastPath {
         ct.cancel();
         Some(StatusCode::ACCEPTED.into_response())
     }
+}
+
+/// The session id of a POST carrying `notifications/initialized`, if it is one.
+pub(super) fn initialized_session(headers: &HeaderMap, body: &[u8]) -> Option<String> {
+    let session = headers.get(SESSION_HEADER)?.to_str().ok()?;
+    let env: Envelope<'_> = serde_json::from_slice(body).ok()?;
+    (env.id.is_none() && env.method == "notifications/initialized").then(|| session.to_string())
 }
 
 /// One JSON-RPC message (a line) as the whole body of an SSE response: what rmcp's answer

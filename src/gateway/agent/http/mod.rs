@@ -425,7 +425,21 @@ async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
                 return response;
             }
         }
-        (Request::from_parts(parts, Body::from(bytes)), slot, ids)
+        let initialized = fast::initialized_session(&parts.headers, &bytes);
+        let req = Request::from_parts(parts, Body::from(bytes));
+        if let Some(session) = initialized {
+            let response = entry.service.handle(req).await.map(Body::new);
+            if response.status() == StatusCode::ACCEPTED {
+                entry
+                    .fast
+                    .sessions
+                    .wait_registered(&session, REGISTRATION_BOUND)
+                    .await;
+            }
+            drop(slot);
+            return response;
+        }
+        (req, slot, ids)
     } else {
         (req, None, Vec::new())
     };
@@ -449,6 +463,10 @@ async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
         }
     }
 }
+
+/// How long the 202 to `notifications/initialized` waits for the session to be known to the
+/// fast path (its calls go through rmcp's path until then).
+const REGISTRATION_BOUND: Duration = Duration::from_secs(2);
 
 /// A POST admitted under the principal's rate and request cap: the request's parts and its
 /// body (read, at most `maxBodyBytes`), its slot (none for a body of replies over the cap), and the ids
