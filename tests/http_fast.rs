@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 use support::{node_server, palisade, Workspace};
 
 const ALICE: &str = "alice-token-fast-5e6f";
+const BOB: &str = "bob-token-fast-7a8b";
 
 struct Front {
     child: Child,
@@ -32,8 +33,12 @@ impl Front {
     fn start(ws: &Workspace, config: &Path) -> Front {
         use std::os::unix::fs::PermissionsExt;
         let tokens = ws.path().join("tokens");
-        let hash = hex::encode(Sha256::digest(ALICE.as_bytes()));
-        std::fs::write(&tokens, format!("alice {hash}\n")).unwrap();
+        let hash = |t: &str| hex::encode(Sha256::digest(t.as_bytes()));
+        std::fs::write(
+            &tokens,
+            format!("alice {}\nbob {}\n", hash(ALICE), hash(BOB)),
+        )
+        .unwrap();
         std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -68,12 +73,23 @@ impl Front {
 
     /// One raw HTTP/1.1 POST to /mcp as alice.
     fn post(&self, session: Option<&str>, extra: &[(&str, &str)], body: &Value) -> Answer {
+        self.post_as(ALICE, session, extra, body)
+    }
+
+    /// One raw HTTP/1.1 POST to /mcp with `token`.
+    fn post_as(
+        &self,
+        token: &str,
+        session: Option<&str>,
+        extra: &[(&str, &str)],
+        body: &Value,
+    ) -> Answer {
         let mut s = TcpStream::connect(self.addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         let body = body.to_string();
         let mut req = format!(
             "POST /mcp HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
-             Authorization: Bearer {ALICE}\r\nContent-Type: application/json\r\n\
+             Authorization: Bearer {token}\r\nContent-Type: application/json\r\n\
              Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
             self.addr,
             body.len()
@@ -420,8 +436,8 @@ fn fast_calls_keep_policy_sandbox_blocked_and_the_principal() {
     );
 }
 
-// An unknown or ended session gets rmcp's own 404, whatever the request; a call without a
-// session id is rmcp's to refuse.
+// An unknown or ended session gets rmcp's own 404, and so does one principal presenting
+// another's session.
 #[test]
 fn unknown_and_deleted_sessions_get_404() {
     let ws = Workspace::new();
@@ -442,7 +458,18 @@ fn unknown_and_deleted_sessions_get_404() {
     let mut deleted = String::new();
     let _ = s.read_to_string(&mut deleted);
     let after = front.call(&session, 3, "fs__stat", json!({"path": "/"}));
+    // Another principal presenting alice's live session: his own session manager does not
+    // know it (rmcp's 404), and nothing reaches alice's servers.
+    let other = front.session(json!({}));
+    let bobs = front.post_as(
+        BOB,
+        Some(&other),
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                "params": {"name": "fs__stat", "arguments": {"path": "/"}}}),
+    );
     front.stop();
+    assert_eq!(bobs.status, 404, "{bobs:?}");
     assert_eq!(bogus.status, 404, "{bogus:?}");
     assert!(live.fast(), "{live:?}");
     assert!(deleted.starts_with("HTTP/1.1 2"), "{deleted}");
