@@ -6,7 +6,8 @@
 //! processes, session sandbox directory, roots, remembered approvals, approval chain and
 //! relay budgets, started on first use and stopped after `idleTimeout` without requests. Every audit record carries
 //! the principal. rmcp's Streamable HTTP service speaks the protocol (sessions, SSE, DELETE)
-//! inside each principal's gateway. On SIGTERM or SIGINT new requests are refused (503),
+//! inside each principal's gateway; a plain `tools/call` on a session it holds skips its
+//! session machinery and runs into the stdio front's pipeline (`fast`). On SIGTERM or SIGINT new requests are refused (503),
 //! requests in flight get `shutdownGrace` to finish (past it they end with an error), then
 //! every principal's servers stop and are reaped.
 //!
