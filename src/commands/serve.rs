@@ -266,6 +266,7 @@ fn http_options(
         max_requests_per_principal: block.max_requests_per_principal.unwrap_or(16),
         shutdown_grace: std::time::Duration::from_secs(block.shutdown_grace.unwrap_or(10)),
         approver_for: None,
+        fast_calls: true,
         rate: block
             .requests_per_minute
             .map(|n| (n, block.request_burst.unwrap_or(n))),

@@ -397,6 +397,7 @@ impl Gateway {
         let transport = agent::front::start(reader, writer, self.shared.clone());
         let handler = agent::relaying::RelayingService(agent::service::Upstream {
             shared: self.shared.clone(),
+            sessions: None,
         });
         // A stop during the handshake counts too: a client may give up before it completes.
         tokio::pin!(shutdown_signal);

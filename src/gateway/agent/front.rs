@@ -241,7 +241,8 @@ fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &LineOut, running: &Running
     });
 }
 
-async fn answer(
+/// Answers one relayed request (also the HTTP front's fast path, `http/fast.rs`).
+pub(crate) async fn answer(
     shared: &Arc<Shared>,
     method: &str,
     params: Option<&RawValue>,
@@ -319,7 +320,7 @@ const MODELED: [&str; 5] = [
 ];
 
 /// A `tools/call`'s params: the typed view policy reads, and the fields it does not model.
-fn call_params(
+pub(crate) fn call_params(
     params: Option<&RawValue>,
 ) -> Result<(rmcp::model::CallToolRequestParams, Map<String, Value>), ErrorData> {
     let invalid =
@@ -337,7 +338,7 @@ fn call_params(
     Ok((typed, extra))
 }
 
-fn result_line(id: &str, result: &RawValue) -> Vec<u8> {
+pub(crate) fn result_line(id: &str, result: &RawValue) -> Vec<u8> {
     let body = result.get();
     let mut line = Vec::with_capacity(body.len() + id.len() + 40);
     line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
@@ -348,7 +349,7 @@ fn result_line(id: &str, result: &RawValue) -> Vec<u8> {
     line
 }
 
-fn error_line(id: &str, error: &ErrorData) -> Vec<u8> {
+pub(crate) fn error_line(id: &str, error: &ErrorData) -> Vec<u8> {
     let body = serde_json::to_string(error).unwrap_or_else(|_| {
         format!(
             "{{\"code\":{},\"message\":\"internal error\"}}",

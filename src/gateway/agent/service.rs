@@ -41,6 +41,8 @@ use crate::gateway::state::Shared;
 #[derive(Clone)]
 pub struct Upstream {
     pub shared: Arc<Shared>,
+    /// Over HTTP: each initialized session's agent peer, for the front's fast path.
+    pub sessions: Option<Arc<super::http::fast::SessionPeers>>,
 }
 
 impl Upstream {
@@ -503,6 +505,9 @@ impl ServerHandler for Upstream {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Some(sessions) = &self.sessions {
+            sessions.register(&context);
+        }
         self.shared.upstream_roots.refresh(&context.peer).await;
     }
 

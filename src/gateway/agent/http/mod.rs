@@ -6,7 +6,8 @@
 //! processes, session sandbox directory, roots, remembered approvals, approval chain and
 //! relay budgets, started on first use and stopped after `idleTimeout` without requests. Every audit record carries
 //! the principal. rmcp's Streamable HTTP service speaks the protocol (sessions, SSE, DELETE)
-//! inside each principal's gateway. On SIGTERM or SIGINT new requests are refused (503),
+//! inside each principal's gateway; a plain `tools/call` on a session it holds skips its
+//! session machinery and runs into the stdio front's pipeline (`fast`). On SIGTERM or SIGINT new requests are refused (503),
 //! requests in flight get `shutdownGrace` to finish (past it they end with an error), then
 //! every principal's servers stop and are reaped.
 //!
@@ -14,6 +15,7 @@
 //! principal's requests reach another principal's servers.
 
 mod auth;
+pub mod fast;
 pub mod jwks;
 pub mod jwt;
 pub mod limits;
@@ -90,6 +92,9 @@ pub struct HttpOptions {
     pub rate: Option<(u32, u32)>,
     /// When the escalation chain asks the agent (`elicit`): each principal's chain.
     pub approver_for: Option<ApproverFactory>,
+    /// Plain `tools/call` POSTs skip rmcp's session machinery (`fast`); `false` sends every
+    /// request through rmcp (kept for measuring the difference).
+    pub fast_calls: bool,
 }
 
 impl std::fmt::Debug for HttpOptions {
@@ -108,6 +113,7 @@ impl std::fmt::Debug for HttpOptions {
             .field("shutdown_grace", &self.shutdown_grace)
             .field("rate", &self.rate)
             .field("approver_for", &self.approver_for.is_some())
+            .field("fast_calls", &self.fast_calls)
             .finish()
     }
 }
@@ -401,10 +407,40 @@ async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
     };
     // GET (a standalone SSE stream, long-lived by design) and DELETE take no slot.
     let (req, slot, ids) = if req.method() == Method::POST {
-        match admit_post(&front, &principal, &entry, req).await {
+        let (parts, bytes, slot, ids) = match admit_post(&front, &principal, &entry, req).await {
             Ok(admitted) => admitted,
             Err(r) => return *r,
+        };
+        entry.touch();
+        if let Some(call) = entry.fast.plan(&parts.headers, &bytes).await {
+            let grace = front.http.shutdown_grace;
+            let response = entry
+                .fast
+                .serve(call, &front.cut, |id| cut_error(id, grace))
+                .await;
+            drop(slot);
+            return response;
         }
+        if ids.is_empty() {
+            if let Some(response) = entry.fast.cancel(&parts.headers, &bytes).await {
+                return response;
+            }
+        }
+        let initialized = fast::initialized_session(&parts.headers, &bytes);
+        let req = Request::from_parts(parts, Body::from(bytes));
+        if let Some(session) = initialized {
+            let response = entry.service.handle(req).await.map(Body::new);
+            if response.status() == StatusCode::ACCEPTED {
+                entry
+                    .fast
+                    .sessions
+                    .wait_registered(&session, REGISTRATION_BOUND)
+                    .await;
+            }
+            drop(slot);
+            return response;
+        }
+        (req, slot, ids)
     } else {
         (req, None, Vec::new())
     };
@@ -429,15 +465,27 @@ async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> Response {
     }
 }
 
-/// A POST admitted under the principal's rate and request cap: the request (its body read,
-/// at most `maxBodyBytes`), its slot (none for a body of replies over the cap), and the ids
+/// How long the 202 to `notifications/initialized` waits for the session to be known to the
+/// fast path (its calls go through rmcp's path until then).
+const REGISTRATION_BOUND: Duration = Duration::from_secs(2);
+
+/// A POST admitted under the principal's rate and request cap: the request's parts and its
+/// body (read, at most `maxBodyBytes`), its slot (none for a body of replies over the cap), and the ids
 /// of the requests it carries; or the refusal.
 async fn admit_post(
     front: &Front,
     principal: &str,
     entry: &Arc<Principal>,
     req: Request<Body>,
-) -> Result<(Request<Body>, Option<Slot>, Vec<Value>), Box<Response>> {
+) -> Result<
+    (
+        axum::http::request::Parts,
+        axum::body::Bytes,
+        Option<Slot>,
+        Vec<Value>,
+    ),
+    Box<Response>,
+> {
     let (parts, body) = req.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, front.http.max_body_bytes).await else {
         return Err(Box::new(refusal(
@@ -496,7 +544,7 @@ async fn admit_post(
             None
         }
     };
-    Ok((Request::from_parts(parts, Body::from(bytes)), slot, ids))
+    Ok((parts, bytes, slot, ids))
 }
 
 /// What a response stream cut at shutdown ends with: an SSE event per request it was to
@@ -518,16 +566,13 @@ fn held(body: Body, slot: Slot, cut: CutAnswer) -> Body {
         if !cut.cut.is_cancelled() || cut.ids.is_empty() {
             return None;
         }
-        let message = format!(
-            "palisade is shutting down: the call did not finish within shutdownGrace ({:?})",
-            cut.grace
-        );
         let events: String = cut
             .ids
             .iter()
             .map(|id| {
-                let e = serde_json::json!({"jsonrpc": "2.0", "id": id,
-                    "error": {"code": SHUTDOWN_CODE, "message": message}});
+                let e = String::from_utf8_lossy(&cut_error(&id.to_string(), cut.grace))
+                    .trim_end()
+                    .to_string();
                 format!("event: message\ndata: {e}\n\n")
             })
             .collect();
@@ -535,6 +580,15 @@ fn held(body: Body, slot: Slot, cut: CutAnswer) -> Body {
     })
     .filter_map(futures::future::ready);
     Body::from_stream(stream.chain(tail))
+}
+
+/// The JSON-RPC error answering request `id` (JSON text) cut by shutdown after `grace`.
+fn cut_error(id: &str, grace: Duration) -> Vec<u8> {
+    let message = format!(
+        "palisade is shutting down: the call did not finish within shutdownGrace ({grace:?})"
+    );
+    let error = rmcp::ErrorData::new(rmcp::model::ErrorCode(SHUTDOWN_CODE as i32), message, None);
+    crate::gateway::agent::front::error_line(id, &error)
 }
 
 /// The JSON-RPC error code of a call cut by shutdown after `shutdownGrace`.

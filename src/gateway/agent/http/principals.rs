@@ -22,6 +22,8 @@ use super::*;
 pub(super) struct Principal {
     pub(super) gateway: Mutex<Option<Gateway>>,
     pub(super) service: StreamableHttpService<Upstream, LocalSessionManager>,
+    /// `tools/call` POSTs it can serve without rmcp's session machinery (`fast`).
+    pub(super) fast: fast::FastPath,
     /// Ends the principal's MCP sessions (SSE streams included) when it is reaped.
     pub(super) sessions: CancellationToken,
     pub(super) last_used: Mutex<Instant>,
@@ -146,6 +148,15 @@ pub(super) async fn start_principal(front: &Front, name: &str) -> Result<Arc<Pri
     })?;
     let shared = Arc::clone(&gateway.shared);
     let sessions = front.sessions_end.child_token();
+    let peers = Arc::new(fast::SessionPeers::default());
+    let manager = Arc::new(LocalSessionManager::default());
+    // A chain that can ask the agent (`elicit`) needs the session's stream: rmcp's path.
+    let fast = fast::FastPath::new(
+        Arc::clone(&shared),
+        Arc::clone(&peers),
+        Arc::clone(&manager),
+        front.http.approver_for.is_none() && front.http.fast_calls,
+    );
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(sessions.clone())
         .with_max_request_body_bytes(front.http.max_body_bytes)
@@ -156,15 +167,17 @@ pub(super) async fn start_principal(front: &Front, name: &str) -> Result<Arc<Pri
         move || {
             Ok(Upstream {
                 shared: Arc::clone(&shared),
+                sessions: Some(Arc::clone(&peers)),
             })
         },
-        Arc::new(LocalSessionManager::default()),
+        manager,
         config,
     );
     tracing::info!(principal = name, "servers started for a new principal");
     Ok(Arc::new(Principal {
         gateway: Mutex::new(Some(gateway)),
         service,
+        fast,
         sessions,
         last_used: Mutex::new(Instant::now()),
         cap: limits::RequestCap::new(front.http.max_requests_per_principal),
