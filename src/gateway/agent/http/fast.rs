@@ -186,6 +186,15 @@ impl FastPath {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Whether this principal's rmcp session manager holds `session` (rmcp's own check: an
+    /// unknown or foreign session is left to rmcp, which answers 404).
+    async fn knows(&self, session: &str) -> bool {
+        self.manager
+            .has_session(&session.to_string().into())
+            .await
+            .unwrap_or(false)
+    }
+
     /// The call this POST carries when the fast path may take it; `None`: rmcp's path.
     pub(super) async fn plan(&self, headers: &HeaderMap, body: &[u8]) -> Option<Planned> {
         if !self.enabled || !headers_fit(headers) {
@@ -203,12 +212,7 @@ impl FastPath {
             return None;
         }
         // rmcp's own check for the session, then the peer its `initialized` registered.
-        if !self
-            .manager
-            .has_session(&session.to_string().into())
-            .await
-            .ok()?
-        {
+        if !self.knows(session).await {
             return None;
         }
         let peer = self.sessions.get(session)?;
@@ -301,12 +305,7 @@ impl FastPath {
         let c: Cancelled<'_> = serde_json::from_str(env.params?.get()).ok()?;
         let key = (session.to_string(), c.request_id.get().to_string());
         let ct = self.running().get(&key).cloned()?;
-        if !self
-            .manager
-            .has_session(&session.to_string().into())
-            .await
-            .ok()?
-        {
+        if !self.knows(session).await {
             return None;
         }
         ct.cancel();
