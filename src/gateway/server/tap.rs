@@ -130,13 +130,23 @@ pub(crate) fn progress_params(line: &[u8]) -> Option<ProgressNotificationParam> 
         jsonrpc: String,
         method: String,
         params: ProgressNotificationParam,
-        id: Option<serde_json::Value>,
+        /// Present at all, even as `null`: rmcp refuses a notification with an `id` (an
+        /// `Option` would read `"id": null` as absent; found by the fuzz target).
+        #[serde(default)]
+        id: Present,
+    }
+    #[derive(Default)]
+    struct Present(bool);
+    impl<'de> serde::Deserialize<'de> for Present {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            serde::de::IgnoredAny::deserialize(d).map(|_| Present(true))
+        }
     }
     // UTF-8 first: serde skips the strings of unknown fields without validating them, and
     // rmcp (which keeps them) refuses such a line.
     let text = std::str::from_utf8(line).ok()?;
     let note: Note = serde_json::from_str(text).ok()?;
-    (note.jsonrpc == "2.0" && note.method == "notifications/progress" && note.id.is_none())
+    (note.jsonrpc == "2.0" && note.method == "notifications/progress" && !note.id.0)
         .then_some(note.params)
 }
 
@@ -163,6 +173,12 @@ mod tests {
         .is_none());
         assert!(progress_params(
             br#"{"method":"notifications/progress","params":{"progressToken":3,"progress":1}}"#
+        )
+        .is_none());
+        // An `id` member, even `null`, makes it no notification to rmcp (fuzz regression
+        // `progress-with-null-id`).
+        assert!(progress_params(
+            br#"{"jsonrpc":"2.0","id":null,"method":"notifications/progress","params":{"progressToken":3,"progress":1}}"#
         )
         .is_none());
         assert!(progress_params(
