@@ -196,18 +196,7 @@ fn server_everything_through_palisade_is_its_own_json() {
     }
 
     // Tool results, including annotations whose numbers rmcp used to re-spell.
-    for (tool, args) in [
-        ("echo", json!({"message": "fidelity ✓ \"quoted\" \u{2028}"})),
-        ("get-sum", json!({"a": 1, "b": 2.5})),
-        (
-            "get-annotated-message",
-            json!({"messageType": "error", "includeImage": true}),
-        ),
-        ("get-annotated-message", json!({"messageType": "success"})),
-        ("get-tiny-image", json!({})),
-        ("get-resource-links", json!({"count": 3})),
-        ("get-structured-content", json!({"location": "New York"})),
-    ] {
+    for (tool, args) in support::everything_result_calls() {
         let d = direct.request("tools/call", json!({"name": tool, "arguments": args}));
         let t = through.request(
             "tools/call",

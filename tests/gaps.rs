@@ -511,13 +511,7 @@ fn landlock_run_leaves_no_grandchild_after_sigterm() {
     use std::io::BufRead as _;
     let test = "gaps::landlock_run_leaves_no_grandchild_after_sigterm";
     let bin = env!("CARGO_BIN_EXE_palisade");
-    let check = std::process::Command::new(bin)
-        .args(["check", "--json"])
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&check.stdout).unwrap();
-    if report["machine"]["landlock"]["abi"].as_u64().is_none() {
-        skip::host_skip(test, "Landlock is not available on this kernel");
+    if landlock_missing(test) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -604,13 +598,7 @@ fn landlock_run_leaves_no_grandchild_after_sigterm() {
 #[test]
 fn a_stopped_landlock_server_leaves_no_child_behind() {
     let test = "gaps::a_stopped_landlock_server_leaves_no_child_behind";
-    let check = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .args(["check", "--json"])
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&check.stdout).unwrap();
-    if report["machine"]["landlock"]["abi"].as_u64().is_none() {
-        skip::host_skip(test, "Landlock is not available on this kernel");
+    if landlock_missing(test) {
         return;
     }
     let (_t, d) = canon_tempdir();
@@ -649,4 +637,18 @@ fn a_stopped_landlock_server_leaves_no_child_behind() {
         run.stderr
     );
     assert!(!alive, "the server's child {pid} outlived it");
+}
+
+/// True (and the skip recorded) when `palisade check` finds no Landlock on this kernel.
+fn landlock_missing(test: &str) -> bool {
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["check", "--json"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&check.stdout).unwrap();
+    let missing = report["machine"]["landlock"]["abi"].as_u64().is_none();
+    if missing {
+        skip::host_skip(test, "Landlock is not available on this kernel");
+    }
+    missing
 }

@@ -347,18 +347,7 @@ fn http_call_results_are_the_servers_own_bytes() {
     let mut direct = Direct::start();
     let mut id = 1;
     let mut differ = Vec::new();
-    for (tool, args) in [
-        ("echo", json!({"message": "fidelity ✓ \"quoted\" \u{2028}"})),
-        ("get-sum", json!({"a": 1, "b": 2.5})),
-        (
-            "get-annotated-message",
-            json!({"messageType": "error", "includeImage": true}),
-        ),
-        ("get-annotated-message", json!({"messageType": "success"})),
-        ("get-tiny-image", json!({})),
-        ("get-resource-links", json!({"count": 3})),
-        ("get-structured-content", json!({"location": "New York"})),
-    ] {
+    for (tool, args) in support::everything_result_calls() {
         id += 1;
         let d = direct.request(id, "tools/call", json!({"name": tool, "arguments": args}));
         let t = front.call(&session, id, &format!("everything__{tool}"), args);

@@ -21,6 +21,25 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+/// server-everything tool calls whose results carry what a re-encoding changes: escapes and
+/// U+2028, a float, annotations with numbers, an image, resource links, structured content
+/// (the fidelity tests compare each through palisade, byte for byte, with the server's own).
+pub fn everything_result_calls() -> Vec<(&'static str, Value)> {
+    use serde_json::json;
+    vec![
+        ("echo", json!({"message": "fidelity ✓ \"quoted\" \u{2028}"})),
+        ("get-sum", json!({"a": 1, "b": 2.5})),
+        (
+            "get-annotated-message",
+            json!({"messageType": "error", "includeImage": true}),
+        ),
+        ("get-annotated-message", json!({"messageType": "success"})),
+        ("get-tiny-image", json!({})),
+        ("get-resource-links", json!({"count": 3})),
+        ("get-structured-content", json!({"location": "New York"})),
+    ]
+}
+
 /// `rel` inside the repository.
 pub fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
