@@ -2,13 +2,13 @@
 //! server-filesystem applies a fetched root list asynchronously (NOTES: a call right after its
 //! `roots/list` still saw the old set 29 times in 30), so "re-fetched" is not "applied".
 //!
-//! Steps: send `notifications/roots/list_changed`; wait (bounded) until the server fetched
-//! the launched version; then, when the server has an introspection tool palisade knows
-//! (server-filesystem's `list_allowed_directories`, palisade fs-server's `list_roots`), poll
-//! it until it reports every root; else wait a short settle delay. Every step is bounded: a
-//! server that never reports its roots is still confined by its mounts, and the gateway says
-//! so in the log. Never: block a call forever, or treat a report as applied when a root is
-//! missing from it.
+//! Steps: send `notifications/roots/list_changed` unless the server already fetched the
+//! launched version; wait (bounded) until it has fetched it; then, when the server has an
+//! introspection tool palisade knows (server-filesystem's `list_allowed_directories`,
+//! palisade fs-server's `list_roots`), poll it until it reports every root; else wait a short
+//! settle delay. Every step is bounded: a server that never reports its roots is still
+//! confined by its mounts, and the gateway says so in the log. Never: block a call forever,
+//! or treat a report as applied when a root is missing from it.
 #![allow(deprecated)] // roots are deprecated in rmcp (SEP-2577) but still used.
 
 use std::path::PathBuf;
@@ -101,9 +101,15 @@ pub async fn announce_and_wait(
         return Applied::PerRequest;
     }
     let introspection = Introspection::find(tools);
-    conn.peer
-        .notify("notifications/roots/list_changed", None)
-        .await;
+    // A server that already fetched this version (server-filesystem asks as soon as it is
+    // initialized) would only fetch the same set again: one more round trip on every start
+    // and relaunch, about 10 ms of server-filesystem's. Whether it applied them is still
+    // checked below.
+    if !roots.has_fetched(version) {
+        conn.peer
+            .notify("notifications/roots/list_changed", None)
+            .await;
+    }
     let Some(intro) = introspection else {
         let fetched = roots.wait_fetched(version, QUIET_FETCH_WAIT).await;
         if fetched {

@@ -227,6 +227,11 @@ impl RootsCell {
         self.fetched.send_replace(0);
     }
 
+    /// Whether the server has already fetched `version` or later.
+    pub fn has_fetched(&self, version: u64) -> bool {
+        *self.fetched.borrow() >= version
+    }
+
     /// Waits until the server has fetched `version` or later; false after `timeout`.
     pub async fn wait_fetched(&self, version: u64, timeout: Duration) -> bool {
         let mut rx = self.fetched.subscribe();
