@@ -3,8 +3,8 @@
 //! reads files and searches PATH (microseconds: `palisade run` in enforce mode uses it on
 //! every start); it assumes the bwrap found is 0.8 or later, and an older one refuses the
 //! `--disable-userns` flag itself before anything runs. `Depth::Full` runs `bwrap --version`
-//! and a trivial sandbox, the only proof that user namespaces really work (`palisade check`,
-//! warn mode and the gateway use it, once).
+//! and, side by side with it, a trivial sandbox, the only proof that user namespaces really
+//! work (`palisade check`, warn mode and the gateway use it, once).
 //!
 //! Probes only; the decision what to do about a gap is `resolve`'s.
 
@@ -155,12 +155,22 @@ pub fn probe_for(depth: Depth, srt_probe: SrtProbe) -> Capabilities {
     if depth == Depth::LandlockOnly {
         return landlock_only();
     }
-    let (bwrap, bwrap_override_problem) = find_bwrap(depth);
     let srt = find_srt();
-    let userns = match (&bwrap, depth) {
-        (Some(b), Depth::Full | Depth::Trial) => trial_sandbox(b),
-        _ => Userns::NotProbed,
-    };
+    // The probes that start a process run side by side (`srt --version` here, the trial
+    // sandbox beside `bwrap --version` in `probe_bwrap`): one after the other they were the
+    // largest part of `serve`'s time to its first answer.
+    let ((bwrap, bwrap_override_problem, userns), srt_problem) = std::thread::scope(|s| {
+        let srt_check = match (&srt, depth, srt_probe) {
+            (Some(p), Depth::Full, SrtProbe::Run) => Some(s.spawn(|| srt_runs(p).err())),
+            _ => None,
+        };
+        let bwrap = probe_bwrap(depth);
+        let srt_problem = srt_check.and_then(|h| {
+            h.join()
+                .unwrap_or_else(|_| Some("the srt probe failed".to_string()))
+        });
+        (bwrap, srt_problem)
+    });
     Capabilities {
         bwrap,
         bwrap_override_problem,
@@ -176,11 +186,8 @@ pub fn probe_for(depth: Depth, srt_probe: SrtProbe) -> Capabilities {
         seccomp: seccomp_supported(),
         socat: which::which("socat").ok(),
         ripgrep: which::which("rg").ok(),
-        srt: srt.clone(),
-        srt_problem: match (&srt, depth, srt_probe) {
-            (Some(p), Depth::Full, SrtProbe::Run) => srt_runs(p).err(),
-            _ => None,
-        },
+        srt,
+        srt_problem,
         landlock: probe_landlock(),
     }
 }
@@ -258,54 +265,78 @@ fn seccomp_supported() -> bool {
         .unwrap_or(false)
 }
 
-fn find_bwrap(depth: Depth) -> (Option<BwrapInfo>, Option<String>) {
-    let (path, overridden) = match std::env::var_os(BWRAP_ENV) {
-        Some(p) if !p.is_empty() => (PathBuf::from(p), true),
+/// The bubblewrap found, a problem with an overridden one, and (`Trial`, `Full`) whether its
+/// trial sandbox ran.
+fn probe_bwrap(depth: Depth) -> (Option<BwrapInfo>, Option<String>, Userns) {
+    match std::env::var_os(BWRAP_ENV) {
+        Some(p) if !p.is_empty() => probe_bwrap_at(PathBuf::from(p), true, depth),
         _ => match which::which("bwrap") {
-            Ok(p) => (p, false),
-            Err(_) => return (None, None),
+            Ok(p) => probe_bwrap_at(p, false, depth),
+            Err(_) => (None, None, Userns::NotProbed),
         },
-    };
+    }
+}
+
+/// `probe_bwrap` of the bubblewrap at `path` (`overridden`: named by `PALISADE_BWRAP`).
+fn probe_bwrap_at(
+    path: PathBuf,
+    overridden: bool,
+    depth: Depth,
+) -> (Option<BwrapInfo>, Option<String>, Userns) {
     if depth != Depth::Full {
         return match is_executable(&path) {
-            true => (
-                Some(BwrapInfo {
+            true => {
+                let userns = match depth {
+                    Depth::Trial => trial_sandbox(&path, true),
+                    _ => Userns::NotProbed,
+                };
+                let info = BwrapInfo {
                     path,
                     version: None,
                     disable_userns: true,
-                }),
-                None,
-            ),
+                };
+                (Some(info), None, userns)
+            }
             false if overridden => (
                 None,
                 Some(format!(
                     "{BWRAP_ENV}={} is not an executable file",
                     path.display()
                 )),
+                Userns::NotProbed,
             ),
-            false => (None, None),
+            false => (None, None, Userns::NotProbed),
         };
     }
-    match bwrap_version(&path) {
+    // The trial assumes bwrap 0.8 or later (`--disable-userns`) and runs while `--version`
+    // is asked; an older or unrecognised bwrap has it run again without the flag.
+    let (version, optimistic) = std::thread::scope(|s| {
+        let trial = s.spawn(|| trial_sandbox(&path, true));
+        (bwrap_version(&path), trial.join())
+    });
+    match version {
         Ok(version) => {
             let disable_userns = version
                 .as_deref()
                 .and_then(parse_version)
                 .is_some_and(|v| v >= (0, 8, 0));
-            (
-                Some(BwrapInfo {
-                    path,
-                    version,
-                    disable_userns,
-                }),
-                None,
-            )
+            let userns = match (disable_userns, optimistic) {
+                (true, Ok(userns)) => userns,
+                _ => trial_sandbox(&path, disable_userns),
+            };
+            let info = BwrapInfo {
+                path,
+                version,
+                disable_userns,
+            };
+            (Some(info), None, userns)
         }
         Err(e) if overridden => (
             None,
             Some(format!("{BWRAP_ENV}={} cannot be run: {e}", path.display())),
+            Userns::NotProbed,
         ),
-        Err(_) => (None, None),
+        Err(_) => (None, None, Userns::NotProbed),
     }
 }
 
@@ -339,10 +370,10 @@ pub fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
 }
 
 /// Starts the smallest sandbox with the namespaces palisade uses and runs `true` in it.
-fn trial_sandbox(b: &BwrapInfo) -> Userns {
-    let mut cmd = Command::new(&b.path);
+fn trial_sandbox(bwrap: &Path, disable_userns: bool) -> Userns {
+    let mut cmd = Command::new(bwrap);
     cmd.args(["--unshare-all", "--unshare-user"]);
-    if b.disable_userns {
+    if disable_userns {
         cmd.arg("--disable-userns");
     }
     cmd.args([
@@ -405,6 +436,43 @@ mod tests {
         assert_eq!(only.seccomp, quick.seccomp);
         assert_eq!(only.root, quick.root);
         assert_eq!((only.bwrap, only.socat, only.srt), (None, None, None));
+    }
+
+    /// The trial runs beside `--version` assuming bwrap 0.8; an older bwrap, which refuses
+    /// `--disable-userns`, must get its trial again without the flag, not be reported as
+    /// unable to create namespaces.
+    #[test]
+    fn an_older_bwrap_gets_its_trial_again_without_disable_userns() {
+        let Ok(real) = which::which("bwrap") else {
+            eprintln!("skipped: no bubblewrap on this machine");
+            return;
+        };
+        if probe_bwrap_at(real.clone(), false, Depth::Full).2 != Userns::Usable {
+            eprintln!("skipped: bubblewrap cannot create its namespaces here");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("bwrap");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\n\
+                 [ \"$1\" = --version ] && {{ echo 'bubblewrap 0.7.0'; exit 0; }}\n\
+                 for a in \"$@\"; do [ \"$a\" = --disable-userns ] && \
+                 {{ echo 'bwrap: Unknown option --disable-userns' >&2; exit 1; }}; done\n\
+                 exec {} \"$@\"\n",
+                real.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (info, problem, userns) = probe_bwrap_at(fake, true, Depth::Full);
+        let info = info.unwrap();
+        assert_eq!(info.version.as_deref(), Some("0.7.0"));
+        assert!(!info.disable_userns);
+        assert_eq!(problem, None);
+        assert_eq!(userns, Userns::Usable);
     }
 
     #[test]
