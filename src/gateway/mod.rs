@@ -190,11 +190,11 @@ impl Gateway {
         } else {
             crate::sandbox::capabilities::SrtProbe::Locate
         };
-        let caps = tokio::task::spawn_blocking(move || {
+        // Each server's launch request and roots do not depend on the probe: they are
+        // worked out while it runs.
+        let probe = tokio::task::spawn_blocking(move || {
             crate::sandbox::capabilities::probe_for(depth, srt_probe)
-        })
-        .await
-        .map_err(|e| GatewayError::Probe(e.to_string()))?;
+        });
         let no_rules = crate::policy::Policy::builtin_default();
         let roots_policy = opts.roots_policy.as_deref().unwrap_or(&no_rules);
         // Per server: its launch request and its derived root set; either failing refuses
@@ -271,6 +271,9 @@ impl Gateway {
                 }
             }
         }
+        let caps = probe
+            .await
+            .map_err(|e| GatewayError::Probe(e.to_string()))?;
         // One shared egress proxy for every server with a domain allowlist.
         let egress = network::attach(&mut requests, &opts.config.settings, &caps);
         // Relaying is resolved from the config (and profile) now: servers start, and declare
