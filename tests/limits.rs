@@ -511,3 +511,103 @@ async fn protect_dangerous_files_is_on_by_default_and_can_be_turned_off() {
         gw.shutdown().await;
     }
 }
+
+/// The server cgroup directories a gateway with PID `pid` made, anywhere in the mounted
+/// hierarchies (v1 memory sits below the gateway's own, nested, cgroup).
+fn cgroups_of(pid: u32) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &Path, prefix: &str, depth: u32, out: &mut Vec<std::path::PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if !p.is_dir() || p.is_symlink() {
+                continue;
+            }
+            if e.file_name().to_string_lossy().starts_with(prefix) {
+                out.push(p);
+            } else if depth > 0 {
+                walk(&p, prefix, depth - 1, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(
+        Path::new("/sys/fs/cgroup"),
+        &format!("palisade-{pid}-"),
+        4,
+        &mut out,
+    );
+    out
+}
+
+/// Polls `ok` every 20 ms for at most 20 s.
+fn eventually(mut ok: impl FnMut() -> bool) -> bool {
+    for _ in 0..1000 {
+        if ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// Regression: a gateway that was killed (SIGKILL: no destructor runs) left its servers'
+/// cgroups behind, 151 of them on the development machine. The next gateway that makes a
+/// cgroup beside them removes the ones whose palisade is gone.
+#[test]
+fn a_killed_gateways_cgroups_are_removed_by_the_next_one() {
+    if !ready() {
+        return;
+    }
+    if !check_says_cgroup() {
+        support::skip("servers get no cgroup on this machine");
+        return;
+    }
+    let ws = Workspace::new();
+    let config = ws.config(
+        json!({"probe": {"command": system_python().unwrap(), "args": [probe_script()],
+                         "sandbox": {"backend": "bwrap"}}}),
+        json!({"sandboxPolicy": "enforce"}),
+    );
+    let start = || {
+        std::process::Command::new(support::palisade())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = start();
+    let first_pid = first.id();
+    assert!(
+        eventually(|| !cgroups_of(first_pid).is_empty()),
+        "the first gateway made no cgroup"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let left = cgroups_of(first_pid);
+    assert!(!left.is_empty(), "a killed gateway removed its cgroups");
+    // Its server dies with it (bwrap --die-with-parent); wait until the cgroups are empty.
+    assert!(
+        eventually(|| left
+            .iter()
+            .all(|d| std::fs::read_to_string(d.join("cgroup.procs"))
+                .map_or(true, |s| s.trim().is_empty()))),
+        "the killed gateway's server outlived it: {left:?}"
+    );
+    let mut second = start();
+    let second_pid = second.id();
+    let made = eventually(|| !cgroups_of(second_pid).is_empty());
+    let still = cgroups_of(first_pid);
+    drop(second.stdin.take());
+    support::raw::wait_bounded(&mut second);
+    assert!(made, "the second gateway made no cgroup");
+    assert!(still.is_empty(), "left behind: {still:?}");
+    assert!(
+        cgroups_of(second_pid).is_empty(),
+        "a gateway that stops normally removes its own"
+    );
+}

@@ -15,6 +15,10 @@
 //! fail a launch because no cgroup can be made (rlimits still apply; the caller logs it),
 //! move a process that is not palisade's, or remove a cgroup that still holds processes
 //! (rmdir refuses, the error is ignored).
+//!
+//! A palisade that is killed (SIGKILL, an OOM kill, a test harness's timeout) cannot remove
+//! its cgroups; the next one to create a cgroup beside them removes those whose palisade is
+//! gone (`orphan_owner`, `remove_orphans`).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -128,6 +132,38 @@ fn dir_name(server: &str, unique: u128) -> String {
         .take(40)
         .collect();
     format!("palisade-{}-{clean}-{unique:x}", std::process::id())
+}
+
+/// The PID of the palisade that named a cgroup directory (`dir_name`, `gateway_leaf`), or
+/// `None` for a name palisade does not make. Pure.
+fn orphan_owner(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("palisade-")?;
+    let (pid, tail) = rest.split_once('-')?;
+    if tail.is_empty() || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Removes the cgroups beside which palisade is about to make one that a palisade no longer
+/// running left behind. Only empty cgroups can be removed (rmdir refuses the others, and the
+/// error is ignored); one whose PID is alive again, even as another program, is left alone.
+fn remove_orphans(base: &Path, me: u32) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = orphan_owner(&name.to_string_lossy()) else {
+            continue;
+        };
+        if pid != me && !Path::new("/proc").join(pid.to_string()).exists() {
+            match std::fs::remove_dir(e.path()) {
+                Ok(()) => tracing::debug!("removed {} (its palisade is gone)", e.path().display()),
+                Err(err) => tracing::debug!("left {}: {err}", e.path().display()),
+            }
+        }
+    }
 }
 
 fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
@@ -280,25 +316,11 @@ fn prepare_v2(base: &Path, is_root: bool) -> std::io::Result<Controllers> {
                 "moved palisade into {} so that servers get their own cgroups",
                 leaf.display()
             );
-            remove_stale_leaves(base, me);
+            // Earlier palisades' leaves (a restarted service) are empty once they exit.
+            remove_orphans(base, me);
             write(base, "cgroup.subtree_control", &c.enable_line()).map(|()| c)
         }
         V2Plan::Unusable(why) => Err(std::io::Error::other(why)),
-    }
-}
-
-/// Earlier palisades' leaves (a restarted service) are empty once they exit: rmdir refuses
-/// any that still hold a process.
-fn remove_stale_leaves(base: &Path, me: u32) {
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with("palisade-") && name.ends_with("-gateway") && name != gateway_leaf(me) {
-            let _ = std::fs::remove_dir(e.path());
-        }
     }
 }
 
@@ -425,6 +447,7 @@ impl Cgroup {
                 let useful = (ctrls.memory && limits.memory_bytes.is_some())
                     || (ctrls.pids && limits.pids.is_some());
                 if useful {
+                    remove_orphans(&base, std::process::id());
                     let dir = base.join(&name);
                     std::fs::create_dir(&dir)?;
                     cg.dirs.push((Kind::V2(ctrls), dir));
@@ -434,6 +457,7 @@ impl Cgroup {
             if let (Some(p), Some(_)) = (mem, limits.memory_bytes) {
                 let base = root.join("memory").join(rel(&p));
                 if base.join("memory.limit_in_bytes").exists() {
+                    remove_orphans(&base, std::process::id());
                     let dir = base.join(&name);
                     std::fs::create_dir(&dir)?;
                     cg.dirs.push((Kind::V1Memory, dir));
@@ -442,6 +466,7 @@ impl Cgroup {
             if let (Some(p), Some(_)) = (pids, limits.pids) {
                 let base = root.join("pids").join(rel(&p));
                 if base.join("cgroup.procs").exists() {
+                    remove_orphans(&base, std::process::id());
                     let dir = base.join(&name);
                     std::fs::create_dir(&dir)?;
                     cg.dirs.push((Kind::V1Pids, dir));
@@ -744,6 +769,58 @@ mod tests {
             "/s/palisade-7-gateway"
         );
         assert_eq!(v2_base("/palisade-42-gateway", 42), "/");
+    }
+
+    #[test]
+    fn orphans_are_known_by_the_name_palisade_gave_them() {
+        assert_eq!(
+            orphan_owner("palisade-8505-fs-18eb7be9f70e58e2"),
+            Some(8505)
+        );
+        assert_eq!(orphan_owner(&dir_name("a b", 7)), Some(std::process::id()));
+        assert_eq!(orphan_owner(&gateway_leaf(42)), Some(42));
+        for other in [
+            "palisade-",
+            "palisade-12",
+            "palisade-12-",
+            "palisade-x1-fs",
+            "system.slice",
+            "palisade--fs",
+        ] {
+            assert_eq!(orphan_owner(other), None, "{other}");
+        }
+    }
+
+    /// A killed palisade's cgroups go when the next one makes a cgroup beside them; a live
+    /// palisade's, this one's, and anything not named by palisade stay.
+    #[test]
+    fn a_dead_palisades_cgroups_are_removed_beside_a_new_one() {
+        let base = tempfile::tempdir().unwrap();
+        let dead = {
+            let mut c = std::process::Command::new("true").spawn().unwrap();
+            c.wait().unwrap();
+            c.id()
+        };
+        let me = std::process::id();
+        let live = std::os::unix::process::parent_id();
+        let orphan = base.path().join(format!("palisade-{dead}-fs-1"));
+        let busy = base.path().join(format!("palisade-{dead}-fs-2"));
+        let kept = [
+            base.path().join(format!("palisade-{me}-fs-3")),
+            base.path().join(format!("palisade-{live}-fs-4")),
+            base.path().join("user.slice"),
+        ];
+        for d in kept.iter().chain([&orphan, &busy]) {
+            std::fs::create_dir(d).unwrap();
+        }
+        // Stands in for a cgroup that still holds a process: rmdir refuses it.
+        std::fs::write(busy.join("cgroup.procs"), "1").unwrap();
+        remove_orphans(base.path(), me);
+        assert!(!orphan.exists());
+        assert!(busy.exists());
+        for d in &kept {
+            assert!(d.exists(), "{}", d.display());
+        }
     }
 
     #[test]
