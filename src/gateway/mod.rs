@@ -25,6 +25,7 @@
 pub mod agent;
 pub mod call;
 pub mod line_out;
+pub mod raw_json;
 pub mod network;
 pub mod pipe_size;
 pub mod registry;
