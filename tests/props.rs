@@ -366,7 +366,8 @@ fn hostile_value() -> impl Strategy<Value = String> {
         let ws = prop_oneof![Just(""), Just(" "), Just("\n"), Just("\t")];
         prop_oneof![
             prop::collection::vec((inner.clone(), ws.clone()), 0..4).prop_map(|items| {
-                let items: Vec<String> = items.into_iter().map(|(v, w)| format!("{w}{v}")).collect();
+                let items: Vec<String> =
+                    items.into_iter().map(|(v, w)| format!("{w}{v}")).collect();
                 format!("[{}]", items.join(","))
             }),
             prop::collection::vec(("[a-z]{0,3}|id|result|i\\\\u0064", inner, ws), 0..4).prop_map(
@@ -408,7 +409,14 @@ fn hostile_line() -> impl Strategy<Value = String> {
         2 => any::<u32>().prop_map(|n| n.to_string()),
     ];
     let ws = prop_oneof![Just(""), Just(" "), Just("\t"), Just("\r\n")];
-    let end = prop_oneof![Just("\n"), Just(""), Just(" \n"), Just("\r\n"), Just("}\n"), Just(" x")];
+    let end = prop_oneof![
+        Just("\n"),
+        Just(""),
+        Just(" \n"),
+        Just("\r\n"),
+        Just("}\n"),
+        Just(" x")
+    ];
     (prop::collection::vec((key, value, ws), 0..6), end).prop_map(|(members, end)| {
         let body: Vec<String> = members
             .into_iter()
@@ -437,7 +445,11 @@ fn said(kind: &palisade::gateway::server::envelope::Kind<'_>) -> String {
         Kind::Response { id, reply: Ok(r) } => format!("result id={id} {r}"),
         Kind::Response { id, reply: Err(e) } => format!("error id={id} {e:?}"),
         Kind::Request { id, method, params } => {
-            format!("request {} {method} {:?}", id.get(), params.map(|p| p.get()))
+            format!(
+                "request {} {method} {:?}",
+                id.get(),
+                params.map(|p| p.get())
+            )
         }
         Kind::Notification { method, params } => {
             format!("notification {method} {:?}", params.map(|p| p.get()))
@@ -507,7 +519,8 @@ fn the_envelope_scanner_reads_plain_responses() {
         "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"result\":{\"k\":[1.5e-3,true,null,{}]}}\n",
         "{\"result\":[],\"id\":0,\"jsonrpc\":\"2.0\",\"x\":{\"id\":1}}",
     ] {
-        let spans = response(line).unwrap_or_else(|| panic!("not read: {}", &line[..80.min(line.len())]));
+        let spans =
+            response(line).unwrap_or_else(|| panic!("not read: {}", &line[..80.min(line.len())]));
         assert!(line[spans.result].starts_with(['{', '[']));
     }
 }

@@ -300,7 +300,10 @@ mod tests {
         let span = 2..body.len() - 2;
         let line = OutLine::framed(b"{\"id\":1,\"result\":".to_vec(), body, span, b"}\n");
         let gave_up = tokio::time::timeout(Duration::from_millis(20), out.send(line)).await;
-        assert!(gave_up.is_err(), "the 16-byte pipe cannot take the line at once");
+        assert!(
+            gave_up.is_err(),
+            "the 16-byte pipe cannot take the line at once"
+        );
         let next = out.clone();
         let next = tokio::spawn(async move { next.send(b"{}\n".to_vec()).await });
         let want = b"{\"id\":1,\"result\":{\"big\":\"0123456789abcdefghij\"}}\n{}\n";

@@ -25,9 +25,9 @@
 pub mod agent;
 pub mod call;
 pub mod line_out;
-pub mod raw_json;
 pub mod network;
 pub mod pipe_size;
+pub mod raw_json;
 pub mod registry;
 pub mod server;
 pub mod stages;

@@ -200,8 +200,8 @@ pub fn retry_params(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::value::RawValue;
     use serde_json::json;
+    use serde_json::value::RawValue;
 
     fn raw(v: Value) -> Box<RawValue> {
         serde_json::value::to_raw_value(&v).unwrap()
@@ -235,7 +235,10 @@ mod tests {
         let old = raw(json!({"supportedVersions": ["2025-11-25"], "capabilities": {}}));
         assert!(matches!(verdict(Ok(old.get()), "s"), Verdict::Handshake(_)));
         let junk = raw(json!({"supportedVersions": "2026-07-28"}));
-        assert!(matches!(verdict(Ok(junk.get()), "s"), Verdict::Handshake(_)));
+        assert!(matches!(
+            verdict(Ok(junk.get()), "s"),
+            Verdict::Handshake(_)
+        ));
         let unnamed = raw(json!({"supportedVersions": ["2026-07-28"]}));
         let Verdict::Sessionless(view) = verdict(Ok(unnamed.get()), "s") else {
             panic!()

@@ -147,7 +147,12 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             self.make_room();
             // Never past the cap of the line being read.
             let limit = (max + 1 - have) as u64;
-            if (&mut self.input).take(limit).read_buf(&mut self.buf).await? == 0 {
+            if (&mut self.input)
+                .take(limit)
+                .read_buf(&mut self.buf)
+                .await?
+                == 0
+            {
                 self.eof = true;
             }
         }
@@ -323,7 +328,12 @@ mod tests {
             writer.await.unwrap().unwrap();
             assert_eq!(got.len(), lines.len(), "write {write}, grow {grow}");
             for (g, l) in got.iter().zip(&lines) {
-                assert!(g == l, "a {}-byte line came out as {} bytes", l.len(), g.len());
+                assert!(
+                    g == l,
+                    "a {}-byte line came out as {} bytes",
+                    l.len(),
+                    g.len()
+                );
             }
         }
     }
