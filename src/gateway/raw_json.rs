@@ -27,7 +27,9 @@ pub struct RawJson {
 impl RawJson {
     /// The value's JSON text.
     pub fn get(&self) -> &str {
-        &self.text[self.span.clone()]
+        // The constructors keep the span inside the text on character boundaries; `null`
+        // only keeps this total (no panic in the gateway).
+        self.text.get(self.span.clone()).unwrap_or("null")
     }
 
     /// A span of a received line that has been checked to be one JSON value (by

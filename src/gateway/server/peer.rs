@@ -146,10 +146,12 @@ fn our_id(text: &str) -> Option<u64> {
         .or_else(|| serde_json::from_str::<String>(text).ok()?.parse().ok())
 }
 
-/// Where `part` (a slice of `whole`) lies in it.
-fn span_in(whole: &str, part: &str) -> std::ops::Range<usize> {
-    let start = (part.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize);
-    start..start + part.len()
+/// Where `part`, a slice of `whole`, lies in it (`None` if it is not one).
+fn span_in(whole: &str, part: &str) -> Option<std::ops::Range<usize>> {
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    let span = start..start + part.len();
+    // In bounds and on character boundaries: then it is `part` itself (same start, length).
+    whole.get(span.clone()).map(|_| span)
 }
 
 impl ServerPeer {
@@ -371,10 +373,11 @@ impl crate::gateway::server::tap::LineSink for Dispatch {
                     return;
                 };
                 let reply = match reply {
-                    Ok(result) => {
-                        let span = span_in(&text, result);
-                        Reply::Result(RawJson::received(text, span))
-                    }
+                    Ok(result) => Reply::Result(match span_in(&text, result) {
+                        Some(span) => RawJson::received(text, span),
+                        // Not a slice of the line (never, from the scanner or serde): a copy.
+                        None => RawJson::received(result.to_string(), 0..result.len()),
+                    }),
                     Err(e) => Reply::Error(e),
                 };
                 let _ = tx.send(reply);
