@@ -8,7 +8,7 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncReadExt, BufReader, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 use crate::gateway::agent::frame::LineCap;
 use crate::gateway::server::tap::{self, Line};
@@ -26,8 +26,8 @@ pub enum Frame {
     TooLong(usize),
 }
 
-/// Runs the tap's line reader (`gateway::server::tap::read_line_capped`) over `data`, delivered
-/// `chunk` bytes per read through a buffer of `buffer` bytes, with a line limit of `max`.
+/// Runs the tap's line reader (`gateway::server::tap::LineReader`) over `data`, delivered
+/// `chunk` bytes per read, its buffer growing by `buffer` bytes, with a line limit of `max`.
 pub fn frame_lines(data: &[u8], chunk: usize, buffer: usize, max: usize) -> Vec<Frame> {
     let sizes = [chunk.max(1)];
     let reader = Pieces {
@@ -35,14 +35,12 @@ pub fn frame_lines(data: &[u8], chunk: usize, buffer: usize, max: usize) -> Vec<
         sizes: &sizes,
         next: 0,
     };
-    let mut reader = BufReader::with_capacity(buffer.max(1), reader);
+    let mut reader = tap::LineReader::new(reader, buffer.max(1));
     let mut out = Vec::new();
     // The reader never returns Pending, so a single poll of each read completes it.
     futures::executor::block_on(async {
-        let mut line = Vec::new();
         loop {
-            line.clear();
-            match tap::read_line_capped(&mut reader, &mut line, max).await {
+            match reader.next_line(max).await {
                 Ok(Line::Eof) | Err(_) => break,
                 // As in the tap: an over-long line is the server's protocol fault, and
                 // nothing after it is read.
@@ -50,7 +48,7 @@ pub fn frame_lines(data: &[u8], chunk: usize, buffer: usize, max: usize) -> Vec<
                     out.push(Frame::TooLong(n));
                     break;
                 }
-                Ok(Line::Complete) => out.push(Frame::Line(line.clone())),
+                Ok(Line::Complete(line)) => out.push(Frame::Line(line)),
             }
         }
     });

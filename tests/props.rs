@@ -329,3 +329,198 @@ proptest! {
         }
     }
 }
+
+/// A JSON value's text as servers write it and as hostile ones might: valid values (nested,
+/// escapes of every kind) and near misses serde refuses (bad escapes, raw control bytes,
+/// numbers off the grammar, unbalanced or trailing-comma containers, cut literals).
+fn hostile_value() -> impl Strategy<Value = String> {
+    let leaf = prop_oneof![
+        json().prop_map(|v| v.to_string()),
+        Just(r#""2.0""#.to_string()),
+        Just("null".to_string()),
+        Just(r#""a\"b\\""#.to_string()),
+        Just(r#""\u00e9\ud800\n\/\b\f\r\t""#.to_string()),
+        Just(r#""\x""#.to_string()),
+        Just(r#""\u12G4""#.to_string()),
+        Just(r#""\u12""#.to_string()),
+        Just("\"a\tb\"".to_string()),
+        Just("\"a\u{1}b\"".to_string()),
+        Just("\"é\u{2028}\"".to_string()),
+        Just("-0.5e+3".to_string()),
+        Just("1E5".to_string()),
+        Just("01".to_string()),
+        Just("1.".to_string()),
+        Just("-".to_string()),
+        Just("1e".to_string()),
+        Just(".5".to_string()),
+        Just("tru".to_string()),
+        Just("nul".to_string()),
+        Just("[1,]".to_string()),
+        Just("{\"a\":1,}".to_string()),
+        Just("[}".to_string()),
+        Just("{\"a\" 1}".to_string()),
+        Just("{1:2}".to_string()),
+        Just(r#"{"jsonrpc":"2.0","id":9,"result":{}}"#.to_string()),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        let ws = prop_oneof![Just(""), Just(" "), Just("\n"), Just("\t")];
+        prop_oneof![
+            prop::collection::vec((inner.clone(), ws.clone()), 0..4).prop_map(|items| {
+                let items: Vec<String> =
+                    items.into_iter().map(|(v, w)| format!("{w}{v}")).collect();
+                format!("[{}]", items.join(","))
+            }),
+            prop::collection::vec(("[a-z]{0,3}|id|result|i\\\\u0064", inner, ws), 0..4).prop_map(
+                |members| {
+                    let members: Vec<String> = members
+                        .into_iter()
+                        .map(|(k, v, w)| format!("\"{k}\"{w}:{v}"))
+                        .collect();
+                    format!("{{{}}}", members.join(","))
+                }
+            ),
+        ]
+    })
+}
+
+/// A line a server might send: envelope members in any order (escaped, repeated, `null`,
+/// missing), unknown members, odd spacing, then something after the object or not.
+fn hostile_line() -> impl Strategy<Value = String> {
+    let key = prop_oneof![
+        4 => Just("jsonrpc".to_string()),
+        4 => Just("id".to_string()),
+        4 => Just("result".to_string()),
+        1 => Just("method".to_string()),
+        1 => Just("error".to_string()),
+        1 => Just("params".to_string()),
+        1 => Just("j\\u0073onrpc".to_string()),
+        1 => Just("i\\u0064".to_string()),
+        1 => Just("resul\\u0074".to_string()),
+        1 => Just("ID".to_string()),
+        1 => Just("é".to_string()),
+        2 => "[a-z_]{1,6}",
+    ];
+    let value = prop_oneof![
+        3 => hostile_value(),
+        2 => Just(r#""2.0""#.to_string()),
+        1 => Just(r#""2\u002e0""#.to_string()),
+        1 => Just(r#"{"code":-32000,"message":"m"}"#.to_string()),
+        1 => Just(r#""notifications/progress""#.to_string()),
+        2 => any::<u32>().prop_map(|n| n.to_string()),
+    ];
+    let ws = prop_oneof![Just(""), Just(" "), Just("\t"), Just("\r\n")];
+    let end = prop_oneof![
+        Just("\n"),
+        Just(""),
+        Just(" \n"),
+        Just("\r\n"),
+        Just("}\n"),
+        Just(" x")
+    ];
+    (prop::collection::vec((key, value, ws), 0..6), end).prop_map(|(members, end)| {
+        let body: Vec<String> = members
+            .into_iter()
+            .map(|(k, v, w)| format!("{w}\"{k}\"{w}:{w}{v}{w}"))
+            .collect();
+        format!("{{{}}}{end}", body.join(","))
+    })
+}
+
+/// A plain response with a hostile result: the fast path's own ground, so that most cases
+/// exercise it rather than the fallback.
+fn plain_response() -> impl Strategy<Value = String> {
+    (any::<u32>(), hostile_value(), any::<bool>()).prop_map(|(id, result, first)| {
+        if first {
+            format!("{{\"result\":{result},\"jsonrpc\":\"2.0\",\"id\":{id}}}\n")
+        } else {
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result}}}\n")
+        }
+    })
+}
+
+/// What a classification says, comparable across the scanner and serde.
+fn said(kind: &palisade::gateway::server::envelope::Kind<'_>) -> String {
+    use palisade::gateway::server::envelope::Kind;
+    match kind {
+        Kind::Response { id, reply: Ok(r) } => format!("result id={id} {r}"),
+        Kind::Response { id, reply: Err(e) } => format!("error id={id} {e:?}"),
+        Kind::Request { id, method, params } => {
+            format!(
+                "request {} {method} {:?}",
+                id.get(),
+                params.map(|p| p.get())
+            )
+        }
+        Kind::Notification { method, params } => {
+            format!("notification {method} {:?}", params.map(|p| p.get()))
+        }
+        Kind::Invalid(_) => "invalid".to_string(),
+    }
+}
+
+/// The envelope scanner's answer for `line`, held to serde's: where it answers, serde reads
+/// the same response (same id, same result bytes); the classification with the scanner in
+/// front is serde's classification.
+fn scanner_agrees(line: &str) -> Result<(), TestCaseError> {
+    use palisade::gateway::server::envelope::{classify_serde, classify_text, response};
+    let serde = classify_serde(line);
+    if let Some(spans) = response(line) {
+        prop_assert_eq!(
+            said(&serde),
+            format!("result id={} {}", &line[spans.id], &line[spans.result]),
+            "{}",
+            line
+        );
+    }
+    prop_assert_eq!(said(&classify_text(line)), said(&serde), "{}", line);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    /// The peer's envelope scanner (gateway::server::envelope) never disagrees with serde on
+    /// hostile lines: escaped, repeated, `null` or missing envelope members, nested
+    /// look-alikes, invalid JSON of every kind serde refuses, and any truncation. A wrong
+    /// answer would relay bytes serde refuses (the agent's client would choke) or the wrong
+    /// member as a result.
+    #[test]
+    fn the_envelope_scanner_agrees_with_serde(
+        line in prop_oneof![hostile_line(), plain_response()],
+        cut in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+    ) {
+        scanner_agrees(&line)?;
+        // Truncated anywhere.
+        let end = cut.index(line.len().max(1));
+        if line.is_char_boundary(end) {
+            scanner_agrees(&line[..end])?;
+            // One ASCII byte changed there.
+            if end < line.len() && byte.is_ascii() && line.is_char_boundary(end + 1) {
+                let mut changed = line.clone();
+                changed.replace_range(end..end + 1, &char::from(byte).to_string());
+                scanner_agrees(&changed)?;
+            }
+        }
+    }
+}
+
+/// The fast path is exercised: plain responses with valid results are read by the scanner
+/// (a scanner that always said "unsure" would pass the property above and speed nothing up).
+#[test]
+fn the_envelope_scanner_reads_plain_responses() {
+    use palisade::gateway::server::envelope::response;
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"{}\"}}],\"isError\":false}}}}\n",
+        "y\\n\\\"".repeat(10_000)
+    );
+    for line in [
+        big.as_str(),
+        "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"result\":{\"k\":[1.5e-3,true,null,{}]}}\n",
+        "{\"result\":[],\"id\":0,\"jsonrpc\":\"2.0\",\"x\":{\"id\":1}}",
+    ] {
+        let spans =
+            response(line).unwrap_or_else(|| panic!("not read: {}", &line[..80.min(line.len())]));
+        assert!(line[spans.result].starts_with(['{', '[']));
+    }
+}

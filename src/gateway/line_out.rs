@@ -11,7 +11,13 @@
 //! the rest of the line, and the lock with it, to a task that finishes it; a caller abandoned
 //! before its first byte sends nothing, as if it had never asked. `stop` abandons everything:
 //! the stream is being closed.
+//!
+//! A line may be written in parts (`OutLine::framed`): a relayed result goes out as the
+//! agent's id prefix, the result's bytes where the server's line left them, and the closing
+//! brace, in one vectored write, so a large result is never copied into a new line.
 
+use std::io::IoSlice;
+use std::ops::Range;
 use std::sync::Arc;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -52,6 +58,64 @@ impl Drop for Sink {
     }
 }
 
+/// One whole line to write: `head`, then `body[span]`, then `tail`.
+pub struct OutLine {
+    head: Vec<u8>,
+    body: Vec<u8>,
+    span: Range<usize>,
+    tail: &'static [u8],
+}
+
+impl OutLine {
+    /// A line made of a prefix, a span of a buffer (kept where it is) and a suffix.
+    pub fn framed(head: Vec<u8>, body: Vec<u8>, span: Range<usize>, tail: &'static [u8]) -> Self {
+        // A span outside the buffer would be a bug upstream: write none of it rather than panic.
+        let span = if body.get(span.clone()).is_some() {
+            span
+        } else {
+            0..0
+        };
+        OutLine {
+            head,
+            body,
+            span,
+            tail,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.head.len() + self.span.len() + self.tail.len()
+    }
+
+    /// The parts still to write after the first `written` bytes.
+    fn rest(&self, written: usize) -> [IoSlice<'_>; 3] {
+        let body = &self.body[self.span.clone()];
+        let mut skip = written;
+        let mut cut = |b: &[u8]| -> usize {
+            let n = skip.min(b.len());
+            skip -= n;
+            n
+        };
+        let (h, m, t) = (cut(&self.head), cut(body), cut(self.tail));
+        [
+            IoSlice::new(&self.head[h..]),
+            IoSlice::new(&body[m..]),
+            IoSlice::new(&self.tail[t..]),
+        ]
+    }
+}
+
+impl From<Vec<u8>> for OutLine {
+    fn from(line: Vec<u8>) -> OutLine {
+        OutLine {
+            head: line,
+            body: Vec::new(),
+            span: 0..0,
+            tail: b"",
+        }
+    }
+}
+
 impl LineOut {
     /// `broken` is cancelled when a write fails.
     pub fn new(writer: BoxedWriter, broken: CancellationToken) -> LineOut {
@@ -65,7 +129,8 @@ impl LineOut {
     }
 
     /// Writes `line` (a whole message ending in `\n`) and flushes it.
-    pub async fn send(&self, line: Vec<u8>) -> Result<(), Closed> {
+    pub async fn send(&self, line: impl Into<OutLine>) -> Result<(), Closed> {
+        let line = line.into();
         let guard = tokio::select! {
             biased;
             _ = self.stop.cancelled() => return Err(Closed),
@@ -98,7 +163,7 @@ impl LineOut {
 /// A line being written under the lock.
 struct PendingLine {
     guard: Option<OwnedMutexGuard<Sink>>,
-    line: Vec<u8>,
+    line: OutLine,
     written: usize,
     stop: CancellationToken,
     broken: CancellationToken,
@@ -113,8 +178,10 @@ impl PendingLine {
             return Err(Closed);
         };
         let mut outcome = Ok(());
-        while self.written < self.line.len() {
-            match w.write(&self.line[self.written..]).await {
+        let len = self.line.len();
+        while self.written < len {
+            // One system call for the whole line where the writer takes vectors (a pipe does).
+            match w.write_vectored(&self.line.rest(self.written)).await {
                 Ok(0) | Err(_) => {
                     outcome = Err(Closed);
                     break;
@@ -145,7 +212,7 @@ impl Drop for PendingLine {
         // the next line starts on a line boundary.
         let rest = PendingLine {
             guard: self.guard.take(),
-            line: std::mem::take(&mut self.line),
+            line: std::mem::replace(&mut self.line, OutLine::from(Vec::new())),
             written: self.written,
             stop: self.stop.clone(),
             broken: self.broken.clone(),
@@ -221,6 +288,29 @@ mod tests {
         let mut line = vec![b'x'; 64];
         line.extend_from_slice(b"\n{}\n");
         assert_eq!(got, line);
+    }
+
+    /// A framed line (prefix, a span of a buffer, suffix) arrives whole and in order, also
+    /// when its caller gives up mid-line with only part of the span written.
+    #[tokio::test]
+    async fn a_framed_line_is_written_whole_around_its_span() {
+        let (w, mut r) = tokio::io::duplex(16);
+        let out = LineOut::new(Box::new(w), CancellationToken::new());
+        let body = b"xx{\"big\":\"0123456789abcdefghij\"}yy".to_vec();
+        let span = 2..body.len() - 2;
+        let line = OutLine::framed(b"{\"id\":1,\"result\":".to_vec(), body, span, b"}\n");
+        let gave_up = tokio::time::timeout(Duration::from_millis(20), out.send(line)).await;
+        assert!(
+            gave_up.is_err(),
+            "the 16-byte pipe cannot take the line at once"
+        );
+        let next = out.clone();
+        let next = tokio::spawn(async move { next.send(b"{}\n".to_vec()).await });
+        let want = b"{\"id\":1,\"result\":{\"big\":\"0123456789abcdefghij\"}}\n{}\n";
+        let mut got = vec![0u8; want.len()];
+        r.read_exact(&mut got).await.unwrap();
+        next.await.unwrap().unwrap();
+        assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
     }
 
     #[tokio::test]

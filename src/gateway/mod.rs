@@ -27,6 +27,7 @@ pub mod call;
 pub mod line_out;
 pub mod network;
 pub mod pipe_size;
+pub mod raw_json;
 pub mod registry;
 pub mod server;
 pub mod stages;

@@ -33,7 +33,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::{mrtr, task_bridge, tasks_v2, versions};
-use crate::gateway::line_out::LineOut;
+use crate::gateway::line_out::{LineOut, OutLine};
+use crate::gateway::raw_json::RawJson;
 use crate::gateway::state::Shared;
 
 /// Messages queued for rmcp's session before the reader waits.
@@ -234,8 +235,8 @@ fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &LineOut, running: &Running
         };
         lock(&running).remove(&key);
         let line = match answer {
-            Ok(result) => result_line(raw_id.get(), &result),
-            Err(e) => error_line(raw_id.get(), &e),
+            Ok(result) => result_out(raw_id.get(), result),
+            Err(e) => error_line(raw_id.get(), &e).into(),
         };
         let _ = out.send(line).await;
     });
@@ -247,7 +248,7 @@ pub(crate) async fn answer(
     method: &str,
     params: Option<&RawValue>,
     mut ctx: RequestContext<RoleServer>,
-) -> Result<Box<RawValue>, ErrorData> {
+) -> Result<RawJson, ErrorData> {
     use crate::gateway::call::answer::raw_json;
     if method == "tools/call" {
         let (mut typed, mut extra) = call_params(params)?;
@@ -338,15 +339,31 @@ pub(crate) fn call_params(
     Ok((typed, extra))
 }
 
-pub(crate) fn result_line(id: &str, result: &RawValue) -> Vec<u8> {
-    let body = result.get();
-    let mut line = Vec::with_capacity(body.len() + id.len() + 40);
+/// The agent's answer line up to its result: `{"jsonrpc":"2.0","id":ID,"result":`.
+fn result_head(id: &str, extra: usize) -> Vec<u8> {
+    let mut line = Vec::with_capacity(id.len() + 32 + extra);
     line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     line.extend_from_slice(id.as_bytes());
     line.extend_from_slice(b",\"result\":");
-    line.extend_from_slice(body.as_bytes());
-    line.extend_from_slice(b"}\n");
     line
+}
+
+const RESULT_TAIL: &[u8] = b"}\n";
+
+/// The answer line for a result, as one buffer (the HTTP front's body).
+pub(crate) fn result_line(id: &str, result: &RawJson) -> Vec<u8> {
+    let body = result.get();
+    let mut line = result_head(id, body.len() + RESULT_TAIL.len());
+    line.extend_from_slice(body.as_bytes());
+    line.extend_from_slice(RESULT_TAIL);
+    line
+}
+
+/// The answer line for a result, its bytes left where they are (in the server's line, for
+/// a relayed result): written around them, never copied.
+pub(crate) fn result_out(id: &str, result: RawJson) -> OutLine {
+    let (body, span) = result.into_parts();
+    OutLine::framed(result_head(id, 0), body, span, RESULT_TAIL)
 }
 
 pub(crate) fn error_line(id: &str, error: &ErrorData) -> Vec<u8> {

@@ -3,13 +3,13 @@
 //! names, and the JSON the agent gets (the server's own, unless a stage changed the result).
 //! Never: change a result no stage marked; mark an unsandboxed server's errors.
 
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::ErrorData;
 
 use crate::gateway::call::blocked::{self, BlockContext};
+use crate::gateway::raw_json::RawJson;
 use crate::gateway::stages::CallOutcome;
 use crate::gateway::state::Slot;
 use crate::policy::PathArg;
@@ -19,7 +19,7 @@ use crate::sandbox::launch::Enforcement;
 pub(in crate::gateway) enum Answer {
     /// A successful result no stage needs to read, as the server sent it: it goes to the
     /// agent without being decoded or re-encoded (a 1 MiB result was parsed three times).
-    Relayed(Box<RawValue>),
+    Relayed(RawJson),
     Result(CallToolResult),
     Error(ErrorData),
     /// A task-augmented call's task handle (`{"task": {...}}`), as the server sent it.
@@ -30,7 +30,7 @@ pub(in crate::gateway) enum Answer {
 /// as the server sent it (what the agent gets unless a stage changed the view).
 pub(in crate::gateway) struct Received {
     pub(in crate::gateway) view: CallToolResult,
-    pub(in crate::gateway) raw: Box<RawValue>,
+    pub(in crate::gateway) raw: RawJson,
 }
 
 /// The result the agent is sent: the server's own JSON when no stage changed the view; else
@@ -78,7 +78,7 @@ impl Answer {
 /// (`{"task": {...}}`) instead of a tool result.
 pub(in crate::gateway) fn received(
     server: &str,
-    raw: Box<RawValue>,
+    raw: RawJson,
     asks_task: bool,
 ) -> Result<(Answer, Option<Received>), crate::gateway::server::handler::ForwardError> {
     use crate::gateway::call::probe::{probe, serde_probe, ResultProbe};
@@ -105,24 +105,24 @@ pub(in crate::gateway) fn received(
 /// The typed view of a result the stages will read or change.
 pub(in crate::gateway) fn typed(
     server: &str,
-    raw: Box<RawValue>,
+    raw: RawJson,
 ) -> Result<(Answer, Option<Received>), crate::gateway::server::handler::ForwardError> {
-    let view =
-        crate::gateway::server::handler::parse::<CallToolResult>(server, "tools/call", &raw)?;
+    let view = crate::gateway::server::handler::parse_text::<CallToolResult>(
+        server,
+        "tools/call",
+        raw.get(),
+    )?;
     Ok((Answer::Result(view.clone()), Some(Received { view, raw })))
 }
 
 /// The JSON text of a value Palisade built.
-pub(in crate::gateway) fn raw_json(value: &Value) -> Box<RawValue> {
-    serde_json::value::to_raw_value(value).unwrap_or_else(|_| {
-        // A `Value` always serializes; the fallback only keeps the type total.
-        RawValue::from_string("null".into()).unwrap_or_default()
-    })
+pub(in crate::gateway) fn raw_json(value: &Value) -> RawJson {
+    RawJson::from_value(value)
 }
 
 /// A result's JSON text as a value, for the paths that change it further (a 2026-07-28
 /// agent's stamp, rmcp's typed session).
-pub(in crate::gateway) fn value_of(raw: &RawValue) -> Result<Value, ErrorData> {
+pub(in crate::gateway) fn value_of(raw: &RawJson) -> Result<Value, ErrorData> {
     serde_json::from_str(raw.get()).map_err(|e| ErrorData::internal_error(e.to_string(), None))
 }
 

@@ -14,7 +14,7 @@
 use std::borrow::Cow;
 use std::time::Instant;
 
-use serde_json::value::RawValue;
+use crate::gateway::raw_json::RawJson;
 use serde_json::{Map, Value};
 
 use rmcp::model::{
@@ -56,7 +56,7 @@ pub async fn call_tool(
     params: CallToolRequestParams,
     extra: &Map<String, Value>,
     ctx: RequestContext<RoleServer>,
-) -> Result<Box<RawValue>, ErrorData> {
+) -> Result<RawJson, ErrorData> {
     let started = Instant::now();
 
     // Stage 1: route. A call to a server that is (re)starting waits for it, bounded by the
@@ -281,7 +281,7 @@ async fn forward(
     let with_meta = (!meta.0 .0.is_empty()).then_some(meta);
     let asks_task = extra.contains_key("task");
     match conn
-        .request_with(
+        .request_raw(
             request,
             shared.limits.call_timeout,
             Some(&ctx.ct),

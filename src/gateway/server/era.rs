@@ -17,7 +17,6 @@
 //! Pure: no I/O. The wire is `handler.rs` (requests) and `supervisor/start.rs` (the probe).
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// The 2026-07-28 revision, as it appears on the wire.
@@ -106,12 +105,12 @@ struct Discover {
 
 /// Reads a `server/discover` result (`None`: the server answered with an error, whose text is
 /// `error`). `fallback_name` names a server whose answer carries no `serverInfo`.
-pub fn verdict(result: Result<&RawValue, &str>, fallback_name: &str) -> Verdict {
-    let raw = match result {
-        Ok(raw) => raw,
+pub fn verdict(result: Result<&str, &str>, fallback_name: &str) -> Verdict {
+    let text = match result {
+        Ok(text) => text,
         Err(e) => return Verdict::Handshake(format!("server/discover refused: {e}")),
     };
-    let d: Discover = match serde_json::from_str(raw.get()) {
+    let d: Discover = match serde_json::from_str(text) {
         Ok(d) => d,
         Err(e) => return Verdict::Handshake(format!("server/discover answer unreadable: {e}")),
     };
@@ -167,8 +166,7 @@ struct Discriminator {
 
 /// The `input_required` result a sessionless server answered with, if it is one. Cheap for
 /// every other result: the bytes are searched for the tag before anything is parsed.
-pub fn input_required(raw: &RawValue) -> Option<InputRequired> {
-    let text = raw.get();
+pub fn input_required(text: &str) -> Option<InputRequired> {
     if !text.contains("\"input_required\"") {
         return None;
     }
@@ -203,6 +201,7 @@ pub fn retry_params(
 mod tests {
     use super::*;
     use serde_json::json;
+    use serde_json::value::RawValue;
 
     fn raw(v: Value) -> Box<RawValue> {
         serde_json::value::to_raw_value(&v).unwrap()
@@ -216,7 +215,7 @@ mod tests {
             "resultType": "complete",
             "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "git", "version": "1"}}
         }));
-        let Verdict::Sessionless(view) = verdict(Ok(&answer), "fallback") else {
+        let Verdict::Sessionless(view) = verdict(Ok(answer.get()), "fallback") else {
             panic!()
         };
         assert_eq!(view["protocolVersion"], "2026-07-28");
@@ -234,11 +233,14 @@ mod tests {
             Verdict::Handshake(_)
         ));
         let old = raw(json!({"supportedVersions": ["2025-11-25"], "capabilities": {}}));
-        assert!(matches!(verdict(Ok(&old), "s"), Verdict::Handshake(_)));
+        assert!(matches!(verdict(Ok(old.get()), "s"), Verdict::Handshake(_)));
         let junk = raw(json!({"supportedVersions": "2026-07-28"}));
-        assert!(matches!(verdict(Ok(&junk), "s"), Verdict::Handshake(_)));
+        assert!(matches!(
+            verdict(Ok(junk.get()), "s"),
+            Verdict::Handshake(_)
+        ));
         let unnamed = raw(json!({"supportedVersions": ["2026-07-28"]}));
-        let Verdict::Sessionless(view) = verdict(Ok(&unnamed), "s") else {
+        let Verdict::Sessionless(view) = verdict(Ok(unnamed.get()), "s") else {
             panic!()
         };
         assert_eq!(view["serverInfo"]["name"], "s");
@@ -281,14 +283,14 @@ mod tests {
             "inputRequests": {"r": {"method": "roots/list", "params": {}}},
             "requestState": "sealed"
         }));
-        let ir = input_required(&asks).unwrap();
+        let ir = input_required(asks.get()).unwrap();
         assert_eq!(ir.input_requests["r"]["method"], "roots/list");
         assert_eq!(ir.request_state, Some(json!("sealed")));
         // The tag as text inside a complete result is not a question.
         let text = raw(json!({"resultType": "complete",
             "content": [{"type": "text", "text": "\"input_required\""}]}));
-        assert!(input_required(&text).is_none());
-        assert!(input_required(&raw(json!({"content": []}))).is_none());
+        assert!(input_required(text.get()).is_none());
+        assert!(input_required(raw(json!({"content": []})).get()).is_none());
     }
 
     #[test]

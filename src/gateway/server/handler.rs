@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::link::UpstreamLink;
+use crate::gateway::raw_json::RawJson;
 use crate::gateway::server::era::{self, Era};
 use crate::gateway::server::peer::{Inbound, NoReply, Reply, ServerPeer};
 use crate::gateway::server::progress::ProgressMap;
@@ -325,7 +326,16 @@ pub fn parse<T: DeserializeOwned>(
     what: &str,
     raw: &RawValue,
 ) -> Result<T, ForwardError> {
-    serde_json::from_str(raw.get()).map_err(|e| ForwardError::Other {
+    parse_text(server, what, raw.get())
+}
+
+/// As `parse`, over the JSON text.
+pub fn parse_text<T: DeserializeOwned>(
+    server: &str,
+    what: &str,
+    text: &str,
+) -> Result<T, ForwardError> {
+    serde_json::from_str(text).map_err(|e| ForwardError::Other {
         server: server.to_string(),
         message: format!("its answer to {what} is not a valid result ({e})"),
     })
@@ -357,6 +367,22 @@ impl Connection {
         meta: Option<RequestMetaObject>,
         extra: &Map<String, Value>,
     ) -> Result<Box<RawValue>, ForwardError> {
+        self.request_raw(request, timeout, cancel, progress_to, meta, extra)
+            .await
+            .map(RawJson::into_raw_value)
+    }
+
+    /// As `request_with`, the result kept as the bytes received (a slice of the server's
+    /// line, not copied): the relay's path for a tool call's result.
+    pub async fn request_raw(
+        &self,
+        request: ClientRequest,
+        timeout: Duration,
+        cancel: Option<&CancellationToken>,
+        progress_to: Option<UpTarget>,
+        meta: Option<RequestMetaObject>,
+        extra: &Map<String, Value>,
+    ) -> Result<RawJson, ForwardError> {
         let method = request.method().to_string();
         let mut params = match serde_json::to_value(&request) {
             Ok(Value::Object(mut m)) => match m.remove("params") {
@@ -391,7 +417,7 @@ impl Connection {
         timeout: Duration,
         cancel: Option<&CancellationToken>,
         progress_to: Option<UpTarget>,
-    ) -> Result<Box<RawValue>, ForwardError> {
+    ) -> Result<RawJson, ForwardError> {
         if self.peer.is_closed() {
             return Err(self.stopped(self.server.clone()).await);
         }
@@ -421,7 +447,7 @@ impl Connection {
         // A 2026-07-28 server asks for what it needs inside its result: answer, retry.
         let mut rounds = 0;
         while let (true, Ok(Reply::Result(raw))) = (self.era.is_sessionless(), &outcome) {
-            let Some(asked) = era::input_required(raw) else {
+            let Some(asked) = era::input_required(raw.get()) else {
                 break;
             };
             rounds += 1;

@@ -6,6 +6,7 @@
 //! `relay/`); `era` decides whether it is spoken to in 2026-07-28 (and answers that era's
 //! input requests' rounds), and `listen` hears such a server's list changes.
 
+pub mod envelope;
 pub mod era;
 pub mod fault;
 pub mod handler;

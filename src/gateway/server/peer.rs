@@ -3,10 +3,11 @@
 //! Why our own: rmcp's client parses every message into its typed models, which drop what
 //! they do not know (a tool's `execution`, a future result field) and re-encode what they
 //! keep (`"priority": 1` became `1.0`, keys re-ordered). The gateway must relay what it does
-//! not police as it was sent, so this peer parses only the envelope of each line (`id`,
-//! `method`, and borrowed raw `params`/`result`) and hands results on as the bytes received
-//! (`Box<RawValue>`); callers take typed views of the few they police. It also removes two
-//! hops per message (rmcp's service task and the tap's pipe to it).
+//! not police as it was sent, so this peer reads only the envelope of each line (`id`,
+//! `method`, where `params`/`result` lie: `envelope.rs`) and hands results on as the bytes
+//! received: the line the tap read moves into the reply (`RawJson`), never copied; callers
+//! take typed views of the few they police. It also removes two hops per message (rmcp's
+//! service task and the tap's pipe to it).
 //!
 //! Shape: callers write their lines to the server's stdin themselves (`LineOut`, watched for
 //! stalls), and `start` spawns a reader task (`tap::read_lines` charges and polices each line,
@@ -25,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{ErrorData, NumberOrString, ProgressToken, RequestId};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -33,13 +34,15 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::line_out::LineOut;
+use crate::gateway::raw_json::RawJson;
+use crate::gateway::server::envelope::{classify_text, Kind};
 use crate::gateway::server::fault::ProcessFaults;
 
 /// What a request got back.
 #[derive(Debug)]
 pub enum Reply {
-    /// The `result`, as the bytes the server sent.
-    Result(Box<RawValue>),
+    /// The `result`, as the bytes the server sent (a slice of the line it came in).
+    Result(RawJson),
     /// The server's JSON-RPC error.
     Error(ErrorData),
 }
@@ -136,78 +139,19 @@ struct OutResponse<'a> {
     error: Option<&'a ErrorData>,
 }
 
-/// The parts of a line the peer reads; everything else stays unparsed.
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    jsonrpc: std::borrow::Cow<'a, str>,
-    #[serde(borrow, default)]
-    id: Option<&'a RawValue>,
-    /// Borrowed: a method name with escapes in it is not one we know (the line is invalid).
-    #[serde(borrow, default)]
-    method: Option<&'a str>,
-    #[serde(borrow, default)]
-    params: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    result: Option<&'a RawValue>,
-    #[serde(default)]
-    error: Option<ErrorData>,
-}
-
-/// What one line is, once its envelope is read.
-#[derive(Debug)]
-pub enum Kind<'a> {
-    Response {
-        id: &'a RawValue,
-        /// The raw `result`, or the `error`, as the envelope read them (parsed once).
-        reply: Result<&'a RawValue, ErrorData>,
-    },
-    Request {
-        id: &'a RawValue,
-        method: &'a str,
-        params: Option<&'a RawValue>,
-    },
-    Notification {
-        method: &'a str,
-        params: Option<&'a RawValue>,
-    },
-    Invalid(String),
-}
-
-/// Classifies a line (pure; the fuzz target and unit tests call it directly).
-pub fn classify(line: &[u8]) -> Kind<'_> {
-    let text = match std::str::from_utf8(line) {
-        Ok(t) => t,
-        Err(_) => return Kind::Invalid("not UTF-8".into()),
-    };
-    match serde_json::from_str::<Envelope<'_>>(text) {
-        Err(e) => Kind::Invalid(e.to_string()),
-        Ok(env) if env.jsonrpc != "2.0" => Kind::Invalid("jsonrpc is not \"2.0\"".into()),
-        Ok(env) => match (env.id, env.method) {
-            (Some(id), Some(method)) => Kind::Request {
-                id,
-                method,
-                params: env.params,
-            },
-            (None, Some(method)) => Kind::Notification {
-                method,
-                params: env.params,
-            },
-            (Some(id), None) => match (env.result, env.error) {
-                (_, Some(e)) => Kind::Response { id, reply: Err(e) },
-                (Some(r), None) => Kind::Response { id, reply: Ok(r) },
-                (None, None) => Kind::Invalid("a response with neither result nor error".into()),
-            },
-            _ => Kind::Invalid("neither a request, a notification nor a response".into()),
-        },
-    }
-}
-
 /// The id we gave a request, from the id the server echoes (a number, or its decimal string).
-fn our_id(id: &RawValue) -> Option<u64> {
-    let text = id.get();
+fn our_id(text: &str) -> Option<u64> {
     text.parse::<u64>()
         .ok()
         .or_else(|| serde_json::from_str::<String>(text).ok()?.parse().ok())
+}
+
+/// Where `part`, a slice of `whole`, lies in it (`None` if it is not one).
+fn span_in(whole: &str, part: &str) -> Option<std::ops::Range<usize>> {
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    let span = start..start + part.len();
+    // In bounds and on character boundaries: then it is `part` itself (same start, length).
+    whole.get(span.clone()).map(|_| span)
 }
 
 impl ServerPeer {
@@ -412,25 +356,35 @@ struct Dispatch {
 }
 
 impl crate::gateway::server::tap::LineSink for Dispatch {
-    async fn line(&self, line: &[u8]) {
-        match classify(line) {
+    async fn line(&self, line: Vec<u8>) {
+        // Checked once here; the text (and a result's span of it) moves on as it is.
+        let Ok(text) = String::from_utf8(line) else {
+            tracing::debug!(server = %self.peer.server, "unreadable message ignored: not UTF-8");
+            return;
+        };
+        match classify_text(&text) {
             Kind::Response { id, reply } => {
                 let Some(id) = our_id(id) else {
-                    tracing::debug!(server = %self.peer.server, "response to an id we never sent: {}", id.get());
+                    tracing::debug!(server = %self.peer.server, "response to an id we never sent: {id}");
                     return;
                 };
                 let Some(tx) = self.peer.lock_pending().remove(&id) else {
                     // Timed out or cancelled already.
                     return;
                 };
-                let _ = tx.send(match reply {
-                    Ok(raw) => Reply::Result(raw.to_owned()),
+                let reply = match reply {
+                    Ok(result) => Reply::Result(match span_in(&text, result) {
+                        Some(span) => RawJson::received(text, span),
+                        // Not a slice of the line (never, from the scanner or serde): a copy.
+                        None => RawJson::received(result.to_string(), 0..result.len()),
+                    }),
                     Err(e) => Reply::Error(e),
-                });
+                };
+                let _ = tx.send(reply);
             }
             Kind::Notification { method, params } => {
                 if method == "notifications/progress" {
-                    self.inbound.progress(line).await;
+                    self.inbound.progress(text.as_bytes()).await;
                     return;
                 }
                 if method == "notifications/cancelled" {
@@ -477,6 +431,7 @@ impl crate::gateway::server::tap::LineSink for Dispatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::server::envelope::classify;
     use rmcp::model::ErrorCode;
     use tokio::io::AsyncWriteExt;
 
@@ -516,9 +471,9 @@ mod tests {
         let n = serde_json::value::to_raw_value(&7).unwrap();
         let s = serde_json::value::to_raw_value(&"7").unwrap();
         let x = serde_json::value::to_raw_value(&"seven").unwrap();
-        assert_eq!(our_id(&n), Some(7));
-        assert_eq!(our_id(&s), Some(7));
-        assert_eq!(our_id(&x), None);
+        assert_eq!(our_id(n.get()), Some(7));
+        assert_eq!(our_id(s.get()), Some(7));
+        assert_eq!(our_id(x.get()), None);
     }
 
     struct Quiet;

@@ -7,25 +7,33 @@
 //! kills and restarts it, and calls in flight are told why) rather than a message silently
 //! dropped whose request would only time out. The reader never buffers more than the cap,
 //! however long the line, and hands lines on one at a time, awaiting each, so a call's
-//! progress is always delivered before its result.
+//! progress is always delivered before its result. Bytes are read from the pipe straight
+//! into the buffer a line leaves in (no intermediate chunk buffer), and a large line leaves
+//! with that buffer: the peer moves it on to the agent's writer without copying it.
 //!
-//! Never: reorder, alter or delay a line beyond the backpressure below; parse anything here.
+//! Never: reorder, alter or delay a line beyond the backpressure below; parse anything here
+//! beyond the progress filter (which reads the envelope as the peer does, `envelope.rs`).
 
 use std::future::Future;
 
 use rmcp::model::ProgressNotificationParam;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
+use crate::gateway::server::envelope::{classify, Kind};
 use crate::gateway::server::fault::ProcessFaults;
 
 /// The limit of one JSON-RPC line (rmcp's, kept so both directions agree).
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
-/// The line buffer kept between messages.
-const KEEP_CAPACITY: usize = 64 * 1024;
+/// The least room left for one read; less, and the buffer grows first.
+const MIN_READ: usize = 64 * 1024;
+/// A line this long that fills the buffer from its start is handed on with the buffer
+/// itself (not copied out).
+const HAND_OFF: usize = 64 * 1024;
 
-/// Where the reader hands each complete line (with its newline).
+/// Where the reader hands each complete line (with its newline), owned: a response's result
+/// moves on inside it.
 pub trait LineSink: Send + Sync {
-    fn line(&self, line: &[u8]) -> impl Future<Output = ()> + Send;
+    fn line(&self, line: Vec<u8>) -> impl Future<Output = ()> + Send;
 }
 
 /// Reads the server's stdout until EOF or its first fault, handing each line to `sink`.
@@ -34,11 +42,11 @@ where
     R: AsyncRead + Unpin + Send,
     S: LineSink,
 {
-    let mut reader = BufReader::with_capacity(64 * 1024, input);
-    let mut line = Vec::with_capacity(4096);
+    // Grows to the pipe's size at once when a line outgrows its first read: a large result
+    // then arrives in the reads the pipe allows, into one buffer, without regrowing.
+    let mut reader = LineReader::new(input, crate::gateway::pipe_size::WANTED as usize);
     loop {
-        line.clear();
-        match read_line_capped(&mut reader, &mut line, MAX_LINE).await {
+        let line = match reader.next_line(MAX_LINE).await {
             Ok(Line::Eof) => break,
             Ok(Line::TooLong(n)) => {
                 faults.protocol_fault(format!(
@@ -47,16 +55,17 @@ where
                 ));
                 break;
             }
-            Ok(Line::Complete) => {
+            Ok(Line::Complete(line)) => {
                 if !faults.charge(line.len()) {
                     break;
                 }
+                line
             }
             Err(e) => {
                 tracing::debug!(server = %server, "reading the server's stdout failed: {e}");
                 break;
             }
-        }
+        };
         // A request from the server is held while its stdin is full: its answer would queue
         // for a writer that cannot write (see stdin_watch.rs).
         if faults.stdin.is_stalled()
@@ -69,43 +78,127 @@ where
             ));
             break;
         }
-        sink.line(&line).await;
-        // A large message leaves a large buffer: give it back.
-        if line.capacity() > KEEP_CAPACITY {
-            line.shrink_to(KEEP_CAPACITY);
-        }
+        sink.line(line).await;
     }
 }
 
+/// One read of [`LineReader::next_line`].
 pub(crate) enum Line {
-    Complete,
+    /// A whole line with its `\n` (or the stream's last bytes, without one).
+    Complete(Vec<u8>),
     Eof,
+    /// A line passed the cap: how many bytes of it were taken (`max + 1`).
     TooLong(usize),
 }
 
-/// Reads one line (with its `\n`) into `buf`. A line over `max` bytes (`MAX_LINE` in the tap,
-/// smaller in the fuzz target so the limit is reached) is not read further: `TooLong` as soon
-/// as the cap is passed (the server is at fault and will be stopped), so neither the buffer
-/// nor the time spent grows with the line.
-pub(crate) async fn read_line_capped<R: AsyncRead + Unpin>(
-    reader: &mut BufReader<R>,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<Line> {
-    let n = (&mut *reader)
-        .take(max as u64 + 1)
-        .read_until(b'\n', buf)
-        .await?;
-    if n == 0 {
-        return Ok(Line::Eof);
+/// Splits a stream into lines, reading straight into the buffer a line is handed on in:
+/// a line that fills the buffer from its start (a large result, as servers write one
+/// message at a time) leaves with the buffer itself; shorter ones are copied out and the
+/// buffer is reused.
+pub(crate) struct LineReader<R> {
+    input: R,
+    buf: Vec<u8>,
+    /// Where the line being read starts in `buf`.
+    start: usize,
+    /// `buf[start..scanned]` holds no newline.
+    scanned: usize,
+    /// What the buffer grows by at least once a line outgrows it.
+    grow: usize,
+    eof: bool,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    pub(crate) fn new(input: R, grow: usize) -> LineReader<R> {
+        LineReader {
+            input,
+            buf: Vec::new(),
+            start: 0,
+            scanned: 0,
+            grow: grow.max(1),
+            eof: false,
+        }
     }
-    if buf.len() > max && buf.last() != Some(&b'\n') {
-        let seen = buf.len();
-        buf.clear();
-        buf.shrink_to(KEEP_CAPACITY);
-        return Ok(Line::TooLong(seen));
+
+    /// The next line. One over `max` bytes (`MAX_LINE` in the tap, smaller in the fuzz
+    /// target so the limit is reached) is not read further: `TooLong` as soon as the cap is
+    /// passed (the server is at fault and will be stopped), so neither the buffer nor the
+    /// time spent grows with the line.
+    pub(crate) async fn next_line(&mut self, max: usize) -> std::io::Result<Line> {
+        loop {
+            if let Some(k) = memchr::memchr(b'\n', &self.buf[self.scanned..]) {
+                let end = self.scanned + k + 1;
+                if end - self.start > max + 1 {
+                    return Ok(Line::TooLong(max + 1));
+                }
+                return Ok(Line::Complete(self.take(end)));
+            }
+            self.scanned = self.buf.len();
+            let have = self.buf.len() - self.start;
+            if have > max {
+                return Ok(Line::TooLong(max + 1));
+            }
+            if self.eof {
+                if have == 0 {
+                    return Ok(Line::Eof);
+                }
+                let end = self.buf.len();
+                return Ok(Line::Complete(self.take(end)));
+            }
+            self.make_room();
+            // Never past the cap of the line being read.
+            let limit = (max + 1 - have) as u64;
+            if (&mut self.input)
+                .take(limit)
+                .read_buf(&mut self.buf)
+                .await?
+                == 0
+            {
+                self.eof = true;
+            }
+        }
     }
-    Ok(Line::Complete)
+
+    /// `buf[start..end]` as an owned line; the reader moves past it.
+    fn take(&mut self, end: usize) -> Vec<u8> {
+        let rest = self.buf.len() - end;
+        let line = if self.start == 0 && end >= HAND_OFF && rest < end {
+            // The buffer leaves with the line; what follows it (usually nothing) is copied.
+            let next = self.buf[end..].to_vec();
+            let mut line = std::mem::replace(&mut self.buf, next);
+            line.truncate(end);
+            line
+        } else {
+            let line = self.buf[self.start..end].to_vec();
+            self.start = end;
+            line
+        };
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+            // A large line copied out leaves a large buffer: give it back.
+            if self.buf.capacity() > 4 * self.grow {
+                self.buf = Vec::new();
+            }
+        }
+        self.scanned = self.start;
+        line
+    }
+
+    /// Room for the next read: a partial line after consumed ones moves to the front, and the
+    /// buffer grows (to `grow` at once, then doubling) when little room is left. The extra
+    /// `MIN_READ` keeps a result of exactly `grow` bytes plus its envelope in one buffer (a
+    /// 1 MiB result in a 1 MiB buffer was regrown, and copied, for its last 90 bytes).
+    fn make_room(&mut self) {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.scanned -= self.start;
+            self.start = 0;
+        }
+        if self.buf.capacity() - self.buf.len() < MIN_READ.min(self.grow) {
+            let more = self.buf.len().max(self.grow) + MIN_READ;
+            self.buf.reserve(more);
+        }
+    }
 }
 
 /// True for a line that may be a request (it has a `"method"` and an `"id"`): a substring
@@ -122,32 +215,17 @@ fn is_request(line: &[u8]) -> bool {
 pub(crate) fn progress_params(line: &[u8]) -> Option<ProgressNotificationParam> {
     const NEEDLE: &[u8] = b"notifications/progress";
     memchr::memmem::find(line, NEEDLE)?;
-    // `jsonrpc` is checked as rmcp checks it: a line rmcp would refuse (another version, or
-    // bytes that are not UTF-8 anywhere in it) must not be forwarded as progress either
-    // (both found by the jsonrpc_framing fuzz target).
-    #[derive(serde::Deserialize)]
-    struct Note {
-        jsonrpc: String,
-        method: String,
-        params: ProgressNotificationParam,
-        /// Present at all, even as `null`: rmcp refuses a notification with an `id` (an
-        /// `Option` would read `"id": null` as absent; found by the fuzz target).
-        #[serde(default)]
-        id: Present,
+    // The envelope as the peer reads it (`envelope::classify`): a line that is not UTF-8
+    // (rmcp refuses it), whose `jsonrpc` is not "2.0", or that has an `id` member at all,
+    // even `null` (rmcp refuses a notification with one), is no progress notification (all
+    // found by the jsonrpc_framing fuzz target).
+    match classify(line) {
+        Kind::Notification {
+            method: "notifications/progress",
+            params: Some(params),
+        } => serde_json::from_str(params.get()).ok(),
+        _ => None,
     }
-    #[derive(Default)]
-    struct Present(bool);
-    impl<'de> serde::Deserialize<'de> for Present {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            serde::de::IgnoredAny::deserialize(d).map(|_| Present(true))
-        }
-    }
-    // UTF-8 first: serde skips the strings of unknown fields without validating them, and
-    // rmcp (which keeps them) refuses such a line.
-    let text = std::str::from_utf8(line).ok()?;
-    let note: Note = serde_json::from_str(text).ok()?;
-    (note.jsonrpc == "2.0" && note.method == "notifications/progress" && !note.id.0)
-        .then_some(note.params)
 }
 
 #[cfg(test)]
@@ -191,8 +269,8 @@ mod tests {
     #[derive(Default)]
     struct Collect(std::sync::Mutex<Vec<u8>>);
     impl LineSink for Collect {
-        async fn line(&self, line: &[u8]) {
-            self.0.lock().unwrap().extend_from_slice(line);
+        async fn line(&self, line: Vec<u8>) {
+            self.0.lock().unwrap().extend_from_slice(&line);
         }
     }
 
@@ -218,6 +296,48 @@ mod tests {
         let fault = faults.fault().unwrap();
         assert!(fault.contains("protocol fault"), "{fault}");
         writer.abort();
+    }
+
+    /// Large lines leave with the reader's buffer, small ones are copied out of it: either
+    /// way every line arrives whole, in order, however the pipe splits the stream.
+    #[tokio::test]
+    async fn large_and_small_lines_arrive_whole_whatever_the_reads() {
+        use tokio::io::AsyncWriteExt;
+        let line = |n: usize, c: u8| [vec![c; n], b"\n".to_vec()].concat();
+        let lines = [
+            line(10, b'a'),
+            line(100_000, b'b'),
+            line(3, b'c'),
+            line(300_000, b'd'),
+            line(HAND_OFF - 1, b'e'),
+            line(HAND_OFF, b'f'),
+            vec![b'g'; 70_000],
+        ];
+        let stream = lines.concat();
+        for (write, grow) in [(7_000, 4096), (65_536, 1 << 20), (1 << 20, 100)] {
+            let (mut w, r) = tokio::io::duplex(write);
+            let data = stream.clone();
+            let writer = tokio::spawn(async move { w.write_all(&data).await });
+            let mut reader = LineReader::new(r, grow);
+            let mut got = Vec::new();
+            loop {
+                match reader.next_line(MAX_LINE).await.unwrap() {
+                    Line::Complete(l) => got.push(l),
+                    Line::Eof => break,
+                    Line::TooLong(n) => panic!("too long: {n}"),
+                }
+            }
+            writer.await.unwrap().unwrap();
+            assert_eq!(got.len(), lines.len(), "write {write}, grow {grow}");
+            for (g, l) in got.iter().zip(&lines) {
+                assert!(
+                    g == l,
+                    "a {}-byte line came out as {} bytes",
+                    l.len(),
+                    g.len()
+                );
+            }
+        }
     }
 
     #[tokio::test]

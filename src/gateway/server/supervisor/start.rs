@@ -253,7 +253,7 @@ async fn handshake(
             .request(id, "server/discover", Some(&params), timeout, None)
             .await;
         let said = match &reply {
-            Ok(Reply::Result(raw)) => verdict(Ok(raw), &slot.name),
+            Ok(Reply::Result(raw)) => verdict(Ok(raw.get()), &slot.name),
             Ok(Reply::Error(e)) => verdict(Err(&e.message), &slot.name),
             Err(NoReply::Timeout) => return Err(StartError::DiscoverTimeout(timeout)),
             Err(_) => {

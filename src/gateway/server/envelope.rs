@@ -1,0 +1,445 @@
+//! What one line of a server's stdout is, read from its envelope only (`jsonrpc`, `id`,
+//! `method`, and where `params`, `result` and `error` lie): pure, no I/O, shared by the peer's
+//! dispatch (`peer.rs`), the tap's progress filter (`tap.rs`) and the fuzz and property tests.
+//!
+//! Why a scanner before serde: every response, a 1 MiB `read` result included, crossed a
+//! serde parse of the whole line only to learn where its `id` and `result` are; that parse
+//! (serde's string scan) was the largest user-space cost of relaying a large result. The
+//! scanner reads a plain response (`{"jsonrpc":"2.0","id":…,"result":…}`, members in any
+//! order, unknown members allowed) in one pass that checks the whole line is JSON as serde
+//! reads it: control bytes are looked for in one pass over the line, strings are skipped
+//! with `memchr` from quote or backslash to the next, every escape is checked, numbers and
+//! literals follow the grammar. `tests/props.rs` holds it to serde's answer.
+//!
+//! Never: guess. Anything the scanner is not sure of (a control byte anywhere but the line's
+//! end, a key written with an escape, a repeated envelope member, a `null` id or result, a
+//! `method` or `error` member, a `jsonrpc` that is not the literal `"2.0"`, anything that is
+//! not valid JSON) gives `None`, and serde decides exactly as it did before the scanner.
+
+use std::ops::Range;
+
+use rmcp::model::ErrorData;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// What one line is, once its envelope is read. Spans borrow the line.
+#[derive(Debug)]
+pub enum Kind<'a> {
+    Response {
+        /// The id's JSON text.
+        id: &'a str,
+        /// The raw `result` (a slice of the line), or the `error` as the envelope read it.
+        reply: Result<&'a str, ErrorData>,
+    },
+    Request {
+        id: &'a RawValue,
+        method: &'a str,
+        params: Option<&'a RawValue>,
+    },
+    Notification {
+        method: &'a str,
+        params: Option<&'a RawValue>,
+    },
+    Invalid(String),
+}
+
+/// Classifies a line (the fuzz target and unit tests call it directly).
+pub fn classify(line: &[u8]) -> Kind<'_> {
+    match std::str::from_utf8(line) {
+        Ok(text) => classify_text(text),
+        Err(_) => Kind::Invalid("not UTF-8".into()),
+    }
+}
+
+/// Classifies a line known to be UTF-8: the scanner first, serde where it is not sure.
+pub fn classify_text(text: &str) -> Kind<'_> {
+    match response(text) {
+        Some(spans) => Kind::Response {
+            id: &text[spans.id],
+            reply: Ok(&text[spans.result]),
+        },
+        None => classify_serde(text),
+    }
+}
+
+/// The parts of a line serde reads; everything else stays unparsed.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    jsonrpc: std::borrow::Cow<'a, str>,
+    /// Present at all, even as `null`: a message with an `id` member is no notification
+    /// (an `Option` alone reads `"id": null` as absent).
+    #[serde(borrow, default, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    /// Borrowed: a method name with escapes in it is not one we know (the line is invalid).
+    #[serde(borrow, default)]
+    method: Option<&'a str>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(default)]
+    error: Option<ErrorData>,
+}
+
+/// A member that is present is `Some`, whatever its value (`null` included).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue>::deserialize(d).map(Some)
+}
+
+/// Classifies a line with serde alone (what [`classify_text`] falls back to, and the
+/// property test's reference).
+pub fn classify_serde(text: &str) -> Kind<'_> {
+    match serde_json::from_str::<Envelope<'_>>(text) {
+        Err(e) => Kind::Invalid(e.to_string()),
+        Ok(env) if env.jsonrpc != "2.0" => Kind::Invalid("jsonrpc is not \"2.0\"".into()),
+        Ok(env) => match (env.id, env.method) {
+            (Some(id), Some(method)) => Kind::Request {
+                id,
+                method,
+                params: env.params,
+            },
+            (None, Some(method)) => Kind::Notification {
+                method,
+                params: env.params,
+            },
+            (Some(id), None) => match (env.result, env.error) {
+                (_, Some(e)) => Kind::Response {
+                    id: id.get(),
+                    reply: Err(e),
+                },
+                (Some(r), None) => Kind::Response {
+                    id: id.get(),
+                    reply: Ok(r.get()),
+                },
+                (None, None) => Kind::Invalid("a response with neither result nor error".into()),
+            },
+            (None, None) => {
+                Kind::Invalid("neither a request, a notification nor a response".into())
+            }
+        },
+    }
+}
+
+/// Where the `id` and `result` of a plain response lie in its line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseSpans {
+    pub id: Range<usize>,
+    pub result: Range<usize>,
+}
+
+/// The spans of a plain response's `id` and `result`, when the whole line is surely valid
+/// JSON that serde reads as a response with that id and that result; `None` when unsure.
+pub fn response(line: &str) -> Option<ResponseSpans> {
+    let b = line.as_bytes();
+    // A control byte is invalid in a string and rare between tokens; only the line's own
+    // end is expected. With none, strings can be skipped by looking for `"` and `\` only.
+    let body = b.strip_suffix(b"\n").unwrap_or(b);
+    if has_control(body) {
+        return None;
+    }
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(b, i + 1);
+    let (mut jsonrpc, mut id, mut params, mut result) = (false, None, false, None);
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(b, i)?;
+        let key = &b[i + 1..key_end - 1];
+        if key.contains(&b'\\') {
+            return None;
+        }
+        i = skip_ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        let start = skip_ws(b, i + 1);
+        let end = value_end(b, start)?;
+        let value = &b[start..end];
+        match key {
+            b"jsonrpc" if !jsonrpc && value == br#""2.0""# => jsonrpc = true,
+            b"id" if id.is_none() && value != b"null" => id = Some(start..end),
+            b"params" if !params => params = true,
+            b"result" if result.is_none() && value != b"null" => result = Some(start..end),
+            // A repeat, an odd value, or a member a plain response does not have.
+            b"jsonrpc" | b"id" | b"params" | b"result" | b"method" | b"error" => return None,
+            _ => {}
+        }
+        i = skip_ws(b, end);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b'}') => break,
+            _ => return None,
+        }
+    }
+    if skip_ws(b, i + 1) != b.len() || !jsonrpc {
+        return None;
+    }
+    Some(ResponseSpans {
+        id: id?,
+        result: result?,
+    })
+}
+
+/// True when a byte below 0x20 occurs: one pass the compiler vectorizes (a chunk at a time,
+/// no early exit inside a chunk).
+fn has_control(b: &[u8]) -> bool {
+    const CHUNK: usize = 64;
+    let hit = |c: &[u8]| c.iter().fold(0u8, |acc, &x| acc | u8::from(x < 0x20)) != 0;
+    let mut chunks = b.chunks_exact(CHUNK);
+    for c in &mut chunks {
+        if hit(c) {
+            return true;
+        }
+    }
+    hit(chunks.remainder())
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// The index just past the closing quote of the string opening at `start` (a `"`); every
+/// escape checked as serde checks it (control bytes were ruled out before).
+fn string_end(b: &[u8], start: usize) -> Option<usize> {
+    let mut j = start + 1;
+    loop {
+        let k = j + memchr::memchr2(b'"', b'\\', b.get(j..)?)?;
+        if b[k] == b'"' {
+            return Some(k + 1);
+        }
+        match *b.get(k + 1)? {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => j = k + 2,
+            b'u' => {
+                let hex = b.get(k + 2..k + 6)?;
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return None;
+                }
+                j = k + 6;
+            }
+            _ => return None,
+        }
+    }
+}
+
+fn digits_end(b: &[u8], mut i: usize) -> usize {
+    while b.get(i).is_some_and(u8::is_ascii_digit) {
+        i += 1;
+    }
+    i
+}
+
+/// The index just past the number starting at `start` (JSON's grammar: no leading zero, a
+/// digit after `.` and after the exponent's sign).
+fn number_end(b: &[u8], start: usize) -> Option<usize> {
+    let mut i = start;
+    if b.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    match *b.get(i)? {
+        b'0' => {
+            i += 1;
+            if b.get(i).is_some_and(u8::is_ascii_digit) {
+                return None;
+            }
+        }
+        b'1'..=b'9' => i = digits_end(b, i + 1),
+        _ => return None,
+    }
+    if b.get(i) == Some(&b'.') {
+        let j = digits_end(b, i + 1);
+        if j == i + 1 {
+            return None;
+        }
+        i = j;
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        let j = digits_end(b, i);
+        if j == i {
+            return None;
+        }
+        i = j;
+    }
+    Some(i)
+}
+
+/// The start of a member's value: the key at `i` (a string), a colon, whitespace.
+fn member_value(b: &[u8], i: usize) -> Option<usize> {
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let i = skip_ws(b, string_end(b, i)?);
+    if b.get(i) != Some(&b':') {
+        return None;
+    }
+    Some(skip_ws(b, i + 1))
+}
+
+/// The index just past the value starting at `start`, the whole value checked.
+fn value_end(b: &[u8], start: usize) -> Option<usize> {
+    // The open arrays and objects, innermost last.
+    let mut open: Vec<u8> = Vec::new();
+    let mut i = start;
+    loop {
+        // A value starts at `i`.
+        match *b.get(i)? {
+            b'"' => i = string_end(b, i)?,
+            b'-' | b'0'..=b'9' => i = number_end(b, i)?,
+            b't' | b'f' | b'n' => {
+                let word: &[u8] = match b[i] {
+                    b't' => b"true",
+                    b'f' => b"false",
+                    _ => b"null",
+                };
+                if !b[i..].starts_with(word) {
+                    return None;
+                }
+                i += word.len();
+            }
+            b'[' => {
+                i = skip_ws(b, i + 1);
+                if b.get(i) == Some(&b']') {
+                    i += 1;
+                } else {
+                    open.push(b'[');
+                    continue;
+                }
+            }
+            b'{' => {
+                i = skip_ws(b, i + 1);
+                if b.get(i) == Some(&b'}') {
+                    i += 1;
+                } else {
+                    open.push(b'{');
+                    i = member_value(b, i)?;
+                    continue;
+                }
+            }
+            _ => return None,
+        }
+        // A value ended at `i`: close what it ends, or go on to the next one.
+        loop {
+            let Some(&inner) = open.last() else {
+                return Some(i);
+            };
+            i = skip_ws(b, i);
+            match (*b.get(i)?, inner) {
+                (b',', b'[') => {
+                    i = skip_ws(b, i + 1);
+                    break;
+                }
+                (b',', _) => {
+                    i = member_value(b, skip_ws(b, i + 1))?;
+                    break;
+                }
+                (b']', b'[') | (b'}', b'{') => {
+                    open.pop();
+                    i += 1;
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spans(line: &str) -> Option<(&str, &str)> {
+        response(line).map(|s| (&line[s.id], &line[s.result]))
+    }
+
+    #[test]
+    fn plain_responses_are_read_without_serde() {
+        assert_eq!(
+            spans("{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"x\":1.0,\"a\":[1,-2e+5,true,null,\"\\u00e9\\n\"]}}\n"),
+            Some(("3", r#"{"x":1.0,"a":[1,-2e+5,true,null,"\u00e9\n"]}"#))
+        );
+        assert_eq!(
+            spans(r#" { "result" : [] , "x": {"id":9}, "id" : "a\"b" , "jsonrpc" : "2.0" } "#),
+            Some((r#""a\"b""#, "[]"))
+        );
+    }
+
+    #[test]
+    fn anything_it_cannot_be_sure_of_is_left_to_serde() {
+        for doubtful in [
+            // Not a plain response.
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":null}"#,
+            r#"{"jsonrpc":"2.0","id":1}"#,
+            r#"{"jsonrpc":"1.0","id":1,"result":{}}"#,
+            r#"{"jsonrpc":"2\u002e0","id":1,"result":{}}"#,
+            r#"{"id":1,"result":{}}"#,
+            // Escaped or repeated envelope keys.
+            r#"{"jsonrpc":"2.0","i\u0064":1,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{},"result":{}}"#,
+            // Control bytes: a tab between tokens (valid, left to serde) or in a string.
+            "{\"jsonrpc\":\"2.0\",\t\"id\":1,\"result\":{}}",
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"a\u{1}b\"}",
+            // Not JSON.
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":1,}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":[1 2]}"#,
+            r#"{"jsonrpc":"2.0","id":01,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1.,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":"\x"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":"\u12G4"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":tru}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{}} x"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":"abc}"#,
+            "",
+        ] {
+            assert_eq!(response(doubtful), None, "{doubtful}");
+        }
+    }
+
+    #[test]
+    fn agrees_with_serde_wherever_it_answers() {
+        for line in [
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"\\\"}\\\\\"}]}}\n",
+            r#"{"result":{"isError":false},"jsonrpc":"2.0","params":[1],"id":"x-1"}"#,
+            r#"{"jsonrpc":"2.0","id":-0.5e-3,"result":0}"#,
+        ] {
+            let fast = spans(line).unwrap();
+            match classify_serde(line) {
+                Kind::Response { id, reply: Ok(r) } => assert_eq!(fast, (id, r), "{line}"),
+                other => panic!("serde read {line} as {other:?}"),
+            }
+        }
+    }
+
+    /// Regression (stop 20): `"id": null` read as no id at all, so a line with a `null` id
+    /// and a method passed as a notification; a message with an `id` member, even `null`,
+    /// is none (the tap's progress filter already treated it so).
+    #[test]
+    fn a_null_id_is_an_id_member_not_a_notification() {
+        let line = br#"{"jsonrpc":"2.0","id":null,"method":"notifications/message","params":{}}"#;
+        assert!(
+            matches!(classify(line), Kind::Request { id, .. } if id.get() == "null"),
+            "{:?}",
+            classify(line)
+        );
+        let line = br#"{"jsonrpc":"2.0","id":null,"result":{}}"#;
+        assert!(
+            matches!(classify(line), Kind::Response { id: "null", .. }),
+            "{:?}",
+            classify(line)
+        );
+    }
+}
