@@ -4,7 +4,7 @@
 # the state dir). Runs `palisade check` inside, then `palisade serve --http` with a config
 # serving `palisade fs-server`, reached from the host through the Python SDK's HTTP client (and
 # the same fs-server launched directly in the container as the control), and times container
-# start to /readyz. Then the attack suite's serve table (tests/attacks.rs) inside the same kind
+# start to /readyz. Then the attack suite's serve table (tests/attacks/serve.rs) inside the same kind
 # of container, under the tiers `palisade check` finds there, each attack also launched directly
 # as its control (scripts/attack-image.sh makes the image it runs in), the network allowlist
 # rows included (a server with an allowlist, its Landlock loopback proxy port, an origin on
@@ -195,7 +195,7 @@ print(",".join(t))' 2>/dev/null)
       -e PALISADE_TEST_DEPS=/opt/palisade-test -e PALISADE_ATTACK_TIERS="$tiers" \
       -e PALISADE_ATTACK_BIN=/usr/local/bin/palisade -e PALISADE_ATTACK_TABLE=/out/table.md \
       --entrypoint "$harness" "$attack_image" \
-      --exact every_attack_through_serve_fails_and_succeeds_without_palisade --nocapture \
+      --exact serve::every_attack_through_serve_fails_and_succeeds_without_palisade --nocapture \
       >"$work/attacks.log" 2>&1
     attacks_rc=$?
     secs=$(( $(date +%s) - t0 ))
@@ -223,7 +223,7 @@ echo
 echo "palisade check inside the container:"; sed 's/^/    /' "$work/check.txt"
 if [ -f "${work}/attacks/table.md" ]; then
   echo
-  echo "attack suite inside the container (tests/attacks.rs, serve table; tiers: $tiers; as uid 10001, default seccomp, --cap-drop=ALL, no-new-privileges, read-only root):"
+  echo "attack suite inside the container (tests/attacks/serve.rs, serve table; tiers: $tiers; as uid 10001, default seccomp, --cap-drop=ALL, no-new-privileges, read-only root):"
   cat "$work/attacks/table.md"
   echo "rows the container itself refuses (their control fails there):"
   grep '^skipped ' "$work/attacks.log" | sed 's/^/    /'

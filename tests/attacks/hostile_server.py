@@ -1,6 +1,6 @@
 """A hostile MCP server: every tool tries one escape and reports whether it worked.
 
-usage: hostile_server.py CONFIG_JSON   (the scene the test planted; see tests/attacks.rs)
+usage: hostile_server.py CONFIG_JSON   (the scene the test planted; see tests/attacks/scene.rs)
 
 Each tool returns the JSON text {"ok": bool, "detail": str}; "ok" means the attack
 SUCCEEDED. It is the compromised or prompt-injected server Palisade exists for: the test runs

@@ -2,7 +2,7 @@
 """The ways a sandboxed process may try to get past its network allowlist, in one place.
 
 Imported by the hostile MCP server (tests/attacks/hostile_server.py: the allowlist rows of the
-attack x tier table in tests/attacks.rs) and run as a program by the Landlock egress test
+attack x tier table in tests/attacks/allowlist.rs) and run as a program by the Landlock egress test
 (tests/egress_gateway.rs, under `palisade run --backend landlock --allow-domain ...`).
 Only the standard library: it must run with nothing but /usr visible.
 

@@ -55,14 +55,6 @@ impl AuditSink for Collect {
     }
 }
 
-struct Broken;
-
-impl AuditSink for Broken {
-    fn record(&self, _rec: &CallRecord) -> Result<(), AuditError> {
-        Err(AuditError("disk full".into()))
-    }
-}
-
 fn args(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
     v.as_object().unwrap().clone()
 }
@@ -170,23 +162,6 @@ async fn policy_and_approval_stages_decide_and_every_call_is_audited() {
     assert!(matches!(recs[2].result, CallOutcome::Denied { .. }));
     assert!(recs[2].escalation_result.is_some());
 
-    client.cancel().await.unwrap();
-    served.await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_audit_sink_fails_the_call_closed() {
-    let ws = Workspace::new();
-    let (client, served) = start(&ws, Arc::new(Broken), TestPolicy::default()).await;
-    let err = client
-        .call_tool(CallToolRequestParams::new("probe__pid"))
-        .await
-        .unwrap_err();
-    let msg = err.to_string();
-    assert!(
-        msg.contains("audit log could not be written (disk full)"),
-        "{msg}"
-    );
     client.cancel().await.unwrap();
     served.await.unwrap();
 }

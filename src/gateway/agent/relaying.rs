@@ -1,5 +1,5 @@
 //! The service the agent's connection runs on stdio: rmcp's session around `Upstream`
-//! (`service.rs`), except for the answers Palisade relays rather than makes.
+//! (`service/`), except for the answers Palisade relays rather than makes.
 //!
 //! Why apart from `Upstream`: rmcp's typed models drop what they do not know (a tool's
 //! `execution`) and re-spell numbers, so the lists, prompts, resource reads, completions and

@@ -154,7 +154,7 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
         Tier::Srt => {
             spec.share_pid = share_pid;
             // srt does not keep the write-protected files found in read-write grants
-            // read-only on its own (tests/attacks.rs, srt column): name them as denyWrite.
+            // read-only on its own (tests/attacks/serve.rs, srt column): name them as denyWrite.
             let mut req = req.into_owned();
             if req.write_protect {
                 req.deny_write

@@ -10,22 +10,27 @@
 //!
 //! Never: answer from a cache of a downstream's results (lists come from the live catalog),
 //! or block: every handler works on an `Arc` snapshot and awaits only the downstream.
+//!
+//! Split by job: this module is the handler itself (capabilities, lists, tool calls,
+//! listen streams, log levels); `routed` forwards and audits the routed non-tool requests;
+//! `checks` judges the paths those requests name against the roots.
 #![allow(deprecated)] // logging (set_level) is deprecated in rmcp (SEP-2577) but still used.
+
+mod checks;
+mod routed;
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Instant;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientRequest, CompleteRequest,
-    CompleteRequestParams, CompleteResult, GetPromptRequest, GetPromptRequestParams,
-    GetPromptResponse, GetTaskParams, GetTaskResult, Implementation, InitializeRequestParams,
-    InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequest,
-    ReadResourceRequestParams, ReadResourceResponse, Reference, ServerCapabilities, ServerConfig,
-    ServerNotification, SetLevelRequest, SetLevelRequestParams, SubscribeRequest,
-    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequest, UnsubscribeRequestParams,
-    UpdateTaskParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientRequest,
+    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse,
+    GetTaskParams, GetTaskResult, Implementation, InitializeRequestParams, InitializeResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, ServerNotification, SetLevelRequest, SetLevelRequestParams,
+    SubscribeRequest, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequest,
+    UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -33,312 +38,18 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::audit::RecordKind;
-use crate::gateway::call::pipeline::{self, forwarded_meta};
-use crate::gateway::server::handler::{ForwardError, UpTarget, PROTOCOL};
+use crate::gateway::call::pipeline;
+use crate::gateway::server::handler::PROTOCOL;
 use crate::gateway::state::Shared;
+
+use routed::Audited;
 
 /// The agent-facing handler. Cheap to clone.
 #[derive(Clone)]
 pub struct Upstream {
     pub shared: Arc<Shared>,
     /// Over HTTP: each initialized session's agent peer, for the front's fast path.
-    pub sessions: Option<Arc<super::http::fast::SessionPeers>>,
-}
-
-impl Upstream {
-    /// Forwards a non-tool request to server `idx` with the call timeout, the agent's
-    /// cancellation and progress mapping.
-    async fn forward(
-        &self,
-        idx: usize,
-        request: ClientRequest,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<Box<RawValue>, ErrorData> {
-        let slot = &self.shared.slots[idx];
-        // Not forwarded while the server's roots are widening (it is being relaunched).
-        let _permit = slot.gate.read().await;
-        let snap = slot.snapshot();
-        let Some(live) = snap.live else {
-            return Err(crate::gateway::call::route::not_running(
-                &slot.name,
-                &snap.status,
-            ));
-        };
-        let progress_to = ctx.meta.get_progress_token().map(|token| UpTarget {
-            peer: ctx.peer.clone(),
-            token,
-        });
-        live.conn
-            .request_with(
-                request,
-                self.shared.limits.call_timeout,
-                Some(&ctx.ct),
-                progress_to,
-                forwarded_meta(ctx),
-                &serde_json::Map::new(),
-            )
-            .await
-            .map_err(|e| match e {
-                ForwardError::Server(e) => e,
-                other => ErrorData::internal_error(other.to_string(), None),
-            })
-    }
-
-    /// A resource is read (or subscribed to) only when every path it names lies inside the
-    /// server's current roots (and the agent's, when declared): a `file:` URI is its own
-    /// path; a URI of another scheme is searched for the paths a server could read through
-    /// it (`roots::path_like::paths_in_uri`). A refusal is audited and never forwarded.
-    fn check_resource_uri(
-        &self,
-        idx: usize,
-        kind: RecordKind,
-        uri: &str,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let mut arguments = serde_json::Map::new();
-        arguments.insert("uri".into(), serde_json::Value::String(uri.to_string()));
-        let found = crate::roots::path_like::paths_in_uri(uri);
-        self.check_found_paths(idx, kind, found, arguments, ctx)
-    }
-
-    /// `prompts/get`: every argument value that reads as a path is checked like a resource
-    /// path (a prompt that reads a file it is given is a tool call by another name).
-    fn check_prompt_arguments(
-        &self,
-        idx: usize,
-        request: &GetPromptRequestParams,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let found: Vec<String> = request
-            .arguments
-            .iter()
-            .flatten()
-            .filter_map(|(_, v)| v.as_str())
-            .filter(|v| crate::roots::path_like::looks_like_path(v))
-            .map(str::to_string)
-            .collect();
-        if found.is_empty() {
-            return Ok(());
-        }
-        let arguments = serde_json::json!({"name": request.name, "arguments": request.arguments});
-        let arguments = match arguments {
-            serde_json::Value::Object(m) => m,
-            _ => serde_json::Map::new(),
-        };
-        self.check_found_paths(idx, RecordKind::PromptsGet, Ok(found), arguments, ctx)
-    }
-
-    /// Checks paths read by a non-tool request against the agent's and the server's roots;
-    /// a refusal (or `found` being one) is audited as a deny and answered with the reason.
-    fn check_found_paths(
-        &self,
-        idx: usize,
-        kind: RecordKind,
-        found: Result<Vec<String>, String>,
-        arguments: serde_json::Map<String, serde_json::Value>,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let slot = &self.shared.slots[idx];
-        let set = slot.roots.current();
-        let cwd = slot.req.as_ref().and_then(|r| r.cwd.as_deref());
-        let home = slot.roots.options().home.as_deref();
-        // Both checks below judge one resolution of each path (nothing awaits between them).
-        let resolved =
-            crate::roots::resolved::CallPaths::new(&crate::roots::canon::Base { cwd, home });
-        let refusal = match found {
-            Err(why) => Some(format!("FORBIDDEN: {why} [server {}]", slot.name)),
-            Ok(paths) => {
-                let args: Vec<crate::policy::PathArg<'_>> = paths
-                    .iter()
-                    .map(|p| crate::policy::PathArg {
-                        value: p,
-                        roles: vec![crate::policy::Role::ReadPath],
-                    })
-                    .collect();
-                self.shared
-                    .upstream_roots
-                    .refuse(&args, &set, cwd, home, &resolved)
-                    .or_else(|| {
-                        args.iter().find_map(|a| {
-                            set.guard
-                                .check_shared(a.value, crate::roots::guard::Need::Read, &resolved)
-                                .err()
-                                .map(|e| format!("{e} [server {}]", slot.name))
-                        })
-                    })
-            }
-        };
-        let Some(reason) = refusal else {
-            return Ok(());
-        };
-        let snap = slot.snapshot();
-        let record = crate::gateway::stages::CallRecord {
-            kind: Some(kind),
-            ..crate::gateway::stages::CallRecord::new(
-                &slot.name,
-                kind.method(),
-                crate::gateway::stages::request_id_string(&ctx.id),
-                arguments,
-                crate::gateway::stages::PolicyVerdict::deny(reason.clone()),
-                crate::gateway::stages::CallOutcome::Denied {
-                    reason: reason.clone(),
-                },
-            )
-            .enforced(snap.enforcement)
-        };
-        if let Err(e) = self.shared.stages.audit.record(&record) {
-            tracing::error!(server = %slot.name, "audit write failed: {e}");
-            return Err(audit_failed(&e));
-        }
-        Err(ErrorData::invalid_params(reason, None))
-    }
-
-    /// Forwards a routed non-tool request and writes its one audit record before the answer
-    /// goes upstream; an audit failure replaces the answer with an error (fail closed).
-    async fn forward_audited(
-        &self,
-        idx: usize,
-        request: ClientRequest,
-        audit: Audited,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<Box<RawValue>, ErrorData> {
-        let started = Instant::now();
-        let answer = self.forward(idx, request, ctx).await;
-        let slot = &self.shared.slots[idx];
-        let snap = slot.snapshot();
-        let result = match &answer {
-            Ok(_) => crate::gateway::stages::CallOutcome::Success,
-            Err(e) => crate::gateway::stages::CallOutcome::Error {
-                error: e.message.to_string(),
-            },
-        };
-        let record = crate::gateway::stages::CallRecord {
-            kind: Some(audit.kind),
-            duration_ms: started.elapsed().as_millis() as u64,
-            // Readers that know only tool calls still see which method it was.
-            ..crate::gateway::stages::CallRecord::new(
-                &slot.name,
-                audit.kind.method(),
-                crate::gateway::stages::request_id_string(&ctx.id),
-                audit.arguments,
-                crate::gateway::stages::PolicyVerdict::allow(
-                    "not evaluated by the rules (they govern tool calls); the paths it names were checked against the roots",
-                ),
-                result,
-            )
-            .enforced(snap.enforcement)
-        };
-        if let Err(e) = self.shared.stages.audit.record(&record) {
-            tracing::error!(server = %slot.name, method = audit.kind.method(), "audit write failed: {e}");
-            return Err(audit_failed(&e));
-        }
-        answer
-    }
-
-    /// `prompts/get`, routed, checked and audited; the result as the server sent it.
-    pub(super) async fn get_prompt_raw(
-        &self,
-        mut request: GetPromptRequestParams,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<Box<RawValue>, ErrorData> {
-        let route = self
-            .shared
-            .catalog()
-            .prompt(&request.name)
-            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?
-            .clone();
-        request.name = route.name;
-        self.check_prompt_arguments(route.server, &request, context)?;
-        request.meta = None;
-        let audit = Audited::new(
-            RecordKind::PromptsGet,
-            serde_json::json!({"name": request.name, "arguments": request.arguments}),
-        );
-        let req = ClientRequest::GetPromptRequest(GetPromptRequest::new(request));
-        self.forward_audited(route.server, req, audit, context)
-            .await
-    }
-
-    /// `resources/read`, routed, checked and audited; the result as the server sent it.
-    pub(super) async fn read_resource_raw(
-        &self,
-        mut request: ReadResourceRequestParams,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<Box<RawValue>, ErrorData> {
-        let idx = self.resource_owner(&request.uri)?;
-        self.check_resource_uri(idx, RecordKind::ResourcesRead, &request.uri, context)?;
-        request.meta = None;
-        let audit = Audited::new(
-            RecordKind::ResourcesRead,
-            serde_json::json!({"uri": request.uri}),
-        );
-        let req = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(request));
-        self.forward_audited(idx, req, audit, context).await
-    }
-
-    /// `completion/complete`, routed and audited; the result as the server sent it.
-    pub(super) async fn complete_raw(
-        &self,
-        mut request: CompleteRequestParams,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<Box<RawValue>, ErrorData> {
-        let idx = match &mut request.r#ref {
-            Reference::Prompt(p) => {
-                let route = self
-                    .shared
-                    .catalog()
-                    .prompt(&p.name)
-                    .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?
-                    .clone();
-                p.name = route.name;
-                route.server
-            }
-            Reference::Resource(r) => self.resource_owner(&r.uri)?,
-            _ => {
-                return Err(ErrorData::invalid_params(
-                    "unsupported completion reference",
-                    None,
-                ))
-            }
-        };
-        request.meta = None;
-        let audit = Audited::new(
-            RecordKind::Completion,
-            serde_json::json!({"ref": request.r#ref, "argument": request.argument}),
-        );
-        let req = ClientRequest::CompleteRequest(CompleteRequest::new(request));
-        self.forward_audited(idx, req, audit, context).await
-    }
-
-    fn resource_owner(&self, uri: &str) -> Result<usize, ErrorData> {
-        self.shared
-            .catalog()
-            .resource(uri)
-            .map_err(|e| ErrorData::resource_not_found(e.to_string(), None))
-    }
-}
-
-/// What the audit record of a non-tool request says about it.
-struct Audited {
-    kind: RecordKind,
-    arguments: serde_json::Map<String, serde_json::Value>,
-}
-
-impl Audited {
-    fn new(kind: RecordKind, arguments: serde_json::Value) -> Audited {
-        let arguments = match arguments {
-            serde_json::Value::Object(m) => m,
-            _ => serde_json::Map::new(),
-        };
-        Audited { kind, arguments }
-    }
-}
-
-fn audit_failed(e: &crate::gateway::stages::AuditError) -> ErrorData {
-    ErrorData::internal_error(
-        format!("the request was not completed because the audit log could not be written ({e}); palisade fails closed"),
-        None,
-    )
+    pub sessions: Option<Arc<crate::gateway::agent::http::fast::SessionPeers>>,
 }
 
 /// The params of a `tasks/*` request naming `task_id`.
@@ -361,7 +72,7 @@ fn typed<T: serde::de::DeserializeOwned>(what: &str, raw: &RawValue) -> Result<T
     let mut v: Value = serde_json::from_str(raw.get()).map_err(unexpected)?;
     // Only the discriminator: rmcp adds the cache hints itself, for 2026-07-28 peers only.
     if let Value::Object(obj) = &mut v {
-        super::versions::mark_complete(obj);
+        crate::gateway::agent::versions::mark_complete(obj);
     }
     serde_json::from_value(v).map_err(unexpected)
 }
@@ -385,7 +96,10 @@ impl ServerHandler for Upstream {
         if crate::gateway::call::tasks::takes_tool_tasks(takes.as_ref()) {
             caps.extensions
                 .get_or_insert_with(rmcp::model::ExtensionCapabilities::new)
-                .insert(super::tasks_v2::EXTENSION.into(), Default::default());
+                .insert(
+                    crate::gateway::agent::tasks_v2::EXTENSION.into(),
+                    Default::default(),
+                );
         }
         InitializeResult::new(caps)
             .with_protocol_version(PROTOCOL)
@@ -409,8 +123,13 @@ impl ServerHandler for Upstream {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         let params = task_params(&request.task_id)?;
-        let task =
-            super::task_bridge::answer(&self.shared, "tasks/get", Some(&params), &context).await?;
+        let task = crate::gateway::agent::task_bridge::answer(
+            &self.shared,
+            "tasks/get",
+            Some(&params),
+            &context,
+        )
+        .await?;
         serde_json::from_value(task).map_err(|e| ErrorData::internal_error(e.to_string(), None))
     }
 
@@ -420,9 +139,14 @@ impl ServerHandler for Upstream {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let params = task_params(&request.task_id)?;
-        super::task_bridge::answer(&self.shared, "tasks/cancel", Some(&params), &context)
-            .await
-            .map(|_| ())
+        crate::gateway::agent::task_bridge::answer(
+            &self.shared,
+            "tasks/cancel",
+            Some(&params),
+            &context,
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn update_task(
@@ -430,7 +154,7 @@ impl ServerHandler for Upstream {
         _request: UpdateTaskParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        Err(super::task_bridge::not_updatable())
+        Err(crate::gateway::agent::task_bridge::not_updatable())
     }
 
     /// A 2026-07-28 agent's `subscriptions/listen` (stdio and HTTP): the three list kinds are
@@ -562,15 +286,15 @@ impl ServerHandler for Upstream {
         // is driven in rounds, so an approval or a server's question can be asked of its
         // agent as an input-required result, as over stdio.
         let mut as_task = false;
-        let mut result = if super::versions::is_modern(&context.meta) {
+        let mut result = if crate::gateway::agent::versions::is_modern(&context.meta) {
             // A task-only tool for an agent with the tasks extension (see `tasks_v2.rs`).
             let mut extra = Map::new();
-            as_task = super::tasks_v2::declared(&context.meta)
-                && super::task_bridge::requires_task(&self.shared, &request.name);
+            as_task = crate::gateway::agent::tasks_v2::declared(&context.meta)
+                && crate::gateway::agent::task_bridge::requires_task(&self.shared, &request.name);
             if as_task {
                 extra.insert("task".into(), Value::Object(Map::new()));
             }
-            super::mrtr::call(self.shared.clone(), request, extra, context).await?
+            crate::gateway::agent::mrtr::call(self.shared.clone(), request, extra, context).await?
         } else {
             let raw =
                 pipeline::call_tool(&self.shared, request, &Default::default(), context).await?;
@@ -578,7 +302,7 @@ impl ServerHandler for Upstream {
         };
         let unexpected = |e: serde_json::Error| ErrorData::internal_error(e.to_string(), None);
         if as_task {
-            if let Some(task) = super::tasks_v2::created(&result) {
+            if let Some(task) = crate::gateway::agent::tasks_v2::created(&result) {
                 return serde_json::from_value(task)
                     .map(CallToolResponse::Task)
                     .map_err(unexpected);
@@ -590,7 +314,7 @@ impl ServerHandler for Upstream {
                 .map_err(unexpected);
         }
         if let Value::Object(obj) = &mut result {
-            super::versions::mark_complete(obj);
+            crate::gateway::agent::versions::mark_complete(obj);
         }
         serde_json::from_value(result)
             .map(CallToolResponse::Complete)
