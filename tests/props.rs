@@ -2,7 +2,7 @@
 //! same checks longer, see scripts/fuzz.sh) for the parsers and builders an attacker's input
 //! reaches: the bwrap argv builder, domain matching (policy and egress), policy/annotation/list
 //! loading, and the gateway's JSON-RPC line framing. Path canonicalisation
-//! and file URIs have their own properties in src/roots/canon.rs and src/roots/uri.rs.
+//! and file URIs have their own properties in src/roots/canon/ and src/roots/uri.rs.
 //! Case counts and run times are recorded in docs/security.md.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 

@@ -1,4 +1,4 @@
-//! The bwrap argv builder (src/sandbox/bwrap.rs, `render`) against a model of what
+//! The bwrap argv builder (src/sandbox/bwrap/, `render`) against a model of what
 //! bubblewrap does with the argv.
 //!
 //! Input: a spec decoded from bytes. Paths are absolute and normal (the spec's contract),

@@ -1,5 +1,5 @@
 //! `file://` URIs (src/roots/uri.rs) and the path decoding in front of canonicalisation
-//! (src/roots/canon.rs, `decode_input`/`normalize`).
+//! (src/roots/canon/, `decode_input`/`normalize`).
 //!
 //! Invariants:
 //! 1. An accepted URI names an absolute local path: `file:` scheme, no query or fragment,

@@ -1,4 +1,4 @@
-//! Path canonicalisation and the RootGuard (src/roots/canon.rs, src/roots/guard.rs) against a
+//! Path canonicalisation and the RootGuard (src/roots/canon/, src/roots/guard.rs) against a
 //! real directory tree with fuzzer-planted symlinks.
 //!
 //! Each input builds, in a fresh scratch directory T: roots `T/r1` (with `sub/`) and `T/r2`,
