@@ -53,19 +53,24 @@ pub(super) fn spawn_and_wait(mut prepared: Prepared) -> Result<u8, ExitWith> {
     // Orphans of the child's tree come to palisade (and are ended with it), not to init.
     nix::sys::prctl::set_child_subreaper(true)
         .map_err(|e| ExitWith::new(1, format!("cannot become the subreaper: {e}")))?;
-    let cmd = prepared.command.as_std_mut();
     // The child starts with the mask palisade inherited, not the one blocked here: the
     // standard library passes the parent's mask on, and a command with SIGTERM blocked would
-    // not end when palisade forwards it. Runs after the tier's own pre-exec steps (Landlock,
+    // not end when palisade forwards it. Set after the tier's own pre-exec steps (Landlock,
     // seccomp), which allow rt_sigprocmask.
-    // SAFETY: pthread_sigmask is async-signal-safe; the closure touches no other state.
-    unsafe {
-        cmd.pre_exec(move || inherited.thread_set_mask().map_err(std::io::Error::from));
+    let pid = match prepared.spawn_unforked(inherited.as_ref()) {
+        // The Landlock tier: started without a fork of this process's memory.
+        Some(spawned) => spawned,
+        None => {
+            let cmd = prepared.command.as_std_mut();
+            // SAFETY: pthread_sigmask is async-signal-safe; the closure touches no other state.
+            unsafe {
+                cmd.pre_exec(move || inherited.thread_set_mask().map_err(std::io::Error::from));
+            }
+            cmd.spawn().map(|child| child.id())
+        }
     }
-    let child = cmd
-        .spawn()
-        .map_err(|e| ExitWith::new(EXIT_CANNOT_EXEC, format!("cannot start the sandbox: {e}")))?;
-    let pid = Pid::from_raw(child.id() as i32);
+    .map_err(|e| ExitWith::new(EXIT_CANNOT_EXEC, format!("cannot start the sandbox: {e}")))?;
+    let pid = Pid::from_raw(pid as i32);
     let status = wait_forwarding(pid, &set);
     end_descendants();
     drop(prepared);

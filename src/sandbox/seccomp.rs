@@ -153,6 +153,11 @@ fn socket_rules(sockets: Sockets) -> Result<Vec<SeccompRule>, SeccompError> {
     let Sockets::Landlock { inet } = sockets else {
         return Ok(vec![rule(vec![cond(0, Dword, Eq, AF_VSOCK)])?]);
     };
+    if inet == Inet::None {
+        // Every family refused: no condition to test (a shorter program for the kernel to
+        // check, JIT-compile and cache at every Landlock launch).
+        return Ok(Vec::new());
+    }
     // Neither AF_INET nor AF_INET6.
     let mut rules = vec![rule(vec![
         cond(0, Dword, Ne, AF_INET),
@@ -160,11 +165,8 @@ fn socket_rules(sockets: Sockets) -> Result<Vec<SeccompRule>, SeccompError> {
     ])?];
     for family in [AF_INET, AF_INET6] {
         match inet {
-            Inet::Any => continue,
-            Inet::None => {
-                rules.push(rule(vec![cond(0, Dword, Eq, family)])?);
-                continue;
-            }
+            // None returned above (everything refused); Any allows every internet socket.
+            Inet::Any | Inet::None => continue,
             Inet::Tcp => {}
         }
         // Any type but SOCK_STREAM (UDP, raw, SCTP's SOCK_SEQPACKET, ...).

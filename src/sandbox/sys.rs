@@ -1,13 +1,21 @@
 //! The sandbox's few raw system calls, kept in one place so every `unsafe` block sits here
-//! with its `SAFETY:` line: the memfd that carries the seccomp program to bwrap, and the
-//! setup that runs in the child between fork and exec (no descriptor but stdio and the
-//! seccomp program survives exec; resource limits).
+//! (and in `spawn`, its child module) with its `SAFETY:` line: the memfd that carries the
+//! seccomp program to bwrap, the setup that runs in the child between fork and exec (no
+//! descriptor but stdio and the seccomp program survives exec; resource limits; the Landlock
+//! tier's restrictions, `LandlockChild`), and `spawn`, which starts a Landlock command
+//! without copying this process's memory.
 //!
 //! Never allocates or locks in the child: only async-signal-safe syscalls run after fork.
 
+mod spawn;
+
+pub use spawn::{spawn, Exec};
+
+use std::ffi::CString;
 use std::io::{Seek, SeekFrom, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
+use std::sync::Arc;
 
 use super::spec::ResourceLimits;
 
@@ -56,28 +64,11 @@ pub fn install_child_setup(
 /// Registers a second child-side hook: the child writes `0` (itself) into each
 /// `cgroup.procs` file, so that it and everything it forks is limited from its first
 /// instruction. Failing to join fails the spawn (fail closed).
-pub fn join_cgroups(cmd: &mut std::process::Command, files: Vec<std::ffi::CString>) {
+pub fn join_cgroups(cmd: &mut std::process::Command, files: Vec<CString>) {
     if files.is_empty() {
         return;
     }
-    let hook = move || -> std::io::Result<()> {
-        for f in &files {
-            // SAFETY: `f` is a NUL-terminated path built before fork; open has no other input.
-            let fd = unsafe { libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // SAFETY: writes one byte from a static buffer to the descriptor just opened.
-            let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
-            let e = std::io::Error::last_os_error();
-            // SAFETY: closes the descriptor opened above, owned by nobody else.
-            unsafe { libc::close(fd) };
-            if n != 1 {
-                return Err(e);
-            }
-        }
-        Ok(())
-    };
+    let hook = move || join_cgroups_now(&files);
     // SAFETY: the hook only makes async-signal-safe system calls (open, write, close) on
     // data prepared before fork; it neither allocates nor locks.
     unsafe {
@@ -85,36 +76,71 @@ pub fn join_cgroups(cmd: &mut std::process::Command, files: Vec<std::ffi::CStrin
     }
 }
 
-/// Registers the Landlock tier's child-side hook, to run after every other one (so the
-/// cgroup join and the rlimits happen first): drop every capability (bounding set,
-/// ambient, effective/permitted/inheritable: a root launcher's child keeps none, and none
-/// comes back at exec), set `no_new_privs`, restrict the process with the ruleset
-/// descriptor `ruleset` (built before fork), then install `filter`. Any failure fails the
-/// spawn (fail closed).
-pub fn install_landlock(
-    cmd: &mut std::process::Command,
-    ruleset: RawFd,
-    filter: Option<seccompiler::BpfProgram>,
-    root: bool,
-) {
-    let hook = move || -> std::io::Result<()> {
-        drop_capabilities(root)?;
+/// Writes `0` (the calling process) into each `cgroup.procs` file of `files`.
+/// Async-signal-safe: open, write and close on paths built beforehand.
+fn join_cgroups_now(files: &[CString]) -> std::io::Result<()> {
+    for f in files {
+        // SAFETY: `f` is a NUL-terminated path built before fork; open has no other input.
+        let fd = unsafe { libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: writes one byte from a static buffer to the descriptor just opened.
+        let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+        let e = std::io::Error::last_os_error();
+        // SAFETY: closes the descriptor opened above, owned by nobody else.
+        unsafe { libc::close(fd) };
+        if n != 1 {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Everything a Landlock child does between its start and its exec, prepared before it
+/// starts: join its cgroups, mark every descriptor above stderr close-on-exec, lower its
+/// rlimits, drop every capability (bounding set, ambient, effective/permitted/inheritable: a
+/// root launcher's child keeps none, and none comes back at exec), set `no_new_privs`,
+/// restrict itself with the ruleset descriptor `ruleset` (built before), then install
+/// `filter`. Any failure fails the spawn (fail closed). The same steps, in this order,
+/// whichever way the child is started (`install_landlock` on a `Command`, or `spawn`).
+#[derive(Debug)]
+pub struct LandlockChild {
+    /// The `cgroup.procs` files the child writes itself into (empty: no cgroup).
+    pub cgroup_procs: Vec<CString>,
+    pub rlimits: ResourceLimits,
+    /// The Landlock ruleset's descriptor; the launch keeps it open until the child runs.
+    pub ruleset: RawFd,
+    pub filter: Option<seccompiler::BpfProgram>,
+    /// Palisade runs as root: the bounding set can and must be emptied.
+    pub root: bool,
+}
+
+impl LandlockChild {
+    /// The child's steps. Async-signal-safe: system calls on data prepared before the child
+    /// started; it neither allocates nor locks, and writes no memory but its own stack.
+    pub fn apply(&self) -> std::io::Result<()> {
+        join_cgroups_now(&self.cgroup_procs)?;
+        cloexec_from(3)?;
+        apply_limits(&self.rlimits)?;
+        drop_capabilities(self.root)?;
         // SAFETY: prctl with integer arguments only.
         if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
         // SAFETY: landlock_restrict_self takes a descriptor and flags; no memory.
-        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) } != 0 {
+        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, self.ruleset, 0u32) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        if let Some(f) = &filter {
+        if let Some(f) = &self.filter {
             let prog = libc::sock_fprog {
                 len: f.len() as libc::c_ushort,
                 filter: f.as_ptr() as *mut libc::sock_filter,
             };
             const SECCOMP_SET_MODE_FILTER: libc::c_uint = 1;
-            // SAFETY: `prog` points into `filter`, which this closure owns and which lives
-            // until exec; seccompiler's `sock_filter` has the kernel's layout (repr(C)).
+            // SAFETY: `prog` points into `filter`, which `self` owns and which lives until
+            // exec; seccompiler's `sock_filter` has the kernel's layout (repr(C)). The
+            // kernel only reads it.
             let r = unsafe {
                 libc::syscall(
                     libc::SYS_seccomp,
@@ -128,12 +154,17 @@ pub fn install_landlock(
             }
         }
         Ok(())
-    };
-    // SAFETY: the hook makes only async-signal-safe system calls (prctl, capset,
-    // landlock_restrict_self, seccomp) on data prepared before fork; it neither allocates
-    // nor locks.
+    }
+}
+
+/// Registers `child`'s steps as `cmd`'s child-side hook (the `Command` way of starting a
+/// Landlock command: `serve`, and `run` where `spawn` cannot be used).
+pub fn install_landlock(cmd: &mut std::process::Command, child: Arc<LandlockChild>) {
+    // SAFETY: `LandlockChild::apply` makes only async-signal-safe system calls (open, write,
+    // close, close_range, fcntl, get/setrlimit, prctl, capset, landlock_restrict_self,
+    // seccomp) on data prepared before fork; it neither allocates nor locks.
     unsafe {
-        cmd.pre_exec(hook);
+        cmd.pre_exec(move || child.apply());
     }
 }
 

@@ -323,3 +323,50 @@ fn landlock_run_passes_on_status_and_signals_and_leaves_no_scratch() {
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
     assert!(left.is_empty(), "left in TMPDIR: {left:?}");
 }
+
+/// `run --backend landlock` starts its command without forking palisade's memory (its own
+/// `clone`, not `Command`): the command must start as `Command` started it. A file without
+/// a `#!` line runs under `/bin/sh` (as `execvp` runs it), SIGPIPE is back to its default
+/// (palisade ignores it), the arguments and working directory are the command's.
+#[test]
+fn landlock_run_starts_the_command_as_command_did() {
+    let test = "sandbox::landlock_run_starts_the_command_as_command_did";
+    if landlock_abi(test).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("plain");
+    std::fs::write(
+        &script,
+        "echo \"$0|$1|$2\"; grep -E '^Sig(Ign|Cgt)' /proc/self/status; exit 9\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = palisade()
+        .args(["run", "--backend", "landlock", "--ro"])
+        .arg(dir.path())
+        .args(["--cwd"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(&script)
+        .args(["a b", "c"])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(9), "{}", text(&out.stdout));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], format!("{}|a b|c", script.display()));
+    // dash ignores nothing and catches nothing of its own here; SIGPIPE (bit 12) must not
+    // be ignored as it is in palisade.
+    let ign = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("SigIgn:\t"))
+        .unwrap();
+    let ign = u64::from_str_radix(ign.trim(), 16).unwrap();
+    assert_eq!(
+        ign & (1 << (libc::SIGPIPE - 1)),
+        0,
+        "SIGPIPE ignored: {ign:#x}"
+    );
+}

@@ -73,6 +73,7 @@ pub(super) fn prepare(
         cgroup: attached.cgroup,
         task_watch: attached.task_watch,
         scratch: None,
+        unforked: None,
     })
 }
 

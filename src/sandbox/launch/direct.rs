@@ -43,5 +43,6 @@ pub(super) fn prepare(
         cgroup: None,
         task_watch: task_watch(&req.limits, None),
         scratch: None,
+        unforked: None,
     }
 }

@@ -1,7 +1,9 @@
 //! The Landlock tier rendered and made a command: the private HOME and TMPDIR, the paths that
 //! stay read-only, the Landlock rules (`sandbox::landlock::plan`, pure) and their gaps, the
 //! ruleset built before fork, the seccomp filter, and the command with its limits attached;
-//! the child only calls restrict-self and installs the filter right before exec (`sys`).
+//! the child only calls restrict-self and installs the filter right before exec (`sys`). The
+//! same command is also prepared for `sys::spawn` (`Prepared::spawn_unforked`: no copy of this
+//! process's memory), which `palisade run` uses.
 //!
 //! Effects: the scratch directory, the ruleset descriptor, the cgroup (`limits`), the search
 //! for write-protected files; nothing is spawned. `scratch_env`, `scratch_cwd` and `sockets`
@@ -10,10 +12,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::decide::with_gaps;
 use super::limits;
-use super::prepared::{argv_of, Enforcement, LaunchError, Prepared};
+use super::prepared::{argv_of, Enforcement, LaunchError, Prepared, Unforked};
 use super::protect::write_protected;
 use super::request::LaunchRequest;
 use super::scratch::Scratch;
@@ -128,13 +131,19 @@ pub(super) fn prepare(
         .env_clear()
         .envs(&env)
         .current_dir(&cwd);
-    let attached = limits::attach(&mut cmd, &req.name, &spec.limits, None);
-    sys::install_landlock(
-        &mut cmd,
-        sys::raw(&ruleset),
+    let (attached, limits) = limits::plan(&req.name, &spec.limits);
+    let child = Arc::new(sys::LandlockChild {
+        cgroup_procs: limits.cgroup_procs,
+        rlimits: limits.rlimits,
+        ruleset: sys::raw(&ruleset),
         filter,
-        nix::unistd::geteuid().is_root(),
-    );
+        root: nix::unistd::geteuid().is_root(),
+    });
+    sys::install_landlock(&mut cmd, child.clone());
+    // The same command for `spawn` (`palisade run`): the same program, arguments,
+    // environment, directory and child steps.
+    let unforked =
+        sys::Exec::new(&spec.program, &spec.args, &env, &cwd).map(|exec| Unforked { exec, child });
     Ok(Prepared {
         command: tokio::process::Command::from(cmd),
         enforcement,
@@ -143,6 +152,7 @@ pub(super) fn prepare(
         files: Vec::new(),
         cgroup: attached.cgroup,
         task_watch: attached.task_watch,
+        unforked,
         scratch: Some(scratch),
     })
 }

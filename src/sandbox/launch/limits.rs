@@ -20,18 +20,21 @@ pub(super) struct Attached {
     pub(super) task_watch: Option<u64>,
 }
 
-/// Gives `cmd` the limits of server `name`: its cgroup joined from the child's first
-/// instruction, the rlimits the cgroup does not cover, and the child-side setup (descriptors
-/// above stderr closed except `keep`).
-pub(super) fn attach(
-    cmd: &mut std::process::Command,
-    name: &str,
-    limits: &ResourceLimits,
-    keep: Option<RawFd>,
-) -> Attached {
+/// What the child itself must do for its limits (see `plan`).
+pub(super) struct ChildLimits {
+    /// The `cgroup.procs` files it joins from its first instruction (empty: no cgroup).
+    pub(super) cgroup_procs: Vec<std::ffi::CString>,
+    /// The rlimits the cgroup does not cover.
+    pub(super) rlimits: ResourceLimits,
+}
+
+/// The limits of server `name`: its cgroup (made here), and what the child must do (join it,
+/// set the rlimits it does not cover).
+pub(super) fn plan(name: &str, limits: &ResourceLimits) -> (Attached, ChildLimits) {
     let cgroup = make_cgroup(name, limits);
     let task_watch = task_watch(limits, cgroup.as_ref());
     let mut rlimits = fallback_rlimits(limits);
+    let mut cgroup_procs = Vec::new();
     if let Some(cg) = &cgroup {
         // The cgroup limits the tree; the per-process fallbacks would only add limits the
         // user did not ask for.
@@ -41,10 +44,30 @@ pub(super) fn attach(
         if cg.limits_pids() {
             rlimits.processes = None;
         }
-        sys::join_cgroups(cmd, cg.procs_files());
+        cgroup_procs = cg.procs_files();
     }
-    sys::install_child_setup(cmd, keep, rlimits);
-    Attached { cgroup, task_watch }
+    (
+        Attached { cgroup, task_watch },
+        ChildLimits {
+            cgroup_procs,
+            rlimits,
+        },
+    )
+}
+
+/// Gives `cmd` the limits of server `name`: its cgroup joined from the child's first
+/// instruction, the rlimits the cgroup does not cover, and the child-side setup (descriptors
+/// above stderr closed except `keep`).
+pub(super) fn attach(
+    cmd: &mut std::process::Command,
+    name: &str,
+    limits: &ResourceLimits,
+    keep: Option<RawFd>,
+) -> Attached {
+    let (attached, child) = plan(name, limits);
+    sys::join_cgroups(cmd, child.cgroup_procs);
+    sys::install_child_setup(cmd, keep, child.rlimits);
+    attached
 }
 
 /// The rlimits to set when no cgroup enforces memory and tasks: the task budget made

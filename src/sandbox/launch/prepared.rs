@@ -9,6 +9,7 @@
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -16,6 +17,7 @@ use super::scratch::Scratch;
 use crate::config::Backend;
 use crate::sandbox::cgroup::Cgroup;
 use crate::sandbox::closure;
+use crate::sandbox::sys;
 
 /// What is actually enforced for a launched process: logged, shown by `check`, audited.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -85,6 +87,16 @@ pub struct Prepared {
     /// The Landlock tier's private HOME and TMPDIR, removed when this is dropped: keep it
     /// until the child is reaped.
     pub(super) scratch: Option<Scratch>,
+    /// The same command ready for `sys::spawn` (see `spawn_unforked`), where the tier made it.
+    pub(super) unforked: Option<Unforked>,
+}
+
+/// A command prepared for `sys::spawn`: its strings, and the child's steps (the same ones
+/// `command` runs in its pre-exec hook).
+#[derive(Debug)]
+pub(super) struct Unforked {
+    pub(super) exec: sys::Exec,
+    pub(super) child: Arc<sys::LandlockChild>,
 }
 
 impl Prepared {
@@ -141,7 +153,20 @@ impl Prepared {
             cgroup: None,
             task_watch: None,
             scratch: None,
+            unforked: None,
         }
+    }
+
+    /// Starts the command without copying this process's memory (`sys::spawn`: the child
+    /// shares it, this thread paused until the child has exec'd), with the signal mask
+    /// `mask`, where the tier prepared it for that (Landlock); `None` where the caller must
+    /// spawn `command` instead. The child does exactly what `command` would. Returns the
+    /// child's pid, or why it could not start (the child then already reaped).
+    pub fn spawn_unforked(&self, mask: &libc::sigset_t) -> Option<std::io::Result<u32>> {
+        let u = self.unforked.as_ref()?;
+        let child = &u.child;
+        let hook = move || child.apply();
+        Some(sys::spawn(&u.exec, &hook, mask).map(|pid| pid.unsigned_abs()))
     }
 
     /// True when the child reads files this value owns (it must outlive the child, so
