@@ -388,14 +388,19 @@ mod tests {
                 // pipeline's select drops it when the agent cancels.
                 let _ = futures::poll!(&mut ask);
             }
-            // Every blocking write started before is done once this one runs after them.
-            for _ in 0..4 {
-                tokio::task::spawn_blocking(|| ()).await.unwrap();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let left: Vec<_> = std::fs::read_dir(dir.path())
-                .map(|d| d.flatten().map(|e| e.file_name()).collect())
-                .unwrap_or_default();
+            // The abandoned write may still be syncing on a blocking thread (for long under
+            // load), so the directory gets a generous while to empty; without the guard's
+            // flag the request stays forever and this fails.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let left = loop {
+                let left: Vec<_> = std::fs::read_dir(dir.path())
+                    .map(|d| d.flatten().map(|e| e.file_name()).collect())
+                    .unwrap_or_default();
+                if left.is_empty() || std::time::Instant::now() > deadline {
+                    break left;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            };
             assert!(left.is_empty(), "left behind: {left:?}");
         }
     }
