@@ -10,7 +10,7 @@
 //! Never: answer from the memo for another base (another cwd or home resolves anew), for a
 //! `file://` URI (the policy and the guard decode those through different doors, so each
 //! resolves its own), or after the call waited (the pipeline drops it then: an approval or a
-//! widening may have let the disk change; see `pipeline::widen_and_forward`).
+//! widening may have let the disk change; see `call::forward::widen_and_forward`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
