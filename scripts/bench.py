@@ -179,8 +179,9 @@ class Setup:
     def srt(self, cmd):
         return [SRT, "-s", self.srt_settings, "-c", " ".join(cmd)]
 
-    def serve_config(self, servers, n=1, name="cfg"):
-        """A `palisade serve` config with N copies of one server, allow-all policy."""
+    def serve_config(self, servers, n=1, name="cfg", audit_log=False):
+        """A `palisade serve` config with N copies of one server, allow-all policy; the audit
+        records go to stderr, or with `audit_log` to an anchored audit file."""
         d = os.path.join(self.work, "%s-%d-%s" % (name, n, servers[0]))
         os.makedirs(d, exist_ok=True)
         cmd = self.fs_server() if servers == "fs" else self.server_filesystem()
@@ -190,6 +191,8 @@ class Setup:
         cfg = {"mcpServers": mcp, "palisade": {
             "sandboxDir": os.path.join(d, "sandbox"), "policy": ALLOW_ALL,
             "startupTimeout": 120}}
+        if audit_log:
+            cfg["palisade"]["auditLog"] = os.path.join(d, "audit.jsonl")
         path = os.path.join(d, "config.json")
         with open(path, "w") as f:
             json.dump(cfg, f)
@@ -378,12 +381,23 @@ def merge_runs(runs):
             "throughput_per_s": round(statistics.median(r["throughputPerSec"] for r in runs))}
 
 
+def relay_floor(cmd):
+    """The same server behind `socat`: a relay that moves bytes and reads none of them, the
+    floor of any gateway in a separate process (two more pipe hops, two more wake-ups)."""
+    socat = shutil.which("socat")
+    return [socat, "-b", str(1 << 20), "-", "EXEC:" + " ".join(cmd)] if socat else None
+
+
 def bench_calls(s):
     path = os.path.join(s.data, "f.txt")
     variants = {
         "direct": (s.fs_server(), "stat"),
+        "relay floor (socat)": (relay_floor(s.fs_server()), "stat"),
         "gateway": (s.serve_config("fs"), "fs0__stat"),
+        "gateway, audit file": (s.serve_config("fs", name="audited", audit_log=True),
+                                "fs0__stat"),
     }
+    variants = {k: v for k, v in variants.items() if v[0]}
     out = {}
     for conc in (1, 16):
         runs = {k: [] for k in variants}

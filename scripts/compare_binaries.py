@@ -13,7 +13,9 @@ included) of the command bench-client talks to, as a waiting wrapper reaps it: f
 the fs-server's own; for `old`/`new` the gateway's own, since serve's sandboxed fs-server is
 killed at exit and its time is never added to serve's. So `new` against `old` compares the
 gateway's CPU per call. On a shared machine CPU time is the steadier figure: other load
-stretches wall time but hardly the CPU a call costs.
+stretches wall time but hardly the CPU a call costs. `floor` is the server behind `socat`, a
+relay that reads nothing: what two more pipe hops and wake-ups cost on this machine (its CPU
+figure includes the server's, as for `direct`).
 """
 import json
 import os
@@ -48,8 +50,13 @@ def main():
                                  "sandboxDir": os.path.join(d, "sandbox-" + name)}}, f)
             return [binary, "serve", "--config", path]
 
-        variants = {"direct": ([NEW, "fs-server", "--root", data], ""),
-                    "old": (serve(OLD, "old"), "fs0__"), "new": (serve(NEW, "new"), "fs0__")}
+        direct = [NEW, "fs-server", "--root", data]
+        variants = {"direct": (direct, "")}
+        # A relay that moves bytes and reads none: the floor of any out-of-process gateway.
+        if shutil.which("socat"):
+            variants["floor"] = ([shutil.which("socat"), "-b", str(1 << 20), "-",
+                                  "EXEC:" + " ".join(direct)], "")
+        variants.update({"old": (serve(OLD, "old"), "fs0__"), "new": (serve(NEW, "new"), "fs0__")})
 
         cpu_file = os.path.join(d, "cpu")
         # Runs the command and, once it has exited, writes the CPU seconds of everything
