@@ -24,6 +24,7 @@
 
 pub mod agent;
 pub mod call;
+pub mod json_scan;
 pub mod line_out;
 pub mod network;
 pub mod pipe_size;

@@ -9,7 +9,7 @@
 //! order, unknown members allowed) in one pass that checks the whole line is JSON as serde
 //! reads it: control bytes are looked for in one pass over the line, strings are skipped
 //! with `memchr` from quote or backslash to the next, every escape is checked, numbers and
-//! literals follow the grammar. `tests/props.rs` holds it to serde's answer.
+//! literals follow the grammar. The scanning itself is `gateway/json_scan.rs`; `tests/props.rs` holds it to serde's answer.
 //!
 //! Never: guess. Anything the scanner is not sure of (a control byte anywhere but the line's
 //! end, a key written with an escape, a repeated envelope member, a `null` id or result, a
@@ -21,6 +21,8 @@ use std::ops::Range;
 use rmcp::model::ErrorData;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use crate::gateway::json_scan::{has_control, object_members};
 
 /// What one line is, once its envelope is read. Spans borrow the line.
 #[derive(Debug)]
@@ -137,219 +139,27 @@ pub fn response(line: &str) -> Option<ResponseSpans> {
     if has_control(body) {
         return None;
     }
-    let mut i = skip_ws(b, 0);
-    if b.get(i) != Some(&b'{') {
-        return None;
-    }
-    i = skip_ws(b, i + 1);
     let (mut jsonrpc, mut id, mut params, mut result) = (false, None, false, None);
-    loop {
-        if b.get(i) != Some(&b'"') {
-            return None;
-        }
-        let key_end = string_end(b, i)?;
-        let key = &b[i + 1..key_end - 1];
-        if key.contains(&b'\\') {
-            return None;
-        }
-        i = skip_ws(b, key_end);
-        if b.get(i) != Some(&b':') {
-            return None;
-        }
-        let start = skip_ws(b, i + 1);
-        let end = value_end(b, start)?;
-        let value = &b[start..end];
+    object_members(b, |key, span| {
+        let value = &b[span.clone()];
         match key {
             b"jsonrpc" if !jsonrpc && value == br#""2.0""# => jsonrpc = true,
-            b"id" if id.is_none() && value != b"null" => id = Some(start..end),
+            b"id" if id.is_none() && value != b"null" => id = Some(span),
             b"params" if !params => params = true,
-            b"result" if result.is_none() && value != b"null" => result = Some(start..end),
+            b"result" if result.is_none() && value != b"null" => result = Some(span),
             // A repeat, an odd value, or a member a plain response does not have.
             b"jsonrpc" | b"id" | b"params" | b"result" | b"method" | b"error" => return None,
             _ => {}
         }
-        i = skip_ws(b, end);
-        match b.get(i) {
-            Some(b',') => i = skip_ws(b, i + 1),
-            Some(b'}') => break,
-            _ => return None,
-        }
-    }
-    if skip_ws(b, i + 1) != b.len() || !jsonrpc {
+        Some(())
+    })?;
+    if !jsonrpc {
         return None;
     }
     Some(ResponseSpans {
         id: id?,
         result: result?,
     })
-}
-
-/// True when a byte below 0x20 occurs: one pass the compiler vectorizes (a chunk at a time,
-/// no early exit inside a chunk).
-fn has_control(b: &[u8]) -> bool {
-    const CHUNK: usize = 64;
-    let hit = |c: &[u8]| c.iter().fold(0u8, |acc, &x| acc | u8::from(x < 0x20)) != 0;
-    let mut chunks = b.chunks_exact(CHUNK);
-    for c in &mut chunks {
-        if hit(c) {
-            return true;
-        }
-    }
-    hit(chunks.remainder())
-}
-
-fn skip_ws(b: &[u8], mut i: usize) -> usize {
-    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-        i += 1;
-    }
-    i
-}
-
-/// The index just past the closing quote of the string opening at `start` (a `"`); every
-/// escape checked as serde checks it (control bytes were ruled out before).
-fn string_end(b: &[u8], start: usize) -> Option<usize> {
-    let mut j = start + 1;
-    loop {
-        let k = j + memchr::memchr2(b'"', b'\\', b.get(j..)?)?;
-        if b[k] == b'"' {
-            return Some(k + 1);
-        }
-        match *b.get(k + 1)? {
-            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => j = k + 2,
-            b'u' => {
-                let hex = b.get(k + 2..k + 6)?;
-                if !hex.iter().all(u8::is_ascii_hexdigit) {
-                    return None;
-                }
-                j = k + 6;
-            }
-            _ => return None,
-        }
-    }
-}
-
-fn digits_end(b: &[u8], mut i: usize) -> usize {
-    while b.get(i).is_some_and(u8::is_ascii_digit) {
-        i += 1;
-    }
-    i
-}
-
-/// The index just past the number starting at `start` (JSON's grammar: no leading zero, a
-/// digit after `.` and after the exponent's sign).
-fn number_end(b: &[u8], start: usize) -> Option<usize> {
-    let mut i = start;
-    if b.get(i) == Some(&b'-') {
-        i += 1;
-    }
-    match *b.get(i)? {
-        b'0' => {
-            i += 1;
-            if b.get(i).is_some_and(u8::is_ascii_digit) {
-                return None;
-            }
-        }
-        b'1'..=b'9' => i = digits_end(b, i + 1),
-        _ => return None,
-    }
-    if b.get(i) == Some(&b'.') {
-        let j = digits_end(b, i + 1);
-        if j == i + 1 {
-            return None;
-        }
-        i = j;
-    }
-    if matches!(b.get(i), Some(b'e' | b'E')) {
-        i += 1;
-        if matches!(b.get(i), Some(b'+' | b'-')) {
-            i += 1;
-        }
-        let j = digits_end(b, i);
-        if j == i {
-            return None;
-        }
-        i = j;
-    }
-    Some(i)
-}
-
-/// The start of a member's value: the key at `i` (a string), a colon, whitespace.
-fn member_value(b: &[u8], i: usize) -> Option<usize> {
-    if b.get(i) != Some(&b'"') {
-        return None;
-    }
-    let i = skip_ws(b, string_end(b, i)?);
-    if b.get(i) != Some(&b':') {
-        return None;
-    }
-    Some(skip_ws(b, i + 1))
-}
-
-/// The index just past the value starting at `start`, the whole value checked.
-fn value_end(b: &[u8], start: usize) -> Option<usize> {
-    // The open arrays and objects, innermost last.
-    let mut open: Vec<u8> = Vec::new();
-    let mut i = start;
-    loop {
-        // A value starts at `i`.
-        match *b.get(i)? {
-            b'"' => i = string_end(b, i)?,
-            b'-' | b'0'..=b'9' => i = number_end(b, i)?,
-            b't' | b'f' | b'n' => {
-                let word: &[u8] = match b[i] {
-                    b't' => b"true",
-                    b'f' => b"false",
-                    _ => b"null",
-                };
-                if !b[i..].starts_with(word) {
-                    return None;
-                }
-                i += word.len();
-            }
-            b'[' => {
-                i = skip_ws(b, i + 1);
-                if b.get(i) == Some(&b']') {
-                    i += 1;
-                } else {
-                    open.push(b'[');
-                    continue;
-                }
-            }
-            b'{' => {
-                i = skip_ws(b, i + 1);
-                if b.get(i) == Some(&b'}') {
-                    i += 1;
-                } else {
-                    open.push(b'{');
-                    i = member_value(b, i)?;
-                    continue;
-                }
-            }
-            _ => return None,
-        }
-        // A value ended at `i`: close what it ends, or go on to the next one.
-        loop {
-            let Some(&inner) = open.last() else {
-                return Some(i);
-            };
-            i = skip_ws(b, i);
-            match (*b.get(i)?, inner) {
-                (b',', b'[') => {
-                    i = skip_ws(b, i + 1);
-                    break;
-                }
-                (b',', _) => {
-                    i = member_value(b, skip_ws(b, i + 1))?;
-                    break;
-                }
-                (b']', b'[') | (b'}', b'{') => {
-                    open.pop();
-                    i += 1;
-                }
-                _ => return None,
-            }
-        }
-    }
 }
 
 #[cfg(test)]
