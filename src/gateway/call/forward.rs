@@ -28,8 +28,8 @@ use crate::roots::resolved::CallPaths;
 use crate::sandbox::launch::Enforcement;
 
 use super::answer::{Answer, Received};
-use super::pipeline::{stage_refusal, InFlight, ROOTS_CHECK_RULE};
 use super::route::not_running;
+use super::stage::{stage_refusal, InFlight, ROOTS_CHECK_RULE};
 
 /// What stages 4 and 5 did with one call.
 pub(super) struct Forwarded {

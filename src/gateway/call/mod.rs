@@ -15,6 +15,7 @@ pub mod pipeline;
 pub mod probe;
 pub mod remembered;
 pub mod route;
+mod stage;
 pub mod task_relay;
 pub mod tasks;
 pub mod widen;

@@ -35,6 +35,7 @@ use super::answer::*;
 use super::approve::{approve, Approved};
 use super::forward::{widen_and_forward, Forwarded};
 use super::route::*;
+use super::stage::{audit_failed, stage_refusal, InFlight, AGENT_ROOTS_RULE};
 
 pub use super::approve::REMEMBERED;
 pub use super::forward::RootsRefusal;
@@ -154,24 +155,8 @@ fn asked_of_the_client(
     Some(raw_json(&mrtr::input_required(&question, &handle)))
 }
 
-/// The call in flight, once routed: what every later stage needs to know of it.
-pub(super) struct InFlight<'a> {
-    pub shared: &'a Shared,
-    pub slot: &'a Slot,
-    /// The slot's index.
-    pub server: usize,
-    /// The tool's name on its server.
-    pub tool: &'a str,
-    pub ctx: &'a RequestContext<RoleServer>,
-    pub started: Instant,
-}
-
+/// The later stages, as methods of the call in flight.
 impl InFlight<'_> {
-    /// The directory the server was started in, against which relative paths resolve.
-    pub fn cwd(&self) -> Option<&std::path::Path> {
-        self.slot.req.as_ref().and_then(|r| r.cwd.as_deref())
-    }
-
     /// Stage 3: an allowed call goes on, a denied one is refused with the policy's reason,
     /// one the agent's own roots refused is refused with theirs, and an escalation is
     /// decided by `approve` (remembered scopes first, then the approver).
@@ -312,26 +297,6 @@ fn remember_task(shared: &Shared, slot: &Slot, mut handle: Value, mut entry: Tas
     }
     crate::gateway::call::tasks::rewrite_ids(&mut handle, &mut |_| Some(outer.clone()));
     Answer::Task(handle)
-}
-
-/// `policyDecision.rule` of a call the agent's own declared roots refused.
-pub const AGENT_ROOTS_RULE: &str = "agent-roots";
-/// `policyDecision.rule` of a call whose path arguments fell outside the server's roots.
-pub const ROOTS_CHECK_RULE: &str = "roots-check";
-/// A deny recorded as decided by a gateway stage other than the policy.
-pub(in crate::gateway) fn stage_refusal(rule: &str, why: &str) -> PolicyVerdict {
-    PolicyVerdict {
-        decision: Decision::Deny,
-        rule: Some(rule.to_string()),
-        reason: why.to_string(),
-    }
-}
-
-pub(in crate::gateway) fn audit_failed(e: &crate::gateway::stages::AuditError) -> ErrorData {
-    ErrorData::internal_error(
-        format!("the call was not completed because the audit log could not be written ({e}); palisade fails closed"),
-        None,
-    )
 }
 
 /// Request `_meta` without the agent's progress token (used by the other forwards).

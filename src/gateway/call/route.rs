@@ -13,7 +13,7 @@ use crate::gateway::registry::Route;
 use crate::gateway::stages::{request_id_string, CallOutcome, CallRecord};
 use crate::gateway::state::{Shared, Slot, Status};
 
-use super::pipeline::stage_refusal;
+use super::stage::stage_refusal;
 
 /// `policyDecision.rule` of a call no running server could take.
 pub const UNROUTABLE_RULE: &str = "unroutable";
