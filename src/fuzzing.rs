@@ -14,7 +14,7 @@ use crate::gateway::agent::frame::LineCap;
 use crate::gateway::server::tap::{self, Line};
 
 pub use crate::gateway::agent::frame::{HEAD as UPSTREAM_HEAD, OVERSIZED_METHOD};
-pub use crate::gateway::server::tap::MAX_LINE;
+pub use crate::gateway::server::MAX_LINE;
 pub use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 
 /// What the tap's line reader made of one line of a server's stdout.

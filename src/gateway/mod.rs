@@ -398,7 +398,7 @@ impl Gateway {
     {
         // The agent's messages are capped like rmcp caps them, but an over-long request is
         // answered with an error instead of being dropped unanswered.
-        let reader = agent::frame::LineCap::new(reader, server::tap::MAX_LINE);
+        let reader = agent::frame::LineCap::new(reader, server::MAX_LINE);
         let transport = agent::front::start(reader, writer, self.shared.clone());
         let handler = agent::relaying::RelayingService(agent::service::Upstream {
             shared: self.shared.clone(),

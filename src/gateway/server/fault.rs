@@ -39,7 +39,7 @@ impl OutputBudget {
         let rate = rate.max(1);
         let burst = rate
             .saturating_mul(BURST_SECONDS)
-            .max(crate::gateway::server::tap::MAX_LINE as u64 + 1);
+            .max(crate::gateway::server::MAX_LINE as u64 + 1);
         OutputBudget {
             rate,
             burst,
@@ -246,7 +246,7 @@ mod tests {
         let t0 = Instant::now();
         let mut b = OutputBudget::new(1000, t0);
         // The burst is at least one maximal line, so a rate this low still lets one through.
-        assert_eq!(b.burst(), crate::gateway::server::tap::MAX_LINE as u64 + 1);
+        assert_eq!(b.burst(), crate::gateway::server::MAX_LINE as u64 + 1);
         assert!(b.charge(b.burst(), t0));
         assert!(!b.charge(1, t0), "the bucket is empty");
         // One second refills `rate` bytes.

@@ -6,6 +6,10 @@
 //! `relay/`); `era` decides whether it is spoken to in 2026-07-28 (and answers that era's
 //! input requests' rounds), and `listen` hears such a server's list changes.
 
+/// The limit of one JSON-RPC line (rmcp's, kept so both directions agree): what the tap
+/// reads, what a server's output budget must hold at least once, and the agent's line cap.
+pub const MAX_LINE: usize = 16 * 1024 * 1024;
+
 pub mod envelope;
 pub mod era;
 pub mod fault;

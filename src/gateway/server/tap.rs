@@ -22,8 +22,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use crate::gateway::server::envelope::{classify, Kind};
 use crate::gateway::server::fault::ProcessFaults;
 
-/// The limit of one JSON-RPC line (rmcp's, kept so both directions agree).
-pub const MAX_LINE: usize = 16 * 1024 * 1024;
+use super::MAX_LINE;
+
 /// The least room left for one read; less, and the buffer grows first.
 const MIN_READ: usize = 64 * 1024;
 /// A line this long that fills the buffer from its start is handed on with the buffer

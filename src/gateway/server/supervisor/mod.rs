@@ -29,6 +29,18 @@ use start::{start, StartError};
 use stop::{kill, stop};
 use watch::{watch, End};
 
+/// A started server, owned by its supervisor: made by `start`, ended by `stop`.
+struct Running {
+    /// The child process (or in-process task) and what its launch attached.
+    process: crate::gateway::server::launcher::ServerProcess,
+    conn: crate::gateway::server::handler::Connection,
+    list_rx: tokio::sync::mpsc::UnboundedReceiver<crate::gateway::server::handler::ListKind>,
+    /// The root-set version this process was launched with (its mounts).
+    roots_version: u64,
+    /// Its output budget and protocol faults (charged by the pipe readers).
+    faults: Arc<crate::gateway::server::fault::ProcessFaults>,
+}
+
 /// Supervises slot `idx` until shutdown or until it is given up. `first` fires once the
 /// first start attempt has settled (running, refused or failed).
 pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<()>) {

@@ -12,8 +12,7 @@ use tokio::sync::mpsc;
 
 use crate::gateway::server::era::Era;
 use crate::gateway::server::fault::ProcessFaults;
-use crate::gateway::server::handler::{Connection, DownstreamHandler, ListKind};
-use crate::gateway::server::launcher::ServerProcess;
+use crate::gateway::server::handler::{Connection, DownstreamHandler};
 use crate::gateway::server::listing::fetch_lists;
 use crate::gateway::server::peer::{NoReply, Reply, ServerPeer};
 use crate::gateway::server::progress::ProgressMap;
@@ -22,6 +21,7 @@ use crate::gateway::state::{Live, Shared, Slot};
 use crate::sandbox::launch::LaunchError;
 
 use super::stop::{reap_now, stop};
+use super::Running;
 
 /// Why one start attempt failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,18 +55,6 @@ pub(super) enum StartError {
 
 /// How long a failed start waits for the server's stderr to be read to its end.
 const STDERR_SETTLE: Duration = Duration::from_millis(500);
-
-/// A started server, owned by its supervisor.
-pub(super) struct Running {
-    /// The child process (or in-process task) and what its launch attached.
-    pub(super) process: ServerProcess,
-    pub(super) conn: Connection,
-    pub(super) list_rx: mpsc::UnboundedReceiver<ListKind>,
-    /// The root-set version this process was launched with (its mounts).
-    pub(super) roots_version: u64,
-    /// Its output budget and protocol faults (charged by the pipe readers).
-    pub(super) faults: Arc<ProcessFaults>,
-}
 
 pub(super) async fn start(shared: &Shared, slot: &Slot) -> Result<Running, StartError> {
     let Some((req, roots)) = slot.launch_request() else {

@@ -5,7 +5,7 @@
 use crate::gateway::server::launcher::{Exit, ServerProcess};
 use crate::gateway::state::Slot;
 
-use super::start::Running;
+use super::Running;
 
 /// Stops a started server: close its stdin (by closing rmcp's transport), wait, SIGTERM,
 /// wait, SIGKILL; always reaps. Returns how it ended, for the log.

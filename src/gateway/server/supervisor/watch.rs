@@ -11,8 +11,8 @@ use crate::gateway::server::handler::ListKind;
 use crate::gateway::server::listing::spawn_relist;
 use crate::gateway::state::{Relaunch, Shared, Slot};
 
-use super::start::Running;
 use super::stop::exit_reason;
+use super::Running;
 
 /// How often the supervisor double-checks that rmcp's transport is still open.
 const LIVENESS_TICK: Duration = Duration::from_millis(500);
