@@ -3,7 +3,7 @@
 
 Imported by the hostile MCP server (tests/attacks/hostile_server.py: the allowlist rows of the
 attack x tier table in tests/attacks/allowlist.rs) and run as a program by the Landlock egress test
-(tests/egress_gateway.rs, under `palisade run --backend landlock --allow-domain ...`).
+(tests/egress_gateway/landlock.rs, under `palisade run --backend landlock --allow-domain ...`).
 Only the standard library: it must run with nothing but /usr visible.
 
 A proxy is named by a URL (`http://user:secret@127.0.0.1:PORT`, `socks5h://...`, as in the

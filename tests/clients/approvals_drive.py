@@ -1,5 +1,5 @@
 """Drives `palisade serve` with the Python `mcp` SDK client for the approval tests
-(tests/approvals.rs) and prints one JSON report. It plays every human the approvers can ask:
+(tests/approvals/) and prints one JSON report. It plays every human the approvers can ask:
 the person answering file-IPC requests (or running `palisade approve` in a second terminal),
 the person at the terminal (through a pseudo-terminal it owns), and the person behind an MCP
 client that answers elicitation. It asserts nothing itself; the Rust test does.

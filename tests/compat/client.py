@@ -1,11 +1,11 @@
 """Compatibility client: drives one real MCP server through `palisade serve` with the Python
-`mcp` SDK and prints one JSON report on stdout for tests/compat.rs.
+`mcp` SDK and prints one JSON report on stdout for tests/compat/.
 
 usage: client.py SCENARIO PARAMS_JSON -- COMMAND ARGS...
 
 Each scenario runs its checks and reports, per check, {"name", "pass", "detail"} (and
 "gap", informational only: whether a failed check is excused is decided in one place,
-`KNOWN_GAPS` in tests/compat.rs). Some checks look at the server's process from outside
+`KNOWN_GAPS` in tests/compat/servers.rs). Some checks look at the server's process from outside
 its sandbox: it is a descendant of this client (client -> palisade serve -> bwrap -> server).
 The tool names are the gateway's (`SERVER__tool`); PARAMS_JSON carries the server's prefix,
 the granted directories and the paths that must stay out of reach.
@@ -401,7 +401,7 @@ async def time_server(s, rec, p, rep):
 
 # ---------------------------------------------------------------- mcp-server-fetch
 async def fetch(s, rec, p, rep):
-    """The host serves two local pages (tests/compat.rs counts their hits): `allowed_url`,
+    """The host serves two local pages (tests/compat/checks.rs counts their hits): `allowed_url`,
     whose 127.0.0.1:PORT the config lists in allowedDomains, and `other_url`, not listed."""
     x = p["prefix"]
     await tools_check(s, rep, x, ["fetch"])

@@ -1,4 +1,4 @@
-"""A deliberately faulty MCP server for tests/faults.rs: raw JSON-RPC over stdio (no SDK),
+"""A deliberately faulty MCP server for tests/faults/: raw JSON-RPC over stdio (no SDK),
 so every byte it writes is under the test's control.
 
 The handshake and `tools/list` are correct; each tool then triggers one fault on demand:

@@ -1,5 +1,5 @@
 """A small real MCP server that tries the network every way a server might, for the egress
-tests (tests/egress_gateway.rs). Every failure is an `isError` result carrying the error text.
+tests (tests/egress_gateway/). Every failure is an `isError` result carrying the error text.
 
 - http_get(address, via) (not `url`: the policy engine would gate a URL argument first): `env` uses urllib with the proxy variables palisade sets (HTTP_PROXY),
   `socks` speaks SOCKS5 (remote DNS) itself to the proxy ALL_PROXY names, `direct` ignores proxies;

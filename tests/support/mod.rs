@@ -248,7 +248,7 @@ impl Workspace {
     /// Writes `{"mcpServers": servers, "palisade": settings + sandboxDir}` and returns its path.
     /// Unless `settings` say otherwise: warn mode and the allow-all policy (for the tests of
     /// the gateway's mechanics: forwarding, crashes, timeouts, sandbox errors; the engine's own
-    /// behaviour is tested in tests/policy.rs and by the tests that set a policy).
+    /// behaviour is tested in tests/policy/ and by the tests that set a policy).
     pub fn config(&self, servers: Value, mut settings: Value) -> PathBuf {
         settings["sandboxDir"] = Value::String(self.path().join("sandbox").display().to_string());
         if settings.get("sandboxPolicy").is_none() {

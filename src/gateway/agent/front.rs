@@ -242,8 +242,8 @@ fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &LineOut, running: &Running
     });
 }
 
-/// Answers one relayed request (also the HTTP front's fast path, `http/fast.rs`).
-pub(crate) async fn answer(
+/// Answers one relayed request.
+async fn answer(
     shared: &Arc<Shared>,
     method: &str,
     params: Option<&RawValue>,
@@ -251,36 +251,8 @@ pub(crate) async fn answer(
 ) -> Result<RawJson, ErrorData> {
     use crate::gateway::call::answer::raw_json;
     if method == "tools/call" {
-        let (mut typed, mut extra) = call_params(params)?;
-        if let Some(meta) = typed.meta.take() {
-            ctx.meta = meta;
-        }
-        versions::check_envelope(&ctx.meta)?;
-        let modern = versions::is_modern(&ctx.meta);
-        // Counted while it runs: shutdown waits for it so that its audit record is written.
-        let _in_flight = shared.calls.token();
-        if modern {
-            // A tool that must run as a task, for an agent with the tasks extension: the
-            // server is asked for a 2025-11-25 task, and its handle is given in 2026-07-28.
-            let as_task = tasks_v2::declared(&ctx.meta)
-                && !extra.contains_key("task")
-                && task_bridge::requires_task(shared, &typed.name);
-            if as_task {
-                extra.insert("task".into(), Value::Object(Map::new()));
-            }
-            // Its rounds (questions for the agent) are driven by `mrtr`.
-            let mut result = mrtr::call(shared.clone(), typed, extra, ctx).await?;
-            if as_task {
-                if let Some(task) = tasks_v2::created(&result) {
-                    result = task;
-                }
-            }
-            versions::stamp_result(method, &mut result);
-            Ok(raw_json(&result))
-        } else {
-            // The common case: the result goes on as the bytes the pipeline gives.
-            crate::gateway::call::pipeline::call_tool(shared, typed, &extra, ctx).await
-        }
+        let (typed, extra) = call_params(params)?;
+        answer_call(shared, typed, extra, ctx).await
     } else {
         if let Some(meta) = params.and_then(request_meta) {
             ctx.meta = meta;
@@ -298,6 +270,46 @@ pub(crate) async fn answer(
             versions::stamp_result(method, &mut result);
         }
         Ok(raw_json(&result))
+    }
+}
+
+/// Answers one `tools/call` from its params already read (`call_params`, or the HTTP
+/// front's fast path, which reads them once while deciding to take the call).
+pub(crate) async fn answer_call(
+    shared: &Arc<Shared>,
+    mut typed: rmcp::model::CallToolRequestParams,
+    mut extra: Map<String, Value>,
+    mut ctx: RequestContext<RoleServer>,
+) -> Result<RawJson, ErrorData> {
+    use crate::gateway::call::answer::raw_json;
+    if let Some(meta) = typed.meta.take() {
+        ctx.meta = meta;
+    }
+    versions::check_envelope(&ctx.meta)?;
+    let modern = versions::is_modern(&ctx.meta);
+    // Counted while it runs: shutdown waits for it so that its audit record is written.
+    let _in_flight = shared.calls.token();
+    if modern {
+        // A tool that must run as a task, for an agent with the tasks extension: the
+        // server is asked for a 2025-11-25 task, and its handle is given in 2026-07-28.
+        let as_task = tasks_v2::declared(&ctx.meta)
+            && !extra.contains_key("task")
+            && task_bridge::requires_task(shared, &typed.name);
+        if as_task {
+            extra.insert("task".into(), Value::Object(Map::new()));
+        }
+        // Its rounds (questions for the agent) are driven by `mrtr`.
+        let mut result = mrtr::call(shared.clone(), typed, extra, ctx).await?;
+        if as_task {
+            if let Some(task) = tasks_v2::created(&result) {
+                result = task;
+            }
+        }
+        versions::stamp_result("tools/call", &mut result);
+        Ok(raw_json(&result))
+    } else {
+        // The common case: the result goes on as the bytes the pipeline gives.
+        crate::gateway::call::pipeline::call_tool(shared, typed, &extra, ctx).await
     }
 }
 

@@ -4,7 +4,7 @@
 //!
 //! Why: rmcp answers every request a server sends on its own task and queues each answer for
 //! the writer without bound. A server that floods `roots/list` and never reads its stdin made
-//! the gateway hold every answer (1 GB in tests/faults.rs). Holding the server's requests
+//! the gateway hold every answer (1 GB in tests/faults/). Holding the server's requests
 //! while its stdin is full bounds that queue by what is already in the pipe; a server that
 //! stays stalled for the stall limit is a protocol fault (killed and restarted).
 //! Never: alter, reorder or buffer the bytes written; block (the state is an atomic flag and

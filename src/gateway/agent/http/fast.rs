@@ -1,9 +1,10 @@
 //! The HTTP front's fast path for `tools/call`: a POST carrying one plain 2025-11-25
 //! `tools/call` on a known, initialized session runs straight into the call pipeline the
-//! stdio front uses (`front::answer`), and its answer is the server's result bytes with the
-//! agent's id, as the one event of an SSE body of known length (as rmcp answers a request,
-//! minus the stream: clients that read only SSE, as some do, read it the same way). The request has already passed every check
-//! of the front (Origin, token, principal cap, rate, request cap, body size).
+//! stdio front uses (`front::answer_call`), and its answer is the server's result bytes
+//! with the agent's id, as the one event of an SSE body of known length (as rmcp answers a
+//! request, minus the stream: clients that read only SSE, as some do, read it the same way).
+//! The request has already passed every check of the front (Origin, token, principal cap,
+//! rate, request cap, body size).
 //!
 //! Why: through rmcp's session machinery a call hops from the session manager to the session
 //! worker, the service, a handler task, a result channel and an SSE encoder, and its result
@@ -30,6 +31,9 @@
 //! Never: serve a call rmcp would have refused or answered differently in kind; take a call
 //! whose session is not the caller's (the session id is looked up in the principal's own
 //! session manager and peer table).
+//!
+//! The call's params are read once, into the typed view the pipeline takes (`FastParams`):
+//! the read that decides whether the fast path fits is the one handed on.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -37,7 +41,9 @@ use std::sync::{Arc, Mutex};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use rmcp::model::{ProtocolVersion, RequestId};
+use rmcp::model::{
+    CallToolRequestParams, JsonObject, ProtocolVersion, RequestId, RequestMetaObject,
+};
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::SessionManager;
@@ -133,7 +139,7 @@ pub(super) struct Planned {
     session: String,
     raw_id: Box<RawValue>,
     id: RequestId,
-    params: Box<RawValue>,
+    params: CallToolRequestParams,
     peer: Peer<RoleServer>,
 }
 
@@ -151,17 +157,18 @@ struct Envelope<'a> {
     params: Option<&'a RawValue>,
 }
 
-/// A `tools/call`'s params as the fast path accepts them.
+/// A `tools/call`'s params as the fast path accepts them: only these three fields, each
+/// once, typed as `CallToolRequestParams` types them (what `front::call_params` gives for
+/// such params, with nothing left over). The name is borrowed, so a name written with
+/// escapes does not fit (rmcp's path takes it), as before the params were read once.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CallParams<'a> {
-    #[allow(dead_code)] // read for its presence and type; `front::call_params` types it
+struct FastParams<'a> {
     name: &'a str,
-    #[serde(borrow, default)]
-    #[allow(dead_code)]
-    arguments: Option<&'a RawValue>,
+    #[serde(default)]
+    arguments: Option<JsonObject>,
     #[serde(rename = "_meta", default)]
-    meta: Option<serde_json::Map<String, serde_json::Value>>,
+    meta: Option<RequestMetaObject>,
 }
 
 impl FastPath {
@@ -207,10 +214,7 @@ impl FastPath {
         }
         let raw_id = env.id?;
         let id: RequestId = serde_json::from_str(raw_id.get()).ok()?;
-        let params = env.params?;
-        if !params_fit(params) {
-            return None;
-        }
+        let params = fast_params(env.params?)?;
         // rmcp's own check for the session, then the peer its `initialized` registered.
         if !self.knows(session).await {
             return None;
@@ -229,7 +233,7 @@ impl FastPath {
             session: session.to_string(),
             raw_id: raw_id.to_owned(),
             id,
-            params: params.to_owned(),
+            params,
             peer,
         })
     }
@@ -255,7 +259,7 @@ impl FastPath {
         let task = tokio::spawn(async move {
             let mut ctx = RequestContext::new(call.id, call.peer);
             ctx.ct = ct;
-            match front::answer(&shared, "tools/call", Some(&call.params), ctx).await {
+            match front::answer_call(&shared, call.params, serde_json::Map::new(), ctx).await {
                 Ok(result) => front::result_line(raw_id.get(), &result),
                 Err(e) => front::error_line(raw_id.get(), &e),
             }
@@ -375,18 +379,22 @@ fn headers_fit(headers: &HeaderMap) -> bool {
     json_body && json && sse && version_fits
 }
 
-/// Params with only a name, arguments and a `_meta` that asks nothing of the session.
-fn params_fit(params: &RawValue) -> bool {
-    let Ok(p) = serde_json::from_str::<CallParams<'_>>(params.get()) else {
-        return false;
-    };
+/// The typed view of params with only a name, arguments (an object, if any) and a `_meta`
+/// that asks nothing of the session; `None`: rmcp's path (which says why, if it refuses).
+fn fast_params(params: &RawValue) -> Option<CallToolRequestParams> {
+    let p = serde_json::from_str::<FastParams<'_>>(params.get()).ok()?;
     let meta_fits = p.meta.as_ref().is_none_or(|m| {
         !m.contains_key("progressToken")
             && !m.contains_key("protocolVersion")
             && !m.keys().any(|k| k.starts_with("io.modelcontextprotocol/"))
     });
-    // The typed view the pipeline reads must accept it too (else rmcp says why).
-    meta_fits && front::call_params(Some(params)).is_ok()
+    if !meta_fits {
+        return None;
+    }
+    let mut typed = CallToolRequestParams::new(p.name.to_owned());
+    typed.arguments = p.arguments;
+    typed.meta = p.meta;
+    Some(typed)
 }
 
 #[cfg(test)]
@@ -441,7 +449,7 @@ mod tests {
 
     #[test]
     fn only_plain_call_params_fit() {
-        let fits = |s: &str| params_fit(&RawValue::from_string(s.into()).unwrap());
+        let fits = |s: &str| fast_params(&RawValue::from_string(s.into()).unwrap()).is_some();
         assert!(fits(r#"{"name":"fs__stat","arguments":{"path":"/x"}}"#));
         assert!(fits(r#"{"name":"fs__stat","_meta":{"trace":"a"}}"#));
         // A progress token needs the session's stream.
@@ -454,5 +462,31 @@ mod tests {
         assert!(!fits(r#"{"name":"fs__stat","task":{"ttl":1}}"#));
         assert!(!fits(r#"{"name":"fs__stat","future":1}"#));
         assert!(!fits(r#"{"arguments":{}}"#));
+        // What the typed view refuses, or what the borrowed read could not take, is rmcp's.
+        assert!(!fits(r#"{"name":"fs__stat","arguments":[1]}"#));
+        assert!(!fits(r#"{"name":"fs__stat","_meta":5}"#));
+        assert!(!fits(r#"{"name":"fs__stat","name":"fs__read"}"#));
+        assert!(!fits(r#"{"name":"fs__st\u0061t"}"#));
+        assert!(fits(r#"{"name":"fs__stat","arguments":null,"_meta":null}"#));
+    }
+
+    #[test]
+    fn the_view_handed_on_is_the_one_the_stdio_front_reads() {
+        for s in [
+            r#"{"name":"fs__stat","arguments":{"path":"/x","n":1.50,"deep":{"b":1,"a":[2]}}}"#,
+            r#"{"_meta":{"trace":"a"},"name":"fs__stat"}"#,
+            r#"{"name":"fs__stat","arguments":null,"_meta":null}"#,
+        ] {
+            let raw = RawValue::from_string(s.into()).unwrap();
+            let fast = fast_params(&raw).unwrap();
+            let (typed, extra) = front::call_params(Some(&raw)).unwrap();
+            assert_eq!(fast, typed, "{s}");
+            assert!(extra.is_empty(), "{s}");
+            // Byte for byte, key order included.
+            assert_eq!(
+                serde_json::to_string(&fast).unwrap(),
+                serde_json::to_string(&typed).unwrap()
+            );
+        }
     }
 }

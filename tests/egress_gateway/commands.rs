@@ -1,0 +1,224 @@
+//! The network as the other commands see it: `palisade check` reports the gap and an
+//! allowlist under Landlock, `palisade run --allow-domain` keeps a proxy alive for its server,
+//! and the srt backend runs a server under srt with the lists.
+
+use serde_json::json;
+
+use crate::egress_support::http_origin;
+use crate::*;
+
+/// `palisade check` shows what would happen to an allowlisted server without socat.
+#[test]
+fn check_reports_the_network_gap() {
+    if which::which("bwrap").is_err() {
+        skip::skip("bwrap is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.json");
+    std::fs::write(
+        &cfg,
+        json!({"mcpServers": {"net": {"command": "/bin/true", "sandbox": {"policy": "warn", "network": {"allowedDomains": ["example.com"]}}}}}).to_string(),
+    )
+    .unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(which::which("bwrap").unwrap(), bin.path().join("bwrap")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["check", "--config"])
+        .arg(&cfg)
+        .env("PATH", bin.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("DEGRADED"), "{text}");
+    assert!(text.contains("socat is not installed"), "{text}");
+    // With socat on PATH the same server is fully sandboxed.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["check", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("net (warn): sandboxed"), "{text}");
+}
+
+/// `palisade check` on an allowlisted server under `backend: landlock`: sandboxed (no socat
+/// needed), with the by-port limit said; with socat off PATH too, so it cannot be the
+/// bubblewrap bridge that is counted.
+#[test]
+fn check_reports_an_allowlist_under_landlock_as_sandboxed_with_its_port_limit() {
+    if landlock_abi_4().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.json");
+    std::fs::write(
+        &cfg,
+        json!({"mcpServers": {"net": {"command": "/bin/true", "sandbox": {"backend": "landlock", "network": {"allowedDomains": ["example.com"]}}}}}).to_string(),
+    )
+    .unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["check", "--config"])
+        .arg(&cfg)
+        .env("PATH", empty.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("net (enforce): sandboxed (Landlock"),
+        "{text}"
+    );
+    assert!(
+        text.contains("network rules name ports, not addresses"),
+        "{text}"
+    );
+}
+
+/// `palisade run --allow-domain`: the command (real curl) reaches the allowed name through
+/// the proxy `run` keeps alive, is refused the other, and `run` exits with curl's status and
+/// leaves no socket directory behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_allow_domain_keeps_a_proxy_alive_and_propagates_the_exit_code() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let Ok(curl) = which::which("curl") else {
+        skip::skip("curl is not installed");
+        return;
+    };
+    let origin = http_origin().await;
+    let port = origin.port();
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = dir.path().join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 allowed.test denied.test\n").unwrap();
+    let tmp = private_tmp(dir.path());
+    let run = |url: String| {
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_palisade"));
+        c.env("TMPDIR", &tmp)
+            .env("RUST_LOG", "info")
+            .arg("run")
+            .arg("--allow-domain")
+            .arg(format!("allowed.test:{port}"))
+            .arg("--egress-hosts-file")
+            .arg(&hosts)
+            .arg("--")
+            .arg(&curl)
+            .args(["-sS", "-f", "--max-time", "20"])
+            .arg(url)
+            .kill_on_drop(true);
+        c
+    };
+    let first = run(format!("http://allowed.test:{port}/run"))
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    assert!(
+        first.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert_eq!(
+        stdout,
+        format!("origin saw [GET /run HTTP/1.1] host [allowed.test:{port}]")
+    );
+
+    let out_denied = run(format!("http://denied.test:{port}/run"))
+        .output()
+        .await
+        .unwrap();
+    // curl -f: 22 for an HTTP error (the proxy's 403), propagated by `run`.
+    assert_eq!(
+        out_denied.status.code(),
+        Some(22),
+        "{}",
+        String::from_utf8_lossy(&out_denied.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out_denied.stderr).contains("egress refused"));
+
+    // Control: without --allow-domain the same command has no network at all (exit 6: the
+    // name cannot be resolved), so the success above is the proxy's doing.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["run", "--"])
+        .arg(&curl)
+        .args(["-sS", "--max-time", "20"])
+        .arg(format!("http://allowed.test:{port}/run"))
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(6),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    assert_socket_dir_used_and_removed(&tmp, &String::from_utf8_lossy(&first.stderr));
+    assert_socket_dir_used_and_removed(&tmp, &String::from_utf8_lossy(&out_denied.stderr));
+}
+
+/// `backend: srt` through `palisade serve`: the server runs under the real srt (found through
+/// `PALISADE_SRT`), recorded as such in the audit; srt's proxy refuses a name outside the
+/// allowlist and the sandbox has no direct route. srt resolves names with the system
+/// resolver and refuses loopback addresses, so the fake `allowed.test` cannot be reached on a
+/// machine without internet: the allowed case is covered by the golden settings test only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srt_backend_runs_the_server_under_srt_with_the_lists() {
+    let Some(python) = prerequisites() else {
+        return;
+    };
+    let srt = deps().join("node_modules/.bin/srt");
+    if !srt.exists() || which::which("rg").is_err() {
+        skip::skip(&format!(
+            "srt ({}) or ripgrep is not installed",
+            srt.display()
+        ));
+        return;
+    }
+    let origin = http_origin().await;
+    let port = origin.port();
+    let dir = tempfile::tempdir().unwrap();
+    let servers = json!({
+        "net": {"command": python.display().to_string(), "args": [net_probe()],
+                "sandbox": {"backend": "srt", "network": {"allowedDomains": ["allowed.test"]}}},
+    });
+    let calls = json!([
+        call(
+            "net__http_get",
+            json!({"address": format!("http://denied.test:{port}/x"), "via": "env"})
+        ),
+        call("net__connect", json!({"host": "127.0.0.1", "port": port})),
+        call("net__proxy_env", json!({})),
+    ]);
+    let srt_s = srt.display().to_string();
+    let r = serve(
+        dir.path(),
+        &python,
+        servers,
+        json!({}),
+        calls,
+        &[("PALISADE_SRT", &srt_s)],
+    )
+    .await;
+    assert!(
+        r.tools.contains(&"net__http_get".to_string()),
+        "{:?}\n{}",
+        r.tools,
+        r.stderr
+    );
+    let text = |i: usize| r.calls[i]["text"].as_str().unwrap().to_string();
+    assert_eq!(r.calls[0]["error"], true, "{}", text(0));
+    assert!(!text(0).contains("origin saw"), "{}", text(0));
+    assert_eq!(r.calls[1]["error"], true, "{}", text(1));
+    // srt's own proxy variables, not palisade's bridges.
+    assert!(text(2).contains("HTTP_PROXY=http://"), "{}", text(2));
+    assert!(!text(2).contains("127.0.0.1:3128"), "{}", text(2));
+    assert!(
+        r.audit
+            .iter()
+            .all(|a| a["sandboxBackend"] == "srt" && a["sandboxed"] == true),
+        "{:#?}",
+        r.audit
+    );
+}
