@@ -71,12 +71,6 @@ pub struct DownstreamHandler {
     pub relay: crate::gateway::server::relay::Relayer,
 }
 
-/// A request a downstream server sent the gateway: its id and its cancellation.
-pub struct FromServer {
-    pub id: RequestId,
-    pub ct: CancellationToken,
-}
-
 impl DownstreamHandler {
     /// The `initialize` params the gateway sends this server.
     pub fn initialize_params(&self) -> Value {
@@ -207,7 +201,7 @@ impl Inbound for DownstreamHandler {
         cancel: CancellationToken,
     ) -> Pin<Box<dyn Future<Output = Result<Value, ErrorData>> + Send + 'a>> {
         Box::pin(async move {
-            let ctx = FromServer { id, ct: cancel };
+            let ctx = crate::gateway::server::relay::FromServer { id, ct: cancel };
             match method {
                 "roots/list" => to_value(Ok(self.list_roots())),
                 "ping" => Ok(Value::Object(Map::new())),

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::jwt::KeySet;
+use super::keyset::KeySet;
 use super::proxy::Proxy;
 use super::tls_client::TlsClient;
 

@@ -12,29 +12,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use jsonwebtoken::jwk::JwkSet;
-use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
+use jsonwebtoken::{decode, decode_header, Algorithm, Validation};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::tokens::valid_principal;
 
-/// The signing keys of a JWKS, each with its `kid` and `alg` when it names them.
-pub struct KeySet(Vec<(Option<String>, Option<Algorithm>, DecodingKey)>);
-
-/// Why a JWKS document cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum KeySetError {
-    #[error("not a JWKS: {0}")]
-    NotJwks(serde_json::Error),
-    #[error("the JWKS holds no key")]
-    Empty,
-    #[error("key {kid}: {source}")]
-    Key {
-        kid: String,
-        source: jsonwebtoken::errors::Error,
-    },
-}
+pub use super::keyset::{KeySet, KeySetError};
 
 /// Why a verifier cannot be set up (refused at start).
 #[derive(Debug, thiserror::Error)]
@@ -53,38 +37,6 @@ pub enum VerifierError {
         path: std::path::PathBuf,
         source: Box<VerifierError>,
     },
-}
-
-impl KeySet {
-    /// A JWKS document's keys; every key must be usable, and there must be one.
-    pub fn parse(text: &str) -> Result<KeySet, KeySetError> {
-        let set: JwkSet = serde_json::from_str(text).map_err(KeySetError::NotJwks)?;
-        if set.keys.is_empty() {
-            return Err(KeySetError::Empty);
-        }
-        let mut keys = Vec::new();
-        for jwk in &set.keys {
-            let kid = jwk.common.key_id.clone();
-            let key = DecodingKey::from_jwk(jwk).map_err(|source| KeySetError::Key {
-                kid: kid.as_deref().unwrap_or("(no kid)").to_string(),
-                source,
-            })?;
-            let alg = jwk
-                .common
-                .key_algorithm
-                .and_then(|a| Algorithm::try_from(a).ok());
-            keys.push((kid, alg, key));
-        }
-        Ok(KeySet(keys))
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// Where the keys come from.
@@ -265,7 +217,7 @@ impl JwtVerifier {
         if !ASYMMETRIC.contains(&header.alg) {
             return Err(Some(format!("algorithm {:?} is not accepted", header.alg)));
         }
-        let keys = &set.0;
+        let keys = &set.keys;
         let key = match (&header.kid, keys.len()) {
             (Some(kid), _) => keys.iter().find(|(k, _, _)| k.as_deref() == Some(kid)),
             (None, 1) => keys.first(),

@@ -22,6 +22,7 @@ mod auth;
 pub mod fast;
 pub mod jwks;
 pub mod jwt;
+mod keyset;
 pub mod limits;
 pub mod metrics;
 pub mod origin;

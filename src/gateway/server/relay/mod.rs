@@ -49,6 +49,13 @@ const EXCERPT: usize = 500;
 /// The `_meta` key naming the server a relayed request comes from.
 pub const META_SERVER: &str = "palisade/server";
 
+/// A request a downstream server sent the gateway (sampling, elicitation): its id and its
+/// cancellation.
+pub struct FromServer {
+    pub id: rmcp::model::RequestId,
+    pub ct: tokio_util::sync::CancellationToken,
+}
+
 /// What a downstream handler needs to relay: built at each start of the server.
 #[derive(Clone)]
 pub struct Relayer {
@@ -141,7 +148,7 @@ impl Relayer {
     pub async fn sampling(
         &self,
         mut params: CreateMessageRequestParams,
-        ctx: &crate::gateway::server::handler::FromServer,
+        ctx: &FromServer,
     ) -> Result<CreateMessageResult, ErrorData> {
         let started = Instant::now();
         let kind = Kind::Sampling;
@@ -181,7 +188,7 @@ impl Relayer {
     pub async fn elicitation(
         &self,
         params: ElicitRequestParams,
-        ctx: &crate::gateway::server::handler::FromServer,
+        ctx: &FromServer,
     ) -> Result<ElicitResult, ErrorData> {
         let started = Instant::now();
         let kind = Kind::Elicitation;
@@ -272,7 +279,7 @@ impl Relayer {
     /// first, when it is).
     fn refuse_mode(
         &self,
-        ctx: &crate::gateway::server::handler::FromServer,
+        ctx: &FromServer,
         args: impl FnOnce() -> Map<String, Value>,
         what: &'static str,
     ) -> ErrorData {
@@ -297,7 +304,7 @@ impl Relayer {
     fn refuse(
         &self,
         kind: Kind,
-        ctx: &crate::gateway::server::handler::FromServer,
+        ctx: &FromServer,
         args: impl FnOnce() -> Map<String, Value>,
         refusal: Refusal,
     ) -> ErrorData {
@@ -331,7 +338,7 @@ impl Relayer {
     fn audit_relayed(
         &self,
         kind: Kind,
-        ctx: &crate::gateway::server::handler::FromServer,
+        ctx: &FromServer,
         args: Map<String, Value>,
         outcome: CallOutcome,
         started: Instant,
@@ -358,7 +365,7 @@ impl Relayer {
     fn record(
         &self,
         kind: Kind,
-        ctx: &crate::gateway::server::handler::FromServer,
+        ctx: &FromServer,
         arguments: Map<String, Value>,
         policy_decision: PolicyVerdict,
         result: CallOutcome,
