@@ -33,14 +33,17 @@ pub struct ServerLists {
     pub raw: RawItems,
 }
 
+/// One of a server's lists: what a server says changed, and what is fetched again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ListKind {
+    Tools,
+    Prompts,
+    Resources,
+}
+
 impl ServerLists {
     /// Takes `kind`'s lists (typed and raw) from `fresh`, a listing of that kind.
-    pub fn take_kind(
-        &mut self,
-        kind: crate::gateway::server::handler::ListKind,
-        fresh: ServerLists,
-    ) {
-        use crate::gateway::server::handler::ListKind;
+    pub fn take_kind(&mut self, kind: ListKind, fresh: ServerLists) {
         match kind {
             ListKind::Tools => {
                 self.tools = fresh.tools;

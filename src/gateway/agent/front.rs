@@ -299,7 +299,7 @@ pub(crate) async fn answer_call(
             extra.insert("task".into(), Value::Object(Map::new()));
         }
         // Its rounds (questions for the agent) are driven by `mrtr`.
-        let mut result = mrtr::call(shared.clone(), typed, extra, ctx).await?;
+        let mut result = mrtr::drive::call(shared.clone(), typed, extra, ctx).await?;
         if as_task {
             if let Some(task) = tasks_v2::created(&result) {
                 result = task;

@@ -76,7 +76,8 @@ impl RelayingService {
                     .and_then(|raw| crate::gateway::call::answer::value_of(&raw)));
                 }
                 // A 2026-07-28 call that opens the session comes this way, not by the front.
-                super::mrtr::call(up.shared.clone(), r.params, Default::default(), context).await
+                super::mrtr::drive::call(up.shared.clone(), r.params, Default::default(), context)
+                    .await
             }
             ClientRequest::GetPromptRequest(r) => up
                 .get_prompt_raw(r.params, &context)

@@ -45,13 +45,8 @@ pub struct UpTarget {
     pub token: ProgressToken,
 }
 
-/// A downstream server told us one of its lists changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ListKind {
-    Tools,
-    Prompts,
-    Resources,
-}
+/// Which of a server's lists changed (it belongs to the lists, `registry`).
+pub use crate::gateway::registry::ListKind;
 
 /// What the gateway does with what one downstream server sends it.
 pub struct DownstreamHandler {

@@ -361,7 +361,19 @@ mod tests {
         std::fs::write(&script, "exit 5\n").unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         let e = exec(script.to_str().unwrap(), &[], d.path());
-        let pid = spawn(&e, &|| Ok(()), &blocked()).unwrap();
+        // A child another test forks while the script is still open for writing holds it
+        // open (ETXTBSY) until that child execs: the race of every test that writes and runs
+        // a file in a multi-threaded process, so it is retried, boundedly.
+        let mut tries = 0;
+        let pid = loop {
+            match spawn(&e, &|| Ok(()), &blocked()) {
+                Err(err) if err.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                other => break other.unwrap(),
+            }
+        };
         assert_eq!(wait(pid), 5);
     }
 
