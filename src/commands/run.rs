@@ -384,6 +384,9 @@ fn request(args: &RunArgs) -> Result<LaunchRequest, ExitWith> {
     // (otherwise the sandbox's private HOME).
     let cwd = match &args.cwd {
         Some(c) => Some(abs(c)),
+        // Resolved only when a grant could show it (one `readlink` per component saved on
+        // every grant-less launch).
+        None if grants.is_empty() => None,
         None => {
             let real = std::fs::canonicalize(&here).unwrap_or(here.clone());
             grants

@@ -123,6 +123,9 @@ fn wait_forwarding(pid: Pid, set: &SigSet) -> Result<u8, ExitWith> {
 /// processes it has just killed: where the children cannot be listed it reaps what has
 /// already ended and says what may be left.
 fn end_descendants() {
+    if !has_children() {
+        return;
+    }
     loop {
         let Some(kids) = children() else {
             tracing::warn!(
@@ -144,6 +147,23 @@ fn end_descendants() {
         match waitpid(Pid::from_raw(-1), None) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => return,
+        }
+    }
+}
+
+/// Whether anything is left beneath palisade, asked with one `waitpid` (the common case, a
+/// command that left nothing, then costs no `/proc` reads). The kernel hands an exiting
+/// process's children to its subreaper before the process can be reaped, so once the child
+/// is reaped every survivor of its tree is a child of palisade, or beneath one: no child at
+/// all (ECHILD) means no descendant. Orphans that have already ended are reaped here.
+fn has_children() -> bool {
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Err(nix::errno::Errno::ECHILD) => return false,
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
+            | Err(nix::errno::Errno::EINTR) => continue,
+            // A live child (or an answer not foreseen): list and end them.
+            _ => return true,
         }
     }
 }

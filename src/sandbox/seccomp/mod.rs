@@ -1,6 +1,7 @@
-//! The seccomp filter every sandboxed command runs under, compiled to classic BPF with
-//! `seccompiler` and handed to bubblewrap (`--seccomp FD`), which installs it right before it
-//! executes the command (bwrap's own setup is not filtered).
+//! The seccomp filter every sandboxed command runs under, compiled to classic BPF (each
+//! syscall's argument rules by `seccompiler`, the whole laid out as a search on the syscall
+//! number by `layout`) and handed to bubblewrap (`--seccomp FD`), which installs it right
+//! before it executes the command (bwrap's own setup is not filtered).
 //!
 //! Default allow, and a short deny list of kernel surfaces an MCP server never needs and
 //! sandbox escapes keep using. Each refused call fails with EPERM (programs such as libuv
@@ -34,11 +35,16 @@
 //! same kernel code through syscall numbers with bit 30 set); other architectures' ABIs are
 //! killed by the architecture check seccompiler puts in front of every filter.
 
+mod layout;
+#[cfg(test)]
+mod reference;
+#[cfg(test)]
+mod tests;
+
 use std::collections::BTreeMap;
 
 use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
+    BpfProgram, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule, TargetArch,
 };
 
 /// Why no filter could be built.
@@ -48,6 +54,8 @@ pub enum SeccompError {
     UnsupportedArch(String),
     #[error("cannot compile the seccomp filter: {0}")]
     Compile(#[from] seccompiler::BackendError),
+    #[error(transparent)]
+    Layout(#[from] layout::LayoutError),
 }
 
 const AF_VSOCK: u64 = 40;
@@ -253,6 +261,26 @@ pub fn program_for(arch: &str) -> Result<BpfProgram, SeccompError> {
 
 /// Compiles the filter for `arch` with the given `socket()` rules.
 pub fn program_with(arch: &str, sockets: Sockets) -> Result<BpfProgram, SeccompError> {
+    let (rules, enosys, _) = syscalls(arch, sockets)?;
+    // The architecture check (other ABIs are killed, as seccompiler's own prelude does),
+    // then the syscall number searched for among the listed ones (`layout`).
+    let audit_arch = match arch {
+        "x86_64" => AUDIT_ARCH_X86_64,
+        _ => AUDIT_ARCH_AARCH64,
+    };
+    Ok(layout::assemble(audit_arch, rules, &enosys)?)
+}
+
+/// `AUDIT_ARCH_*` of the two architectures (include/uapi/linux/audit.h), as
+/// `seccomp_data.arch` carries them.
+const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+const AUDIT_ARCH_AARCH64: u32 = 0xc000_00b7;
+
+/// The EPERM rules per syscall number (no rule: refused whatever the arguments), the
+/// numbers refused with ENOSYS, and seccompiler's architecture, for `arch`.
+type Syscalls = (BTreeMap<i64, Vec<SeccompRule>>, Vec<i64>, TargetArch);
+
+fn syscalls(arch: &str, sockets: Sockets) -> Result<Syscalls, SeccompError> {
     let (nr, target, abis): (&Nr, TargetArch, &[i64]) = match arch {
         "x86_64" => (&X86_64, TargetArch::x86_64, &[0, X32_BIT]),
         "aarch64" => (&AARCH64, TargetArch::aarch64, &[0]),
@@ -264,57 +292,9 @@ pub fn program_with(arch: &str, sockets: Sockets) -> Result<BpfProgram, SeccompE
     }
     // clone3 passes its flags in a struct the filter cannot read: refuse it as "not
     // implemented" so libc falls back to clone(2), which the rule above inspects.
-    let eperm = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        target,
-    )?;
-    let mut prog: BpfProgram = eperm.try_into()?;
-    // Splice a clone3 -> ENOSYS check in front of the EPERM rules: after the architecture
-    // check (which seccompiler emits first), load the number and test it.
-    splice_enosys(
-        &mut prog,
-        &abis.iter().map(|b| nr.clone3 | b).collect::<Vec<_>>(),
-    );
-    Ok(prog)
+    let enosys = abis.iter().map(|b| nr.clone3 | b).collect();
+    Ok((rules, enosys, target))
 }
-
-/// Inserts, right after seccompiler's architecture check, instructions that return ENOSYS
-/// for each syscall number in `nrs`. The architecture check is the first 3 instructions
-/// (load arch, compare, kill), followed by the syscall-number load of the rule chains.
-fn splice_enosys(prog: &mut BpfProgram, nrs: &[i64]) {
-    use seccompiler::sock_filter;
-    const BPF_LD_W_ABS: u16 = 0x20;
-    const BPF_JMP_JEQ_K: u16 = 0x15;
-    const BPF_RET_K: u16 = 0x06;
-    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
-    let mut ins = vec![sock_filter {
-        code: BPF_LD_W_ABS,
-        jt: 0,
-        jf: 0,
-        k: 0, // seccomp_data.nr
-    }];
-    for &n in nrs {
-        ins.push(sock_filter {
-            code: BPF_JMP_JEQ_K,
-            jt: 0,
-            jf: 1,
-            k: n as u32,
-        });
-        ins.push(sock_filter {
-            code: BPF_RET_K,
-            jt: 0,
-            jf: 0,
-            k: SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
-        });
-    }
-    let at = ARCH_CHECK_LEN.min(prog.len());
-    prog.splice(at..at, ins);
-}
-
-/// Length of seccompiler 0.5's architecture validation prelude (checked by a test).
-const ARCH_CHECK_LEN: usize = 3;
 
 /// The program as the bytes bwrap reads from `--seccomp FD` (an array of `sock_filter` in
 /// native byte order).
@@ -327,67 +307,4 @@ pub fn to_bytes(prog: &BpfProgram) -> Vec<u8> {
         out.extend_from_slice(&f.k.to_ne_bytes());
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn builds_for_x86_64_and_aarch64_and_refuses_others() {
-        assert!(program_for("x86_64").unwrap().len() > 20);
-        assert!(program_for("aarch64").unwrap().len() > 20);
-        assert!(matches!(
-            program_for("mips"),
-            Err(SeccompError::UnsupportedArch(_))
-        ));
-    }
-
-    #[test]
-    fn the_prelude_is_where_the_clone3_check_is_spliced() {
-        // seccompiler's prelude: load arch, jump if equal, kill. If a new version changes it,
-        // the splice position must change too.
-        let plain: BpfProgram = SeccompFilter::new(
-            BTreeMap::new(),
-            SeccompAction::Allow,
-            SeccompAction::Errno(1),
-            TargetArch::x86_64,
-        )
-        .unwrap()
-        .try_into()
-        .unwrap();
-        assert_eq!(plain[0].code, 0x20); // ld arch
-        assert_eq!(plain[0].k, 4); // offsetof(seccomp_data, arch)
-        assert_eq!(plain[1].code, 0x15); // jeq
-        assert_eq!(plain[2].code, 0x06); // ret (kill)
-        let prog = program_for("x86_64").unwrap();
-        assert_eq!(prog[3].code, 0x20);
-        assert_eq!(prog[3].k, 0); // ld nr
-        assert_eq!(prog[4].k, 435);
-        assert_eq!(prog[5].k, 0x0005_0000 | libc::ENOSYS as u32);
-    }
-
-    #[test]
-    fn plain_tcp_also_refuses_listen_and_fast_open_on_both_architectures() {
-        let tcp = Sockets::Landlock { inet: Inet::Tcp };
-        for (arch, listen) in [("x86_64", 50u32), ("aarch64", 201)] {
-            let prog = program_with(arch, tcp).unwrap();
-            let has = |k: u32| prog.iter().any(|i| i.k == k);
-            assert!(has(listen), "{arch}: listen checked");
-            assert!(has(MSG_FASTOPEN as u32), "{arch}: MSG_FASTOPEN checked");
-            // Without TCP (no internet socket at all) neither rule is needed.
-            let none = program_with(arch, Sockets::Landlock { inet: Inet::None }).unwrap();
-            assert!(!none.iter().any(|i| i.k == MSG_FASTOPEN as u32), "{arch}");
-            assert!(
-                !none.iter().any(|i| i.k == listen),
-                "{arch}: 50/201 is listen's"
-            );
-        }
-    }
-
-    #[test]
-    fn bytes_are_eight_per_instruction() {
-        let prog = program().unwrap();
-        assert_eq!(to_bytes(&prog).len(), prog.len() * 8);
-    }
 }
