@@ -113,9 +113,10 @@ def write(res, root, svg_chart):
         "every other process (libc, ld.so) in full, once per process; PSS is what adding one "
         "more sandboxed server costs the machine.")
     add("")
-    add("Per call, the gateway adds two pipe hops and an rmcp decode and encode on each side "
-        "of its session; under load each hop is a scheduler wake-up, which is most of the "
-        "added time (see *Per call* below for the profile).")
+    add("Per call, the gateway adds two pipe hops, each a scheduler wake-up, which a relay "
+        "that reads nothing pays too (the `relay floor (socat)` row of *Per call*), and its own "
+        "work: the envelope read, policy with path resolution, the audit record; a result is "
+        "relayed as the server's bytes (see *Per call* below for the profile).")
     add("")
 
     # --- launch
