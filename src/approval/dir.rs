@@ -9,7 +9,7 @@
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,11 +27,22 @@ const MAX_RESPONSE_BYTES: u64 = 64 * 1024;
 
 pub struct DirApprover {
     dir: PathBuf,
+    /// Request writes started and not yet finished (they run on blocking threads and may
+    /// outlive the call that started them).
+    writes: Arc<AtomicUsize>,
 }
 
 impl DirApprover {
     pub fn new(dir: PathBuf) -> Self {
-        DirApprover { dir }
+        DirApprover {
+            dir,
+            writes: Arc::default(),
+        }
+    }
+
+    /// How many request writes are still running.
+    pub fn writes_in_flight(&self) -> usize {
+        self.writes.load(Ordering::SeqCst)
     }
 
     fn request_path(&self, id: &str) -> PathBuf {
@@ -71,6 +82,8 @@ impl Approver for DirApprover {
             };
             let dir = self.dir.clone();
             let req_path = request.clone();
+            let writes = self.writes.clone();
+            writes.fetch_add(1, Ordering::SeqCst);
             let written = tokio::task::spawn_blocking(move || {
                 let result = write_atomically(&dir, &req_path, &body);
                 // Checked after the rename: if the guard ran before it, the file is ours to
@@ -78,6 +91,7 @@ impl Approver for DirApprover {
                 if abandoned.load(Ordering::SeqCst) {
                     let _ = std::fs::remove_file(&req_path);
                 }
+                writes.fetch_sub(1, Ordering::SeqCst);
                 result
             })
             .await;
@@ -388,19 +402,17 @@ mod tests {
                 // pipeline's select drops it when the agent cancels.
                 let _ = futures::poll!(&mut ask);
             }
-            // The abandoned write may still be syncing on a blocking thread (for long under
-            // load), so the directory gets a generous while to empty; without the guard's
-            // flag the request stays forever and this fails.
+            // The abandoned write may still be running on a blocking thread (syncing, for long
+            // under load): the directory is looked at once it has finished. Without the
+            // guard's flag the request stays and this fails.
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            let left = loop {
-                let left: Vec<_> = std::fs::read_dir(dir.path())
-                    .map(|d| d.flatten().map(|e| e.file_name()).collect())
-                    .unwrap_or_default();
-                if left.is_empty() || std::time::Instant::now() > deadline {
-                    break left;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            };
+            while approver.writes_in_flight() > 0 && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert_eq!(approver.writes_in_flight(), 0, "the write never finished");
+            let left: Vec<_> = std::fs::read_dir(dir.path())
+                .map(|d| d.flatten().map(|e| e.file_name()).collect())
+                .unwrap_or_default();
             assert!(left.is_empty(), "left behind: {left:?}");
         }
     }

@@ -194,11 +194,7 @@ impl InFlight<'_> {
         let (answer, received) = mark_refusals(&run.network_refusals, &slot.name, relayed);
         let call_paths = if answer.is_error() {
             let home = slot.roots.options().home.as_deref();
-            call_paths(
-                path_args,
-                slot.req.as_ref().and_then(|r| r.cwd.as_deref()),
-                home,
-            )
+            call_paths(path_args, self.cwd(), home)
         } else {
             Vec::new()
         };
