@@ -223,9 +223,11 @@ backend palisade
         for p in ps:
             load[p.replica] = load.get(p.replica, 0) + 1
         victim = max((n for n in reps if n in load), key=lambda n: load[n])
-        t_kill = time.monotonic()
         reps[victim][0].send_signal(signal.SIGKILL)
         reps[victim][0].wait()
+        # Taken once the victim is gone: a call started between the clock read and the
+        # signal's delivery could still be answered by the victim, and would count as "after".
+        t_kill = time.monotonic()
         time.sleep(seconds / 2)
         stop.set()
         for p in ps:
