@@ -8,6 +8,8 @@
 //! own children running.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
+#[path = "support/sdk_client.rs"]
+mod sdk_client;
 #[path = "support/skip.rs"]
 mod skip;
 
@@ -61,50 +63,18 @@ impl Run {
 
 /// Writes the config (enforce, allow-all policy, audit log in `dir`) and runs `calls`.
 fn serve(dir: &Path, servers: Value, calls: Value) -> Run {
-    let audit = dir.join("audit.jsonl");
     let settings = json!({
         "sandboxDir": dir.join("sandbox").display().to_string(),
         "sandboxPolicy": "enforce",
-        "auditLog": audit.display().to_string(),
+        "auditLog": dir.join("audit.jsonl").display().to_string(),
         "policy": manifest("tests/fixtures/allow-all-policy.json"),
     });
     std::fs::create_dir_all(dir.join("sandbox")).unwrap();
-    let cfg = dir.join("config.json");
-    std::fs::write(
-        &cfg,
-        serde_json::to_vec_pretty(&json!({"mcpServers": servers, "palisade": settings})).unwrap(),
-    )
-    .unwrap();
-    let errlog = dir.join("stderr.log");
-    let mut cmd = std::process::Command::new(python());
-    cmd.arg(manifest("tests/clients/calls.py"))
-        .arg(calls.to_string())
-        .arg("--")
-        .args([env!("CARGO_BIN_EXE_palisade"), "serve", "--config"])
-        .arg(&cfg)
-        .env("CALLS_ERRLOG", &errlog)
-        .env("RUST_LOG", "info,rmcp=warn")
-        .env("NO_COLOR", "1");
-    // calls.py bounds every step (initialize 90 s, each call 60 s): no outer timer needed.
-    let out = cmd.output().unwrap();
-    let stderr = std::fs::read_to_string(&errlog).unwrap_or_default();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "client failed: {}\n{stdout}\n{}\npalisade:\n{stderr}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
-    let audit = std::fs::read_to_string(&audit)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let out = sdk_client::run(Path::new(&python()), dir, &servers, &settings, &calls, &[]);
     Run {
-        calls: v["calls"].as_array().unwrap().clone(),
-        audit,
-        stderr,
+        calls: out.calls,
+        audit: out.audit,
+        stderr: out.stderr,
     }
 }
 
@@ -358,7 +328,6 @@ fn a_planted_error_path_is_no_oracle_for_the_host() {
 fn prompts_and_resources(dir: &Path, audit_log: &Path) -> (Value, String) {
     let everything =
         deps().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    let cfg = dir.join("config.json");
     std::fs::create_dir_all(dir.join("sandbox")).unwrap();
     let config = json!({
         "mcpServers": {"everything": {"command": "node", "args": [everything, "stdio"]}},
@@ -369,27 +338,8 @@ fn prompts_and_resources(dir: &Path, audit_log: &Path) -> (Value, String) {
             "policy": manifest("tests/fixtures/allow-all-policy.json"),
         },
     });
-    std::fs::write(&cfg, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
-    let errlog = dir.join("stderr.log");
-    let out = std::process::Command::new(python())
-        .arg(manifest("tests/clients/prompts_resources.py"))
-        .arg("--")
-        .args([env!("CARGO_BIN_EXE_palisade"), "serve", "--config"])
-        .arg(&cfg)
-        .env("CALLS_ERRLOG", &errlog)
-        .env("RUST_LOG", "info,rmcp=warn")
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    let stderr = std::fs::read_to_string(&errlog).unwrap_or_default();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "client failed: {}\n{stdout}\n{}\npalisade:\n{stderr}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (serde_json::from_str(stdout.trim()).unwrap(), stderr)
+    let script = "tests/clients/prompts_resources.py";
+    sdk_client::client(Path::new(&python()), script, &[], dir, &config, &[])
 }
 
 /// Prompts, resources, subscriptions and completions each write exactly one audit record,

@@ -30,41 +30,21 @@ async fn servers_reach_exactly_their_allowlist_and_refusals_reach_the_agent_and_
                   "sandbox": {"network": {"allowedDomains": [format!("allowed.test:{port}"), format!("allowed.test:{redirect}")]}}}
     });
     let calls = json!([
-        call(
-            "net__http_get",
-            json!({"address": format!("{allowed}/env"), "via": "env"})
-        ),
-        call(
-            "net__http_get",
-            json!({"address": format!("{allowed}/socks"), "via": "socks"})
-        ),
-        call(
-            "net__http_get",
-            json!({"address": format!("{denied}/env"), "via": "env"})
-        ),
-        call(
-            "net__http_get",
-            json!({"address": format!("{denied}/socks"), "via": "socks"})
-        ),
+        http_get("net__http_get", &format!("{allowed}/env"), "env"),
+        http_get("net__http_get", &format!("{allowed}/socks"), "socks"),
+        http_get("net__http_get", &format!("{denied}/env"), "env"),
+        http_get("net__http_get", &format!("{denied}/socks"), "socks"),
         call("net__connect", json!({"host": "127.0.0.1", "port": port})),
-        call(
+        http_get(
             "net__http_get",
-            json!({"address": format!("http://127.0.0.1:{port}/lit"), "via": "socks"})
+            &format!("http://127.0.0.1:{port}/lit"),
+            "socks"
         ),
         call("net__resolve", json!({"name": "allowed.test"})),
         call("net__udp", json!({"host": "192.0.2.1", "port": 53})),
-        call(
-            "net__http_get",
-            json!({"address": format!("{other}/x"), "via": "env"})
-        ),
-        call(
-            "other__http_get",
-            json!({"address": format!("{other}/mine"), "via": "env"})
-        ),
-        call(
-            "other__http_get",
-            json!({"address": format!("{allowed}/theirs"), "via": "env"})
-        ),
+        http_get("net__http_get", &format!("{other}/x"), "env"),
+        http_get("other__http_get", &format!("{other}/mine"), "env"),
+        http_get("other__http_get", &format!("{allowed}/theirs"), "env"),
         call("net__proxy_env", json!({})),
         call(
             "fetch__fetch",

@@ -184,9 +184,10 @@ async fn srt_backend_runs_the_server_under_srt_with_the_lists() {
                 "sandbox": {"backend": "srt", "network": {"allowedDomains": ["allowed.test"]}}},
     });
     let calls = json!([
-        call(
+        http_get(
             "net__http_get",
-            json!({"address": format!("http://denied.test:{port}/x"), "via": "env"})
+            &format!("http://denied.test:{port}/x"),
+            "env"
         ),
         call("net__connect", json!({"host": "127.0.0.1", "port": port})),
         call("net__proxy_env", json!({})),

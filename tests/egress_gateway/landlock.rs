@@ -54,32 +54,14 @@ async fn under_landlock_servers_reach_exactly_their_allowlist_through_their_own_
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let udp_port = udp.local_addr().unwrap().port();
     let calls = json!([
-        call(
-            "net__http_get",
-            json!({"address": format!("{allowed}/env"), "via": "env"})
-        ),
-        call(
-            "net__http_get",
-            json!({"address": format!("{allowed}/socks"), "via": "socks"})
-        ),
-        call(
-            "net__http_get",
-            json!({"address": format!("{denied}/env"), "via": "env"})
-        ),
-        call(
-            "net__http_get",
-            json!({"address": format!("{denied}/socks"), "via": "socks"})
-        ),
+        http_get("net__http_get", &format!("{allowed}/env"), "env"),
+        http_get("net__http_get", &format!("{allowed}/socks"), "socks"),
+        http_get("net__http_get", &format!("{denied}/env"), "env"),
+        http_get("net__http_get", &format!("{denied}/socks"), "socks"),
         call("net__connect", json!({"host": "127.0.0.1", "port": port})),
         call("net__udp", json!({"host": "127.0.0.1", "port": udp_port})),
-        call(
-            "other__http_get",
-            json!({"address": format!("{allowed}/theirs"), "via": "env"})
-        ),
-        call(
-            "other__http_get",
-            json!({"address": format!("{other}/mine"), "via": "env"})
-        ),
+        http_get("other__http_get", &format!("{allowed}/theirs"), "env"),
+        http_get("other__http_get", &format!("{other}/mine"), "env"),
         call("open__connect", json!({"host": "127.0.0.1", "port": port})),
         call("open__udp", json!({"host": "127.0.0.1", "port": udp_port})),
     ]);

@@ -17,6 +17,8 @@
 
 #[path = "../egress_support/mod.rs"]
 mod egress_support;
+#[path = "../support/sdk_client.rs"]
+mod sdk_client;
 #[path = "../support/skip.rs"]
 mod skip;
 
@@ -76,65 +78,33 @@ async fn serve(
 ) -> Run {
     let hosts = dir.join("hosts");
     std::fs::write(&hosts, "127.0.0.1 allowed.test denied.test other.test\n").unwrap();
-    let audit = dir.join("audit.jsonl");
     let mut s = json!({
         "sandboxDir": dir.join("sandbox").display().to_string(),
         "sandboxPolicy": "enforce",
         "egressHostsFile": hosts.display().to_string(),
-        "auditLog": audit.display().to_string(),
+        "auditLog": dir.join("audit.jsonl").display().to_string(),
         "policy": Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/allow-all-policy.json").display().to_string(),
     });
     for (k, v) in settings.as_object().unwrap() {
         s[k] = v.clone();
     }
-    let cfg = dir.join("config.json");
-    std::fs::write(
-        &cfg,
-        serde_json::to_vec_pretty(&json!({"mcpServers": servers, "palisade": s})).unwrap(),
-    )
-    .unwrap();
-    let errlog = dir.join("stderr.log");
-    let mut cmd = tokio::process::Command::new(python);
-    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/calls.py"))
-        .arg(calls.to_string())
-        .arg("--")
-        .args([env!("CARGO_BIN_EXE_palisade"), "serve", "--config"])
-        .arg(&cfg)
-        .env("CALLS_ERRLOG", &errlog)
-        .env("RUST_LOG", "info,rmcp=warn")
-        .env("NO_COLOR", "1")
-        .kill_on_drop(true);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = tokio::time::timeout(std::time::Duration::from_secs(240), cmd.output())
-        .await
-        .expect("client finished")
-        .unwrap();
-    let stderr = std::fs::read_to_string(&errlog).unwrap_or_default();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "client failed: {}\n{stdout}\n{}\npalisade:\n{stderr}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
-    let audit = std::fs::read_to_string(&audit)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+    let (dir, python) = (dir.to_path_buf(), python.to_path_buf());
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+    // Blocking, off the runtime: the origins these tests serve run on it.
+    let out = tokio::task::spawn_blocking(move || {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        sdk_client::run(&python, &dir, &servers, &s, &calls, &env)
+    })
+    .await
+    .unwrap();
     Run {
-        tools: v["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_str().unwrap().to_string())
-            .collect(),
-        calls: v["calls"].as_array().unwrap().clone(),
-        audit,
-        stderr,
+        tools: out.tools,
+        calls: out.calls,
+        audit: out.audit,
+        stderr: out.stderr,
     }
 }
 
@@ -165,6 +135,12 @@ async fn redirect_origin(location: &str) -> u16 {
 
 fn call(tool: &str, args: Value) -> Value {
     json!({"tool": tool, "args": args})
+}
+
+/// net_probe.py's `http_get`: `address` fetched through the proxy that `via` names (`env`:
+/// the HTTP proxy variables; `socks`: SOCKS5).
+fn http_get(tool: &str, address: &str, via: &str) -> Value {
+    call(tool, json!({"address": address, "via": via}))
 }
 
 /// A private temporary directory for one palisade process (its `TMPDIR`), so the cleanup
