@@ -239,9 +239,21 @@ pub fn redact_text(s: &str, known: &[String]) -> String {
     out
 }
 
-fn map_strings(v: &mut Value, f: &dyn Fn(&str) -> String) {
+/// `s` redacted as `redact_text` does, or `None` when nothing in it is to be redacted:
+/// nearly every string of a record, which is then left where it is instead of copied.
+fn redacted_if_needed(s: &str, known: &[String]) -> Option<String> {
+    let known_here = known.iter().any(|k| s.contains(k.as_str()));
+    (known_here || ANY_PATTERN.is_match(s)).then(|| redact_text(s, known))
+}
+
+/// Replaces each string of `v` for which `f` returns a new one.
+fn map_strings(v: &mut Value, f: &dyn Fn(&str) -> Option<String>) {
     match v {
-        Value::String(s) => *s = f(s),
+        Value::String(s) => {
+            if let Some(new) = f(s) {
+                *s = new;
+            }
+        }
         Value::Array(a) => a.iter_mut().for_each(|x| map_strings(x, f)),
         Value::Object(m) => m.values_mut().for_each(|x| map_strings(x, f)),
         _ => {}
@@ -253,7 +265,7 @@ fn map_strings(v: &mut Value, f: &dyn Fn(&str) -> String) {
 /// secret-named keys. Keys other than the arguments' are the record's own and are kept.
 pub fn redact_record(body: &mut Map<String, Value>, mode: Redaction) {
     let known = body.get("arguments").map(secret_values).unwrap_or_default();
-    let text = |s: &str| redact_text(s, &known);
+    let text = |s: &str| redacted_if_needed(s, &known);
     for (k, v) in body.iter_mut() {
         if k == "arguments" {
             *v = redact_arguments(v, mode);
@@ -468,6 +480,19 @@ mod one_pass {
         ) {
             let any = each().iter().any(|r| r.is_match(&s));
             prop_assert_eq!(ANY_PATTERN.is_match(&s), any);
+        }
+
+        // A record's string left in place is one `redact_text` would have returned as it was.
+        #[test]
+        fn a_string_left_in_place_is_one_with_nothing_to_redact(
+            s in r"[ -~]{0,60}|(https?://[a-z:@/]{0,20}|Bearer [A-Za-z0-9]{0,12}|[?&](token|key|pw)=[a-z]{0,6}|hunter2[a-z]{0,4}){1,3}",
+            known in proptest::collection::vec("hunter2[a-z]{0,2}|[a-z]{8}", 0..3),
+        ) {
+            let full = redact_text(&s, &known);
+            match redacted_if_needed(&s, &known) {
+                Some(new) => prop_assert_eq!(new, full),
+                None => prop_assert_eq!(s, full),
+            }
         }
     }
 }
