@@ -17,6 +17,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+// The client's view of a run: tool names, one `{tool, error, text}` per call, the audit
+// records and palisade's stderr.
+use sdk_client::Outcome as Run;
+
 const MARKER: &str = "[SANDBOX BLOCKED]";
 
 fn deps() -> PathBuf {
@@ -36,14 +40,7 @@ fn manifest(rel: &str) -> String {
         .to_string()
 }
 
-/// The client's view of a run: tool names, one `{tool, error, text}` per call, the audit
-/// records and palisade's stderr.
-struct Run {
-    calls: Vec<Value>,
-    audit: Vec<Value>,
-    stderr: String,
-}
-
+/// What these tests ask of a run's outcome.
 impl Run {
     fn call(&self, tool: &str) -> &Value {
         self.calls
@@ -70,12 +67,7 @@ fn serve(dir: &Path, servers: Value, calls: Value) -> Run {
         "policy": manifest("tests/fixtures/allow-all-policy.json"),
     });
     std::fs::create_dir_all(dir.join("sandbox")).unwrap();
-    let out = sdk_client::run(Path::new(&python()), dir, &servers, &settings, &calls, &[]);
-    Run {
-        calls: out.calls,
-        audit: out.audit,
-        stderr: out.stderr,
-    }
+    sdk_client::run(Path::new(&python()), dir, &servers, &settings, &calls, &[])
 }
 
 fn probe(target: &Path, sandbox: Value) -> Value {

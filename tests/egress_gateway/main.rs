@@ -30,6 +30,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use sdk_client::Outcome as Run;
+
 fn deps() -> PathBuf {
     std::env::var_os("PALISADE_TEST_DEPS")
         .map(PathBuf::from)
@@ -59,13 +61,6 @@ fn net_probe() -> String {
         .to_string()
 }
 
-struct Run {
-    tools: Vec<String>,
-    calls: Vec<Value>,
-    audit: Vec<Value>,
-    stderr: String,
-}
-
 /// Writes the config, runs `calls` through `palisade serve` with the SDK client, and returns
 /// the results, the audit records and palisade's stderr.
 async fn serve(
@@ -88,24 +83,15 @@ async fn serve(
     for (k, v) in settings.as_object().unwrap() {
         s[k] = v.clone();
     }
+    // Blocking, off the runtime: the origins these tests serve run on it.
     let (dir, python) = (dir.to_path_buf(), python.to_path_buf());
     let env: Vec<(String, String)> = env
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    // Blocking, off the runtime: the origins these tests serve run on it.
-    let out = tokio::task::spawn_blocking(move || {
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        sdk_client::run(&python, &dir, &servers, &s, &calls, &env)
-    })
-    .await
-    .unwrap();
-    Run {
-        tools: out.tools,
-        calls: out.calls,
-        audit: out.audit,
-        stderr: out.stderr,
-    }
+    tokio::task::spawn_blocking(move || sdk_client::run(&python, &dir, &servers, &s, &calls, &env))
+        .await
+        .unwrap()
 }
 
 /// An origin that answers every request with a redirect to `location`.

@@ -25,7 +25,7 @@ pub struct Outcome {
 
 /// Writes `config` to `dir/config.json` and runs the client `script` (a path under tests/,
 /// with `args` before its `--`) against `palisade serve --config` on it, with the venv's
-/// `python`; `env` is added to palisade's environment. Returns the client's JSON report and
+/// `python`; `env` (names and values) is added to palisade's environment. Returns the client's JSON report and
 /// palisade's stderr; panics, with both, when the client fails.
 pub fn client(
     python: &Path,
@@ -33,7 +33,7 @@ pub fn client(
     args: &[String],
     dir: &Path,
     config: &Value,
-    env: &[(&str, &str)],
+    env: &[(String, String)],
 ) -> (Value, String) {
     let cfg = dir.join("config.json");
     std::fs::write(&cfg, serde_json::to_vec_pretty(config).unwrap()).unwrap();
@@ -47,7 +47,7 @@ pub fn client(
         .env("CALLS_ERRLOG", &errlog)
         .env("RUST_LOG", "info,rmcp=warn")
         .env("NO_COLOR", "1")
-        .envs(env.iter().copied())
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap();
     let stderr = std::fs::read_to_string(&errlog).unwrap_or_default();
@@ -69,7 +69,7 @@ pub fn run(
     servers: &Value,
     settings: &Value,
     calls: &Value,
-    env: &[(&str, &str)],
+    env: &[(String, String)],
 ) -> Outcome {
     let config = json!({"mcpServers": servers, "palisade": settings});
     let args = [calls.to_string()];
