@@ -586,6 +586,21 @@ fn a_killed_gateways_cgroups_are_removed_by_the_next_one() {
         eventually(|| !cgroups_of(first_pid).is_empty()),
         "the first gateway made no cgroup"
     );
+    // Its server's processes, to wait below until they are gone from /proc (reaped), not only
+    // from cgroup.procs: until then the kernel may still count the cgroup in use, and the next
+    // gateway's one sweep finds it busy.
+    let procs = || -> Vec<String> {
+        cgroups_of(first_pid)
+            .iter()
+            .filter_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
+            .flat_map(|s| s.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+            .collect()
+    };
+    assert!(
+        eventually(|| !procs().is_empty()),
+        "the first gateway's server never joined its cgroup"
+    );
+    let server = procs();
     first.kill().unwrap();
     first.wait().unwrap();
     let left = cgroups_of(first_pid);
@@ -597,6 +612,12 @@ fn a_killed_gateways_cgroups_are_removed_by_the_next_one() {
             .all(|d| std::fs::read_to_string(d.join("cgroup.procs"))
                 .map_or(true, |s| s.trim().is_empty()))),
         "the killed gateway's server outlived it: {left:?}"
+    );
+    assert!(
+        eventually(|| server
+            .iter()
+            .all(|pid| !Path::new("/proc").join(pid).exists())),
+        "the killed gateway's server was never reaped: {server:?}"
     );
     let mut second = start();
     let second_pid = second.id();
