@@ -239,7 +239,7 @@ impl Drop for Cgroup {
     /// Runs once the server's bwrap has been reaped. The sandbox's own processes die with it
     /// (`--die-with-parent`, PID namespace) but the kernel tears the namespace down a moment
     /// later, so the removal is retried for at most about 200 ms (a
-    /// short, bounded block, once per server stop).
+    /// short, bounded block, once per server stop). Then sweeps the orphans beside it.
     fn drop(&mut self) {
         for (_, dir) in &self.dirs {
             for attempt in 0..40 {
@@ -255,6 +255,12 @@ impl Drop for Cgroup {
                         tracing::warn!("cannot remove cgroup {}: {e}", dir.display());
                     }
                 }
+            }
+            // A palisade killed while this one ran left its cgroups beside ours, and the
+            // sweep at our creation saw it alive (or its server still dying). Sweep again
+            // on the way out, so they do not wait for a palisade started after us.
+            if let Some(base) = dir.parent() {
+                orphans::remove_orphans(base, std::process::id());
             }
         }
     }
