@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use palisade::audit::{AuditLog, AuditRecord, CallResult, PolicyDecisionRecord, ResultStatus};
+use palisade::gateway::{CallOutcome, CallRecord, LogAudit, PolicyVerdict};
 use palisade::policy::{CallContext, Policy, PolicyOptions, PolicyPaths, Scope, Status};
+use palisade::sandbox::launch::Enforcement;
 use serde_json::json;
 
 fn corpus() -> PathBuf {
@@ -169,5 +171,26 @@ fn bench_audit(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_policy, bench_audit);
+/// The record the gateway logs to stderr for each call when no audit file is configured
+/// (the default, and `scripts/bench.sh`'s per-call rows): built, redacted, capped, as text.
+fn bench_log_line(c: &mut Criterion) {
+    let mut args = serde_json::Map::new();
+    args.insert("path".into(), json!("/home/u/Downloads/report.pdf"));
+    let rec = CallRecord::new(
+        "filesystem",
+        "read_file",
+        "17".into(),
+        args,
+        PolicyVerdict::allow("Policy permits reading in Downloads"),
+        CallOutcome::Success,
+    )
+    .enforced(Some(Enforcement::Sandboxed {
+        backend: palisade::config::Backend::Bwrap,
+    }));
+    c.bench_function("audit record as a log line (redacted, capped)", |b| {
+        b.iter(|| LogAudit::line(black_box(&rec)).unwrap())
+    });
+}
+
+criterion_group!(benches, bench_policy, bench_audit, bench_log_line);
 criterion_main!(benches);

@@ -56,6 +56,26 @@ fn size(body: &Map<String, Value>) -> usize {
     serde_json::to_string(body).map_or(usize::MAX, |s| s.len())
 }
 
+/// An upper bound of the length of `v` as JSON text, found without writing it: each byte of
+/// a string escapes to at most six (`\u001f`), a number takes at most 24 characters. Nearly
+/// every record is far under `FIELD_CAP`, and this tells so without serialising it.
+fn size_bound(v: &Value) -> usize {
+    let text = |s: &str| s.len().saturating_mul(6).saturating_add(2);
+    match v {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 24,
+        Value::String(s) => text(s),
+        Value::Array(a) => a.iter().fold(2, |n: usize, x| {
+            n.saturating_add(size_bound(x)).saturating_add(1)
+        }),
+        Value::Object(m) => m.iter().fold(2, |n: usize, (k, x)| {
+            n.saturating_add(text(k))
+                .saturating_add(size_bound(x))
+                .saturating_add(2)
+        }),
+    }
+}
+
 /// What stands for a whole field: its size and hash, as JSON text.
 fn summary(v: &Value) -> String {
     let text = v.to_string();
@@ -68,6 +88,13 @@ fn summary(v: &Value) -> String {
 
 /// Caps `body` in place; returns true when anything was cut.
 pub fn cap_record(body: &mut Map<String, Value>) -> bool {
+    let bound = body.iter().fold(2, |n: usize, (k, v)| {
+        n.saturating_add(k.len().saturating_mul(6) + 4)
+            .saturating_add(size_bound(v))
+    });
+    if bound <= FIELD_CAP {
+        return false;
+    }
     let before = size(body);
     if before <= FIELD_CAP {
         return false;
@@ -141,6 +168,40 @@ mod tests {
             )
         );
         assert!(size(&b) <= RECORD_CAP);
+    }
+
+    proptest::proptest! {
+        // The shortcut in `cap_record` is sound only if the bound is never below the text.
+        #[test]
+        fn the_size_bound_is_never_below_the_json_text(v in json_value()) {
+            let text = v.to_string();
+            proptest::prop_assert!(size_bound(&v) >= text.len(), "{} < {}", size_bound(&v), text.len());
+            if let Value::Object(m) = &v {
+                let bound = m.iter().fold(2, |n: usize, (k, x)| n + k.len() * 6 + 4 + size_bound(x));
+                proptest::prop_assert!(bound >= size(m));
+            }
+        }
+    }
+
+    /// Any JSON value: control characters, quotes and non-ASCII in keys and strings, extreme
+    /// numbers, nesting.
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[\\x00-\\x1f\"\\\\a-zé\\u{2028}\\u{10348}]{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::vec(("[\\x00-\\x1f\"a-z]{0,6}", inner), 0..4)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
     }
 
     #[test]

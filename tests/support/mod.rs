@@ -219,7 +219,7 @@ pub fn report(cmd: &mut Command, name: &str, log: &Path, limit: Option<Duration>
 pub fn audit_records(ws: &Workspace) -> Vec<Value> {
     ws.stderr_text()
         .lines()
-        .filter_map(|l| l.split_once(" audit ").map(|(_, json)| json))
+        .filter_map(|l| l.split_once(" audit=").map(|(_, json)| json))
         .filter_map(|json| serde_json::from_str(json.trim()).ok())
         .collect()
 }
