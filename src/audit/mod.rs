@@ -12,6 +12,7 @@
 pub mod anchor;
 pub mod cap;
 pub mod chain;
+pub mod line;
 pub mod log;
 pub mod record;
 pub mod redact;

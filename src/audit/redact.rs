@@ -228,6 +228,23 @@ pub fn secret_values(args: &Value) -> Vec<String> {
     out
 }
 
+/// True when some key anywhere in `args` names a secret: sensitive redaction then replaces
+/// its value, and searches the record's other strings for it.
+pub fn has_secret_named_key(args: &Value) -> bool {
+    match args {
+        Value::Array(a) => a.iter().any(has_secret_named_key),
+        Value::Object(m) => m
+            .iter()
+            .any(|(k, v)| SECRET_NAME.is_match(k) || has_secret_named_key(v)),
+        _ => false,
+    }
+}
+
+/// True when any of the patterns `redact_str` replaces occurs in `s`.
+pub fn any_pattern_in(s: &str) -> bool {
+    ANY_PATTERN.is_match(s)
+}
+
 /// `s` with the patterns and every known secret value redacted.
 pub fn redact_text(s: &str, known: &[String]) -> String {
     let mut out = redact_str(s);

@@ -341,12 +341,8 @@ impl LogAudit {
     /// records are, and with nothing a terminal would act on (`terminal_safe`).
     pub fn line(rec: &CallRecord) -> Result<String, AuditError> {
         let record = crate::gateway::stages::engine::to_audit_record(rec);
-        let mut value = serde_json::to_value(&record).map_err(|e| AuditError(e.to_string()))?;
-        if let Value::Object(body) = &mut value {
-            crate::audit::redact::redact_record(body, crate::audit::Redaction::Sensitive);
-            crate::audit::cap::cap_record(body);
-        }
-        let line = serde_json::to_string(&value).map_err(|e| AuditError(e.to_string()))?;
+        let line = crate::audit::line::to_line(&record, crate::audit::Redaction::Sensitive)
+            .map_err(|e| AuditError(e.to_string()))?;
         Ok(terminal_safe(line))
     }
 }
