@@ -55,47 +55,21 @@ fn untouched(record: &AuditRecord) -> Result<Option<String>, serde_json::Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::{CallResult, PolicyDecisionRecord, ResultStatus};
-    use crate::policy::Status;
     use proptest::prelude::*;
     use serde_json::json;
 
+    /// A sandboxed call's record with these arguments, failed with `error` if given.
     fn record(arguments: Value, error: Option<String>) -> AuditRecord {
-        AuditRecord {
-            timestamp: "2026-11-27T01:48:28.123Z".into(),
-            request_id: "17".into(),
-            server_name: "fs".into(),
-            tool_name: "read_file".into(),
-            arguments,
-            policy_decision: PolicyDecisionRecord {
-                status: Status::Allow,
-                rule: "allow-reads".into(),
-                reason: "reads in the workspace".into(),
-            },
-            escalation_result: None,
-            escalation_decided_by: None,
-            result: CallResult {
-                status: if error.is_some() {
-                    ResultStatus::Error
-                } else {
-                    ResultStatus::Success
-                },
-                error,
-            },
-            duration_ms: 3,
-            sandboxed: true,
-            sandbox_backend: Some("bwrap".into()),
-            degradation: vec![],
-            approved_roots: vec![],
-            network_refusals: vec![],
-            remembered_scope: None,
-            approved_by_scope: None,
-            kind: None,
-            principal: None,
-            task_id: None,
-            task_status: None,
-            protocol: None,
-        }
+        let status = if error.is_some() { "error" } else { "success" };
+        serde_json::from_value(json!({
+            "timestamp": "2026-11-27T01:48:28.123Z", "requestId": "17",
+            "serverName": "fs", "toolName": "read_file", "arguments": arguments,
+            "policyDecision": {"status": "allow", "rule": "allow-reads",
+                               "reason": "reads in the workspace"},
+            "result": {"status": status, "error": error},
+            "durationMs": 3, "sandboxed": true, "sandboxBackend": "bwrap"
+        }))
+        .unwrap()
     }
 
     #[test]
