@@ -25,3 +25,4 @@ pub mod policy;
 pub mod profiles;
 pub mod roots;
 pub mod sandbox;
+pub mod terminal;

@@ -6,7 +6,8 @@
 //! terminal could act on is shown as a visible `\u{…}` escape instead: C0 controls (tab and
 //! newline included: a question is one line per field), DEL, C1 controls, bidirectional
 //! overrides, embeddings, isolates and marks, line and paragraph separators and zero-width
-//! characters. Used by the tty approver and by `palisade approve`.
+//! characters (`crate::terminal::acts_on`, shared with the pins review and the audit line).
+//! Used by the tty approver and by `palisade approve`.
 //!
 //! Pure: no I/O. Never prints anything itself.
 
@@ -14,27 +15,11 @@ use std::fmt::Write as _;
 
 use super::EscalationRequest;
 
-/// True for a character a terminal may act on or that changes how the text around it reads.
-fn unsafe_for_terminal(c: char) -> bool {
-    c.is_control() // C0, DEL and C1 (U+0080..=U+009F)
-        || matches!(
-            c,
-            '\u{061C}' // Arabic letter mark
-                | '\u{200B}'..='\u{200F}' // zero-width space/joiners, LRM, RLM
-                | '\u{2028}' | '\u{2029}' // line and paragraph separators
-                | '\u{202A}'..='\u{202E}' // embeddings and overrides
-                | '\u{2060}'..='\u{2064}' // word joiner, invisible operators
-                | '\u{2066}'..='\u{2069}' // isolates
-                | '\u{FEFF}' // zero-width no-break space
-                | '\u{FFF9}'..='\u{FFFB}' // interlinear annotations
-        )
-}
-
 /// `text` with every character a terminal could act on shown as `\u{HEX}`.
 pub fn terminal_safe(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if unsafe_for_terminal(c) {
+        if crate::terminal::acts_on(c) {
             let _ = write!(out, "\\u{{{:x}}}", c as u32);
         } else {
             out.push(c);
@@ -88,7 +73,7 @@ mod tests {
             shown,
             "/w/a\\u{1b}[2A\\u{1b}[2K\\u{9b}2Ab\\u{202e}txt.exe\\u{7}\\u{a}\\u{9}\\u{7f}"
         );
-        assert!(!shown.chars().any(unsafe_for_terminal));
+        assert!(!shown.chars().any(crate::terminal::acts_on));
     }
 
     #[test]
@@ -119,7 +104,10 @@ mod tests {
         });
         let shown = describe_request(&req);
         assert!(
-            !shown.replace('\n', "").chars().any(unsafe_for_terminal),
+            !shown
+                .replace('\n', "")
+                .chars()
+                .any(crate::terminal::acts_on),
             "{shown:?}"
         );
         assert_eq!(shown.lines().count(), 5, "{shown}");

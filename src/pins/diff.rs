@@ -94,7 +94,7 @@ pub fn suspicious(text: &str, other_tools: &[String]) -> Vec<String> {
     let mut flags = Vec::new();
     let hidden: Vec<String> = text
         .chars()
-        .filter(|&c| is_invisible_or_bidi(c))
+        .filter(|&c| crate::terminal::invisible_or_bidi(c))
         .map(|c| format!("U+{:04X}", c as u32))
         .collect();
     if !hidden.is_empty() {
@@ -146,19 +146,13 @@ pub fn suspicious(text: &str, other_tools: &[String]) -> Vec<String> {
 pub fn printable(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_control() || is_invisible_or_bidi(c) {
+        if crate::terminal::acts_on(c) {
             out.push_str(&format!("\\u{{{:04X}}}", c as u32));
         } else {
             out.push(c);
         }
     }
     out
-}
-
-fn is_invisible_or_bidi(c: char) -> bool {
-    matches!(c as u32,
-        0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x2064 | 0x2066..=0x2069 | 0xFEFF
-        | 0xE0000..=0xE007F | 0x00AD | 0x180E)
 }
 
 #[cfg(test)]

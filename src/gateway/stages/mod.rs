@@ -338,32 +338,13 @@ impl AuditSink for LogAudit {
 
 impl LogAudit {
     /// The JSON this sink logs for one record: redacted and bounded as the audit file's
-    /// records are, and with nothing a terminal would act on (`terminal_safe`).
+    /// records are, and with nothing a terminal would act on (`terminal::escape_in_json`).
     pub fn line(rec: &CallRecord) -> Result<String, AuditError> {
         let record = crate::gateway::stages::engine::to_audit_record(rec);
         let line = crate::audit::line::to_line(&record, crate::audit::Redaction::Sensitive)
             .map_err(|e| AuditError(e.to_string()))?;
-        Ok(terminal_safe(line))
+        Ok(crate::terminal::escape_in_json(line))
     }
-}
-
-/// `json` with DEL and the C1 controls (U+007F to U+009F) written as `\u` escapes, as JSON
-/// allows: the JSON writer escapes only the C0 controls, and a terminal reading the log may
-/// take U+009B for the start of an escape sequence. The text still parses to the same value.
-fn terminal_safe(json: String) -> String {
-    // DEL is the byte 0x7f; U+0080..U+009F are 0xc2 0x80..0xc2 0x9f in UTF-8.
-    if !json.bytes().any(|b| b == 0x7f || b == 0xc2) {
-        return json;
-    }
-    let mut out = String::with_capacity(json.len() + 16);
-    for c in json.chars() {
-        if ('\u{7f}'..='\u{9f}').contains(&c) {
-            out.push_str(&format!("\\u{:04x}", u32::from(c)));
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The three injected stages together.
@@ -425,7 +406,7 @@ mod tests {
     // or an agent put in a record must reach the terminal as text, and the line stay JSON.
     #[test]
     fn the_logged_line_carries_no_terminal_control_and_parses_back() {
-        let hostile = "a\u{1b}[31mred\u{7}\u{8}\u{c}\u{7f}\u{9b}2J\u{85}\u{9f}é\u{a0}z";
+        let hostile = "a\u{1b}[31mred\u{7}\u{8}\u{c}\u{7f}\u{9b}2J\u{85}\u{9f}\u{202e}é\u{a0}z";
         let mut args = Map::new();
         args.insert("path".into(), Value::String(hostile.into()));
         let rec = CallRecord::new(
@@ -441,13 +422,12 @@ mod tests {
         let line = LogAudit::line(&rec).unwrap();
         for c in line.chars() {
             assert!(
-                !c.is_control(),
+                !crate::terminal::acts_on(c),
                 "{c:?} reaches the terminal as it is: {line}"
             );
         }
         let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["arguments"]["path"], hostile);
         assert_eq!(v["result"]["error"], hostile);
-        assert_eq!(terminal_safe("{\"a\":\"é\"}".into()), "{\"a\":\"é\"}");
     }
 }
