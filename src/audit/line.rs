@@ -1,12 +1,13 @@
 //! One audit record as one line of JSON text, redacted (`redact`) and bounded (`cap`), for
-//! the log when no audit file is configured. Pure.
+//! the log when no audit file is configured; and that redacted, bounded object
+//! (`bounded_body`), which the audit file seals into its chain. Pure.
 //!
 //! The general way builds the record as a `serde_json::Value`, redacts every string of it,
 //! caps it and writes it out. Nearly every record has nothing to redact or cap, and for those
 //! that way returns exactly the text `serde_json` writes from the record directly; so that
 //! text is written first, and kept when it shows that nothing would change (`untouched`).
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::cap::{cap_record, FIELD_CAP};
 use super::record::AuditRecord;
@@ -24,12 +25,22 @@ pub fn to_line(record: &AuditRecord, mode: Redaction) -> Result<String, serde_js
 
 /// The record through `Value`: redacted, capped, written.
 fn general(record: &AuditRecord, mode: Redaction) -> Result<String, serde_json::Error> {
-    let mut value = serde_json::to_value(record)?;
-    if let Value::Object(body) = &mut value {
-        redact::redact_record(body, mode);
-        cap_record(body);
-    }
-    serde_json::to_string(&value)
+    serde_json::to_string(&bounded_body(record, mode)?)
+}
+
+/// The record as the JSON object both the log line and the audit file write: every string
+/// redacted (an error text echoes the arguments, so not only they), then bounded, so that one
+/// call cannot add megabytes.
+pub fn bounded_body(
+    record: &AuditRecord,
+    mode: Redaction,
+) -> Result<Map<String, Value>, serde_json::Error> {
+    let Value::Object(mut body) = serde_json::to_value(record)? else {
+        return Err(serde::ser::Error::custom("record is not an object"));
+    };
+    redact::redact_record(&mut body, mode);
+    cap_record(&mut body);
+    Ok(body)
 }
 
 /// The record's text, when sensitive redaction and the caps leave every string of it as it

@@ -29,11 +29,10 @@ use std::sync::Mutex;
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
-use serde_json::Value;
 
 use super::chain::{self, ChainState, LineError};
 use super::record::AuditRecord;
-use super::redact::{self, Redaction};
+use super::redact::Redaction;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
@@ -161,16 +160,8 @@ impl AuditLog {
     /// Redacts, seals and writes one record; returns only after the line reached the kernel
     /// (and the disk, with `sync_each`). On error the call must fail closed.
     pub fn append(&self, record: &AuditRecord) -> Result<(), AuditError> {
-        let mut value =
-            serde_json::to_value(record).map_err(|e| AuditError::Serialize(e.to_string()))?;
-        let Value::Object(ref mut body) = value else {
-            return Err(AuditError::Serialize("record is not an object".into()));
-        };
-        // Every field, not only the arguments: an error text echoes them. Then bounded, so
-        // one call cannot add megabytes to the log.
-        redact::redact_record(body, self.options.redaction);
-        super::cap::cap_record(body);
-        let body = std::mem::take(body);
+        let body = super::line::bounded_body(record, self.options.redaction)
+            .map_err(|e| AuditError::Serialize(e.to_string()))?;
         let mut w = self.inner.lock().map_err(|_| AuditError::Poisoned {
             path: self.path.clone(),
         })?;
