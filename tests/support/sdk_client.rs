@@ -25,8 +25,8 @@ pub struct Outcome {
 
 /// Writes `config` to `dir/config.json` and runs the client `script` (a path under tests/,
 /// with `args` before its `--`) against `palisade serve --config` on it, with the venv's
-/// `python`; `env` (names and values) is added to palisade's environment. Returns the client's JSON report and
-/// palisade's stderr; panics, with both, when the client fails.
+/// `python`; `env` (names and values) is added to palisade's environment. Returns the
+/// client's JSON report and palisade's stderr; panics, with both, when the client fails.
 pub fn client(
     python: &Path,
     script: &str,
