@@ -76,7 +76,17 @@ impl Lines {
     fn request(&mut self, method: &str, params: Value) -> String {
         let id = self.next;
         self.next += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.request_line(id, method, &line.to_string())
+    }
+
+    /// As `request`, for a request `line` with `id` written by the caller as it wants it spelt.
+    fn request_line(&mut self, id: u64, method: &str, line: &str) -> String {
+        {
+            let stdin = self.stdin.as_mut().expect("open");
+            writeln!(stdin, "{line}").expect("write");
+            stdin.flush().expect("flush");
+        }
         loop {
             let line = self
                 .rx
@@ -303,6 +313,40 @@ fn one_server_mode_is_the_server_itself() {
         .find(|r| r["toolName"] == "echo")
         .unwrap_or_else(|| panic!("no audit record of the call: {records:?}"));
     assert_eq!(call["serverName"], "server-everything", "{call}");
+}
+
+/// The other direction: a call's params reach a real server process (sandboxed, through
+/// `palisade serve`) as the agent wrote them. Numbers keep their spelling (an integer past
+/// 2^64 stays that integer, not the nearest float), keys their order, unknown fields stay;
+/// only the tool's name is the server's. The server is the raw JSON-lines test server
+/// (`tests/servers/faulty_server.py`): a server from npm or PyPI decodes what it reads
+/// before any tool sees it, so it cannot show the bytes it was sent.
+#[test]
+fn a_calls_params_reach_the_server_as_the_agent_wrote_them() {
+    let ws = Workspace::new();
+    let server = support::repo("tests/servers/faulty_server.py");
+    let mut through = serve(
+        &ws,
+        json!({"faulty": {"command": support::python(), "args": [server]}}),
+    );
+    let params = r#"{"name":"faulty__request_line","future":{"q":1.50},"arguments":{"count":12345678901234567890123,"after":1e3,"text":"é"},"_meta":{"x.example/trace":[1e3]}}"#;
+    let line = format!(r#"{{"jsonrpc":"2.0","id":1000,"method":"tools/call","params":{params}}}"#);
+    let result: Value =
+        serde_json::from_str(&through.request_line(1000, "tools/call", &line)).expect("a result");
+    let seen = result["content"][0]["text"]
+        .as_str()
+        .expect("the line the server read");
+    #[derive(serde::Deserialize)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        params: &'a RawValue,
+    }
+    let request: Request<'_> = serde_json::from_str(seen).expect("a JSON-RPC request");
+    assert_eq!(
+        request.params.get(),
+        params.replace("faulty__request_line", "request_line"),
+        "the server read: {seen}"
+    );
 }
 
 #[test]

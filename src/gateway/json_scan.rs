@@ -143,12 +143,15 @@ fn number_end(b: &[u8], start: usize) -> Option<usize> {
     Some(i)
 }
 
-/// The start of a member's value: the key at `i` (a string), a colon, whitespace.
-fn member_value(b: &[u8], i: usize) -> Option<usize> {
+/// The start of a member's value: the key at `i` (a string, its text inside the quotes
+/// shown to `key`), a colon, whitespace.
+fn member_value(b: &[u8], i: usize, key: &mut impl FnMut(&[u8]) -> Option<()>) -> Option<usize> {
     if b.get(i) != Some(&b'"') {
         return None;
     }
-    let i = skip_ws(b, string_end(b, i)?);
+    let key_end = string_end(b, i)?;
+    key(&b[i + 1..key_end - 1])?;
+    let i = skip_ws(b, key_end);
     if b.get(i) != Some(&b':') {
         return None;
     }
@@ -157,6 +160,29 @@ fn member_value(b: &[u8], i: usize) -> Option<usize> {
 
 /// The index just past the value starting at `start`, the whole value checked.
 pub fn value_end(b: &[u8], start: usize) -> Option<usize> {
+    scan(b, start, &mut |_| Some(()))
+}
+
+/// How many object members the value that is the whole of `b` holds, at every depth.
+/// `None` when `b` is not surely one JSON value or a key is written with an escape.
+///
+/// Why: comparing it with the members a decoder kept tells whether any object repeated a
+/// key (a decoder keeps one of the two, silently), without a decoder of our own.
+pub fn member_count(b: &[u8]) -> Option<usize> {
+    let mut n = 0usize;
+    let start = skip_ws(b, 0);
+    let end = scan(b, start, &mut |key| {
+        if key.contains(&b'\\') {
+            return None;
+        }
+        n += 1;
+        Some(())
+    })?;
+    (skip_ws(b, end) == b.len()).then_some(n)
+}
+
+/// `value_end`, showing every object key met on the way to `key` (which may stop the scan).
+fn scan(b: &[u8], start: usize, key: &mut impl FnMut(&[u8]) -> Option<()>) -> Option<usize> {
     // The open arrays and objects, innermost last.
     let mut open: Vec<u8> = Vec::new();
     let mut i = start;
@@ -191,7 +217,7 @@ pub fn value_end(b: &[u8], start: usize) -> Option<usize> {
                     i += 1;
                 } else {
                     open.push(b'{');
-                    i = member_value(b, i)?;
+                    i = member_value(b, i, key)?;
                     continue;
                 }
             }
@@ -209,7 +235,7 @@ pub fn value_end(b: &[u8], start: usize) -> Option<usize> {
                     break;
                 }
                 (b',', _) => {
-                    i = member_value(b, skip_ws(b, i + 1))?;
+                    i = member_value(b, skip_ws(b, i + 1), key)?;
                     break;
                 }
                 (b']', b'[') | (b'}', b'{') => {

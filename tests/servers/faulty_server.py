@@ -25,6 +25,8 @@ The handshake and `tools/list` are correct; each tool then triggers one fault on
 - pid: this process's pid (inside its PID namespace when sandboxed).
 - sleep {after}: writes `sleep: started` on stderr, then answers `after` seconds later (a
   slow call that costs nothing).
+- request_line: answers with the request's line as this server read it off its stdin (what
+  the gateway wrote, byte for byte).
 
 `tools/list` pages when FAULTY_PAGES is set: that many pages of filler tools (each with a
 description of FAULTY_PAGE_BYTES bytes, default 10), each answered after FAULTY_PAGE_DELAY
@@ -76,7 +78,8 @@ def ask(method: str, params) -> dict:
 
 
 TOOLS = ["echo", "garbage", "notify_flood", "stderr_flood", "invalid_json", "huge_line",
-         "unknown_ids", "sampling", "roots_flood", "crash", "hang", "rate_flood", "hog", "spin", "roots_flood_deaf", "pid", "sleep"]
+         "unknown_ids", "sampling", "roots_flood", "crash", "hang", "rate_flood", "hog", "spin", "roots_flood_deaf", "pid", "sleep",
+         "request_line"]
 
 
 # Every argument any tool takes, declared so that the gateway's policy knows each one.
@@ -216,7 +219,7 @@ def run_tool(req_id, name: str, args: dict) -> None:
               "error": {"code": -32602, "message": f"unknown tool {name}"}})
 
 
-def handle(msg) -> None:
+def handle(msg, raw: bytes) -> None:
     method = msg.get("method")
     req_id = msg.get("id")
     if method is None:
@@ -247,7 +250,9 @@ def handle(msg) -> None:
         send({"jsonrpc": "2.0", "id": req_id, "result": {}})
     elif method == "tools/call":
         p = msg.get("params") or {}
-        if p.get("name") == "echo":
+        if p.get("name") == "request_line":
+            answer(req_id, raw.decode().rstrip("\n"))
+        elif p.get("name") == "echo":
             run_tool(req_id, "echo", p.get("arguments") or {})
         else:
             threading.Thread(target=run_tool, args=(req_id, p.get("name"), p.get("arguments") or {}),
@@ -268,7 +273,7 @@ def main() -> None:
         except ValueError:
             continue
         if isinstance(msg, dict):
-            handle(msg)
+            handle(msg, raw)
 
 
 if __name__ == "__main__":

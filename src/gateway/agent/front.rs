@@ -33,6 +33,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::{mrtr, task_bridge, tasks_v2, versions};
+use crate::gateway::call::as_sent::{self, AsSent};
 use crate::gateway::line_out::{LineOut, OutLine};
 use crate::gateway::raw_json::RawJson;
 use crate::gateway::state::Shared;
@@ -251,8 +252,8 @@ async fn answer(
 ) -> Result<RawJson, ErrorData> {
     use crate::gateway::call::answer::raw_json;
     if method == "tools/call" {
-        let (typed, extra) = call_params(params)?;
-        answer_call(shared, typed, extra, ctx).await
+        let (typed, sent) = call_params(params)?;
+        answer_call(shared, typed, sent, ctx).await
     } else {
         if let Some(meta) = params.and_then(request_meta) {
             ctx.meta = meta;
@@ -278,7 +279,7 @@ async fn answer(
 pub(crate) async fn answer_call(
     shared: &Arc<Shared>,
     mut typed: rmcp::model::CallToolRequestParams,
-    mut extra: Map<String, Value>,
+    sent: AsSent,
     mut ctx: RequestContext<RoleServer>,
 ) -> Result<RawJson, ErrorData> {
     use crate::gateway::call::answer::raw_json;
@@ -290,6 +291,7 @@ pub(crate) async fn answer_call(
     // Counted while it runs: shutdown waits for it so that its audit record is written.
     let _in_flight = shared.calls.token();
     if modern {
+        let mut extra = sent.extra;
         // A tool that must run as a task, for an agent with the tasks extension: the
         // server is asked for a 2025-11-25 task, and its handle is given in 2026-07-28.
         let as_task = tasks_v2::declared(&ctx.meta)
@@ -309,7 +311,7 @@ pub(crate) async fn answer_call(
         Ok(raw_json(&result))
     } else {
         // The common case: the result goes on as the bytes the pipeline gives.
-        crate::gateway::call::pipeline::call_tool(shared, typed, &extra, ctx).await
+        crate::gateway::call::pipeline::call_tool(shared, typed, &sent, ctx).await
     }
 }
 
@@ -332,15 +334,17 @@ const MODELED: [&str; 5] = [
     "requestState",
 ];
 
-/// A `tools/call`'s params: the typed view policy reads, and the fields it does not model.
+/// A `tools/call`'s params: the typed view policy reads, the fields it does not model, and
+/// the text itself when it may go to the server as written (`as_sent::checked`).
 pub(crate) fn call_params(
     params: Option<&RawValue>,
-) -> Result<(rmcp::model::CallToolRequestParams, Map<String, Value>), ErrorData> {
+) -> Result<(rmcp::model::CallToolRequestParams, AsSent), ErrorData> {
     let invalid =
         |e: serde_json::Error| ErrorData::invalid_params(format!("tools/call: {e}"), None);
     let raw =
         params.ok_or_else(|| ErrorData::invalid_params("tools/call: params are missing", None))?;
     let mut all: Map<String, Value> = serde_json::from_str(raw.get()).map_err(invalid)?;
+    let text = as_sent::checked(raw, as_sent::members_of(&all));
     let extra: Map<String, Value> = all
         .iter()
         .filter(|(k, _)| !MODELED.contains(&k.as_str()))
@@ -348,7 +352,7 @@ pub(crate) fn call_params(
         .collect();
     all.retain(|k, _| MODELED.contains(&k.as_str()));
     let typed = serde_json::from_value(Value::Object(all)).map_err(invalid)?;
-    Ok((typed, extra))
+    Ok((typed, AsSent { extra, text }))
 }
 
 /// The agent's answer line up to its result: `{"jsonrpc":"2.0","id":ID,"result":`.
@@ -486,12 +490,13 @@ mod tests {
                 .into(),
         )
         .unwrap();
-        let (typed, extra) = call_params(Some(&raw)).unwrap();
+        let (typed, sent) = call_params(Some(&raw)).unwrap();
         assert_eq!(typed.name, "s__slow");
         assert!(typed.meta.is_some());
-        assert_eq!(extra.len(), 2);
-        assert_eq!(extra["task"], serde_json::json!({"ttl": 60000}));
-        assert_eq!(extra["future"], Value::Bool(true));
+        assert_eq!(sent.extra.len(), 2);
+        assert_eq!(sent.extra["task"], serde_json::json!({"ttl": 60000}));
+        assert_eq!(sent.extra["future"], Value::Bool(true));
+        assert_eq!(sent.text.as_deref().map(RawValue::get), Some(raw.get()));
     }
 
     #[test]

@@ -9,8 +9,6 @@
 
 use std::borrow::Cow;
 
-use serde_json::{Map, Value};
-
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ContentBlock,
 };
@@ -28,6 +26,7 @@ use crate::roots::resolved::CallPaths;
 use crate::sandbox::launch::Enforcement;
 
 use super::answer::{Answer, Received};
+use super::as_sent::AsSent;
 use super::route::not_running;
 use super::stage::{stage_refusal, InFlight, ROOTS_CHECK_RULE};
 
@@ -74,7 +73,7 @@ impl Forwarded {
 /// for refusals attributed to this server meanwhile.
 pub(super) async fn widen_and_forward(
     here: &InFlight<'_>,
-    params: (CallToolRequestParams, &Map<String, Value>),
+    params: (CallToolRequestParams, &AsSent),
     path_args: Option<&[PathArg<'_>]>,
     approved: bool,
     decided: PolicyVerdict,
@@ -153,35 +152,44 @@ async fn forward(
     shared: &Shared,
     conn: &Connection,
     tool: &str,
-    (mut params, extra): (CallToolRequestParams, &Map<String, Value>),
+    (mut params, sent): (CallToolRequestParams, &AsSent),
     ctx: &RequestContext<RoleServer>,
 ) -> (Answer, Option<Received>) {
-    // The agent's progress token is mapped, not forwarded (rmcp sets its own downstream);
-    // any other _meta the agent sent travels on.
+    // The agent's progress token is mapped, not forwarded (the server is given ours); any
+    // other _meta the agent sent travels on.
     let mut meta = params.meta.take().unwrap_or_default();
     meta.0 .0.extend(ctx.meta.0 .0.clone());
     let up_token = meta.get_progress_token();
-    meta.0 .0.remove("progressToken");
-    crate::gateway::agent::versions::strip_envelope(&mut meta.0 .0);
-    params.name = Cow::Owned(tool.to_string());
     let progress_to = up_token.map(|token| UpTarget {
         peer: ctx.peer.clone(),
         token,
     });
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-    let with_meta = (!meta.0 .0.is_empty()).then_some(meta);
-    let asks_task = extra.contains_key("task");
-    match conn
-        .request_raw(
-            request,
-            shared.limits.call_timeout,
-            Some(&ctx.ct),
-            progress_to,
-            with_meta,
-            extra,
-        )
-        .await
-    {
+    let asks_task = sent.extra.contains_key("task");
+    let timeout = shared.limits.call_timeout;
+    let forwarded = match sent.text.as_deref() {
+        // The agent's own text, only the name and the progress token made the server's.
+        Some(text) => {
+            conn.call_as_sent(text.get(), tool, timeout, Some(&ctx.ct), progress_to)
+                .await
+        }
+        None => {
+            meta.0 .0.remove("progressToken");
+            crate::gateway::agent::versions::strip_envelope(&mut meta.0 .0);
+            params.name = Cow::Owned(tool.to_string());
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            let with_meta = (!meta.0 .0.is_empty()).then_some(meta);
+            conn.request_raw(
+                request,
+                timeout,
+                Some(&ctx.ct),
+                progress_to,
+                with_meta,
+                &sent.extra,
+            )
+            .await
+        }
+    };
+    match forwarded {
         Ok(raw) => match crate::gateway::call::answer::received(&conn.server, raw, asks_task) {
             Ok(got) => got,
             Err(e) => (

@@ -9,6 +9,7 @@
 pub mod answer;
 pub mod applied;
 mod approve;
+pub mod as_sent;
 pub mod blocked;
 mod forward;
 pub mod pipeline;

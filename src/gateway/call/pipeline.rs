@@ -33,6 +33,7 @@ use crate::roots::resolved::CallPaths;
 
 use super::answer::*;
 use super::approve::{approve, Approved};
+use super::as_sent::AsSent;
 use super::forward::{widen_and_forward, Forwarded};
 use super::route::*;
 use super::stage::{audit_failed, stage_refusal, InFlight, AGENT_ROOTS_RULE};
@@ -43,12 +44,12 @@ pub use super::forward::RootsRefusal;
 /// Runs one `tools/call` through every stage; the result is the JSON text the agent is sent
 /// (the server's own bytes when no stage changed it).
 ///
-/// `extra` holds the request's params the typed view does not model (`task`, a field of a
-/// newer revision); they are forwarded as sent.
+/// `sent` holds the request's params the typed view does not model (`task`, a field of a
+/// newer revision), and the params' own text when it may go to the server as written.
 pub async fn call_tool(
     shared: &Shared,
     params: CallToolRequestParams,
-    extra: &Map<String, Value>,
+    sent: &AsSent,
     ctx: RequestContext<RoleServer>,
 ) -> Result<RawJson, ErrorData> {
     let started = Instant::now();
@@ -106,7 +107,7 @@ pub async fn call_tool(
         Some(text) => Forwarded::refused(text.clone(), decided, slot.snapshot().enforcement),
         None => {
             let approved = matches!(approval.escalation, Some(ApprovalOutcome::Approved { .. }));
-            let params = (params, extra);
+            let params = (params, sent);
             widen_and_forward(&here, params, paths, approved, decided, &resolved).await
         }
     };

@@ -55,7 +55,7 @@ fn test_server(called: Arc<Mutex<Vec<String>>>, starts: Arc<AtomicUsize>) -> Ser
                     "tools/list" => {
                         let tool =
                             |name: &str| json!({"name": name, "inputSchema": {"type": "object"}});
-                        json!({"tools": [tool("echo"), tool("raw"), tool("fail"), tool("secret"), tool("exit")]})
+                        json!({"tools": [tool("echo"), tool("raw"), tool("fail"), tool("secret"), tool("exit"), tool("params")]})
                             .to_string()
                     }
                     "tools/call" => {
@@ -63,6 +63,11 @@ fn test_server(called: Arc<Mutex<Vec<String>>>, starts: Arc<AtomicUsize>) -> Ser
                         called.lock().unwrap().push(name.clone());
                         match name.as_str() {
                             "raw" => RAW_RESULT.to_string(),
+                            // The params' text as this server read it off its stdin.
+                            "params" => json!({
+                                "content": [{"type": "text", "text": raw_params(&line)}],
+                            })
+                            .to_string(),
                             "fail" => json!({
                                 "content": [{"type": "text", "text": EROFS}],
                                 "isError": true,
@@ -96,6 +101,18 @@ fn test_server(called: Arc<Mutex<Vec<String>>>, starts: Arc<AtomicUsize>) -> Ser
             }
         })
     })
+}
+
+/// The text of a request line's `params`, as written.
+fn raw_params(line: &str) -> String {
+    #[derive(serde::Deserialize)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        params: &'a serde_json::value::RawValue,
+    }
+    serde_json::from_str::<Request<'_>>(line)
+        .map(|r| r.params.get().to_string())
+        .unwrap_or_default()
 }
 
 /// Denies `secret`, allows the rest.
@@ -172,7 +189,7 @@ impl Harness {
         let gateway = Gateway::start(opts).await.unwrap();
         let status = gateway.status();
         assert_eq!(status[0].enforcement, Some(Enforcement::InProcess));
-        assert_eq!(status[0].tools, 5, "{status:?}");
+        assert_eq!(status[0].tools, 6, "{status:?}");
         let (agent, gateway_io) = tokio::io::duplex(1 << 16);
         let served = tokio::spawn(async move {
             let (r, w) = tokio::io::split(gateway_io);
@@ -210,6 +227,11 @@ impl Harness {
     async fn request(&mut self, id: u64, method: &str, params: Value) -> String {
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
             .await;
+        self.answer_to(id).await
+    }
+
+    /// The gateway's answer to request `id`, as the line it wrote.
+    async fn answer_to(&mut self, id: u64) -> String {
         loop {
             let line = self
                 .from_gateway
@@ -222,6 +244,16 @@ impl Harness {
                 return line;
             }
         }
+    }
+
+    /// Sends `line` (a request with `id`, written by the test as it wants it spelt) and
+    /// returns the gateway's answer to it.
+    async fn request_line(&mut self, id: u64, line: &str) -> String {
+        self.to_gateway
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+        self.answer_to(id).await
     }
 
     async fn call(&mut self, id: u64, tool: &str) -> String {
@@ -425,5 +457,34 @@ async fn an_in_process_server_that_ends_is_restarted_by_the_supervisor() {
     assert!(answered.contains(r#"{\"n\":1}"#), "{answered}");
     assert_eq!(h.starts.load(Ordering::SeqCst), 2, "started once more");
     assert_eq!(h.called().last().map(String::as_str), Some("echo"));
+    h.finish().await;
+}
+
+/// A call's params reach the server as the agent wrote them: numbers as spelt (an integer
+/// past 2^64, `1e3`, `1.50`), keys in the agent's order, fields no model knows; only the
+/// tool's name is the server's, and the agent's progress token is replaced by Palisade's.
+/// Before, the server read `1.2345678901234568e22`, `1000.0` and `1.5`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_params_reach_the_server_as_the_agent_wrote_them() {
+    let audit = Collect::default();
+    let mut h = Harness::start(Arc::new(audit.clone())).await;
+    let line = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"zzz":{"q":1.50},"name":"t__params","arguments":{"big":12345678901234567890123,"e":1e3,"s":"\u00e9\n"},"_meta":{"x.y/z":[1e3],"progressToken":"agent-token"},"future":true}}"#;
+    let answer: Value = serde_json::from_str(&h.request_line(7, line).await).unwrap();
+    let seen = answer["result"]["content"][0]["text"].as_str().unwrap();
+    let token = serde_json::from_str::<Value>(seen).unwrap()["_meta"]["progressToken"].clone();
+    assert!(token.is_u64(), "Palisade's own token: {seen}");
+    let want = format!(
+        r#"{{"zzz":{{"q":1.50}},"name":"params","arguments":{{"big":12345678901234567890123,"e":1e3,"s":"\u00e9\n"}},"_meta":{{"x.y/z":[1e3],"progressToken":{token}}},"future":true}}"#
+    );
+    assert_eq!(seen, want);
+
+    // A repeated key is read one way by the policy, maybe another by the server: such params
+    // go on re-encoded from what the policy read (one `path`, the last).
+    let line = r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"t__params","arguments":{"path":"/etc/shadow","path":"/ok"}}}"#;
+    let answer: Value = serde_json::from_str(&h.request_line(8, line).await).unwrap();
+    let seen = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert_eq!(seen, r#"{"name":"params","arguments":{"path":"/ok"}}"#);
+    let recs = records(&audit);
+    assert_eq!(recs[1].arguments["path"], "/ok", "the policy read the same");
     h.finish().await;
 }

@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::link::UpstreamLink;
+use crate::gateway::call::as_sent;
 use crate::gateway::raw_json::RawJson;
 use crate::gateway::server::era::{self, Era};
 use crate::gateway::server::peer::{Inbound, NoReply, Reply, ServerPeer};
@@ -306,6 +307,15 @@ pub struct Connection {
     pub inbound: Arc<dyn Inbound>,
 }
 
+/// What a request to a server carries as its params.
+enum Params<'a> {
+    /// Built (or decoded and re-encoded) by Palisade.
+    Fields(Map<String, Value>),
+    /// A `tools/call`'s params as the agent wrote them (`as_sent::checked`), for the
+    /// server's tool `name`.
+    AsSent { text: &'a str, name: &'a str },
+}
+
 /// How long a call cut short by its server's end waits for the supervisor to say why.
 const END_REASON_WAIT: Duration = Duration::from_secs(2);
 
@@ -397,12 +407,49 @@ impl Connection {
             .await
     }
 
+    /// Whether a call's params may go to this server as the agent wrote them: not to a
+    /// 2026-07-28 server, whose requests carry Palisade's envelope and may be retried with
+    /// answers added.
+    fn takes_params_as_sent(&self) -> bool {
+        !self.era.is_sessionless()
+    }
+
+    /// Sends a `tools/call` whose params are the agent's own text (`call::as_sent`), with
+    /// only the tool's name and the progress token made the server's.
+    pub async fn call_as_sent(
+        &self,
+        text: &str,
+        name: &str,
+        timeout: Duration,
+        cancel: Option<&CancellationToken>,
+        progress_to: Option<UpTarget>,
+    ) -> Result<RawJson, ForwardError> {
+        let params = Params::AsSent { text, name };
+        self.send_params("tools/call", params, timeout, cancel, progress_to)
+            .await
+    }
+
     /// Sends `method` with `params` (a `progressToken` is added to its `_meta` when
     /// `progress_to` is given).
     pub async fn send(
         &self,
         method: &str,
-        mut params: Map<String, Value>,
+        params: Map<String, Value>,
+        timeout: Duration,
+        cancel: Option<&CancellationToken>,
+        progress_to: Option<UpTarget>,
+    ) -> Result<RawJson, ForwardError> {
+        let params = Params::Fields(params);
+        self.send_params(method, params, timeout, cancel, progress_to)
+            .await
+    }
+
+    /// `send` for either kind of params: the agent's text goes on with its name and progress
+    /// token rewritten (`as_sent::for_server`), fields get the era's envelope and our token.
+    async fn send_params(
+        &self,
+        method: &str,
+        params: Params<'_>,
         timeout: Duration,
         cancel: Option<&CancellationToken>,
         progress_to: Option<UpTarget>,
@@ -410,16 +457,35 @@ impl Connection {
         if self.peer.is_closed() {
             return Err(self.stopped(self.server.clone()).await);
         }
-        self.era.stamp(&mut params);
         let id = self.peer.next_id();
         let token = ServerPeer::progress_token(id);
-        if let Some(target) = &progress_to {
-            let entry = params
-                .entry("_meta")
-                .or_insert_with(|| Value::Object(Map::new()));
-            if let Value::Object(m) = entry {
-                m.insert("progressToken".into(), Value::from(id));
+        let ours = progress_to.as_ref().map(|_| id);
+        let (mut params, as_sent) = match params {
+            Params::AsSent { text, name } if self.takes_params_as_sent() => {
+                let Some(text) = as_sent::for_server(text, name, ours) else {
+                    // `as_sent::checked` lets through only what `for_server` rewrites.
+                    return Err(ForwardError::Other {
+                        server: self.server.clone(),
+                        message: "the call's params could not be rewritten".into(),
+                    });
+                };
+                (Map::new(), Some(text))
             }
+            Params::AsSent { text, name } => (self.fields_of(text, name)?, None),
+            Params::Fields(fields) => (fields, None),
+        };
+        if as_sent.is_none() {
+            self.era.stamp(&mut params);
+            if ours.is_some() {
+                let entry = params
+                    .entry("_meta")
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if let Value::Object(m) = entry {
+                    m.insert("progressToken".into(), Value::from(id));
+                }
+            }
+        }
+        if let Some(target) = &progress_to {
             // Registered before the request is sent: no notification can overtake it.
             for early in self.progress.register(token.clone(), target.clone()) {
                 forward_progress(target, early).await;
@@ -428,11 +494,19 @@ impl Connection {
         // Only a 2026-07-28 request may be retried, so only its params are kept (a copy of a
         // large write's arguments on every call would be work on the hot path for nothing).
         let original = self.era.is_sessionless().then(|| params.clone());
-        let first = (!params.is_empty()).then_some(Value::Object(params));
-        let mut outcome = self
-            .peer
-            .request(id, method, first.as_ref(), timeout, cancel)
-            .await;
+        let mut outcome = match &as_sent {
+            Some(text) => {
+                self.peer
+                    .request_text(id, method, text, timeout, cancel)
+                    .await
+            }
+            None => {
+                let first = (!params.is_empty()).then_some(Value::Object(params));
+                self.peer
+                    .request(id, method, first.as_ref(), timeout, cancel)
+                    .await
+            }
+        };
         // A 2026-07-28 server asks for what it needs inside its result: answer, retry.
         let mut rounds = 0;
         while let (true, Ok(Reply::Result(raw))) = (self.era.is_sessionless(), &outcome) {
@@ -483,6 +557,17 @@ impl Connection {
             Err(NoReply::Cancelled) => Err(ForwardError::Cancelled),
             Err(NoReply::Closed) => Err(self.stopped(self.server.clone()).await),
         }
+    }
+
+    /// The fields of params written as the agent sent them, made the server's: for a server
+    /// that cannot take the text as it is (`takes_params_as_sent`).
+    fn fields_of(&self, text: &str, name: &str) -> Result<Map<String, Value>, ForwardError> {
+        as_sent::for_server(text, name, None)
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .ok_or_else(|| ForwardError::Other {
+                server: self.server.clone(),
+                message: "the call's params could not be rewritten".into(),
+            })
     }
 
     /// Answers the input requests of one `input_required` round, as the same requests sent

@@ -266,15 +266,47 @@ impl ServerPeer {
         timeout: Duration,
         cancel: Option<&CancellationToken>,
     ) -> Result<Reply, NoReply> {
-        if self.is_closed() {
-            return Err(NoReply::Closed);
-        }
         let line = encode(&OutRequest {
             jsonrpc: "2.0",
             id,
             method,
             params,
         });
+        self.request_line(id, line, timeout, cancel).await
+    }
+
+    /// As `request`, with params that are JSON text already (written as they are).
+    pub async fn request_text(
+        &self,
+        id: u64,
+        method: &str,
+        params: &str,
+        timeout: Duration,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<Reply, NoReply> {
+        let mut line = Vec::with_capacity(params.len() + method.len() + 64);
+        line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+        line.extend_from_slice(id.to_string().as_bytes());
+        line.extend_from_slice(b",\"method\":");
+        // A method name of ours: serialising a string cannot fail.
+        line.extend_from_slice(&serde_json::to_vec(method).unwrap_or_default());
+        line.extend_from_slice(b",\"params\":");
+        line.extend_from_slice(params.as_bytes());
+        line.extend_from_slice(b"}\n");
+        self.request_line(id, line, timeout, cancel).await
+    }
+
+    /// Sends `line`, request `id`, and waits for its reply (see `request`).
+    async fn request_line(
+        &self,
+        id: u64,
+        line: Vec<u8>,
+        timeout: Duration,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<Reply, NoReply> {
+        if self.is_closed() {
+            return Err(NoReply::Closed);
+        }
         let (tx, rx) = oneshot::channel();
         self.lock_pending().insert(id, tx);
         let never = CancellationToken::new();

@@ -53,6 +53,7 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::front;
+use crate::gateway::call::as_sent::{self, AsSent};
 use crate::gateway::state::Shared;
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -139,7 +140,7 @@ pub(super) struct Planned {
     session: String,
     raw_id: Box<RawValue>,
     id: RequestId,
-    params: CallToolRequestParams,
+    params: (CallToolRequestParams, Option<Box<RawValue>>),
     peer: Peer<RoleServer>,
 }
 
@@ -259,7 +260,12 @@ impl FastPath {
         let task = tokio::spawn(async move {
             let mut ctx = RequestContext::new(call.id, call.peer);
             ctx.ct = ct;
-            match front::answer_call(&shared, call.params, serde_json::Map::new(), ctx).await {
+            let (typed, text) = call.params;
+            let sent = AsSent {
+                extra: serde_json::Map::new(),
+                text,
+            };
+            match front::answer_call(&shared, typed, sent, ctx).await {
                 Ok(result) => front::result_line(raw_id.get(), &result),
                 Err(e) => front::error_line(raw_id.get(), &e),
             }
@@ -381,7 +387,8 @@ fn headers_fit(headers: &HeaderMap) -> bool {
 
 /// The typed view of params with only a name, arguments (an object, if any) and a `_meta`
 /// that asks nothing of the session; `None`: rmcp's path (which says why, if it refuses).
-fn fast_params(params: &RawValue) -> Option<CallToolRequestParams> {
+/// The typed view, and the text when it may go to the server as written (`as_sent`).
+fn fast_params(params: &RawValue) -> Option<(CallToolRequestParams, Option<Box<RawValue>>)> {
     let p = serde_json::from_str::<FastParams<'_>>(params.get()).ok()?;
     let meta_fits = p.meta.as_ref().is_none_or(|m| {
         !m.contains_key("progressToken")
@@ -391,10 +398,21 @@ fn fast_params(params: &RawValue) -> Option<CallToolRequestParams> {
     if !meta_fits {
         return None;
     }
+    // The members the decoder kept: the top level's (serde refuses a field given twice, and
+    // any unknown one), and those inside `arguments` and `_meta`.
+    let mut top = 0;
+    let _ = crate::gateway::json_scan::object_members(params.get().as_bytes(), |_, _| {
+        top += 1;
+        Some(())
+    });
+    let inside =
+        |m: Option<&serde_json::Map<String, serde_json::Value>>| m.map_or(0, as_sent::members_of);
+    let decoded = top + inside(p.arguments.as_ref()) + inside(p.meta.as_ref().map(|m| &m.0 .0));
+    let text = as_sent::checked(params, decoded);
     let mut typed = CallToolRequestParams::new(p.name.to_owned());
     typed.arguments = p.arguments;
     typed.meta = p.meta;
-    Some(typed)
+    Some((typed, text))
 }
 
 #[cfg(test)]
@@ -479,12 +497,17 @@ mod tests {
         ] {
             let raw = RawValue::from_string(s.into()).unwrap();
             let fast = fast_params(&raw).unwrap();
-            let (typed, extra) = front::call_params(Some(&raw)).unwrap();
-            assert_eq!(fast, typed, "{s}");
-            assert!(extra.is_empty(), "{s}");
+            let (typed, sent) = front::call_params(Some(&raw)).unwrap();
+            assert_eq!(fast.0, typed, "{s}");
+            assert!(sent.extra.is_empty(), "{s}");
+            assert_eq!(
+                fast.1.as_deref().map(RawValue::get),
+                sent.text.as_deref().map(RawValue::get),
+                "{s}"
+            );
             // Byte for byte, key order included.
             assert_eq!(
-                serde_json::to_string(&fast).unwrap(),
+                serde_json::to_string(&fast.0).unwrap(),
                 serde_json::to_string(&typed).unwrap()
             );
         }

@@ -74,8 +74,11 @@ pub async fn call(
                 // (the request that started it may have ended long before): shutdown waits
                 // for it so that its audit record is written.
                 let _in_flight = shared.calls.token();
+                // The modern path re-encodes its params: a retry carries answers the agent's
+                // text does not.
+                let sent = crate::gateway::call::as_sent::AsSent::fields(extra);
                 let pipeline =
-                    crate::gateway::call::pipeline::call_tool(&shared, typed, &extra, ctx);
+                    crate::gateway::call::pipeline::call_tool(&shared, typed, &sent, ctx);
                 scope(round, pipeline)
                     .await
                     .and_then(|raw| crate::gateway::call::answer::value_of(&raw))
