@@ -43,8 +43,12 @@ def main():
         def serve(binary, name):
             path = os.path.join(d, name + ".json")
             with open(path, "w") as f:
+                # One fs-server binary behind every gateway (NEW's, as for `direct`): only the
+                # gateway differs between `old` and `new`. Two builds of unchanged fs-server
+                # code were measured 0.5 ms apart on a 1 MiB read (code layout), which a
+                # per-gateway server counted as the gateway's.
                 json.dump({"mcpServers": {"fs0": {
-                    "command": binary, "args": ["fs-server", "--root", data],
+                    "command": NEW, "args": ["fs-server", "--root", data],
                     "sandbox": {"filesystem": {"allowRead": [data]}}}},
                     "palisade": {"sandboxPolicy": "warn", "policy": ALLOW,
                                  "sandboxDir": os.path.join(d, "sandbox-" + name)}}, f)

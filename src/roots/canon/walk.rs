@@ -22,18 +22,47 @@ pub fn resolve_checked(path: &Path) -> Result<Resolved, PathError> {
             .components()
             .any(|c| matches!(c, Component::ParentDir | Component::CurDir));
     if simple {
-        // Fast path, the common case: an existing ASCII path that realpath(3) leaves as it
-        // is went through no symlink, so there is nothing more to check.
-        if let Ok(real) = std::fs::canonicalize(path) {
-            if real == path {
-                return Ok(Resolved {
-                    path: real,
-                    links: Vec::new(),
-                });
-            }
+        // Fast path, the common case: an existing ASCII path reached through no symlink is its
+        // own canonical form, so there is nothing more to check.
+        let unlinked = match reached_without_links(path) {
+            Some(answer) => answer,
+            // The kernel could not say: realpath(3) leaves such a path as it is.
+            None => std::fs::canonicalize(path).is_ok_and(|real| real == path),
+        };
+        if unlinked {
+            return Ok(Resolved {
+                path: path.to_path_buf(),
+                links: Vec::new(),
+            });
         }
     }
     walk(path, true)
+}
+
+/// Whether the kernel reaches `path` (absolute, with no `.` or `..`) and follows no symlink
+/// on the way, final component included: one `openat2(O_PATH, RESOLVE_NO_SYMLINKS)` and a
+/// close, where realpath(3) reads every prefix of the path as a link (a `readlink` for each
+/// component). `None` when the kernel cannot answer: no `openat2` (Linux before 5.6) or a
+/// seccomp filter refusing it. Any other failure (missing, a symlink, not a directory,
+/// not searchable) is `false`: realpath would not have left such a path as it is either.
+fn reached_without_links(path: &Path) -> Option<bool> {
+    use nix::errno::Errno;
+    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+    if !path.is_absolute() {
+        return Some(false);
+    }
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+    match openat2(libc::AT_FDCWD, path, how) {
+        Ok(fd) => {
+            // Ours alone: `openat2` just returned it.
+            let _ = nix::unistd::close(fd);
+            Some(true)
+        }
+        Err(Errno::ENOSYS | Errno::EPERM | Errno::EINVAL | Errno::E2BIG) => None,
+        Err(_) => Some(false),
+    }
 }
 
 /// An entry of `dir` that a server normalising names (NFC, NFKC; server-filesystem matches
@@ -170,4 +199,40 @@ pub(super) fn walk(path: &Path, checked: bool) -> Result<Resolved, PathError> {
         }
     }
     Ok(Resolved { path: cur, links })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fast path's answer against the disk: only a path with no symlink anywhere, the
+    /// last component included, is its own canonical form.
+    #[test]
+    fn only_a_path_through_no_symlink_is_reached_without_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(base.join("real")).unwrap();
+        std::fs::write(base.join("real/f"), "x").unwrap();
+        std::os::unix::fs::symlink(base.join("real"), base.join("link")).unwrap();
+        std::os::unix::fs::symlink(base.join("real/f"), base.join("real/flink")).unwrap();
+        let kernel = reached_without_links(&base.join("real/f"));
+        if kernel.is_none() {
+            // No openat2 here: the realpath fallback answers, tested through resolve_checked.
+            return;
+        }
+        assert_eq!(kernel, Some(true));
+        for through_a_link in ["link/f", "real/flink", "link", "real/missing", "real/f/x"] {
+            assert_eq!(
+                reached_without_links(&base.join(through_a_link)),
+                Some(false),
+                "{through_a_link}"
+            );
+        }
+        // Through the link, the resolution names the real file and the link it went through.
+        let r = resolve_checked(&base.join("link/f")).unwrap();
+        assert_eq!(r.path, base.join("real/f"));
+        assert!(!r.links.is_empty());
+        let r = resolve_checked(&base.join("real/f")).unwrap();
+        assert_eq!((r.path, r.links.len()), (base.join("real/f"), 0));
+    }
 }
