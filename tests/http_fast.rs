@@ -84,9 +84,19 @@ impl Front {
         extra: &[(&str, &str)],
         body: &Value,
     ) -> Answer {
+        self.post_text(token, session, extra, &body.to_string())
+    }
+
+    /// One raw HTTP/1.1 POST to /mcp with `token`, its body `body` as written.
+    fn post_text(
+        &self,
+        token: &str,
+        session: Option<&str>,
+        extra: &[(&str, &str)],
+        body: &str,
+    ) -> Answer {
         let mut s = TcpStream::connect(self.addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        let body = body.to_string();
         let mut req = format!(
             "POST /mcp HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
              Authorization: Bearer {token}\r\nContent-Type: application/json\r\n\
@@ -101,7 +111,7 @@ impl Front {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
         req.push_str("\r\n");
-        req.push_str(&body);
+        req.push_str(body);
         s.write_all(req.as_bytes()).unwrap();
         let mut raw = Vec::new();
         let _ = s.read_to_end(&mut raw);
@@ -363,6 +373,43 @@ fn http_call_results_are_the_servers_own_bytes() {
     }
     front.stop();
     assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+// The fast path forwards a call's params as the agent wrote them, as stdio does: numbers
+// keep their spelling (an integer past 2^64 stays that integer), keys their order; only the
+// tool's name is the server's. The server answers with the line it read (a raw JSON-lines
+// server: one from npm or PyPI decodes what it reads before a tool sees it).
+#[test]
+fn fast_calls_reach_the_server_as_the_agent_wrote_them() {
+    let ws = Workspace::new();
+    let server = support::repo("tests/servers/faulty_server.py");
+    let config = ws.config(
+        json!({"faulty": {"command": support::python(), "args": [server]}}),
+        json!({}),
+    );
+    let front = Front::start(&ws, &config);
+    let session = front.session(json!({}));
+    let params = r#"{"name":"faulty__request_line","arguments":{"count":12345678901234567890123,"after":1e3,"text":"\u00e9"},"_meta":{"x.example/trace":[1.50]}}"#;
+    let body = format!(r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{params}}}"#);
+    let answer = front.post_text(ALICE, Some(&session), &[], &body);
+    front.stop();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert!(answer.fast(), "not answered by the fast path: {answer:?}");
+    let seen = answer.json()["result"]["content"][0]["text"]
+        .as_str()
+        .expect("the line the server read")
+        .to_string();
+    #[derive(serde::Deserialize)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        params: &'a RawValue,
+    }
+    let request: Request<'_> = serde_json::from_str(&seen).expect("a JSON-RPC request");
+    assert_eq!(
+        request.params.get(),
+        params.replace("faulty__request_line", "request_line"),
+        "the server read: {seen}"
+    );
 }
 
 // Policy, the kernel's refusal and the audit's principal hold on the fast path.
