@@ -94,14 +94,7 @@ pub fn for_server(text: &str, name: &str, progress: Option<u64>) -> Option<Strin
                 meta_written = true;
                 push_meta(&mut out, &text[span], progress)?;
             }
-            _ => {
-                // The key is written without escapes (`object_members` refuses others), so its
-                // bytes between quotes are its whole spelling.
-                out.push('"');
-                out.push_str(std::str::from_utf8(key).ok()?);
-                out.push_str("\":");
-                out.push_str(&text[span]);
-            }
+            _ => push_member(&mut out, key, &text[span])?,
         }
         Some(())
     })?;
@@ -117,6 +110,16 @@ pub fn for_server(text: &str, name: &str, progress: Option<u64>) -> Option<Strin
     Some(out)
 }
 
+/// Writes `"key":value` as they were written. The key has no escape (`object_members`
+/// refuses others), so its bytes between the quotes are its whole spelling.
+fn push_member(out: &mut String, key: &[u8], value: &str) -> Option<()> {
+    out.push('"');
+    out.push_str(std::str::from_utf8(key).ok()?);
+    out.push_str("\":");
+    out.push_str(value);
+    Some(())
+}
+
 /// Writes `"_meta":{...}`: the agent's members but its progress token and envelope, then
 /// ours. An object left with no member is still written (the agent sent one).
 fn push_meta(out: &mut String, meta: &str, progress: Option<u64>) -> Option<()> {
@@ -128,10 +131,7 @@ fn push_meta(out: &mut String, meta: &str, progress: Option<u64>) -> Option<()> 
             if out.len() > first {
                 out.push(',');
             }
-            out.push('"');
-            out.push_str(std::str::from_utf8(key).ok()?);
-            out.push_str("\":");
-            out.push_str(&meta[span]);
+            push_member(out, key, &meta[span])?;
         }
         Some(())
     })?;
