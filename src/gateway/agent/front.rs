@@ -291,17 +291,19 @@ pub(crate) async fn answer_call(
     // Counted while it runs: shutdown waits for it so that its audit record is written.
     let _in_flight = shared.calls.token();
     if modern {
-        let mut extra = sent.extra;
+        let mut sent = sent;
         // A tool that must run as a task, for an agent with the tasks extension: the
         // server is asked for a 2025-11-25 task, and its handle is given in 2026-07-28.
         let as_task = tasks_v2::declared(&ctx.meta)
-            && !extra.contains_key("task")
+            && !sent.extra.contains_key("task")
             && task_bridge::requires_task(shared, &typed.name);
         if as_task {
-            extra.insert("task".into(), Value::Object(Map::new()));
+            // The agent's text does not ask for the task: the params go on re-encoded.
+            sent = AsSent::fields(sent.extra);
+            sent.extra.insert("task".into(), Value::Object(Map::new()));
         }
         // Its rounds (questions for the agent) are driven by `mrtr`.
-        let mut result = mrtr::drive::call(shared.clone(), typed, extra, ctx).await?;
+        let mut result = mrtr::drive::call(shared.clone(), typed, sent, ctx).await?;
         if as_task {
             if let Some(task) = tasks_v2::created(&result) {
                 result = task;

@@ -488,3 +488,20 @@ async fn a_calls_params_reach_the_server_as_the_agent_wrote_them() {
     assert_eq!(recs[1].arguments["path"], "/ok", "the policy read the same");
     h.finish().await;
 }
+
+/// A 2026-07-28 agent's first round goes on as written too, its envelope (Palisade's to
+/// read) taken out of `_meta`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modern_calls_params_reach_the_server_as_written_less_the_envelope() {
+    let audit = Collect::default();
+    let mut h = Harness::start(Arc::new(audit.clone())).await;
+    let line = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"t__params","arguments":{"big":12345678901234567890123},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","x.y/z":1e3,"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let answer: Value = serde_json::from_str(&h.request_line(9, line).await).unwrap();
+    let seen = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert_eq!(
+        seen,
+        r#"{"name":"params","arguments":{"big":12345678901234567890123},"_meta":{"x.y/z":1e3}}"#,
+        "{answer}"
+    );
+    h.finish().await;
+}

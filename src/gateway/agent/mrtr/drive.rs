@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::gateway::state::Shared;
 
 use super::*;
+use crate::gateway::call::as_sent::AsSent;
 
 /// Runs one 2026-07-28 `tools/call` through its rounds: a first call starts it on its own
 /// task; a retry resumes what its `requestState` names (an approver's question asked anew
@@ -23,7 +24,7 @@ use super::*;
 pub async fn call(
     shared: Arc<Shared>,
     mut typed: CallToolRequestParams,
-    extra: Map<String, Value>,
+    sent: AsSent,
     mut ctx: RequestContext<RoleServer>,
 ) -> Result<Value, ErrorData> {
     let caps = client_caps(&ctx.meta);
@@ -32,6 +33,13 @@ pub async fn call(
     let request_ct = ctx.ct.clone();
     let responses = typed.input_responses.take();
     let state = typed.request_state.take();
+    // A retry's text carries its answers and state, which are Palisade's to read, not the
+    // server's: only a first round's params may go on as the agent wrote them.
+    let sent = if responses.is_none() && state.is_none() {
+        sent
+    } else {
+        AsSent::fields(sent.extra)
+    };
     let fp = fingerprint(&typed.name, typed.arguments.as_ref().unwrap_or(&Map::new()));
     let answer_under = |key: &str| {
         responses
@@ -74,9 +82,6 @@ pub async fn call(
                 // (the request that started it may have ended long before): shutdown waits
                 // for it so that its audit record is written.
                 let _in_flight = shared.calls.token();
-                // The modern path re-encodes its params: a retry carries answers the agent's
-                // text does not.
-                let sent = crate::gateway::call::as_sent::AsSent::fields(extra);
                 let pipeline =
                     crate::gateway::call::pipeline::call_tool(&shared, typed, &sent, ctx);
                 scope(round, pipeline)

@@ -294,8 +294,13 @@ impl ServerHandler for Upstream {
             if as_task {
                 extra.insert("task".into(), Value::Object(Map::new()));
             }
-            crate::gateway::agent::mrtr::drive::call(self.shared.clone(), request, extra, context)
-                .await?
+            crate::gateway::agent::mrtr::drive::call(
+                self.shared.clone(),
+                request,
+                crate::gateway::call::as_sent::AsSent::fields(extra),
+                context,
+            )
+            .await?
         } else {
             let raw =
                 pipeline::call_tool(&self.shared, request, &Default::default(), context).await?;
