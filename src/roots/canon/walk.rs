@@ -30,8 +30,9 @@ pub fn resolve_checked(path: &Path) -> Result<Resolved, PathError> {
             None => std::fs::canonicalize(path).is_ok_and(|real| real == path),
         };
         if unlinked {
+            // In its canonical spelling, as realpath writes it: no trailing or doubled `/`.
             return Ok(Resolved {
-                path: path.to_path_buf(),
+                path: path.components().collect(),
                 links: Vec::new(),
             });
         }
@@ -234,5 +235,13 @@ mod tests {
         assert!(!r.links.is_empty());
         let r = resolve_checked(&base.join("real/f")).unwrap();
         assert_eq!((r.path, r.links.len()), (base.join("real/f"), 0));
+        // Spelt as realpath spells it: a trailing or doubled `/` is not part of the path
+        // (a root is matched against it as text too).
+        for spelt in ["real/", "real//f"] {
+            let raw = format!("{}/{spelt}", base.display());
+            let r = resolve_checked(Path::new(&raw)).unwrap();
+            let want = std::fs::canonicalize(&raw).unwrap();
+            assert_eq!(r.path.as_os_str(), want.as_os_str(), "{raw}");
+        }
     }
 }
