@@ -5,6 +5,8 @@
 //! byte CSI `U+009B` does the same on some terminals), and a right-to-left override turns
 //! `txt.exe` around. Pure.
 
+use std::fmt::Write;
+
 /// Invisible, bidirectional and separator characters: they change how the text around them
 /// reads without showing themselves.
 pub fn invisible_or_bidi(c: char) -> bool {
@@ -38,13 +40,20 @@ pub fn escape_in_json(json: String) -> String {
     if json.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         return json;
     }
-    let mut out = String::with_capacity(json.len() + 16);
-    for c in json.chars() {
+    escape_acting(&json, |c, out| {
+        let mut units = [0u16; 2];
+        for u in c.encode_utf16(&mut units) {
+            let _ = write!(out, "\\u{u:04x}");
+        }
+    })
+}
+
+/// `text` with each character a terminal acts on written by `escape`, the rest as it is.
+pub fn escape_acting(text: &str, escape: impl Fn(char, &mut String)) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
         if acts_on(c) {
-            let mut units = [0u16; 2];
-            for u in c.encode_utf16(&mut units) {
-                out.push_str(&format!("\\u{u:04x}"));
-            }
+            escape(c, &mut out);
         } else {
             out.push(c);
         }

@@ -4,6 +4,8 @@
 //!
 //! Pure.
 
+use std::fmt::Write;
+
 use serde_json::Value;
 
 /// Lines of `old` and `new` as a diff: `  ` kept, `- ` removed, `+ ` added (longest common
@@ -144,15 +146,9 @@ pub fn suspicious(text: &str, other_tools: &[String]) -> Vec<String> {
 /// `text` safe to print on a terminal: control, invisible and bidirectional characters as
 /// `\u{XXXX}` (a server's description must not repaint the review it is part of).
 pub fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if crate::terminal::acts_on(c) {
-            out.push_str(&format!("\\u{{{:04X}}}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    crate::terminal::escape_acting(text, |c, out| {
+        let _ = write!(out, "\\u{{{:04X}}}", c as u32);
+    })
 }
 
 #[cfg(test)]
