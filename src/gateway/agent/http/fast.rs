@@ -44,7 +44,7 @@ use axum::response::{IntoResponse, Response};
 use rmcp::model::{
     CallToolRequestParams, JsonObject, ProtocolVersion, RequestId, RequestMetaObject,
 };
-use rmcp::service::{NotificationContext, Peer, RequestContext};
+use rmcp::service::{Peer, RequestContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::RoleServer;
@@ -56,73 +56,9 @@ use crate::gateway::agent::front;
 use crate::gateway::call::as_sent::{self, AsSent};
 use crate::gateway::state::Shared;
 
-const SESSION_HEADER: &str = "mcp-session-id";
+use super::sessions::{SessionPeers, SESSION_HEADER};
+
 const VERSION_HEADER: &str = "mcp-protocol-version";
-
-/// Each initialized session's agent peer, by session id (one table per principal).
-pub struct SessionPeers {
-    peers: Mutex<HashMap<String, Peer<RoleServer>>>,
-    /// Bumped at each registration (see `wait_registered`).
-    registered: tokio::sync::watch::Sender<u64>,
-}
-
-impl Default for SessionPeers {
-    fn default() -> Self {
-        SessionPeers {
-            peers: Mutex::default(),
-            registered: tokio::sync::watch::Sender::new(0),
-        }
-    }
-}
-
-impl SessionPeers {
-    /// Remembers the peer of the session a `notifications/initialized` came on (rmcp puts
-    /// the HTTP request's parts in its extensions); forgets sessions whose transport closed.
-    pub fn register(&self, context: &NotificationContext<RoleServer>) {
-        let Some(id) = context
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|p| p.headers.get(SESSION_HEADER))
-            .and_then(|v| v.to_str().ok())
-        else {
-            return;
-        };
-        let mut peers = self.lock();
-        peers.retain(|_, p| !p.is_transport_closed());
-        peers.insert(id.to_string(), context.peer.clone());
-        drop(peers);
-        self.registered.send_modify(|n| *n += 1);
-    }
-
-    /// Waits (at most `bound`) until session `id` is registered. rmcp answers
-    /// `notifications/initialized` with 202 before its handler has run; the front waits for
-    /// the registration before passing the 202 on, so that the agent's next call finds it.
-    pub(super) async fn wait_registered(&self, id: &str, bound: std::time::Duration) {
-        let mut rx = self.registered.subscribe();
-        let _ = tokio::time::timeout(bound, async {
-            while self.get(id).is_none() {
-                if rx.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-        .await;
-    }
-
-    fn get(&self, id: &str) -> Option<Peer<RoleServer>> {
-        self.lock()
-            .get(id)
-            .filter(|p| !p.is_transport_closed())
-            .cloned()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Peer<RoleServer>>> {
-        // Each change is one insert or retain: a panic elsewhere cannot leave it half-done.
-        self.peers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
 
 /// One principal's fast path: its gateway's state, its sessions and its fast calls running.
 pub(super) struct FastPath {

@@ -30,6 +30,7 @@ mod principals;
 pub mod proxy;
 mod refuse;
 mod requests;
+pub mod sessions;
 mod shutdown;
 pub mod tls_client;
 pub mod tokens;

@@ -148,7 +148,7 @@ pub(super) async fn start_principal(front: &Front, name: &str) -> Result<Arc<Pri
     })?;
     let shared = Arc::clone(&gateway.shared);
     let sessions = front.sessions_end.child_token();
-    let peers = Arc::new(fast::SessionPeers::default());
+    let peers = Arc::new(super::sessions::SessionPeers::default());
     let manager = Arc::new(LocalSessionManager::default());
     // A chain that can ask the agent (`elicit`) needs the session's stream: rmcp's path.
     let fast = fast::FastPath::new(

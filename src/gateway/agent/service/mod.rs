@@ -49,7 +49,7 @@ use routed::Audited;
 pub struct Upstream {
     pub shared: Arc<Shared>,
     /// Over HTTP: each initialized session's agent peer, for the front's fast path.
-    pub sessions: Option<Arc<crate::gateway::agent::http::fast::SessionPeers>>,
+    pub sessions: Option<Arc<crate::gateway::agent::http::sessions::SessionPeers>>,
 }
 
 /// The params of a `tasks/*` request naming `task_id`.
