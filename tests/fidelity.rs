@@ -349,6 +349,89 @@ fn a_calls_params_reach_the_server_as_the_agent_wrote_them() {
     );
 }
 
+/// The params of a request as the server read them, from the line it answered with.
+fn params_read(line: &str) -> String {
+    #[derive(serde::Deserialize)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        params: &'a RawValue,
+    }
+    let request: Request<'_> = serde_json::from_str(line).expect("a JSON-RPC request");
+    request.params.get().to_string()
+}
+
+/// The routed requests (`prompts/get`, `resources/read`, `resources/(un)subscribe`,
+/// `completion/complete`) reach a real server process the same way: as the agent wrote them,
+/// only a prompt's name (at the top, or in a completion's `ref`) made the server's. Before,
+/// rmcp's typed models dropped the unknown fields and re-spelled the numbers. Params that
+/// repeat a key go re-encoded from what the checks read, once. The server is the raw
+/// JSON-lines test server, answering each with the line it read (see the test above).
+#[test]
+fn routed_requests_reach_the_server_as_the_agent_wrote_them() {
+    let ws = Workspace::new();
+    let server = support::repo("tests/servers/faulty_server.py");
+    let mut through = serve(
+        &ws,
+        json!({"faulty": {"command": support::python(), "args": [server],
+                          "env": {"FAULTY_ECHO_LINES": "1"}}}),
+    );
+    let cases = [
+        (
+            "prompts/get",
+            r#"{"name":"faulty__request_line","arguments":{"path":"word"},"future":{"q":1.50},"_meta":{"x.example/trace":[1e3]}}"#,
+            r#"{"name":"request_line","arguments":{"path":"word"},"future":{"q":1.50},"_meta":{"x.example/trace":[1e3]}}"#,
+            "/messages/0/content/text",
+        ),
+        (
+            "resources/read",
+            r#"{"future":12345678901234567890123,"uri":"line://request","_meta":{}}"#,
+            r#"{"future":12345678901234567890123,"uri":"line://request","_meta":{}}"#,
+            "/contents/0/text",
+        ),
+        (
+            "resources/subscribe",
+            r#"{"uri":"line://request","x":1e3}"#,
+            r#"{"uri":"line://request","x":1e3}"#,
+            "/_meta/line",
+        ),
+        (
+            "resources/unsubscribe",
+            r#"{"uri":"line://request","x":-0.0}"#,
+            r#"{"uri":"line://request","x":-0.0}"#,
+            "/_meta/line",
+        ),
+        (
+            "completion/complete",
+            r#"{"ref":{"type":"ref/prompt","name":"faulty__request_line","v":2.50},"argument":{"name":"path","value":"w"},"future":[1e3]}"#,
+            r#"{"ref":{"type":"ref/prompt","name":"request_line","v":2.50},"argument":{"name":"path","value":"w"},"future":[1e3]}"#,
+            "/completion/values/0",
+        ),
+    ];
+    for (n, (method, params, expected, answer_at)) in cases.into_iter().enumerate() {
+        let id = 2000 + n as u64;
+        let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
+        let result: Value =
+            serde_json::from_str(&through.request_line(id, method, &line)).expect("a result");
+        let seen = result
+            .pointer(answer_at)
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("{method}: no line in {result}"));
+        assert_eq!(params_read(seen), expected, "{method}: the server read {seen}");
+    }
+    // A repeated key: the server reads the one value the checks read, re-encoded.
+    let line = r#"{"jsonrpc":"2.0","id":3000,"method":"prompts/get","params":{"name":"faulty__request_line","arguments":{"path":"/etc/shadow"},"arguments":{"path":"word"}}}"#;
+    let result: Value =
+        serde_json::from_str(&through.request_line(3000, "prompts/get", line)).expect("a result");
+    let seen = result["messages"][0]["content"]["text"]
+        .as_str()
+        .expect("the line the server read");
+    let read = params_read(seen);
+    assert_eq!(read.matches("\"arguments\"").count(), 1, "{read}");
+    let read: Value = serde_json::from_str(&read).expect("JSON");
+    assert_eq!(read["arguments"], json!({"path": "word"}), "{read}");
+    assert_eq!(read["name"], "request_line", "{read}");
+}
+
 #[test]
 fn serve_refuses_a_config_and_a_command_together_and_neither() {
     let ws = Workspace::new();

@@ -28,6 +28,12 @@ The handshake and `tools/list` are correct; each tool then triggers one fault on
 - request_line: answers with the request's line as this server read it off its stdin (what
   the gateway wrote, byte for byte).
 
+With FAULTY_ECHO_LINES set it also serves one prompt (`request_line`), one resource
+(`line://request`) and completions, and answers `prompts/get`, `resources/read`,
+`resources/subscribe`, `resources/unsubscribe` and `completion/complete` with the request's
+line as it read it (in the message's text, the resource's text, the first completion value;
+a subscription's answer carries it in `_meta.line`).
+
 `tools/list` pages when FAULTY_PAGES is set: that many pages of filler tools (each with a
 description of FAULTY_PAGE_BYTES bytes, default 10), each answered after FAULTY_PAGE_DELAY
 seconds, then a last page with the real tools (a slow or bloated listing).
@@ -231,11 +237,34 @@ def handle(msg, raw: bytes) -> None:
         return
     if req_id is None:
         return  # notifications: initialized, cancelled, roots changed
+    echo_lines = bool(os.environ.get("FAULTY_ECHO_LINES"))
+    line = raw.decode().rstrip("\n")
     if method == "initialize":
+        caps = {"tools": {}, "logging": {}}
+        if echo_lines:
+            caps.update({"prompts": {}, "resources": {"subscribe": True}, "completions": {}})
         send({"jsonrpc": "2.0", "id": req_id, "result": {
             "protocolVersion": msg["params"].get("protocolVersion", "2025-11-25"),
-            "capabilities": {"tools": {}, "logging": {}},
+            "capabilities": caps,
             "serverInfo": {"name": "faulty", "version": "0.0.1"}}})
+    elif echo_lines and method == "prompts/list":
+        send({"jsonrpc": "2.0", "id": req_id, "result": {"prompts": [
+            {"name": "request_line", "arguments": [{"name": "path"}]}]}})
+    elif echo_lines and method == "resources/list":
+        send({"jsonrpc": "2.0", "id": req_id, "result": {"resources": [
+            {"uri": "line://request", "name": "request_line"}]}})
+    elif echo_lines and method == "resources/templates/list":
+        send({"jsonrpc": "2.0", "id": req_id, "result": {"resourceTemplates": []}})
+    elif echo_lines and method == "prompts/get":
+        send({"jsonrpc": "2.0", "id": req_id, "result": {"messages": [
+            {"role": "user", "content": {"type": "text", "text": line}}]}})
+    elif echo_lines and method == "resources/read":
+        send({"jsonrpc": "2.0", "id": req_id, "result": {"contents": [
+            {"uri": "line://request", "text": line}]}})
+    elif echo_lines and method in ("resources/subscribe", "resources/unsubscribe"):
+        send({"jsonrpc": "2.0", "id": req_id, "result": {"_meta": {"line": line}}})
+    elif echo_lines and method == "completion/complete":
+        send({"jsonrpc": "2.0", "id": req_id, "result": {"completion": {"values": [line]}}})
     elif method == "tools/list":
         pages = int(os.environ.get("FAULTY_PAGES", "0"))
         page = int(((msg.get("params") or {}).get("cursor")) or 0)
@@ -251,7 +280,7 @@ def handle(msg, raw: bytes) -> None:
     elif method == "tools/call":
         p = msg.get("params") or {}
         if p.get("name") == "request_line":
-            answer(req_id, raw.decode().rstrip("\n"))
+            answer(req_id, line)
         elif p.get("name") == "echo":
             run_tool(req_id, "echo", p.get("arguments") or {})
         else:

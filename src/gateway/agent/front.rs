@@ -1,7 +1,9 @@
 //! The agent's connection on a byte stream (stdio, or an in-process pipe): Palisade reads
-//! each line's envelope itself and answers the requests it relays (`tools/call`, `tasks/*`)
-//! from the raw line, handing everything else to rmcp's session (handshake, lists, prompts,
-//! resources, logging, and the requests Palisade sends the agent).
+//! each line's envelope itself and answers the requests it relays (`tools/call`, `tasks/*`,
+//! and from an agent before 2026-07-28 `prompts/get`, `resources/read`,
+//! `resources/(un)subscribe`, `completion/complete`) from the raw line, handing everything
+//! else to rmcp's session (handshake, lists, logging, and the requests Palisade sends the
+//! agent).
 //!
 //! Why: rmcp parses a request into its typed model before any handler sees it, and drops
 //! what the model does not know: a `tools/call`'s `task` (2025-11-25 tasks) never reached a
@@ -84,6 +86,9 @@ struct Head<'a> {
 enum Route {
     /// A request Palisade relays itself.
     Relay,
+    /// A routed request (`service::READ_RAW`) Palisade relays itself unless its agent speaks
+    /// 2026-07-28 (rmcp's session then handles its envelope and result).
+    Read,
     /// A cancellation, maybe of a relayed request.
     Cancel,
     /// rmcp's session takes it.
@@ -95,6 +100,7 @@ fn route(method: Option<&str>, has_id: bool) -> Route {
         Some("tools/call") if has_id => Route::Relay,
         Some(m) if has_id && crate::gateway::call::task_relay::METHODS.contains(&m) => Route::Relay,
         Some("tasks/update") if has_id => Route::Relay,
+        Some(m) if has_id && crate::gateway::agent::service::READ_RAW.contains(&m) => Route::Read,
         Some("notifications/cancelled") if !has_id => Route::Cancel,
         _ => Route::Session,
     }
@@ -134,8 +140,11 @@ async fn read_lines<R: AsyncRead + Unpin>(
             Route::Relay if shared.upstream.get().is_some() => {
                 relay(&head, &shared, &out, &running)
             }
+            Route::Read if shared.upstream.get().is_some() && !from_modern(head.params) => {
+                relay(&head, &shared, &out, &running)
+            }
             Route::Cancel if cancel_relayed(head.params, &running) => {}
-            Route::Relay | Route::Cancel | Route::Session => {
+            Route::Relay | Route::Read | Route::Cancel | Route::Session => {
                 match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line) {
                     Ok(msg) => {
                         if to_session.send(msg).await.is_err() {
@@ -254,6 +263,18 @@ async fn answer(
     if method == "tools/call" {
         let (typed, sent) = call_params(params)?;
         answer_call(shared, typed, sent, ctx).await
+    } else if crate::gateway::agent::service::READ_RAW.contains(&method) {
+        if let Some(meta) = params.and_then(request_meta) {
+            ctx.meta = meta;
+        }
+        let upstream = crate::gateway::agent::service::Upstream {
+            shared: shared.clone(),
+            sessions: None,
+        };
+        upstream
+            .answer_read(method, params, &ctx)
+            .await
+            .map(RawJson::from)
     } else {
         if let Some(meta) = params.and_then(request_meta) {
             ctx.meta = meta;
@@ -317,6 +338,13 @@ pub(crate) async fn answer_call(
     }
 }
 
+/// Whether a request's params carry a 2026-07-28 envelope.
+fn from_modern(params: Option<&RawValue>) -> bool {
+    params
+        .and_then(request_meta)
+        .is_some_and(|m| versions::is_modern(&m))
+}
+
 /// The `_meta` of a request's params, when it has one.
 fn request_meta(params: &RawValue) -> Option<rmcp::model::RequestMetaObject> {
     #[derive(Deserialize)]
@@ -346,7 +374,7 @@ pub(crate) fn call_params(
     let raw =
         params.ok_or_else(|| ErrorData::invalid_params("tools/call: params are missing", None))?;
     let mut all: Map<String, Value> = serde_json::from_str(raw.get()).map_err(invalid)?;
-    let text = as_sent::checked(raw, as_sent::members_of(&all));
+    let text = as_sent::checked(raw, as_sent::members_of(&all), as_sent::Named::Top);
     let extra: Map<String, Value> = all
         .iter()
         .filter(|(k, _)| !MODELED.contains(&k.as_str()))
@@ -477,6 +505,8 @@ mod tests {
         assert_eq!(route(Some("tools/call"), true), Route::Relay);
         assert_eq!(route(Some("tasks/result"), true), Route::Relay);
         assert_eq!(route(Some("tools/list"), true), Route::Session);
+        assert_eq!(route(Some("prompts/get"), true), Route::Read);
+        assert_eq!(route(Some("completion/complete"), true), Route::Read);
         assert_eq!(route(Some("initialize"), true), Route::Session);
         // A notification is never a relayed request, whatever its method.
         assert_eq!(route(Some("tools/call"), false), Route::Session);

@@ -80,15 +80,15 @@ impl RelayingService {
                     .await
             }
             ClientRequest::GetPromptRequest(r) => up
-                .get_prompt_raw(r.params, &context)
+                .get_prompt_raw(r.params, None, &context)
                 .await
                 .and_then(|raw| relayed(&raw)),
             ClientRequest::ReadResourceRequest(r) => up
-                .read_resource_raw(r.params, &context)
+                .read_resource_raw(r.params, None, &context)
                 .await
                 .and_then(|raw| relayed(&raw)),
             ClientRequest::CompleteRequest(r) => up
-                .complete_raw(r.params, &context)
+                .complete_raw(r.params, None, &context)
                 .await
                 .and_then(|raw| relayed(&raw)),
             other => return Err((other, context)),

@@ -26,7 +26,7 @@ use crate::roots::resolved::CallPaths;
 use crate::sandbox::launch::Enforcement;
 
 use super::answer::{Answer, Received};
-use super::as_sent::AsSent;
+use super::as_sent::{self, AsSent};
 use super::route::not_running;
 use super::stage::{stage_refusal, InFlight, ROOTS_CHECK_RULE};
 
@@ -169,8 +169,15 @@ async fn forward(
     let forwarded = match sent.text.as_deref() {
         // The agent's own text, only the name and the progress token made the server's.
         Some(text) => {
-            conn.call_as_sent(text.get(), tool, timeout, Some(&ctx.ct), progress_to)
-                .await
+            conn.request_as_sent(
+                "tools/call",
+                text.get(),
+                as_sent::Rename::Top(tool),
+                timeout,
+                Some(&ctx.ct),
+                progress_to,
+            )
+            .await
         }
         None => {
             meta.0 .0.remove("progressToken");

@@ -311,9 +311,12 @@ pub struct Connection {
 enum Params<'a> {
     /// Built (or decoded and re-encoded) by Palisade.
     Fields(Map<String, Value>),
-    /// A `tools/call`'s params as the agent wrote them (`as_sent::checked`), for the
-    /// server's tool `name`.
-    AsSent { text: &'a str, name: &'a str },
+    /// A request's params as the agent wrote them (`as_sent::checked`), the target renamed
+    /// the server's way (`rename`).
+    AsSent {
+        text: &'a str,
+        rename: as_sent::Rename<'a>,
+    },
 }
 
 /// How long a call cut short by its server's end waits for the supervisor to say why.
@@ -414,18 +417,19 @@ impl Connection {
         !self.era.is_sessionless()
     }
 
-    /// Sends a `tools/call` whose params are the agent's own text (`call::as_sent`), with
-    /// only the tool's name and the progress token made the server's.
-    pub async fn call_as_sent(
+    /// Sends `method` with params that are the agent's own text (`call::as_sent`), with only
+    /// the target's name (`rename`) and the progress token made the server's.
+    pub async fn request_as_sent(
         &self,
+        method: &str,
         text: &str,
-        name: &str,
+        rename: as_sent::Rename<'_>,
         timeout: Duration,
         cancel: Option<&CancellationToken>,
         progress_to: Option<UpTarget>,
     ) -> Result<RawJson, ForwardError> {
-        let params = Params::AsSent { text, name };
-        self.send_params("tools/call", params, timeout, cancel, progress_to)
+        let params = Params::AsSent { text, rename };
+        self.send_params(method, params, timeout, cancel, progress_to)
             .await
     }
 
@@ -461,17 +465,17 @@ impl Connection {
         let token = ServerPeer::progress_token(id);
         let ours = progress_to.as_ref().map(|_| id);
         let (mut params, as_sent) = match params {
-            Params::AsSent { text, name } if self.takes_params_as_sent() => {
-                let Some(text) = as_sent::for_server(text, name, ours) else {
+            Params::AsSent { text, rename } if self.takes_params_as_sent() => {
+                let Some(text) = as_sent::for_server(text, rename, ours) else {
                     // `as_sent::checked` lets through only what `for_server` rewrites.
                     return Err(ForwardError::Other {
                         server: self.server.clone(),
-                        message: "the call's params could not be rewritten".into(),
+                        message: "the request's params could not be rewritten".into(),
                     });
                 };
                 (Map::new(), Some(text))
             }
-            Params::AsSent { text, name } => (self.fields_of(text, name)?, None),
+            Params::AsSent { text, rename } => (self.fields_of(text, rename)?, None),
             Params::Fields(fields) => (fields, None),
         };
         if as_sent.is_none() {
@@ -561,12 +565,16 @@ impl Connection {
 
     /// The fields of params written as the agent sent them, made the server's: for a server
     /// that cannot take the text as it is (`takes_params_as_sent`).
-    fn fields_of(&self, text: &str, name: &str) -> Result<Map<String, Value>, ForwardError> {
-        as_sent::for_server(text, name, None)
+    fn fields_of(
+        &self,
+        text: &str,
+        rename: as_sent::Rename<'_>,
+    ) -> Result<Map<String, Value>, ForwardError> {
+        as_sent::for_server(text, rename, None)
             .and_then(|t| serde_json::from_str(&t).ok())
             .ok_or_else(|| ForwardError::Other {
                 server: self.server.clone(),
-                message: "the call's params could not be rewritten".into(),
+                message: "the request's params could not be rewritten".into(),
             })
     }
 

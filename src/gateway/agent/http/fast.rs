@@ -344,7 +344,7 @@ fn fast_params(params: &RawValue) -> Option<(CallToolRequestParams, Option<Box<R
     let inside =
         |m: Option<&serde_json::Map<String, serde_json::Value>>| m.map_or(0, as_sent::members_of);
     let decoded = top + inside(p.arguments.as_ref()) + inside(p.meta.as_ref().map(|m| &m.0 .0));
-    let text = as_sent::checked(params, decoded);
+    let text = as_sent::checked(params, decoded, as_sent::Named::Top);
     let mut typed = CallToolRequestParams::new(p.name.to_owned());
     typed.arguments = p.arguments;
     typed.meta = p.meta;

@@ -19,6 +19,8 @@
 mod checks;
 mod routed;
 
+pub use routed::READ_RAW;
+
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -29,20 +31,16 @@ use rmcp::model::{
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
     PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
     ServerCapabilities, ServerConfig, ServerNotification, SetLevelRequest, SetLevelRequestParams,
-    SubscribeRequest, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequest,
-    UnsubscribeRequestParams, UpdateTaskParams,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::audit::RecordKind;
 use crate::gateway::call::pipeline;
 use crate::gateway::server::handler::PROTOCOL;
 use crate::gateway::state::Shared;
-
-use routed::Audited;
 
 /// The agent-facing handler. Cheap to clone.
 #[derive(Clone)]
@@ -342,7 +340,7 @@ impl ServerHandler for Upstream {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        let raw = self.get_prompt_raw(request, &context).await?;
+        let raw = self.get_prompt_raw(request, None, &context).await?;
         typed("prompts/get", &raw).map(GetPromptResponse::Complete)
     }
 
@@ -371,41 +369,26 @@ impl ServerHandler for Upstream {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let raw = self.read_resource_raw(request, &context).await?;
+        let raw = self.read_resource_raw(request, None, &context).await?;
         typed("resources/read", &raw).map(ReadResourceResponse::Complete)
     }
 
     async fn subscribe(
         &self,
-        mut request: SubscribeRequestParams,
+        request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let idx = self.resource_owner(&request.uri)?;
-        self.check_resource_uri(idx, RecordKind::ResourcesSubscribe, &request.uri, &context)?;
-        request.meta = None;
-        let audit = Audited::new(
-            RecordKind::ResourcesSubscribe,
-            serde_json::json!({"uri": request.uri}),
-        );
-        let req = ClientRequest::SubscribeRequest(SubscribeRequest::new(request));
-        self.forward_audited(idx, req, audit, &context)
+        self.subscribe_raw(request, None, &context)
             .await
             .map(|_| ())
     }
 
     async fn unsubscribe(
         &self,
-        mut request: UnsubscribeRequestParams,
+        request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let idx = self.resource_owner(&request.uri)?;
-        request.meta = None;
-        let audit = Audited::new(
-            RecordKind::ResourcesUnsubscribe,
-            serde_json::json!({"uri": request.uri}),
-        );
-        let req = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(request));
-        self.forward_audited(idx, req, audit, &context)
+        self.unsubscribe_raw(request, None, &context)
             .await
             .map(|_| ())
     }
@@ -415,7 +398,7 @@ impl ServerHandler for Upstream {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        let raw = self.complete_raw(request, &context).await?;
+        let raw = self.complete_raw(request, None, &context).await?;
         typed("completion/complete", &raw)
     }
 
@@ -436,7 +419,10 @@ impl ServerHandler for Upstream {
                 continue;
             }
             let req = ClientRequest::SetLevelRequest(SetLevelRequest::new(request.clone()));
-            if let Err(e) = self.forward(idx, req, &context).await {
+            if let Err(e) = self
+                .forward(idx, routed::Outgoing::typed(req), &context)
+                .await
+            {
                 first_err.get_or_insert(e);
             }
         }

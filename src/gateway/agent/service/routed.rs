@@ -4,23 +4,65 @@
 //! before the answer goes upstream. Apart from the handler so the forward-and-audit path
 //! reads on its own.
 //!
-//! Never: send an answer whose audit record could not be written (fail closed).
+//! Over stdio the same requests are read from the agent's raw line (`answer_read`), and their
+//! params go to the server as the agent wrote them (`call::as_sent`): unknown fields, number
+//! spellings and key order kept, only a prompt's name and the progress token rewritten. Over
+//! HTTP rmcp has decoded them already, and they go re-encoded from its typed view.
+//!
+//! Never: send an answer whose audit record could not be written (fail closed), or forward
+//! text whose meaning differs from what the checks read (`as_sent::checked`).
 
 use std::time::Instant;
 
 use rmcp::model::{
     ClientRequest, CompleteRequest, CompleteRequestParams, GetPromptRequest,
     GetPromptRequestParams, ReadResourceRequest, ReadResourceRequestParams, Reference,
+    SubscribeRequest, SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 use crate::audit::RecordKind;
+use crate::gateway::call::as_sent::{self, Named, Rename};
 use crate::gateway::call::pipeline::forwarded_meta;
 use crate::gateway::server::handler::{ForwardError, UpTarget};
 
 use super::Upstream;
+
+/// The routed requests the stdio front reads from the agent's raw line (`answer_read`).
+pub const READ_RAW: [&str; 5] = [
+    "prompts/get",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+];
+
+/// A routed request on its way: rmcp's typed view, and the agent's own text when it may go
+/// as written (`as_sent::checked`), with the target's name for the server.
+pub(super) struct Outgoing<'a> {
+    request: ClientRequest,
+    sent: Option<(&'a RawValue, Rename<'a>)>,
+}
+
+impl<'a> Outgoing<'a> {
+    /// Re-encoded from the typed view.
+    pub(super) fn typed(request: ClientRequest) -> Outgoing<'a> {
+        Outgoing {
+            request,
+            sent: None,
+        }
+    }
+
+    fn new(request: ClientRequest, text: Option<&'a RawValue>, rename: Rename<'a>) -> Self {
+        Outgoing {
+            request,
+            sent: text.map(|t| (t, rename)),
+        }
+    }
+}
 
 impl Upstream {
     /// Forwards a non-tool request to server `idx` with the call timeout, the agent's
@@ -28,7 +70,7 @@ impl Upstream {
     pub(super) async fn forward(
         &self,
         idx: usize,
-        request: ClientRequest,
+        out: Outgoing<'_>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Box<RawValue>, ErrorData> {
         let slot = &self.shared.slots[idx];
@@ -45,20 +87,37 @@ impl Upstream {
             peer: ctx.peer.clone(),
             token,
         });
-        live.conn
-            .request_with(
-                request,
-                self.shared.limits.call_timeout,
-                Some(&ctx.ct),
-                progress_to,
-                forwarded_meta(ctx),
-                &serde_json::Map::new(),
-            )
-            .await
-            .map_err(|e| match e {
-                ForwardError::Server(e) => e,
-                other => ErrorData::internal_error(other.to_string(), None),
-            })
+        let timeout = self.shared.limits.call_timeout;
+        let answer = match out.sent {
+            Some((text, rename)) => live
+                .conn
+                .request_as_sent(
+                    out.request.method(),
+                    text.get(),
+                    rename,
+                    timeout,
+                    Some(&ctx.ct),
+                    progress_to,
+                )
+                .await
+                .map(crate::gateway::raw_json::RawJson::into_raw_value),
+            None => {
+                live.conn
+                    .request_with(
+                        out.request,
+                        timeout,
+                        Some(&ctx.ct),
+                        progress_to,
+                        forwarded_meta(ctx),
+                        &Map::new(),
+                    )
+                    .await
+            }
+        };
+        answer.map_err(|e| match e {
+            ForwardError::Server(e) => e,
+            other => ErrorData::internal_error(other.to_string(), None),
+        })
     }
 
     /// Forwards a routed non-tool request and writes its one audit record before the answer
@@ -66,12 +125,12 @@ impl Upstream {
     pub(super) async fn forward_audited(
         &self,
         idx: usize,
-        request: ClientRequest,
+        out: Outgoing<'_>,
         audit: Audited,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Box<RawValue>, ErrorData> {
         let started = Instant::now();
-        let answer = self.forward(idx, request, ctx).await;
+        let answer = self.forward(idx, out, ctx).await;
         let slot = &self.shared.slots[idx];
         let snap = slot.snapshot();
         let result = match &answer {
@@ -104,9 +163,11 @@ impl Upstream {
     }
 
     /// `prompts/get`, routed, checked and audited; the result as the server sent it.
+    /// `sent`: the agent's text of the params, when it may go as written.
     pub(in crate::gateway::agent) async fn get_prompt_raw(
         &self,
         mut request: GetPromptRequestParams,
+        sent: Option<&RawValue>,
         context: &RequestContext<RoleServer>,
     ) -> Result<Box<RawValue>, ErrorData> {
         let route = self
@@ -115,7 +176,7 @@ impl Upstream {
             .prompt(&request.name)
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?
             .clone();
-        request.name = route.name;
+        request.name = route.name.clone();
         self.check_prompt_arguments(route.server, &request, context)?;
         request.meta = None;
         let audit = Audited::new(
@@ -123,7 +184,8 @@ impl Upstream {
             serde_json::json!({"name": request.name, "arguments": request.arguments}),
         );
         let req = ClientRequest::GetPromptRequest(GetPromptRequest::new(request));
-        self.forward_audited(route.server, req, audit, context)
+        let out = Outgoing::new(req, sent, Rename::Top(&route.name));
+        self.forward_audited(route.server, out, audit, context)
             .await
     }
 
@@ -131,6 +193,7 @@ impl Upstream {
     pub(in crate::gateway::agent) async fn read_resource_raw(
         &self,
         mut request: ReadResourceRequestParams,
+        sent: Option<&RawValue>,
         context: &RequestContext<RoleServer>,
     ) -> Result<Box<RawValue>, ErrorData> {
         let idx = self.resource_owner(&request.uri)?;
@@ -141,15 +204,55 @@ impl Upstream {
             serde_json::json!({"uri": request.uri}),
         );
         let req = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(request));
-        self.forward_audited(idx, req, audit, context).await
+        let out = Outgoing::new(req, sent, Rename::Nothing);
+        self.forward_audited(idx, out, audit, context).await
+    }
+
+    /// `resources/subscribe`, routed, checked and audited; the server's answer as it sent it.
+    pub(super) async fn subscribe_raw(
+        &self,
+        mut request: SubscribeRequestParams,
+        sent: Option<&RawValue>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Box<RawValue>, ErrorData> {
+        let idx = self.resource_owner(&request.uri)?;
+        self.check_resource_uri(idx, RecordKind::ResourcesSubscribe, &request.uri, context)?;
+        request.meta = None;
+        let audit = Audited::new(
+            RecordKind::ResourcesSubscribe,
+            serde_json::json!({"uri": request.uri}),
+        );
+        let req = ClientRequest::SubscribeRequest(SubscribeRequest::new(request));
+        let out = Outgoing::new(req, sent, Rename::Nothing);
+        self.forward_audited(idx, out, audit, context).await
+    }
+
+    /// `resources/unsubscribe`, routed and audited (not checked: it ends access).
+    pub(super) async fn unsubscribe_raw(
+        &self,
+        mut request: UnsubscribeRequestParams,
+        sent: Option<&RawValue>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Box<RawValue>, ErrorData> {
+        let idx = self.resource_owner(&request.uri)?;
+        request.meta = None;
+        let audit = Audited::new(
+            RecordKind::ResourcesUnsubscribe,
+            serde_json::json!({"uri": request.uri}),
+        );
+        let req = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(request));
+        let out = Outgoing::new(req, sent, Rename::Nothing);
+        self.forward_audited(idx, out, audit, context).await
     }
 
     /// `completion/complete`, routed and audited; the result as the server sent it.
     pub(in crate::gateway::agent) async fn complete_raw(
         &self,
         mut request: CompleteRequestParams,
+        sent: Option<&RawValue>,
         context: &RequestContext<RoleServer>,
     ) -> Result<Box<RawValue>, ErrorData> {
+        let mut prompt = None;
         let idx = match &mut request.r#ref {
             Reference::Prompt(p) => {
                 let route = self
@@ -158,7 +261,8 @@ impl Upstream {
                     .prompt(&p.name)
                     .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?
                     .clone();
-                p.name = route.name;
+                p.name = route.name.clone();
+                prompt = Some(route.name);
                 route.server
             }
             Reference::Resource(r) => self.resource_owner(&r.uri)?,
@@ -175,7 +279,63 @@ impl Upstream {
             serde_json::json!({"ref": request.r#ref, "argument": request.argument}),
         );
         let req = ClientRequest::CompleteRequest(CompleteRequest::new(request));
-        self.forward_audited(idx, req, audit, context).await
+        let rename = prompt.as_deref().map_or(Rename::Nothing, Rename::InRef);
+        let out = Outgoing::new(req, sent, rename);
+        self.forward_audited(idx, out, audit, context).await
+    }
+
+    /// One of `READ_RAW`, from the params as the agent wrote them: decoded for the checks
+    /// and the audit, forwarded as written when `as_sent::checked` allows.
+    pub(in crate::gateway::agent) async fn answer_read(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Box<RawValue>, ErrorData> {
+        let invalid =
+            |e: serde_json::Error| ErrorData::invalid_params(format!("{method}: {e}"), None);
+        let raw = params.ok_or_else(|| {
+            ErrorData::invalid_params(format!("{method}: params are missing"), None)
+        })?;
+        let all: Map<String, Value> = serde_json::from_str(raw.get()).map_err(invalid)?;
+        let members = as_sent::members_of(&all);
+        let sent = |named| as_sent::checked(raw, members, named);
+        let all = Value::Object(all);
+        match method {
+            "prompts/get" => {
+                let p = serde_json::from_value(all).map_err(invalid)?;
+                self.get_prompt_raw(p, sent(Named::Top).as_deref(), ctx)
+                    .await
+            }
+            "resources/read" => {
+                let p = serde_json::from_value(all).map_err(invalid)?;
+                self.read_resource_raw(p, sent(Named::Nowhere).as_deref(), ctx)
+                    .await
+            }
+            "resources/subscribe" => {
+                let p = serde_json::from_value(all).map_err(invalid)?;
+                self.subscribe_raw(p, sent(Named::Nowhere).as_deref(), ctx)
+                    .await
+            }
+            "resources/unsubscribe" => {
+                let p = serde_json::from_value(all).map_err(invalid)?;
+                self.unsubscribe_raw(p, sent(Named::Nowhere).as_deref(), ctx)
+                    .await
+            }
+            "completion/complete" => {
+                let p: CompleteRequestParams = serde_json::from_value(all).map_err(invalid)?;
+                let named = match p.r#ref {
+                    Reference::Prompt(_) => Named::InRef,
+                    _ => Named::Nowhere,
+                };
+                self.complete_raw(p, sent(named).as_deref(), ctx).await
+            }
+            _ => Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                method.to_string(),
+                None,
+            )),
+        }
     }
 
     pub(super) fn resource_owner(&self, uri: &str) -> Result<usize, ErrorData> {
