@@ -28,6 +28,8 @@ struct Lines {
     stdin: Option<ChildStdin>,
     rx: mpsc::Receiver<String>,
     next: u64,
+    /// The notifications read so far, as their lines.
+    notes: Vec<String>,
 }
 
 impl Lines {
@@ -53,6 +55,7 @@ impl Lines {
             stdin,
             rx,
             next: 1,
+            notes: Vec::new(),
         };
         let init = me.request(
             "initialize",
@@ -106,6 +109,10 @@ impl Lines {
                 self.send(&json!({"jsonrpc": "2.0", "id": id, "result": {"roots": []}}));
                 continue;
             }
+            if msg.method.is_some() && msg.id.is_none() {
+                self.notes.push(line.clone());
+                continue;
+            }
             if msg.method.is_some() || msg.id != Some(json!(id)) {
                 continue;
             }
@@ -113,6 +120,40 @@ impl Lines {
                 panic!("{method} failed: {e}");
             }
             return msg.result.expect("a result").get().to_string();
+        }
+    }
+}
+
+impl Lines {
+    /// The params of the notifications of `method` read so far, as their text; waits for
+    /// more lines until there are `count` of them.
+    fn notes_of(&mut self, method: &str, count: usize) -> Vec<String> {
+        loop {
+            let found: Vec<String> = self
+                .notes
+                .iter()
+                .filter_map(|line| {
+                    #[derive(serde::Deserialize)]
+                    struct Note<'a> {
+                        method: &'a str,
+                        #[serde(borrow)]
+                        params: &'a RawValue,
+                    }
+                    let n: Note<'_> = serde_json::from_str(line).ok()?;
+                    (n.method == method).then(|| n.params.get().to_string())
+                })
+                .collect();
+            if found.len() >= count {
+                return found;
+            }
+            let line = self
+                .rx
+                .recv_timeout(PATIENCE)
+                .unwrap_or_else(|_| panic!("{count} {method} expected, got {found:?}"));
+            let v: Value = serde_json::from_str(&line).expect("JSON line");
+            if v.get("method").is_some() && v.get("id").is_none() {
+                self.notes.push(line);
+            }
         }
     }
 }
@@ -349,6 +390,56 @@ fn a_calls_params_reach_the_server_as_the_agent_wrote_them() {
     );
 }
 
+/// Notifications too reach the agent as the server wrote them: server-everything's progress
+/// through Palisade equals its progress direct, byte for byte (Palisade's own token put back
+/// as the agent's); before, rmcp's typed model made `"progress":1` into `1.0` and moved the
+/// token first. A log message and a resource update from the raw test server keep their
+/// number spellings and unknown fields; only the logger gets the server's name before it.
+#[test]
+fn notifications_reach_the_agent_as_the_server_wrote_them() {
+    let ws = Workspace::new();
+    let mut direct = Lines::spawn(&mut everything_cmd());
+    let mut through = serve(
+        &ws,
+        json!({"everything": {"command": "node",
+                              "args": [node_server("server-everything"), "stdio"]}}),
+    );
+    let call = |name: &str| {
+        json!({"name": name, "arguments": {"duration": 0.2, "steps": 2},
+               "_meta": {"progressToken": "tok-7"}})
+    };
+    direct.request("tools/call", call("trigger-long-running-operation"));
+    through.request(
+        "tools/call",
+        call("everything__trigger-long-running-operation"),
+    );
+    let want = direct.notes_of("notifications/progress", 2);
+    assert!(want[0].contains(r#""progress":1"#), "{want:?}");
+    assert_eq!(through.notes_of("notifications/progress", 2), want);
+    drop(through);
+
+    // (Alone: server-everything logs too, at times of its own.)
+    let server = support::repo("tests/servers/faulty_server.py");
+    let mut through = serve(
+        &Workspace::new(),
+        json!({"faulty": {"command": support::python(), "args": [server]}}),
+    );
+    through.request(
+        "tools/call",
+        json!({"name": "faulty__notify_lines", "arguments": {}}),
+    );
+    assert_eq!(
+        through.notes_of("notifications/message", 1),
+        [
+            r#"{"level":"info","logger":"faulty/x.y","data":{"n":1e3,"big":12345678901234567890123},"future":[1.50]}"#
+        ]
+    );
+    assert_eq!(
+        through.notes_of("notifications/resources/updated", 1),
+        [r#"{"uri":"line://request","future":{"q":2.50}}"#]
+    );
+}
+
 /// The params of a request as the server read them, from the line it answered with.
 fn params_read(line: &str) -> String {
     #[derive(serde::Deserialize)]
@@ -409,14 +500,19 @@ fn routed_requests_reach_the_server_as_the_agent_wrote_them() {
     ];
     for (n, (method, params, expected, answer_at)) in cases.into_iter().enumerate() {
         let id = 2000 + n as u64;
-        let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
+        let line =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
         let result: Value =
             serde_json::from_str(&through.request_line(id, method, &line)).expect("a result");
         let seen = result
             .pointer(answer_at)
             .and_then(Value::as_str)
             .unwrap_or_else(|| panic!("{method}: no line in {result}"));
-        assert_eq!(params_read(seen), expected, "{method}: the server read {seen}");
+        assert_eq!(
+            params_read(seen),
+            expected,
+            "{method}: the server read {seen}"
+        );
     }
     // A repeated key: the server reads the one value the checks read, re-encoded.
     let line = r#"{"jsonrpc":"2.0","id":3000,"method":"prompts/get","params":{"name":"faulty__request_line","arguments":{"path":"/etc/shadow"},"arguments":{"path":"word"}}}"#;

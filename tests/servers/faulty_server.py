@@ -27,6 +27,8 @@ The handshake and `tools/list` are correct; each tool then triggers one fault on
   slow call that costs nothing).
 - request_line: answers with the request's line as this server read it off its stdin (what
   the gateway wrote, byte for byte).
+- notify_lines: writes a log message and a resource update with odd number spellings and
+  unknown fields (as raw lines), then a normal answer.
 
 With FAULTY_ECHO_LINES set it also serves one prompt (`request_line`), one resource
 (`line://request`) and completions, and answers `prompts/get`, `resources/read`,
@@ -85,7 +87,7 @@ def ask(method: str, params) -> dict:
 
 TOOLS = ["echo", "garbage", "notify_flood", "stderr_flood", "invalid_json", "huge_line",
          "unknown_ids", "sampling", "roots_flood", "crash", "hang", "rate_flood", "hog", "spin", "roots_flood_deaf", "pid", "sleep",
-         "request_line"]
+         "request_line", "notify_lines"]
 
 
 # Every argument any tool takes, declared so that the gateway's policy knows each one.
@@ -281,6 +283,12 @@ def handle(msg, raw: bytes) -> None:
         p = msg.get("params") or {}
         if p.get("name") == "request_line":
             answer(req_id, line)
+        elif p.get("name") == "notify_lines":
+            write_raw(b'{"method":"notifications/message","params":{"level":"info","logger":"x.y",'
+                      b'"data":{"n":1e3,"big":12345678901234567890123},"future":[1.50]},"jsonrpc":"2.0"}\n')
+            write_raw(b'{"jsonrpc":"2.0","method":"notifications/resources/updated",'
+                      b'"params":{"uri":"line://request","future":{"q":2.50}}}\n')
+            answer(req_id, "sent")
         elif p.get("name") == "echo":
             run_tool(req_id, "echo", p.get("arguments") or {})
         else:

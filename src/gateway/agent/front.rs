@@ -61,6 +61,7 @@ where
     W: AsyncWrite + Send + Unpin + 'static,
 {
     let out = LineOut::new(Box::new(writer), CancellationToken::new());
+    shared.upstream.set_lines(out.clone());
     let (in_tx, in_rx) = mpsc::channel(RMCP_QUEUE);
     tokio::spawn(read_lines(reader, in_tx, out.clone(), shared.clone()));
     FrontTransport {

@@ -11,9 +11,14 @@
 //! Relayed notifications that nobody waits for (logging, resource updates) take a share of a
 //! fixed relay budget while they are being written: when the agent does not read and a server
 //! keeps sending, they are dropped (and counted in the log) instead of queueing without bound.
+//!
+//! An agent on a byte stream (stdio) also has its line writer here (`lines`): a server's
+//! notification is written to it as the server's own text (`server::note_line`), where rmcp's
+//! peer would re-encode it through its typed models. Over HTTP rmcp's session carries every
+//! notification (it knows which stream each belongs on).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use rmcp::model::{CancelledNotificationParam, ClientCapabilities, ClientResult, ServerRequest};
@@ -21,6 +26,8 @@ use rmcp::service::{Peer, PeerRequestOptions};
 use rmcp::{ErrorData, RoleServer, ServiceError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+
+use crate::gateway::line_out::LineOut;
 
 /// Bytes of relayed notifications in flight to the agent at most (in units of `UNIT`).
 const RELAY_BUDGET_UNITS: u32 = 1024;
@@ -31,6 +38,8 @@ pub struct UpstreamLink {
     peer: Arc<RwLock<Option<Peer<RoleServer>>>>,
     relays: Arc<Semaphore>,
     dropped: Arc<AtomicU64>,
+    /// The agent's stream, when it is a byte stream of lines (stdio).
+    lines: Arc<OnceLock<LineOut>>,
 }
 
 impl Default for UpstreamLink {
@@ -39,6 +48,7 @@ impl Default for UpstreamLink {
             peer: Arc::default(),
             relays: Arc::new(Semaphore::new(RELAY_BUDGET_UNITS as usize)),
             dropped: Arc::default(),
+            lines: Arc::default(),
         }
     }
 }
@@ -67,6 +77,18 @@ pub enum UpstreamError {
 impl UpstreamLink {
     pub fn set(&self, peer: Peer<RoleServer>) {
         *self.peer.write().unwrap_or_else(|e| e.into_inner()) = Some(peer);
+    }
+
+    /// The agent's line writer (set once, by the stdio front).
+    pub fn set_lines(&self, out: LineOut) {
+        let _ = self.lines.set(out);
+    }
+
+    /// Where a notification may be written as a line of its own: the agent's stream, when
+    /// it is one and an agent is connected to it.
+    pub fn lines(&self) -> Option<&LineOut> {
+        self.get()?;
+        self.lines.get()
     }
 
     /// The agent's peer, when one is connected and its transport is open.

@@ -31,6 +31,7 @@ use crate::gateway::agent::link::UpstreamLink;
 use crate::gateway::call::as_sent;
 use crate::gateway::raw_json::RawJson;
 use crate::gateway::server::era::{self, Era};
+use crate::gateway::server::note_line;
 use crate::gateway::server::peer::{Inbound, NoReply, Reply, ServerPeer};
 use crate::gateway::server::progress::ProgressMap;
 use crate::gateway::server::roots::RootsCell;
@@ -140,32 +141,73 @@ impl DownstreamHandler {
         }
     }
 
-    fn on_logging_message(&self, mut params: LoggingMessageNotificationParam) {
+    /// `text`: the params as the server wrote them, for an agent on stdio.
+    fn on_logging_message(
+        &self,
+        mut params: LoggingMessageNotificationParam,
+        text: Option<&RawValue>,
+    ) {
         // A 2026-07-28 agent gets log messages only for a request that set `logLevel`;
         // Palisade does not tie a server's log lines to a request, so it sends it none.
         if self.upstream.is_sessionless() {
             return;
         }
-        params.logger = Some(match params.logger.take() {
-            Some(l) => format!("{}/{l}", self.server),
-            None => self.server.clone(),
-        });
-        // Bounded: dropped when the agent is not keeping up (see `UpstreamLink::for_relay`).
-        // Sent on its own task: an agent that does not read must not stall this server's
-        // reader (the call results behind the notification would wait with it).
-        let size = serde_json::to_vec(&params.data).map_or(0, |v| v.len());
-        if let Some((peer, permit)) = self.upstream.for_relay(size) {
+        let logger = note_line::logger_of(&self.server, params.logger.as_deref());
+        // To an agent on stdio, as the server wrote it, with the logger made Palisade's.
+        let own = text
+            .filter(|_| self.upstream.lines().is_some())
+            .and_then(|t| {
+                let logger = serde_json::to_string(&logger).ok()?;
+                note_line::with_member(t.get(), "logger", &logger)
+            });
+        match own {
+            Some(own) => self.relay_line("notifications/message", &own),
+            None => {
+                params.logger = Some(logger);
+                // Bounded: dropped when the agent is not keeping up (see
+                // `UpstreamLink::for_relay`). Sent on its own task: an agent that does not
+                // read must not stall this server's reader (the call results behind the
+                // notification would wait with it).
+                let size = serde_json::to_vec(&params.data).map_or(0, |v| v.len());
+                if let Some((peer, permit)) = self.upstream.for_relay(size) {
+                    tokio::spawn(async move {
+                        let _ = peer.notify_logging_message(params).await;
+                        drop(permit);
+                    });
+                }
+            }
+        }
+    }
+
+    fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        text: Option<&RawValue>,
+    ) {
+        if let Some(text) = text {
+            if self.upstream.lines().is_some() {
+                return self.relay_line("notifications/resources/updated", text.get());
+            }
+        }
+        if let Some((peer, permit)) = self.upstream.for_relay(params.uri.len()) {
             tokio::spawn(async move {
-                let _ = peer.notify_logging_message(params).await;
+                let _ = peer.notify_resource_updated(params).await;
                 drop(permit);
             });
         }
     }
 
-    fn on_resource_updated(&self, params: ResourceUpdatedNotificationParam) {
-        if let Some((peer, permit)) = self.upstream.for_relay(params.uri.len()) {
+    /// Writes a notification to an agent on stdio as `params` say, on its own task and
+    /// within the relay budget (as the typed path is bounded); does nothing for an agent on
+    /// HTTP (the callers check first).
+    fn relay_line(&self, method: &str, params: &str) {
+        let Some(out) = self.upstream.lines().cloned() else {
+            return;
+        };
+        let note = note_line::line(method, params);
+        if let Some((_, permit)) = self.upstream.for_relay(note.len()) {
             tokio::spawn(async move {
-                let _ = peer.notify_resource_updated(params).await;
+                let _ = out.send(note).await;
                 drop(permit);
             });
         }
@@ -236,12 +278,12 @@ impl Inbound for DownstreamHandler {
                 }
                 "notifications/message" => {
                     if let Ok(p) = view(params) {
-                        self.on_logging_message(p);
+                        self.on_logging_message(p, params);
                     }
                 }
                 "notifications/resources/updated" => {
                     if let Ok(p) = view(params) {
-                        self.on_resource_updated(p);
+                        self.on_resource_updated(p, params);
                     }
                 }
                 "notifications/tasks/status" => self.on_task_status(params),
@@ -254,10 +296,23 @@ impl Inbound for DownstreamHandler {
 
     fn progress<'a>(&'a self, line: &'a [u8]) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
         Box::pin(async move {
-            if let Some(params) = crate::gateway::server::tap::progress_params(line) {
-                if let Some(target) = self.progress.route(&params) {
-                    forward_progress(&target, params).await;
+            let Some((params, text)) = crate::gateway::server::tap::progress_note(line) else {
+                return;
+            };
+            let Some(target) = self.progress.route(&params) else {
+                return;
+            };
+            // To an agent on stdio, as the server wrote it, the agent's token put in.
+            let own = self.upstream.lines().and_then(|out| {
+                let token = serde_json::to_string(&target.token).ok()?;
+                let params = note_line::with_member(text, "progressToken", &token)?;
+                Some((out, note_line::line("notifications/progress", &params)))
+            });
+            match own {
+                Some((out, note)) => {
+                    let _ = out.send(note).await;
                 }
+                None => forward_progress(&target, params).await,
             }
         })
     }

@@ -17,6 +17,7 @@ pub mod handler;
 pub mod launcher;
 pub mod listen;
 pub mod listing;
+pub mod note_line;
 pub mod peer;
 pub mod progress;
 pub mod relay;
