@@ -125,6 +125,23 @@ impl Lines {
 }
 
 impl Lines {
+    /// The error answering request `id`, sent as `line`.
+    fn error_of(&mut self, id: u64, line: &str) -> Value {
+        let stdin = self.stdin.as_mut().expect("open");
+        writeln!(stdin, "{line}").expect("write");
+        stdin.flush().expect("flush");
+        loop {
+            let got = self.rx.recv_timeout(PATIENCE).expect("an answer");
+            let v: Value = serde_json::from_str(&got).expect("JSON line");
+            if v["id"] == json!(id) {
+                return v
+                    .get("error")
+                    .cloned()
+                    .unwrap_or_else(|| panic!("not an error: {v}"));
+            }
+        }
+    }
+
     /// The params of the notifications of `method` read so far, as their text; waits for
     /// more lines until there are `count` of them.
     fn notes_of(&mut self, method: &str, count: usize) -> Vec<String> {
@@ -438,6 +455,77 @@ fn notifications_reach_the_agent_as_the_server_wrote_them() {
         through.notes_of("notifications/resources/updated", 1),
         [r#"{"uri":"line://request","future":{"q":2.50}}"#]
     );
+}
+
+/// A method Palisade does not know (an extension's) passes to the server that keeps its own
+/// names (`prefix: false`), in both directions: a request reaches it and its answer comes
+/// back, audited with the method as `toolName`; a notification reaches it, and the server's
+/// own notification reaches the agent as the server wrote it. Before, the request got
+/// "method not found" and both notifications were dropped.
+#[test]
+fn extensions_pass_to_the_server_that_keeps_its_own_names() {
+    let ws = Workspace::new();
+    let audit = ws.path().join("audit.jsonl");
+    let server = support::repo("tests/servers/faulty_server.py");
+    let config = ws.config(
+        json!({"faulty": {"command": support::python(), "args": [server], "prefix": false,
+                          "env": {"FAULTY_ECHO_LINES": "1"}}}),
+        json!({"auditLog": audit.display().to_string()}),
+    );
+    let mut c = Command::new(palisade());
+    c.arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .stderr(std::fs::File::create(ws.errlog()).expect("errlog"));
+    let mut through = Lines::spawn(&mut c);
+    let result: Value = serde_json::from_str(&through.request(
+        "x.example/echo",
+        json!({"q": [1, "two"], "_meta": {"k": true}}),
+    ))
+    .expect("a result");
+    let read: Value = serde_json::from_str(result["line"].as_str().expect("the line read"))
+        .expect("a JSON-RPC request");
+    assert_eq!(read["method"], "x.example/echo", "{read}");
+    assert_eq!(read["params"]["q"], json!([1, "two"]), "{read}");
+    assert_eq!(read["params"]["_meta"]["k"], true, "{read}");
+
+    through.send(&json!({"jsonrpc": "2.0", "method": "x.example/ping", "params": {"p": 7}}));
+    let pong = through.notes_of("x.example/pong", 1);
+    let pong: Value = serde_json::from_str(&pong[0]).expect("JSON");
+    let ping: Value =
+        serde_json::from_str(pong["line"].as_str().expect("the line read")).expect("JSON");
+    assert_eq!(ping["method"], "x.example/ping", "{ping}");
+    assert_eq!(ping["params"], json!({"p": 7}), "{ping}");
+    assert!(
+        through.notes_of("x.example/pong", 1)[0].ends_with(r#","n":1e3}"#),
+        "the server's own spelling"
+    );
+    drop(through);
+    let records = support::read_jsonl(&audit);
+    let rec = records
+        .iter()
+        .find(|r| r["toolName"] == "x.example/echo")
+        .unwrap_or_else(|| panic!("no audit record of the request: {records:?}"));
+    assert_eq!(rec["kind"], "extension", "{rec}");
+    assert_eq!(rec["serverName"], "faulty", "{rec}");
+    assert_eq!(rec["arguments"]["q"], json!([1, "two"]), "{rec}");
+}
+
+/// With every server prefixed there is no server an unknown method could be meant for: it
+/// gets "method not found", as before.
+#[test]
+fn an_unknown_method_among_prefixed_servers_is_not_found() {
+    let ws = Workspace::new();
+    let server = support::repo("tests/servers/faulty_server.py");
+    let mut through = serve(
+        &ws,
+        json!({"faulty": {"command": support::python(), "args": [server],
+                          "env": {"FAULTY_ECHO_LINES": "1"}}}),
+    );
+    let line = r#"{"jsonrpc":"2.0","id":77,"method":"x.example/echo","params":{}}"#;
+    let error = through.error_of(77, line);
+    assert_eq!(error["code"], -32601, "{error}");
 }
 
 /// The params of a request as the server read them, from the line it answered with.

@@ -109,6 +109,10 @@ pub enum RecordKind {
     /// A task's completion: its result fetched by the agent, or its final status seen.
     #[serde(rename = "tasks/result")]
     TaskResult,
+    /// A request of a method Palisade does not know (an extension's), passed to the server
+    /// that keeps its own names; `toolName` is the method.
+    #[serde(rename = "extension")]
+    Extension,
 }
 
 impl RecordKind {
@@ -124,6 +128,7 @@ impl RecordKind {
             RecordKind::Completion => "completion/complete",
             RecordKind::ToolPin => "tools/list",
             RecordKind::TaskResult => "tasks/result",
+            RecordKind::Extension => "extension",
         }
     }
 }

@@ -34,7 +34,9 @@ With FAULTY_ECHO_LINES set it also serves one prompt (`request_line`), one resou
 (`line://request`) and completions, and answers `prompts/get`, `resources/read`,
 `resources/subscribe`, `resources/unsubscribe` and `completion/complete` with the request's
 line as it read it (in the message's text, the resource's text, the first completion value;
-a subscription's answer carries it in `_meta.line`).
+a subscription's answer carries it in `_meta.line`). An extension's request (`x.example/*`)
+is answered with its line in `line`, and an `x.example/ping` notification with an
+`x.example/pong` notification carrying its line.
 
 `tools/list` pages when FAULTY_PAGES is set: that many pages of filler tools (each with a
 description of FAULTY_PAGE_BYTES bytes, default 10), each answered after FAULTY_PAGE_DELAY
@@ -237,10 +239,14 @@ def handle(msg, raw: bytes) -> None:
             slot[1] = msg
             slot[0].set()
         return
-    if req_id is None:
-        return  # notifications: initialized, cancelled, roots changed
     echo_lines = bool(os.environ.get("FAULTY_ECHO_LINES"))
     line = raw.decode().rstrip("\n")
+    if req_id is None:
+        if echo_lines and method == "x.example/ping":
+            # An extension's notification, answered with one of ours carrying its line.
+            write_raw(b'{"jsonrpc":"2.0","method":"x.example/pong","params":{"line":'
+                      + json.dumps(line).encode() + b',"n":1e3}}\n')
+        return  # notifications: initialized, cancelled, roots changed
     if method == "initialize":
         caps = {"tools": {}, "logging": {}}
         if echo_lines:
@@ -265,6 +271,8 @@ def handle(msg, raw: bytes) -> None:
             {"uri": "line://request", "text": line}]}})
     elif echo_lines and method in ("resources/subscribe", "resources/unsubscribe"):
         send({"jsonrpc": "2.0", "id": req_id, "result": {"_meta": {"line": line}}})
+    elif echo_lines and method.startswith("x.example/"):
+        send({"jsonrpc": "2.0", "id": req_id, "result": {"line": line}})
     elif echo_lines and method == "completion/complete":
         send({"jsonrpc": "2.0", "id": req_id, "result": {"completion": {"values": [line]}}})
     elif method == "tools/list":

@@ -197,6 +197,26 @@ impl DownstreamHandler {
         }
     }
 
+    /// A notification of a method Palisade does not know, for the agent as the server sent
+    /// it: as its own line to an agent on stdio, else through rmcp (within the relay budget
+    /// either way).
+    fn on_extension_note(&self, method: &str, params: Option<&RawValue>) {
+        if self.upstream.lines().is_some() {
+            return self.relay_line(method, params.map_or("{}", RawValue::get));
+        }
+        let value = params.and_then(|p| serde_json::from_str::<Value>(p.get()).ok());
+        let size = params.map_or(0, |p| p.get().len());
+        if let Some((peer, permit)) = self.upstream.for_relay(size) {
+            let note = rmcp::model::ServerNotification::CustomNotification(
+                rmcp::model::CustomNotification::new(method, value),
+            );
+            tokio::spawn(async move {
+                let _ = peer.send_notification(note).await;
+                drop(permit);
+            });
+        }
+    }
+
     /// Writes a notification to an agent on stdio as `params` say, on its own task and
     /// within the relay budget (as the typed path is bounded); does nothing for an agent on
     /// HTTP (the callers check first).
@@ -287,6 +307,16 @@ impl Inbound for DownstreamHandler {
                     }
                 }
                 "notifications/tasks/status" => self.on_task_status(params),
+                // Of the methods MCP names, the ones a client sends, and the end of a URL
+                // elicitation (never relayed) are not for the agent.
+                "notifications/initialized"
+                | "notifications/roots/list_changed"
+                | "notifications/elicitation/complete" => {
+                    tracing::debug!(server = %self.server, "notification {method} not relayed")
+                }
+                // An extension's: the agent sees the server that keeps its own names as
+                // itself, so it gets them as sent; the others' have no name to go under.
+                other if self.unprefixed => self.on_extension_note(other, params),
                 other => {
                     tracing::debug!(server = %self.server, "notification {other} not relayed")
                 }

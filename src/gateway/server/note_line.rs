@@ -13,12 +13,15 @@
 
 use crate::gateway::json_scan::object_members;
 
-/// The line `{"jsonrpc":"2.0","method":METHOD,"params":PARAMS}\n`.
+/// The line `{"jsonrpc":"2.0","method":METHOD,"params":PARAMS}\n`, the method written as a
+/// JSON string whatever it holds (a server names an extension's method itself).
 pub fn line(method: &str, params: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(params.len() + method.len() + 40);
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"");
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    // A `&str` always serializes.
+    let method = serde_json::to_string(method).unwrap_or_else(|_| "\"\"".into());
     out.extend_from_slice(method.as_bytes());
-    out.extend_from_slice(b"\",\"params\":");
+    out.extend_from_slice(b",\"params\":");
     out.extend_from_slice(params.as_bytes());
     out.extend_from_slice(b"}\n");
     out
@@ -99,6 +102,15 @@ mod tests {
         for bad in [r#"{"lo\u0067ger":"x"}"#, "[1]", r#"{"a":1"#] {
             assert!(with_member(bad, "logger", "1").is_none(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_method_is_written_as_json_whatever_it_holds() {
+        let l = line("x\"},\"id\":1,\"y\":{\"\n", "{}");
+        let v: Value = serde_json::from_slice(&l).unwrap();
+        assert_eq!(v["method"], "x\"},\"id\":1,\"y\":{\"\n");
+        assert!(v.get("id").is_none());
+        assert!(!l[..l.len() - 1].contains(&b'\n'));
     }
 
     #[test]

@@ -248,12 +248,13 @@ impl ServerHandler for Upstream {
     }
 
     /// `palisade/oversized` stands in for a request the client sent over the message size
-    /// limit (see `frame.rs`): its id gets the error. Other unknown methods get
-    /// "method not found", as rmcp answers them.
+    /// limit (see `frame.rs`): its id gets the error. Other unknown methods go to the server
+    /// that keeps its own names, when there is one (`routed::pass_through`); else they get
+    /// "method not found", as rmcp answers them (there is no server to route them to).
     async fn on_custom_request(
         &self,
         request: rmcp::model::CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, ErrorData> {
         if request.method == crate::gateway::agent::frame::OVERSIZED_METHOD {
             let params = request.params.unwrap_or_default();
@@ -266,11 +267,35 @@ impl ServerHandler for Upstream {
                 None,
             ));
         }
+        if let Some(idx) = self.shared.slots.iter().position(|s| s.filters.unprefixed) {
+            return self
+                .pass_through(idx, request, &context)
+                .await
+                .map(rmcp::model::CustomResult);
+        }
         Err(ErrorData::new(
             rmcp::model::ErrorCode::METHOD_NOT_FOUND,
             request.method,
             None,
         ))
+    }
+
+    /// A notification Palisade does not know goes to the server that keeps its own names,
+    /// as the agent sent it (see `on_custom_request`); with no such server it is dropped.
+    async fn on_custom_notification(
+        &self,
+        notification: rmcp::model::CustomNotification,
+        _context: NotificationContext<RoleServer>,
+    ) {
+        let Some(slot) = self.shared.slots.iter().find(|s| s.filters.unprefixed) else {
+            return;
+        };
+        if let Some(live) = slot.snapshot().live {
+            live.conn
+                .peer
+                .notify(&notification.method, notification.params.as_ref())
+                .await;
+        }
     }
 
     async fn call_tool(

@@ -145,12 +145,13 @@ impl Upstream {
             // Readers that know only tool calls still see which method it was.
             ..crate::gateway::stages::CallRecord::new(
                 &slot.name,
-                audit.kind.method(),
+                audit.name.as_deref().unwrap_or(audit.kind.method()),
                 crate::gateway::stages::request_id_string(&ctx.id),
                 audit.arguments,
-                crate::gateway::stages::PolicyVerdict::allow(
-                    "not evaluated by the rules (they govern tool calls); the paths it names were checked against the roots",
-                ),
+                crate::gateway::stages::PolicyVerdict::allow(match audit.kind {
+                    RecordKind::Extension => "not evaluated by the rules (they govern tool calls): a method Palisade does not know, passed to the server that keeps its own names",
+                    _ => "not evaluated by the rules (they govern tool calls); the paths it names were checked against the roots",
+                }),
                 result,
             )
             .enforced(snap.enforcement)
@@ -338,6 +339,43 @@ impl Upstream {
         }
     }
 
+    /// A request of a method Palisade does not know (an extension's), for the server that
+    /// keeps its own names (`prefix: false`, or `serve -- CMD`): the agent sees that server as
+    /// itself, so what it does not police goes to it as sent, audited once (fail closed) with
+    /// the method as `toolName`. Its answer goes back as the server sent it.
+    pub(super) async fn pass_through(
+        &self,
+        idx: usize,
+        mut request: rmcp::model::CustomRequest,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Value, ErrorData> {
+        let arguments = match &mut request.params {
+            None => Map::new(),
+            Some(Value::Object(params)) => {
+                // Palisade's token goes with a mapped one; the agent's is not the server's.
+                if let Some(Value::Object(meta)) = params.get_mut("_meta") {
+                    meta.remove("progressToken");
+                    crate::gateway::agent::versions::strip_envelope(meta);
+                }
+                params.clone()
+            }
+            Some(_) => {
+                return Err(ErrorData::invalid_params(
+                    format!("{}: params must be an object", request.method),
+                    None,
+                ))
+            }
+        };
+        let audit = Audited {
+            kind: RecordKind::Extension,
+            arguments,
+            name: Some(request.method.clone()),
+        };
+        let out = Outgoing::typed(ClientRequest::CustomRequest(request));
+        let raw = self.forward_audited(idx, out, audit, ctx).await?;
+        serde_json::from_str(raw.get()).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
+
     pub(super) fn resource_owner(&self, uri: &str) -> Result<usize, ErrorData> {
         self.shared
             .catalog()
@@ -350,6 +388,8 @@ impl Upstream {
 pub(super) struct Audited {
     kind: RecordKind,
     arguments: serde_json::Map<String, serde_json::Value>,
+    /// The record's `toolName` when it is not the kind's method (an extension's method).
+    name: Option<String>,
 }
 
 impl Audited {
@@ -358,7 +398,11 @@ impl Audited {
             serde_json::Value::Object(m) => m,
             _ => serde_json::Map::new(),
         };
-        Audited { kind, arguments }
+        Audited {
+            kind,
+            arguments,
+            name: None,
+        }
     }
 }
 
