@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::link::UpstreamLink;
 use crate::gateway::registry::{Catalog, ServerLists};
-use crate::gateway::server::handler::Connection;
+use crate::gateway::server::request::Connection;
 use crate::gateway::server::roots::{RootSet, RootsCell};
 use crate::gateway::stages::Stages;
 use crate::sandbox::launch::{Enforcement, LaunchRequest};

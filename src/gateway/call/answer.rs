@@ -80,13 +80,13 @@ pub(in crate::gateway) fn received(
     server: &str,
     raw: RawJson,
     asks_task: bool,
-) -> Result<(Answer, Option<Received>), crate::gateway::server::handler::ForwardError> {
+) -> Result<(Answer, Option<Received>), crate::gateway::server::request::ForwardError> {
     use crate::gateway::call::probe::{probe, serde_probe, ResultProbe};
     let said = probe(raw.get()).or_else(|| serde_probe(raw.get()));
     match said {
         Some(ResultProbe { task: true, .. }) if asks_task => {
             let handle = serde_json::from_str::<Value>(raw.get()).map_err(|e| {
-                crate::gateway::server::handler::ForwardError::Other {
+                crate::gateway::server::request::ForwardError::Other {
                     server: server.to_string(),
                     message: format!("its task handle is not valid JSON ({e})"),
                 }
@@ -106,8 +106,8 @@ pub(in crate::gateway) fn received(
 pub(in crate::gateway) fn typed(
     server: &str,
     raw: RawJson,
-) -> Result<(Answer, Option<Received>), crate::gateway::server::handler::ForwardError> {
-    let view = crate::gateway::server::handler::parse_text::<CallToolResult>(
+) -> Result<(Answer, Option<Received>), crate::gateway::server::request::ForwardError> {
+    let view = crate::gateway::server::request::parse_text::<CallToolResult>(
         server,
         "tools/call",
         raw.get(),

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, Tool};
 
-use crate::gateway::server::handler::Connection;
+use crate::gateway::server::request::Connection;
 use crate::gateway::server::roots::RootsCell;
 
 /// How long a roots consumer gets to ask `roots/list` after `list_changed`.
@@ -149,7 +149,7 @@ async fn report(conn: &Connection, intro: Introspection) -> Vec<PathBuf> {
         .request(req, PROBE_TIMEOUT, None, None)
         .await
         .and_then(|raw| {
-            crate::gateway::server::handler::parse::<CallToolResult>(
+            crate::gateway::server::request::parse::<CallToolResult>(
                 &conn.server,
                 "tools/call",
                 &raw,

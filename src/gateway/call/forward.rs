@@ -16,7 +16,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 
 use crate::gateway::call::widen;
-use crate::gateway::server::handler::{Connection, ForwardError, UpTarget};
+use crate::gateway::server::handler::UpTarget;
+use crate::gateway::server::request::{Connection, ForwardError};
 use crate::gateway::server::roots::RootSet;
 use crate::gateway::stages::PolicyVerdict;
 use crate::gateway::state::Shared;

@@ -16,7 +16,7 @@ use rmcp::RoleServer;
 
 use crate::gateway::call::pipeline::forwarded_meta;
 use crate::gateway::call::tasks::{self, TaskEntry};
-use crate::gateway::server::handler::{Connection, ForwardError};
+use crate::gateway::server::request::{Connection, ForwardError};
 use crate::gateway::stages::{CallOutcome, CallRecord};
 use crate::gateway::state::Shared;
 

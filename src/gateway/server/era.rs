@@ -14,7 +14,7 @@
 //! sampling and elicitation through the relay) and retries with `inputResponses` and the
 //! echoed `requestState`. So roots keep reaching a 2026-07-28 server, per request.
 //!
-//! Pure: no I/O. The wire is `handler.rs` (requests) and `supervisor/start.rs` (the probe).
+//! Pure: no I/O. The wire is `request.rs` (requests) and `supervisor/start.rs` (the probe).
 
 use serde::Deserialize;
 use serde_json::{Map, Value};

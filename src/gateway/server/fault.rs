@@ -5,7 +5,7 @@
 //! Where it sits: created by the supervisor (`supervisor/start.rs`) for every start, charged
 //! by the stdout tap (`tap.rs`) and the stderr reader (`spawn.rs`), watched by the supervisor
 //! (which kills and restarts a faulting server like a crash), and read by the request helper
-//! (`handler.rs`) so that a call cut short says why.
+//! (`request.rs`) so that a call cut short says why.
 //! Never: block (std locks around plain numbers only), or forget a fault once set (the first
 //! one wins and stays).
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use rmcp::model::ServerCapabilities;
 use serde_json::{Map, Value};
 
-use crate::gateway::server::handler::{Connection, ForwardError};
+use crate::gateway::server::request::{Connection, ForwardError};
 
 /// How long one listen request stays open before it is cancelled and opened again.
 const RENEW: Duration = Duration::from_secs(300);

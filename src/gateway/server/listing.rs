@@ -16,7 +16,8 @@ use rmcp::model::{
 };
 
 use crate::gateway::registry::{JsonObject, RawItems, ServerLists};
-use crate::gateway::server::handler::{parse, Connection, ForwardError, ListKind};
+use crate::gateway::server::handler::ListKind;
+use crate::gateway::server::request::{parse, Connection, ForwardError};
 
 /// Why a listing failed.
 #[derive(Debug, thiserror::Error)]

@@ -21,6 +21,7 @@ pub mod note_line;
 pub mod peer;
 pub mod progress;
 pub mod relay;
+pub mod request;
 pub mod roots;
 pub mod spawn;
 pub mod stdin_watch;

@@ -27,7 +27,8 @@ use serde_json::{Map, Value};
 use crate::audit::RecordKind;
 use crate::gateway::call::as_sent::{self, Named, Rename};
 use crate::gateway::call::pipeline::forwarded_meta;
-use crate::gateway::server::handler::{ForwardError, UpTarget};
+use crate::gateway::server::handler::UpTarget;
+use crate::gateway::server::request::ForwardError;
 
 use super::Upstream;
 

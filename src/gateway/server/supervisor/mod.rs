@@ -33,7 +33,7 @@ use watch::{watch, End};
 struct Running {
     /// The child process (or in-process task) and what its launch attached.
     process: crate::gateway::server::launcher::ServerProcess,
-    conn: crate::gateway::server::handler::Connection,
+    conn: crate::gateway::server::request::Connection,
     list_rx: tokio::sync::mpsc::UnboundedReceiver<crate::gateway::server::handler::ListKind>,
     /// The root-set version this process was launched with (its mounts).
     roots_version: u64,

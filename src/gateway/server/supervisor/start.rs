@@ -12,10 +12,11 @@ use tokio::sync::mpsc;
 
 use crate::gateway::server::era::Era;
 use crate::gateway::server::fault::ProcessFaults;
-use crate::gateway::server::handler::{Connection, DownstreamHandler};
+use crate::gateway::server::handler::DownstreamHandler;
 use crate::gateway::server::listing::fetch_lists;
 use crate::gateway::server::peer::{NoReply, Reply, ServerPeer};
 use crate::gateway::server::progress::ProgressMap;
+use crate::gateway::server::request::Connection;
 use crate::gateway::server::spawn::SpawnError;
 use crate::gateway::state::{Live, Shared, Slot};
 use crate::sandbox::launch::LaunchError;
