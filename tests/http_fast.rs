@@ -412,6 +412,67 @@ fn fast_calls_reach_the_server_as_the_agent_wrote_them() {
     );
 }
 
+// The routed requests take the fast path too, their params forwarded as the agent wrote
+// them (through rmcp's path, unknown fields were dropped and `1e3` became `1000.0`); a
+// request asking for progress is left to rmcp (its notifications need the POST's stream).
+#[test]
+fn fast_routed_requests_reach_the_server_as_the_agent_wrote_them() {
+    let ws = Workspace::new();
+    let server = support::repo("tests/servers/faulty_server.py");
+    let config = ws.config(
+        json!({"faulty": {"command": support::python(), "args": [server],
+                          "env": {"FAULTY_ECHO_LINES": "1"}}}),
+        json!({}),
+    );
+    let front = Front::start(&ws, &config);
+    let session = front.session(json!({}));
+    let post = |id: u64, method: &str, params: &str| {
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
+        front.post_text(ALICE, Some(&session), &[], &body)
+    };
+    let prompt = r#"{"name":"faulty__request_line","arguments":{"path":"word"},"future":[1e3]}"#;
+    let read = r#"{"uri":"line://request","future":12345678901234567890123}"#;
+    let answers = [
+        (
+            post(5, "prompts/get", prompt),
+            "/result/messages/0/content/text",
+        ),
+        (post(6, "resources/read", read), "/result/contents/0/text"),
+    ];
+    let progress = post(
+        7,
+        "resources/read",
+        r#"{"uri":"line://request","_meta":{"progressToken":"p"}}"#,
+    );
+    front.stop();
+    let expected = [
+        prompt.replace("faulty__request_line", "request_line"),
+        read.to_string(),
+    ];
+    for ((answer, at), want) in answers.iter().zip(expected) {
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert!(answer.fast(), "not answered by the fast path: {answer:?}");
+        let seen = answer
+            .json()
+            .pointer(at)
+            .and_then(|v| v.as_str().map(String::from));
+        let seen = seen.unwrap_or_else(|| panic!("no line in {answer:?}"));
+        #[derive(serde::Deserialize)]
+        struct Request<'a> {
+            #[serde(borrow)]
+            params: &'a RawValue,
+        }
+        let request: Request<'_> = serde_json::from_str(&seen).expect("a JSON-RPC request");
+        assert_eq!(request.params.get(), want, "the server read: {seen}");
+    }
+    assert_eq!(progress.status, 200, "{progress:?}");
+    assert!(
+        !progress.fast(),
+        "a request asking for progress is rmcp's: {progress:?}"
+    );
+}
+
 // Policy, the kernel's refusal and the audit's principal hold on the fast path.
 #[test]
 fn fast_calls_keep_policy_sandbox_blocked_and_the_principal() {

@@ -1,7 +1,9 @@
-//! The HTTP front's fast path for `tools/call`: a POST carrying one plain 2025-11-25
-//! `tools/call` on a known, initialized session runs straight into the call pipeline the
-//! stdio front uses (`front::answer_call`), and its answer is the server's result bytes
-//! with the agent's id, as the one event of an SSE body of known length (as rmcp answers a
+//! The HTTP front's fast path for `tools/call` and the routed requests: a POST carrying one
+//! plain 2025-11-25 `tools/call` on a known, initialized session runs straight into the call
+//! pipeline the stdio front uses (`front::answer_call`), one `prompts/get`, `resources/read`,
+//! `resources/(un)subscribe` or `completion/complete` into the stdio front's reading of them
+//! (`service::routed::answer_read`: params forwarded as the agent wrote them), and its answer
+//! is the server's result bytes with the agent's id, as the one event of an SSE body of known length (as rmcp answers a
 //! request, minus the stream: clients that read only SSE, as some do, read it the same way).
 //! The request has already passed every check of the front (Origin, token, principal cap,
 //! rate, request cap, body size).
@@ -16,8 +18,9 @@
 //! (what rmcp asks) without weights; no `MCP-Protocol-Version`, or a known one before
 //! 2026-07-28; an `Mcp-Session-Id` that rmcp's session manager holds and whose agent sent
 //! `notifications/initialized`; a body that is one JSON-RPC request object with only
-//! `jsonrpc`, `id`, `method` and `params`; params with only `name`, `arguments` and a `_meta`
-//! without a progress token or a 2026-07-28 envelope; and neither this session's client nor
+//! `jsonrpc`, `id`, `method` and `params`; a call's params with only `name`, `arguments` and
+//! a `_meta`, any request's `_meta` without a progress token or a 2026-07-28 envelope; and
+//! neither this session's client nor
 //! the principal's linked client declaring elicitation or sampling, and no `elicit` approver
 //! (a call that may need a request to the agent on the session's stream is rmcp's). An
 //! unknown session therefore gets rmcp's own 404.
@@ -53,7 +56,9 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::front;
+use crate::gateway::agent::service::{Upstream, READ_RAW};
 use crate::gateway::call::as_sent::{self, AsSent};
+use crate::gateway::raw_json::RawJson;
 use crate::gateway::state::Shared;
 
 use super::sessions::{SessionPeers, SESSION_HEADER};
@@ -76,8 +81,20 @@ pub(super) struct Planned {
     session: String,
     raw_id: Box<RawValue>,
     id: RequestId,
-    params: (CallToolRequestParams, Option<Box<RawValue>>),
+    asked: Asked,
     peer: Peer<RoleServer>,
+}
+
+/// What a planned POST asks.
+enum Asked {
+    /// A `tools/call`: the typed view, and the text when it may go as written.
+    Call(Box<CallToolRequestParams>, Option<Box<RawValue>>),
+    /// A routed request (`service::READ_RAW`: a prompt, a resource read, a subscription, a
+    /// completion), its params as the agent wrote them (`answer_read` reads them).
+    Read {
+        method: &'static str,
+        params: Box<RawValue>,
+    },
 }
 
 /// The envelope of a POST body, read to decide.
@@ -146,12 +163,31 @@ impl FastPath {
         }
         let session = headers.get(SESSION_HEADER)?.to_str().ok()?;
         let env: Envelope<'_> = serde_json::from_slice(body).ok()?;
-        if env.jsonrpc != "2.0" || env.method != "tools/call" {
+        if env.jsonrpc != "2.0" {
             return None;
         }
+        let asked = if env.method == "tools/call" {
+            let (typed, text) = fast_params(env.params?)?;
+            Asked::Call(Box::new(typed), text)
+        } else {
+            let method = READ_RAW.iter().find(|m| **m == env.method)?;
+            let params = env.params?;
+            #[derive(Deserialize)]
+            struct WithMeta {
+                #[serde(rename = "_meta", default)]
+                meta: Option<RequestMetaObject>,
+            }
+            let meta = serde_json::from_str::<WithMeta>(params.get()).ok()?.meta;
+            if !asks_nothing(meta.as_ref()) {
+                return None;
+            }
+            Asked::Read {
+                method,
+                params: params.to_owned(),
+            }
+        };
         let raw_id = env.id?;
         let id: RequestId = serde_json::from_str(raw_id.get()).ok()?;
-        let params = fast_params(env.params?)?;
         // rmcp's own check for the session, then the peer its `initialized` registered.
         if !self.knows(session).await {
             return None;
@@ -170,7 +206,7 @@ impl FastPath {
             session: session.to_string(),
             raw_id: raw_id.to_owned(),
             id,
-            params,
+            asked,
             peer,
         })
     }
@@ -183,7 +219,11 @@ impl FastPath {
         cut: &CancellationToken,
         cut_error: impl FnOnce(&str) -> Vec<u8>,
     ) -> Response {
-        tracing::debug!(session = %call.session, "tools/call served on the fast path");
+        let method = match &call.asked {
+            Asked::Call(..) => "tools/call",
+            Asked::Read { method, .. } => method,
+        };
+        tracing::debug!(session = %call.session, "{method} served on the fast path");
         let ct = CancellationToken::new();
         let key = (call.session.clone(), call.raw_id.get().to_string());
         self.running().insert(key.clone(), ct.clone());
@@ -196,12 +236,26 @@ impl FastPath {
         let task = tokio::spawn(async move {
             let mut ctx = RequestContext::new(call.id, call.peer);
             ctx.ct = ct;
-            let (typed, text) = call.params;
-            let sent = AsSent {
-                extra: serde_json::Map::new(),
-                text,
+            let answer = match call.asked {
+                Asked::Call(typed, text) => {
+                    let sent = AsSent {
+                        extra: serde_json::Map::new(),
+                        text,
+                    };
+                    front::answer_call(&shared, *typed, sent, ctx).await
+                }
+                Asked::Read { method, params } => {
+                    let upstream = Upstream {
+                        shared,
+                        sessions: None,
+                    };
+                    upstream
+                        .answer_read(method, Some(&params), &ctx)
+                        .await
+                        .map(RawJson::from)
+                }
             };
-            match front::answer_call(&shared, typed, sent, ctx).await {
+            match answer {
                 Ok(result) => front::result_line(raw_id.get(), &result),
                 Err(e) => front::error_line(raw_id.get(), &e),
             }
@@ -321,17 +375,22 @@ fn headers_fit(headers: &HeaderMap) -> bool {
     json_body && json && sse && version_fits
 }
 
+/// Whether a request's `_meta` asks nothing of the session: no progress (its notifications
+/// would need the POST's stream kept open) and no 2026-07-28 envelope (rmcp's checks).
+fn asks_nothing(meta: Option<&RequestMetaObject>) -> bool {
+    meta.is_none_or(|m| {
+        !m.contains_key("progressToken")
+            && !m.contains_key("protocolVersion")
+            && !m.keys().any(|k| k.starts_with("io.modelcontextprotocol/"))
+    })
+}
+
 /// The typed view of params with only a name, arguments (an object, if any) and a `_meta`
 /// that asks nothing of the session; `None`: rmcp's path (which says why, if it refuses).
 /// The typed view, and the text when it may go to the server as written (`as_sent`).
 fn fast_params(params: &RawValue) -> Option<(CallToolRequestParams, Option<Box<RawValue>>)> {
     let p = serde_json::from_str::<FastParams<'_>>(params.get()).ok()?;
-    let meta_fits = p.meta.as_ref().is_none_or(|m| {
-        !m.contains_key("progressToken")
-            && !m.contains_key("protocolVersion")
-            && !m.keys().any(|k| k.starts_with("io.modelcontextprotocol/"))
-    });
-    if !meta_fits {
+    if !asks_nothing(p.meta.as_ref()) {
         return None;
     }
     // The members the decoder kept: the top level's (serde refuses a field given twice, and

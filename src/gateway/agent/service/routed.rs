@@ -4,10 +4,13 @@
 //! before the answer goes upstream. Apart from the handler so the forward-and-audit path
 //! reads on its own.
 //!
-//! Over stdio the same requests are read from the agent's raw line (`answer_read`), and their
-//! params go to the server as the agent wrote them (`call::as_sent`): unknown fields, number
-//! spellings and key order kept, only a prompt's name and the progress token rewritten. Over
-//! HTTP rmcp has decoded them already, and they go re-encoded from its typed view.
+//! Over stdio, and on the HTTP front's fast path, the same requests are read from the agent's
+//! own text (`answer_read`), and their params go to the server as the agent wrote them
+//! (`call::as_sent`): unknown fields, number spellings and key order kept, only a prompt's
+//! name and the progress token rewritten. What reaches the handler through rmcp's session
+//! (HTTP's other requests, a 2026-07-28 agent's) rmcp has decoded already: it goes
+//! re-encoded from the typed view. A method Palisade does not know goes to the server that
+//! keeps its own names, if there is one (`pass_through`).
 //!
 //! Never: send an answer whose audit record could not be written (fail closed), or forward
 //! text whose meaning differs from what the checks read (`as_sent::checked`).
@@ -32,7 +35,7 @@ use crate::gateway::server::request::ForwardError;
 
 use super::Upstream;
 
-/// The routed requests the stdio front reads from the agent's raw line (`answer_read`).
+/// The routed requests the fronts read from the agent's own text (`answer_read`).
 pub const READ_RAW: [&str; 5] = [
     "prompts/get",
     "resources/read",
