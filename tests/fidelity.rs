@@ -30,6 +30,8 @@ struct Lines {
     next: u64,
     /// The notifications read so far, as their lines.
     notes: Vec<String>,
+    /// The result of `initialize`, as its text.
+    init: String,
 }
 
 impl Lines {
@@ -56,6 +58,7 @@ impl Lines {
             rx,
             next: 1,
             notes: Vec::new(),
+            init: String::new(),
         };
         let init = me.request(
             "initialize",
@@ -65,6 +68,7 @@ impl Lines {
                    "clientInfo": {"name": "fidelity", "version": "1"}}),
         );
         assert!(init.contains("protocolVersion"), "{init}");
+        me.init = init;
         me.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         me
     }
@@ -329,8 +333,9 @@ fn server_filesystem_tools_through_palisade_are_its_own_json() {
     assert_eq!(got, renamed(&tools, "tools", "files"), "tools/list");
 }
 
-/// `palisade serve -- CMD ARGS`: one server, its names its own, its JSON unchanged; and
-/// still policed and audited (the call is in the audit log under the server's name).
+/// `palisade serve -- CMD ARGS`: one server, its names its own, its JSON unchanged, its
+/// `serverInfo` and `instructions` the agent's first sight of it; and still policed and
+/// audited (the call is in the audit log under the server's name).
 #[test]
 fn one_server_mode_is_the_server_itself() {
     let ws = Workspace::new();
@@ -353,6 +358,14 @@ fn one_server_mode_is_the_server_itself() {
         .env_remove("RUST_LOG")
         .stderr(std::fs::File::create(ws.errlog()).expect("errlog"));
     let mut through = Lines::spawn(&mut c);
+    // The agent meets the server: its name, version and instructions, not Palisade's.
+    let (d, t): (Value, Value) = (
+        serde_json::from_str(&direct.init).expect("JSON"),
+        serde_json::from_str(&through.init).expect("JSON"),
+    );
+    assert_eq!(t["serverInfo"], d["serverInfo"], "{t}");
+    assert!(d["instructions"].is_string(), "{d}");
+    assert_eq!(t["instructions"], d["instructions"], "{t}");
     for method in ["tools/list", "prompts/list", "resources/list"] {
         let d = direct.request(method, json!({}));
         assert_eq!(through.request(method, json!({})), same(&d), "{method}");

@@ -99,9 +99,32 @@ impl ServerHandler for Upstream {
                     Default::default(),
                 );
         }
-        InitializeResult::new(caps)
-            .with_protocol_version(PROTOCOL)
-            .with_server_info(Implementation::new("palisade", env!("CARGO_PKG_VERSION")))
+        let info = InitializeResult::new(caps).with_protocol_version(PROTOCOL);
+        // One server that keeps its own names (`serve -- CMD`): Palisade stands in for it
+        // unseen, so the agent meets that server, its name and its instructions (an agent
+        // reads them as guidance on the server's tools).
+        if let [slot] = &self.shared.slots[..] {
+            if slot.filters.unprefixed {
+                return match slot.snapshot().live {
+                    Some(live) => {
+                        let mut info = info.with_server_info(live.conn.info.server_info.clone());
+                        info.instructions = live.conn.info.instructions.clone();
+                        info
+                    }
+                    // Not up yet (past `readyTimeout`): Palisade says who answers.
+                    None => info
+                        .with_server_info(Implementation::new(
+                            "palisade",
+                            env!("CARGO_PKG_VERSION"),
+                        ))
+                        .with_instructions(
+                            "Palisade gateway: the server keeps its own names; it runs in its \
+                             own sandbox and every call is policed and audited.",
+                        ),
+                };
+            }
+        }
+        info.with_server_info(Implementation::new("palisade", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Palisade gateway: tools are named SERVER__TOOL, prompts SERVER__PROMPT; \
                  every server runs in its own sandbox and every call is policed and audited.",
