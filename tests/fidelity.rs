@@ -386,6 +386,40 @@ fn one_server_mode_is_the_server_itself() {
     assert_eq!(call["serverName"], "server-everything", "{call}");
 }
 
+/// Under tool pinning the one server's instructions are not relayed: the pins review covers
+/// its tool definitions, and instructions are server-written text it could change unreviewed.
+/// Its name still is.
+#[test]
+fn one_server_under_pinning_keeps_its_instructions_back() {
+    let ws = Workspace::new();
+    let direct = Lines::spawn(&mut everything_cmd());
+    let config = ws.config(
+        json!({"everything": {"command": "node", "prefix": false,
+                              "args": [node_server("server-everything"), "stdio"]}}),
+        json!({"pins": ws.path().join("pins.json")}),
+    );
+    let mut c = Command::new(palisade());
+    c.arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .stderr(std::fs::File::create(ws.errlog()).expect("errlog"));
+    let through = Lines::spawn(&mut c);
+    let (d, t): (Value, Value) = (
+        serde_json::from_str(&direct.init).expect("JSON"),
+        serde_json::from_str(&through.init).expect("JSON"),
+    );
+    assert_eq!(t["serverInfo"], d["serverInfo"], "{t}");
+    assert!(d["instructions"].is_string(), "{d}");
+    assert_ne!(t["instructions"], d["instructions"], "{t}");
+    assert!(
+        t["instructions"]
+            .as_str()
+            .is_some_and(|i| i.contains("not relayed")),
+        "{t}"
+    );
+}
+
 /// The other direction: a call's params reach a real server process (sandboxed, through
 /// `palisade serve`) as the agent wrote them. Numbers keep their spelling (an integer past
 /// 2^64 stays that integer, not the nearest float), keys their order, unknown fields stay;

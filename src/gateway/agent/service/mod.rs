@@ -102,13 +102,27 @@ impl ServerHandler for Upstream {
         let info = InitializeResult::new(caps).with_protocol_version(PROTOCOL);
         // One server that keeps its own names (`serve -- CMD`): Palisade stands in for it
         // unseen, so the agent meets that server, its name and its instructions (an agent
-        // reads them as guidance on the server's tools).
+        // reads them as guidance on the server's tools). Not its instructions under a pins
+        // review: the review covers tool definitions, and instructions are server-written
+        // text of the same kind that it could then change unreviewed.
         if let [slot] = &self.shared.slots[..] {
             if slot.filters.unprefixed {
+                let reviewed = self
+                    .shared
+                    .pins
+                    .as_ref()
+                    .is_some_and(|p| p.mode != crate::pins::Mode::Off);
                 return match slot.snapshot().live {
                     Some(live) => {
                         let mut info = info.with_server_info(live.conn.info.server_info.clone());
-                        info.instructions = live.conn.info.instructions.clone();
+                        info.instructions = match reviewed {
+                            false => live.conn.info.instructions.clone(),
+                            true => Some(
+                                "Palisade gateway: the server keeps its own names; its \
+                                 instructions are not relayed under tool pinning."
+                                    .into(),
+                            ),
+                        };
                         info
                     }
                     // Not up yet (past `readyTimeout`): Palisade says who answers.
