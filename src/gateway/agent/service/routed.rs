@@ -201,16 +201,11 @@ impl Upstream {
         sent: Option<&RawValue>,
         context: &RequestContext<RoleServer>,
     ) -> Result<Box<RawValue>, ErrorData> {
-        let idx = self.resource_owner(&request.uri)?;
-        self.check_resource_uri(idx, RecordKind::ResourcesRead, &request.uri, context)?;
         request.meta = None;
-        let audit = Audited::new(
-            RecordKind::ResourcesRead,
-            serde_json::json!({"uri": request.uri}),
-        );
+        let uri = request.uri.clone();
         let req = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(request));
-        let out = Outgoing::new(req, sent, Rename::Nothing);
-        self.forward_audited(idx, out, audit, context).await
+        self.about_resource(RecordKind::ResourcesRead, &uri, req, sent, context)
+            .await
     }
 
     /// `resources/subscribe`, routed, checked and audited; the server's answer as it sent it.
@@ -220,16 +215,11 @@ impl Upstream {
         sent: Option<&RawValue>,
         context: &RequestContext<RoleServer>,
     ) -> Result<Box<RawValue>, ErrorData> {
-        let idx = self.resource_owner(&request.uri)?;
-        self.check_resource_uri(idx, RecordKind::ResourcesSubscribe, &request.uri, context)?;
         request.meta = None;
-        let audit = Audited::new(
-            RecordKind::ResourcesSubscribe,
-            serde_json::json!({"uri": request.uri}),
-        );
+        let uri = request.uri.clone();
         let req = ClientRequest::SubscribeRequest(SubscribeRequest::new(request));
-        let out = Outgoing::new(req, sent, Rename::Nothing);
-        self.forward_audited(idx, out, audit, context).await
+        self.about_resource(RecordKind::ResourcesSubscribe, &uri, req, sent, context)
+            .await
     }
 
     /// `resources/unsubscribe`, routed and audited (not checked: it ends access).
@@ -239,13 +229,29 @@ impl Upstream {
         sent: Option<&RawValue>,
         context: &RequestContext<RoleServer>,
     ) -> Result<Box<RawValue>, ErrorData> {
-        let idx = self.resource_owner(&request.uri)?;
         request.meta = None;
-        let audit = Audited::new(
-            RecordKind::ResourcesUnsubscribe,
-            serde_json::json!({"uri": request.uri}),
-        );
+        let uri = request.uri.clone();
         let req = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(request));
+        self.about_resource(RecordKind::ResourcesUnsubscribe, &uri, req, sent, context)
+            .await
+    }
+
+    /// A request about one resource: routed by its URI, the paths the URI names checked
+    /// against the roots (but for unsubscribing, which only ends access), forwarded and
+    /// audited once; the server's answer as it sent it.
+    async fn about_resource(
+        &self,
+        kind: RecordKind,
+        uri: &str,
+        req: ClientRequest,
+        sent: Option<&RawValue>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Box<RawValue>, ErrorData> {
+        let idx = self.resource_owner(uri)?;
+        if kind != RecordKind::ResourcesUnsubscribe {
+            self.check_resource_uri(idx, kind, uri, context)?;
+        }
+        let audit = Audited::new(kind, serde_json::json!({ "uri": uri }));
         let out = Outgoing::new(req, sent, Rename::Nothing);
         self.forward_audited(idx, out, audit, context).await
     }
