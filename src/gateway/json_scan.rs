@@ -27,6 +27,51 @@ pub fn has_control(b: &[u8]) -> bool {
     hit(chunks.remainder())
 }
 
+/// Writes `"key":value` as they were written. The key has no escape (`object_members`
+/// refuses others), so its bytes between the quotes are its whole spelling.
+pub fn push_member(out: &mut String, key: &[u8], value: &str) -> Option<()> {
+    out.push('"');
+    out.push_str(std::str::from_utf8(key).ok()?);
+    out.push_str("\":");
+    out.push_str(value);
+    Some(())
+}
+
+/// Writes `object` (an object's JSON text) with member `key`'s value replaced by `value`
+/// (JSON text) wherever it occurs, every other member as written; when `key` is absent and
+/// `add` is set, it is added last. Answers whether `key` was present; `None` when `object`
+/// is not an object `object_members` can walk (what was written of it is then garbage).
+pub fn push_with_member(
+    out: &mut String,
+    object: &str,
+    key: &str,
+    value: &str,
+    add: bool,
+) -> Option<bool> {
+    out.push('{');
+    let first = out.len();
+    let mut found = false;
+    object_members(object.as_bytes(), |k, span| {
+        if out.len() > first {
+            out.push(',');
+        }
+        if k == key.as_bytes() {
+            found = true;
+            push_member(out, k, value)
+        } else {
+            push_member(out, k, object.get(span)?)
+        }
+    })?;
+    if add && !found {
+        if out.len() > first {
+            out.push(',');
+        }
+        push_member(out, key.as_bytes(), value)?;
+    }
+    out.push('}');
+    Some(found)
+}
+
 /// Visits the members of the object that is the whole of `b` (whitespace around it
 /// allowed), each as its key's bytes and its value's span, in order. `None` when `b` is not
 /// surely such an object, when a key is written with an escape (`"is\u0045rror"` is
@@ -244,6 +289,40 @@ fn scan(b: &[u8], start: usize, key: &mut impl FnMut(&[u8]) -> Option<()>) -> Op
                 }
                 _ => return None,
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(object: &str, key: &str, value: &str, add: bool) -> Option<(String, bool)> {
+        let mut out = String::new();
+        let found = push_with_member(&mut out, object, key, value, add)?;
+        Some((out, found))
+    }
+
+    #[test]
+    fn a_member_is_replaced_where_it_stands_and_every_copy_of_it() {
+        let (out, found) = with(r#"{ "a":1e3, "k":0,"b":[1.50],"k":2 }"#, "k", "9", false).unwrap();
+        assert_eq!(out, r#"{"a":1e3,"k":9,"b":[1.50],"k":9}"#);
+        assert!(found);
+    }
+
+    #[test]
+    fn a_missing_member_is_added_last_only_when_asked() {
+        assert_eq!(
+            with(r#"{"a":1}"#, "k", "true", false).unwrap(),
+            (r#"{"a":1}"#.to_string(), false)
+        );
+        assert_eq!(
+            with(r#"{"a":1}"#, "k", "true", true).unwrap(),
+            (r#"{"a":1,"k":true}"#.to_string(), false)
+        );
+        assert_eq!(with("{}", "k", "1", true).unwrap().0, r#"{"k":1}"#);
+        for bad in [r#"{"\u006b":1}"#, "[1]", r#"{"a":1"#, r#"{"a":1} x"#] {
+            assert!(with(bad, "k", "1", true).is_none(), "{bad}");
         }
     }
 }

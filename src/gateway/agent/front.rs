@@ -263,11 +263,13 @@ async fn answer(
     use crate::gateway::call::answer::raw_json;
     if method == "tools/call" {
         let (typed, sent) = call_params(params)?;
-        answer_call(shared, typed, sent, ctx).await
-    } else if crate::gateway::agent::service::READ_RAW.contains(&method) {
-        if let Some(meta) = params.and_then(request_meta) {
-            ctx.meta = meta;
-        }
+        return answer_call(shared, typed, sent, ctx).await;
+    }
+    // Every other request's `_meta` is read from its params, as rmcp's session would.
+    if let Some(meta) = params.and_then(request_meta) {
+        ctx.meta = meta;
+    }
+    if crate::gateway::agent::service::READ_RAW.contains(&method) {
         let upstream = crate::gateway::agent::service::Upstream {
             shared: shared.clone(),
             sessions: None,
@@ -277,9 +279,6 @@ async fn answer(
             .await
             .map(RawJson::from)
     } else {
-        if let Some(meta) = params.and_then(request_meta) {
-            ctx.meta = meta;
-        }
         versions::check_envelope(&ctx.meta)?;
         let modern = versions::is_modern(&ctx.meta);
         let mut result = if modern && tasks_v2::declared(&ctx.meta) {

@@ -144,13 +144,19 @@ impl UpstreamLink {
     }
 
     /// The agent's peer and a share of the relay budget for a notification of about
-    /// `bytes`, held until it is written; `None` (the notification is dropped, counted and
-    /// logged) when the budget is spent, i.e. the agent is not keeping up.
+    /// `bytes` (see `budget`); `None` when no agent is connected or the budget is spent.
     pub fn for_relay(&self, bytes: usize) -> Option<(Peer<RoleServer>, OwnedSemaphorePermit)> {
         let peer = self.get()?;
+        Some((peer, self.budget(bytes)?))
+    }
+
+    /// A share of the relay budget for a notification of about `bytes`, held until it is
+    /// written; `None` (the notification is dropped, counted and logged) when the budget is
+    /// spent, i.e. the agent is not keeping up.
+    pub fn budget(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
         let units = (bytes / UNIT + 1).min(RELAY_BUDGET_UNITS as usize) as u32;
         match self.relays.clone().try_acquire_many_owned(units) {
-            Ok(permit) => Some((peer, permit)),
+            Ok(permit) => Some(permit),
             Err(_) => {
                 let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 if n == 1 || n.is_multiple_of(10_000) {

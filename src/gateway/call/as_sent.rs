@@ -19,7 +19,9 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::gateway::agent::versions::ENVELOPE_KEYS;
-use crate::gateway::json_scan::{has_control, member_count, object_members};
+use crate::gateway::json_scan::{
+    has_control, member_count, object_members, push_member, push_with_member,
+};
 
 /// What a `tools/call` carried beyond the typed view the pipeline reads.
 #[derive(Debug, Default)]
@@ -159,32 +161,8 @@ fn push_name(out: &mut String, name: &str) -> Option<()> {
 
 /// Writes `object` (JSON text) with its `name` set to `name`, every other member as written.
 fn push_renamed(out: &mut String, object: &str, name: &str) -> Option<()> {
-    out.push('{');
-    let first = out.len();
-    let mut named = false;
-    object_members(object.as_bytes(), |key, span| {
-        if out.len() > first {
-            out.push(',');
-        }
-        if key == b"name" {
-            named = true;
-            push_name(out, name)
-        } else {
-            push_member(out, key, &object[span])
-        }
-    })?;
-    out.push('}');
-    named.then_some(())
-}
-
-/// Writes `"key":value` as they were written. The key has no escape (`object_members`
-/// refuses others), so its bytes between the quotes are its whole spelling.
-fn push_member(out: &mut String, key: &[u8], value: &str) -> Option<()> {
-    out.push('"');
-    out.push_str(std::str::from_utf8(key).ok()?);
-    out.push_str("\":");
-    out.push_str(value);
-    Some(())
+    let name = serde_json::to_string(name).ok()?;
+    push_with_member(out, object, "name", &name, false)?.then_some(())
 }
 
 /// Writes `"_meta":{...}`: the agent's members but its progress token and envelope, then

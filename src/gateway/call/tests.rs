@@ -3,7 +3,7 @@
 //! (`server::launcher::InProcessLauncher`) as a minimal JSON-RPC server written here, which
 //! answers with fixed bytes so the tests can see what the pipeline changed. What only a real
 //! sandbox or a real server can prove stays in the integration tests (`tests/gateway`,
-//! `tests/fidelity.rs`, `tests/faults/`).
+//! `tests/fidelity/`, `tests/faults/`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::link::UpstreamLink;
+use crate::gateway::line_out::LineOut;
 use crate::gateway::server::note_line;
 use crate::gateway::server::peer::Inbound;
 use crate::gateway::server::progress::ProgressMap;
@@ -149,14 +150,12 @@ impl DownstreamHandler {
         }
         let logger = note_line::logger_of(&self.server, params.logger.as_deref());
         // To an agent on stdio, as the server wrote it, with the logger made Palisade's.
-        let own = text
-            .filter(|_| self.upstream.lines().is_some())
-            .and_then(|t| {
-                let logger = serde_json::to_string(&logger).ok()?;
-                note_line::with_member(t.get(), "logger", &logger)
-            });
+        let own = self.upstream.lines().zip(text).and_then(|(out, t)| {
+            let logger = serde_json::to_string(&logger).ok()?;
+            Some((out, note_line::with_member(t.get(), "logger", &logger)?))
+        });
         match own {
-            Some(own) => self.relay_line("notifications/message", &own),
+            Some((out, own)) => self.relay_line(out, "notifications/message", &own),
             None => {
                 params.logger = Some(logger);
                 // Bounded: dropped when the agent is not keeping up (see
@@ -179,10 +178,8 @@ impl DownstreamHandler {
         params: ResourceUpdatedNotificationParam,
         text: Option<&RawValue>,
     ) {
-        if let Some(text) = text {
-            if self.upstream.lines().is_some() {
-                return self.relay_line("notifications/resources/updated", text.get());
-            }
+        if let Some((out, text)) = self.upstream.lines().zip(text) {
+            return self.relay_line(out, "notifications/resources/updated", text.get());
         }
         if let Some((peer, permit)) = self.upstream.for_relay(params.uri.len()) {
             tokio::spawn(async move {
@@ -196,8 +193,8 @@ impl DownstreamHandler {
     /// it: as its own line to an agent on stdio, else through rmcp (within the relay budget
     /// either way).
     fn on_extension_note(&self, method: &str, params: Option<&RawValue>) {
-        if self.upstream.lines().is_some() {
-            return self.relay_line(method, params.map_or("{}", RawValue::get));
+        if let Some(out) = self.upstream.lines() {
+            return self.relay_line(out, method, params.map_or("{}", RawValue::get));
         }
         let value = params.and_then(|p| serde_json::from_str::<Value>(p.get()).ok());
         let size = params.map_or(0, |p| p.get().len());
@@ -212,15 +209,13 @@ impl DownstreamHandler {
         }
     }
 
-    /// Writes a notification to an agent on stdio as `params` say, on its own task and
-    /// within the relay budget (as the typed path is bounded); does nothing for an agent on
-    /// HTTP (the callers check first).
-    fn relay_line(&self, method: &str, params: &str) {
-        let Some(out) = self.upstream.lines().cloned() else {
-            return;
-        };
+    /// Writes a notification to an agent on stdio (`out`, from `UpstreamLink::lines`) as
+    /// `params` say, on its own task and within the relay budget (as the typed path is
+    /// bounded).
+    fn relay_line(&self, out: &LineOut, method: &str, params: &str) {
         let note = note_line::line(method, params);
-        if let Some((_, permit)) = self.upstream.for_relay(note.len()) {
+        if let Some(permit) = self.upstream.budget(note.len()) {
+            let out = out.clone();
             tokio::spawn(async move {
                 let _ = out.send(note).await;
                 drop(permit);

@@ -8,10 +8,10 @@
 //! re-ordered, fields the model does not know dropped.
 //!
 //! Never: write a line that is not one JSON-RPC notification. The params are one JSON object
-//! (serde read them when the envelope was classified, and `object_members` walks them again);
+//! (serde read them when the envelope was classified, and `json_scan` walks them again);
 //! anything it cannot walk (a key written with an escape) is left to the typed path.
 
-use crate::gateway::json_scan::object_members;
+use crate::gateway::json_scan::push_with_member;
 
 /// The line `{"jsonrpc":"2.0","method":METHOD,"params":PARAMS}\n`, the method written as a
 /// JSON string whatever it holds (a server names an extension's method itself).
@@ -32,34 +32,7 @@ pub fn line(method: &str, params: &str) -> Vec<u8> {
 /// written as it was. `None` when `params` is not an object `object_members` can walk.
 pub fn with_member(params: &str, key: &str, value: &str) -> Option<String> {
     let mut out = String::with_capacity(params.len() + value.len() + key.len() + 4);
-    out.push('{');
-    let mut found = false;
-    object_members(params.as_bytes(), |k, span| {
-        if out.len() > 1 {
-            out.push(',');
-        }
-        let v = if k == key.as_bytes() {
-            found = true;
-            value
-        } else {
-            params.get(span)?
-        };
-        out.push('"');
-        out.push_str(std::str::from_utf8(k).ok()?);
-        out.push_str("\":");
-        out.push_str(v);
-        Some(())
-    })?;
-    if !found {
-        if out.len() > 1 {
-            out.push(',');
-        }
-        out.push('"');
-        out.push_str(key);
-        out.push_str("\":");
-        out.push_str(value);
-    }
-    out.push('}');
+    push_with_member(&mut out, params, key, value, true)?;
     Some(out)
 }
 
