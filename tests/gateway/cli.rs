@@ -50,7 +50,7 @@ fn aggregates_three_servers_under_namespaced_names() {
     assert_eq!(r["read_first_resource"], 1);
 }
 
-// What a tool list keeps through the gateway (everything, byte for byte) is tests/fidelity.rs.
+// What a tool list keeps through the gateway (everything, byte for byte) is tests/fidelity/.
 
 #[test]
 fn progress_reaches_the_client_under_its_own_token() {

@@ -1,0 +1,139 @@
+//! The fast path's bytes: the server's own results to the agent, the agent's own params to
+//! the server.
+
+use super::client::*;
+use super::*;
+use serde_json::value::RawValue;
+use support::node_server;
+
+// The fast path relays the server's own bytes: each tool result of server-everything reaches
+// the HTTP agent exactly as the server wrote it (rmcp's typed path re-spells and drops
+// fields), as one JSON body.
+#[test]
+fn http_call_results_are_the_servers_own_bytes() {
+    let ws = Workspace::new();
+    let config = ws.config(
+        json!({"everything": {"command": "node",
+                              "args": [node_server("server-everything"), "stdio"]}}),
+        json!({}),
+    );
+    let front = Front::start(&ws, &config);
+    let session = front.session(json!({}));
+    let mut direct = Direct::start();
+    let mut id = 1;
+    let mut differ = Vec::new();
+    for (tool, args) in support::everything_result_calls() {
+        id += 1;
+        let d = direct.request(id, "tools/call", json!({"name": tool, "arguments": args}));
+        let t = front.call(&session, id, &format!("everything__{tool}"), args);
+        assert_eq!(t.status, 200, "{tool}: {t:?}");
+        assert!(t.fast(), "{tool} was not answered by the fast path: {t:?}");
+        assert_eq!(t.json()["id"], json!(id), "{t:?}");
+        if t.result_text() != d {
+            differ.push(format!(
+                "{tool}:\n  direct {d}\n  http   {}",
+                t.result_text()
+            ));
+        }
+    }
+    front.stop();
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+// The fast path forwards a call's params as the agent wrote them, as stdio does: numbers
+// keep their spelling (an integer past 2^64 stays that integer), keys their order; only the
+// tool's name is the server's. The server answers with the line it read (a raw JSON-lines
+// server: one from npm or PyPI decodes what it reads before a tool sees it).
+#[test]
+fn fast_calls_reach_the_server_as_the_agent_wrote_them() {
+    let ws = Workspace::new();
+    let server = support::repo("tests/servers/faulty_server.py");
+    let config = ws.config(
+        json!({"faulty": {"command": support::python(), "args": [server]}}),
+        json!({}),
+    );
+    let front = Front::start(&ws, &config);
+    let session = front.session(json!({}));
+    let params = r#"{"name":"faulty__request_line","arguments":{"count":12345678901234567890123,"after":1e3,"text":"\u00e9"},"_meta":{"x.example/trace":[1.50]}}"#;
+    let body = format!(r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{params}}}"#);
+    let answer = front.post_text(ALICE, Some(&session), &[], &body);
+    front.stop();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert!(answer.fast(), "not answered by the fast path: {answer:?}");
+    let seen = answer.json()["result"]["content"][0]["text"]
+        .as_str()
+        .expect("the line the server read")
+        .to_string();
+    #[derive(serde::Deserialize)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        params: &'a RawValue,
+    }
+    let request: Request<'_> = serde_json::from_str(&seen).expect("a JSON-RPC request");
+    assert_eq!(
+        request.params.get(),
+        params.replace("faulty__request_line", "request_line"),
+        "the server read: {seen}"
+    );
+}
+
+// The routed requests take the fast path too, their params forwarded as the agent wrote
+// them (through rmcp's path, unknown fields were dropped and `1e3` became `1000.0`); a
+// request asking for progress is left to rmcp (its notifications need the POST's stream).
+#[test]
+fn fast_routed_requests_reach_the_server_as_the_agent_wrote_them() {
+    let ws = Workspace::new();
+    let server = support::repo("tests/servers/faulty_server.py");
+    let config = ws.config(
+        json!({"faulty": {"command": support::python(), "args": [server],
+                          "env": {"FAULTY_ECHO_LINES": "1"}}}),
+        json!({}),
+    );
+    let front = Front::start(&ws, &config);
+    let session = front.session(json!({}));
+    let post = |id: u64, method: &str, params: &str| {
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
+        front.post_text(ALICE, Some(&session), &[], &body)
+    };
+    let prompt = r#"{"name":"faulty__request_line","arguments":{"path":"word"},"future":[1e3]}"#;
+    let read = r#"{"uri":"line://request","future":12345678901234567890123}"#;
+    let answers = [
+        (
+            post(5, "prompts/get", prompt),
+            "/result/messages/0/content/text",
+        ),
+        (post(6, "resources/read", read), "/result/contents/0/text"),
+    ];
+    let progress = post(
+        7,
+        "resources/read",
+        r#"{"uri":"line://request","_meta":{"progressToken":"p"}}"#,
+    );
+    front.stop();
+    let expected = [
+        prompt.replace("faulty__request_line", "request_line"),
+        read.to_string(),
+    ];
+    for ((answer, at), want) in answers.iter().zip(expected) {
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert!(answer.fast(), "not answered by the fast path: {answer:?}");
+        let seen = answer
+            .json()
+            .pointer(at)
+            .and_then(|v| v.as_str().map(String::from));
+        let seen = seen.unwrap_or_else(|| panic!("no line in {answer:?}"));
+        #[derive(serde::Deserialize)]
+        struct Request<'a> {
+            #[serde(borrow)]
+            params: &'a RawValue,
+        }
+        let request: Request<'_> = serde_json::from_str(&seen).expect("a JSON-RPC request");
+        assert_eq!(request.params.get(), want, "the server read: {seen}");
+    }
+    assert_eq!(progress.status, 200, "{progress:?}");
+    assert!(
+        !progress.fast(),
+        "a request asking for progress is rmcp's: {progress:?}"
+    );
+}

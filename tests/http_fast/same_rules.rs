@@ -1,0 +1,237 @@
+//! What holds on the fast path as on rmcp's: policy, the kernel's refusals, the audit's
+//! principal, sessions, cancellation, a real SDK client; and what it leaves to rmcp.
+
+use super::client::*;
+use super::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+// Policy, the kernel's refusal and the audit's principal hold on the fast path.
+#[test]
+fn fast_calls_keep_policy_sandbox_blocked_and_the_principal() {
+    let ws = Workspace::new();
+    let policy = ws.path().join("compiled-policy.json");
+    support::write_policy(
+        &policy,
+        json!([
+            {"name": "no-listing", "description": "no listing", "principle": "test",
+             "if": {"server": ["fs"], "tool": ["list"]},
+             "then": "deny", "reason": "listing is not for you"},
+            {"name": "allow-the-rest", "description": "the rest", "principle": "test",
+             "if": {}, "then": "allow", "reason": "test"}
+        ]),
+    );
+    let (config, audit) = fs_config(&ws, json!({"policy": policy, "sandboxPolicy": "enforce"}));
+    // A write-protected directory inside alice's writable sandbox dir (it must exist at launch).
+    let home = ws.canonical().join("sandbox/principals/alice");
+    std::fs::create_dir_all(home.join(".git/hooks")).unwrap();
+    let front = Front::start(&ws, &config);
+    let session = front.session(json!({}));
+    let ok = front.call(
+        &session,
+        1,
+        "fs__write",
+        json!({"path": home.join("note.txt"), "content": "hi"}),
+    );
+    let denied = front.call(&session, 2, "fs__list", json!({"path": ws.canonical()}));
+    let blocked = front.call(
+        &session,
+        3,
+        "fs__write",
+        json!({"path": home.join(".git/hooks/pre-commit"), "content": "evil"}),
+    );
+    front.stop();
+    for a in [&ok, &denied, &blocked] {
+        assert!(a.fast(), "not the fast path: {a:?}");
+    }
+    assert!(ok.json()["result"]["isError"] != json!(true), "{ok:?}");
+    assert_eq!(
+        std::fs::read_to_string(home.join("note.txt")).unwrap(),
+        "hi"
+    );
+    let denied_text = denied.json().to_string();
+    assert!(denied_text.contains("listing is not for you"), "{denied:?}");
+    let blocked_text = blocked.json().to_string();
+    assert!(blocked_text.contains("[SANDBOX BLOCKED]"), "{blocked:?}");
+    assert!(!home.join(".git/hooks/pre-commit").exists());
+    let records = support::read_jsonl(&audit);
+    assert_eq!(records.len(), 3, "{records:?}");
+    for r in &records {
+        assert_eq!(r["principal"], "alice", "{r}");
+    }
+    assert_eq!(
+        records[1]["policyDecision"]["rule"], "no-listing",
+        "{}",
+        records[1]
+    );
+}
+
+// An unknown or ended session gets rmcp's own 404, and so does one principal presenting
+// another's session.
+#[test]
+fn unknown_and_deleted_sessions_get_404() {
+    let ws = Workspace::new();
+    let (config, audit) = fs_config(&ws, json!({}));
+    let front = Front::start(&ws, &config);
+    let bogus = front.call("not-a-session", 1, "fs__stat", json!({"path": "/"}));
+    let session = front.session(json!({}));
+    let live = front.call(&session, 2, "fs__stat", json!({"path": ws.canonical()}));
+    // End the session (DELETE), then call on it.
+    let mut s = TcpStream::connect(front.addr).unwrap();
+    write!(
+        s,
+        "DELETE /mcp HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {ALICE}\r\n\
+         Mcp-Session-Id: {session}\r\n\r\n",
+        front.addr
+    )
+    .unwrap();
+    let mut deleted = String::new();
+    let _ = s.read_to_string(&mut deleted);
+    let after = front.call(&session, 3, "fs__stat", json!({"path": "/"}));
+    // Another principal presenting alice's live session: his own session manager does not
+    // know it (rmcp's 404), and nothing reaches alice's servers.
+    let other = front.session(json!({}));
+    let bobs = front.post_as(
+        BOB,
+        Some(&other),
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                "params": {"name": "fs__stat", "arguments": {"path": "/"}}}),
+    );
+    front.stop();
+    assert_eq!(bobs.status, 404, "{bobs:?}");
+    assert_eq!(bogus.status, 404, "{bogus:?}");
+    assert!(live.fast(), "{live:?}");
+    assert!(deleted.starts_with("HTTP/1.1 2"), "{deleted}");
+    assert_eq!(after.status, 404, "{after:?}");
+    // Only the live call reached a server.
+    assert_eq!(support::read_jsonl(&audit).len(), 1);
+}
+
+// What may need the session's stream stays on rmcp's path: a progress token, and an agent
+// that declared elicitation (a server or the approver may ask it).
+#[test]
+fn calls_that_may_need_the_stream_go_through_rmcp() {
+    let ws = Workspace::new();
+    let (config, _) = fs_config(&ws, json!({}));
+    let front = Front::start(&ws, &config);
+    let dir = ws.canonical();
+    let plain = front.session(json!({}));
+    let progress = front.post(
+        Some(&plain),
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "fs__stat", "arguments": {"path": dir},
+                           "_meta": {"progressToken": "p1"}}}),
+    );
+    // The control: the same call without a progress token, before any asking agent, is fast.
+    let control = front.call(&plain, 9, "fs__stat", json!({"path": dir}));
+    let asking = front.session(json!({"elicitation": {}}));
+    let elicit = front.call(&asking, 2, "fs__stat", json!({"path": dir}));
+    // Once an asking agent is the principal's linked one, no call of the principal is fast.
+    let plain_after = front.call(&plain, 3, "fs__stat", json!({"path": dir}));
+    front.stop();
+    assert!(control.fast(), "{control:?}");
+    for a in [&progress, &elicit, &plain_after] {
+        assert_eq!(a.status, 200, "{a:?}");
+        assert!(!a.fast(), "took the fast path: {a:?}");
+        assert!(a.json()["result"]["content"].is_array(), "{a:?}");
+    }
+}
+
+// The Python `mcp` SDK's Streamable HTTP client works against the fast path's JSON answers.
+#[test]
+fn the_python_sdk_client_calls_through_the_fast_path() {
+    let ws = Workspace::new();
+    let (config, audit) = fs_config(&ws, json!({}));
+    let front = Front::start(&ws, &config);
+    let home = ws.canonical().join("sandbox/principals/alice");
+    let note = home.join("sdk.txt");
+    let out = support::driver("tests/clients/http_client.py")
+        .args([
+            &format!("http://{}/mcp", front.addr),
+            ALICE,
+            &json!([{"tool": "fs__write", "args": {"path": note, "content": "from the sdk"}},
+                    {"tool": "fs__read", "args": {"path": note}}])
+            .to_string(),
+        ])
+        .output()
+        .unwrap();
+    front.stop();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(report.get("error").is_none(), "{report}");
+    assert_eq!(report["calls"][1]["text"], "from the sdk", "{report}");
+    let records = support::read_jsonl(&audit);
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert!(
+        records.iter().all(|r| r["principal"] == "alice"),
+        "{records:?}"
+    );
+    // The SDK's calls were served by the fast path: the log says how many.
+    assert!(
+        ws.stderr_text()
+            .matches("tools/call served on the fast path")
+            .count()
+            == 2,
+        "{}",
+        ws.stderr_text()
+    );
+}
+
+// `notifications/cancelled` naming a fast call cancels it: the call ends at once (its response
+// with no answer, as JSON-RPC asks) instead of sleeping on, and its audit record is written. (Without the fast path's own
+// cancellation, rmcp's session knows no such request and the call sleeps for 600 s.)
+#[test]
+fn a_fast_call_is_cancelled_by_notifications_cancelled() {
+    let ws = Workspace::new();
+    let audit = ws.path().join("audit.jsonl");
+    let config = ws.config(
+        json!({"faulty": {
+            "command": support::deps().join("venv/bin/python"),
+            "args": [support::repo("tests/servers/faulty_server.py")],
+        }}),
+        json!({"auditLog": audit}),
+    );
+    let front = std::sync::Arc::new(Front::start(&ws, &config));
+    let session = front.session(json!({}));
+    let call = {
+        let (front, session) = (front.clone(), session.clone());
+        std::thread::spawn(move || {
+            front.call(&session, 7, "faulty__sleep", json!({"after": 600.0}))
+        })
+    };
+    let mut started = false;
+    for _ in 0..1200 {
+        if ws.stderr_text().contains("sleep: started") {
+            started = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let cancel = front.post(
+        Some(&session),
+        &[],
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": 7, "reason": "changed my mind"}}),
+    );
+    let answer = call.join().unwrap();
+    let err = ws.stderr_text();
+    std::sync::Arc::try_unwrap(front)
+        .unwrap_or_else(|_| panic!("the front is still shared"))
+        .stop();
+    assert!(started, "{err}");
+    assert_eq!(cancel.status, 202, "{cancel:?}");
+    assert!(answer.fast(), "{answer:?}\n{err}");
+    // As rmcp's path does, the cancelled request's response ends with no answer.
+    assert_eq!(answer.message, "", "{answer:?}");
+    let records = support::read_jsonl(&audit);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["principal"], "alice", "{records:?}");
+}
