@@ -2,8 +2,9 @@
 tests/http_front/ (`Front::client`).
 
 Usage: http_client.py URL TOKEN CALLS_JSON, TOKEN "" for none; CALLS_JSON a list of
-{"tool": NAME, "args": {...}}. Prints one JSON report: {"tools": [...], "calls": [{"ok",
-"text"}...]} or {"error": "..."} when the session could not be made. Reports; never asserts.
+{"tool": NAME, "args": {...}, "progress": true to ask for progress}. Prints one JSON report:
+{"tools": [...], "calls": [{"ok", "text", "progress": [[progress, total], ...] when asked}...]}
+or {"error": "..."} when the session could not be made. Reports; never asserts.
 """
 
 import asyncio
@@ -26,7 +27,16 @@ async def main(url: str, token: str, calls: list) -> dict:
                 await asyncio.wait_for(s.initialize(), 30)
                 report = {"tools": await tool_names(s), "calls": []}
                 for c in calls:
-                    report["calls"].append(await call(s, c["tool"], c.get("args", {})))
+                    seen = []
+
+                    async def on_progress(progress, total, message):
+                        seen.append([progress, total])
+
+                    kw = {"progress_callback": on_progress} if c.get("progress") else {}
+                    done = await call(s, c["tool"], c.get("args", {}), **kw)
+                    if c.get("progress"):
+                        done["progress"] = seen
+                    report["calls"].append(done)
                 return report
 
 

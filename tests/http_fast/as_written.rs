@@ -78,8 +78,8 @@ fn fast_calls_reach_the_server_as_the_agent_wrote_them() {
 }
 
 // The routed requests take the fast path too, their params forwarded as the agent wrote
-// them (through rmcp's path, unknown fields were dropped and `1e3` became `1000.0`); a
-// request asking for progress is left to rmcp (its notifications need the POST's stream).
+// them (through rmcp's path, unknown fields were dropped and `1e3` became `1000.0`), one
+// asking for progress too (answered on a stream of its own).
 #[test]
 fn fast_routed_requests_reach_the_server_as_the_agent_wrote_them() {
     let ws = Workspace::new();
@@ -132,8 +132,56 @@ fn fast_routed_requests_reach_the_server_as_the_agent_wrote_them() {
         assert_eq!(request.params.get(), want, "the server read: {seen}");
     }
     assert_eq!(progress.status, 200, "{progress:?}");
+    let seen = progress.json()["result"]["contents"][0]["text"].clone();
     assert!(
-        !progress.fast(),
-        "a request asking for progress is rmcp's: {progress:?}"
+        seen.as_str()
+            .is_some_and(|l| l.contains(r#""progressToken":"#)),
+        "the server read: {seen}"
     );
+    let served = ws.stderr_text();
+    let served = served.matches("resources/read served on the fast path");
+    assert_eq!(served.count(), 2, "{}", ws.stderr_text());
+}
+
+// A call asking for progress takes the fast path too: its answer is a stream on which the
+// server's progress notifications come first, as the server wrote them with the agent's
+// token put back, then the result. Before, rmcp's session carried them, re-typed
+// (`"progress":1` arrived as `1.0`, the token moved first).
+#[test]
+fn progress_reaches_an_http_agent_as_the_server_wrote_it() {
+    let ws = Workspace::new();
+    let config = ws.config(
+        json!({"everything": {"command": "node",
+                              "args": [node_server("server-everything"), "stdio"]}}),
+        json!({}),
+    );
+    let front = Front::start(&ws, &config);
+    let session = front.session(json!({}));
+    let mut direct = Direct::start();
+    let (args, meta) = (
+        json!({"duration": 0.2, "steps": 2}),
+        json!({"progressToken": "tok-7"}),
+    );
+    let d = direct.request(
+        1,
+        "tools/call",
+        json!({"name": "trigger-long-running-operation", "arguments": args, "_meta": meta}),
+    );
+    let t = front.post(
+        Some(&session),
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "everything__trigger-long-running-operation",
+                           "arguments": args, "_meta": meta}}),
+    );
+    front.stop();
+    assert_eq!(t.status, 200, "{t:?}");
+    let want = notes_of(&direct.notes, "notifications/progress");
+    assert_eq!(want.len(), 2, "{:?}", direct.notes);
+    assert!(want[0].contains(r#""progress":1"#), "{want:?}");
+    assert_eq!(t.notes_of("notifications/progress"), want, "{t:?}");
+    assert_eq!(t.result_text(), d, "{t:?}");
+    let served = ws.stderr_text();
+    let served = served.matches("tools/call served on the fast path");
+    assert_eq!(served.count(), 1, "{}", ws.stderr_text());
 }

@@ -87,6 +87,20 @@ impl Front {
         extra: &[(&str, &str)],
         body: &str,
     ) -> Answer {
+        let mut s = self.open_post(token, session, extra, body);
+        let mut raw = Vec::new();
+        let _ = s.read_to_end(&mut raw);
+        Answer::parse(&String::from_utf8_lossy(&raw))
+    }
+
+    /// Sends one raw HTTP/1.1 POST to /mcp; the connection, its answer unread.
+    pub fn open_post(
+        &self,
+        token: &str,
+        session: Option<&str>,
+        extra: &[(&str, &str)],
+        body: &str,
+    ) -> TcpStream {
         let mut s = TcpStream::connect(self.addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         let mut req = format!(
@@ -105,9 +119,7 @@ impl Front {
         req.push_str("\r\n");
         req.push_str(body);
         s.write_all(req.as_bytes()).unwrap();
-        let mut raw = Vec::new();
-        let _ = s.read_to_end(&mut raw);
-        Answer::parse(&String::from_utf8_lossy(&raw))
+        s
     }
 
     /// An initialized session (`capabilities` declared); its id.
@@ -155,6 +167,8 @@ pub struct Answer {
     pub head: String,
     /// The body, or the data of its last SSE event carrying a JSON-RPC response.
     pub message: String,
+    /// The data of every SSE event, in order.
+    pub events: Vec<String>,
 }
 
 impl Answer {
@@ -173,13 +187,16 @@ impl Answer {
         } else {
             body.to_string()
         };
-        let message = if Answer::is(head, "text/event-stream") {
-            body.lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(str::trim)
-                .rfind(|d| d.contains("\"id\""))
-                .unwrap_or("")
-                .to_string()
+        let sse = Answer::is(head, "text/event-stream");
+        let events: Vec<String> = body
+            .lines()
+            .filter(|_| sse)
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| d.trim().to_string())
+            .collect();
+        let message = if sse {
+            let last = events.iter().rfind(|d| d.contains("\"id\""));
+            last.cloned().unwrap_or_default()
         } else {
             body.trim_end().to_string()
         };
@@ -187,6 +204,7 @@ impl Answer {
             status,
             head: head.to_string(),
             message,
+            events,
         }
     }
 
@@ -210,6 +228,11 @@ impl Answer {
         })
     }
 
+    /// The params of the notifications of `method` among the events, as their text.
+    pub fn notes_of(&self, method: &str) -> Vec<String> {
+        notes_of(&self.events, method)
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.message).unwrap_or_else(|_| panic!("not JSON: {self:?}"))
     }
@@ -227,6 +250,24 @@ impl Answer {
             .get()
             .to_string()
     }
+}
+
+/// The params of the notifications of `method` among JSON-RPC `messages`, as their text.
+pub fn notes_of(messages: &[String], method: &str) -> Vec<String> {
+    #[derive(serde::Deserialize)]
+    struct Note<'a> {
+        method: &'a str,
+        id: Option<&'a RawValue>,
+        #[serde(borrow)]
+        params: &'a RawValue,
+    }
+    messages
+        .iter()
+        .filter_map(|m| {
+            let n: Note<'_> = serde_json::from_str(m).ok()?;
+            (n.method == method && n.id.is_none()).then(|| n.params.get().to_string())
+        })
+        .collect()
 }
 
 pub fn dechunk(mut body: &str) -> String {
@@ -249,6 +290,8 @@ pub struct Direct {
     pub child: Child,
     pub stdin: ChildStdin,
     pub rx: mpsc::Receiver<String>,
+    /// The notifications read so far, as their lines.
+    pub notes: Vec<String>,
 }
 
 impl Direct {
@@ -272,7 +315,12 @@ impl Direct {
                 }
             }
         });
-        let mut d = Direct { child, stdin, rx };
+        let mut d = Direct {
+            child,
+            stdin,
+            rx,
+            notes: Vec::new(),
+        };
         d.request(
             0,
             "initialize",
@@ -302,6 +350,10 @@ impl Direct {
                 self.send(&json!({"jsonrpc": "2.0", "id": rid, "result": {"roots": []}}));
                 continue;
             }
+            if v.get("method").is_some() && v.get("id").is_none() {
+                self.notes.push(line);
+                continue;
+            }
             if v.get("method").is_some() || v["id"] != json!(id) {
                 continue;
             }
@@ -309,6 +361,7 @@ impl Direct {
                 status: 200,
                 head: String::new(),
                 message: line,
+                events: Vec::new(),
             };
             return a.result_text();
         }

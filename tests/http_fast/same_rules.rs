@@ -109,8 +109,9 @@ fn unknown_and_deleted_sessions_get_404() {
     assert_eq!(support::read_jsonl(&audit).len(), 1);
 }
 
-// What may need the session's stream stays on rmcp's path: a progress token, and an agent
-// that declared elicitation (a server or the approver may ask it).
+// What may need the session's stream stays on rmcp's path: an agent that declared
+// elicitation (a server or the approver may ask it). (A progress token is the fast path's:
+// `as_written::progress_reaches_an_http_agent_as_the_server_wrote_it`.)
 #[test]
 fn calls_that_may_need_the_stream_go_through_rmcp() {
     let ws = Workspace::new();
@@ -118,14 +119,7 @@ fn calls_that_may_need_the_stream_go_through_rmcp() {
     let front = Front::start(&ws, &config);
     let dir = ws.canonical();
     let plain = front.session(json!({}));
-    let progress = front.post(
-        Some(&plain),
-        &[],
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": {"name": "fs__stat", "arguments": {"path": dir},
-                           "_meta": {"progressToken": "p1"}}}),
-    );
-    // The control: the same call without a progress token, before any asking agent, is fast.
+    // The control: the same call, before any asking agent, is fast.
     let control = front.call(&plain, 9, "fs__stat", json!({"path": dir}));
     let asking = front.session(json!({"elicitation": {}}));
     let elicit = front.call(&asking, 2, "fs__stat", json!({"path": dir}));
@@ -133,7 +127,7 @@ fn calls_that_may_need_the_stream_go_through_rmcp() {
     let plain_after = front.call(&plain, 3, "fs__stat", json!({"path": dir}));
     front.stop();
     assert!(control.fast(), "{control:?}");
-    for a in [&progress, &elicit, &plain_after] {
+    for a in [&elicit, &plain_after] {
         assert_eq!(a.status, 200, "{a:?}");
         assert!(!a.fast(), "took the fast path: {a:?}");
         assert!(a.json()["result"]["content"].is_array(), "{a:?}");
@@ -185,6 +179,49 @@ fn the_python_sdk_client_calls_through_the_fast_path() {
     );
 }
 
+// The SDK's client asking for progress gets it on the fast path: each notification on the
+// POST's own stream reaches its progress callback, then the result.
+#[test]
+fn the_python_sdk_client_gets_progress_through_the_fast_path() {
+    let ws = Workspace::new();
+    let config = ws.config(
+        json!({"everything": {"command": "node",
+                              "args": [support::node_server("server-everything"), "stdio"]}}),
+        json!({}),
+    );
+    let front = Front::start(&ws, &config);
+    let out = support::driver("tests/clients/http_client.py")
+        .args([
+            &format!("http://{}/mcp", front.addr),
+            ALICE,
+            &json!([{"tool": "everything__trigger-long-running-operation",
+                     "args": {"duration": 0.2, "steps": 2}, "progress": true}])
+            .to_string(),
+        ])
+        .output()
+        .unwrap();
+    front.stop();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(report.get("error").is_none(), "{report}");
+    let call = &report["calls"][0];
+    assert_eq!(call["ok"], true, "{report}");
+    // (The SDK reads progress as floats.)
+    assert_eq!(
+        call["progress"],
+        json!([[1.0, 2.0], [2.0, 2.0]]),
+        "{report}"
+    );
+    let served = ws.stderr_text();
+    let served = served.matches("tools/call served on the fast path");
+    assert_eq!(served.count(), 1, "{}", ws.stderr_text());
+}
+
 // `notifications/cancelled` naming a fast call cancels it: the call ends at once (its response
 // with no answer, as JSON-RPC asks) instead of sleeping on, and its audit record is written. (Without the fast path's own
 // cancellation, rmcp's session knows no such request and the call sleeps for 600 s.)
@@ -234,4 +271,51 @@ fn a_fast_call_is_cancelled_by_notifications_cancelled() {
     let records = support::read_jsonl(&audit);
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0]["principal"], "alice", "{records:?}");
+}
+
+// A call answered on its own stream (it asked for progress) is cancelled when the client
+// goes away: its audit record is written at once instead of after the server's 600 s.
+#[test]
+fn a_streamed_fast_call_ends_when_the_client_goes_away() {
+    let ws = Workspace::new();
+    let audit = ws.path().join("audit.jsonl");
+    let config = ws.config(
+        json!({"faulty": {
+            "command": support::deps().join("venv/bin/python"),
+            "args": [support::repo("tests/servers/faulty_server.py")],
+        }}),
+        json!({"auditLog": audit}),
+    );
+    let front = Front::start(&ws, &config);
+    let session = front.session(json!({}));
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": "faulty__sleep", "arguments": {"after": 600.0},
+                                 "_meta": {"progressToken": "p7"}}});
+    let conn = front.open_post(ALICE, Some(&session), &[], &body.to_string());
+    let waited = |what: &dyn Fn() -> bool| {
+        (0..1200).any(|_| {
+            let done = what();
+            if !done {
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            done
+        })
+    };
+    let started = waited(&|| ws.stderr_text().contains("sleep: started"));
+    drop(conn);
+    let recorded = waited(&|| audit.exists() && !support::read_jsonl(&audit).is_empty());
+    let err = ws.stderr_text();
+    front.stop();
+    assert!(started, "{err}");
+    assert!(
+        recorded,
+        "no audit record 30 s after the client went away:\n{err}"
+    );
+    assert_eq!(
+        err.matches("tools/call served on the fast path").count(),
+        1,
+        "{err}"
+    );
+    let records = support::read_jsonl(&audit);
+    assert_eq!(records.len(), 1, "{records:?}");
 }

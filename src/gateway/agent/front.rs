@@ -346,7 +346,7 @@ fn from_modern(params: Option<&RawValue>) -> bool {
 }
 
 /// The `_meta` of a request's params, when it has one.
-fn request_meta(params: &RawValue) -> Option<rmcp::model::RequestMetaObject> {
+pub(crate) fn request_meta(params: &RawValue) -> Option<rmcp::model::RequestMetaObject> {
     #[derive(Deserialize)]
     struct WithMeta {
         #[serde(rename = "_meta")]

@@ -14,6 +14,7 @@ pub mod http;
 pub mod link;
 pub mod mrtr;
 pub mod relaying;
+pub mod request_stream;
 pub mod service;
 pub mod stdio;
 pub mod task_bridge;

@@ -161,10 +161,7 @@ async fn forward(
     let mut meta = params.meta.take().unwrap_or_default();
     meta.0 .0.extend(ctx.meta.0 .0.clone());
     let up_token = meta.get_progress_token();
-    let progress_to = up_token.map(|token| UpTarget {
-        peer: ctx.peer.clone(),
-        token,
-    });
+    let progress_to = up_token.map(|token| UpTarget::of(ctx, token));
     let asks_task = sent.extra.contains_key("task");
     let timeout = shared.limits.call_timeout;
     let forwarded = match sent.text.as_deref() {

@@ -17,7 +17,7 @@ use rmcp::model::{
     LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
     RequestId, ResourceUpdatedNotificationParam,
 };
-use rmcp::service::Peer;
+use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer};
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::link::UpstreamLink;
+use crate::gateway::agent::request_stream::RequestStream;
 use crate::gateway::line_out::LineOut;
 use crate::gateway::server::note_line;
 use crate::gateway::server::peer::Inbound;
@@ -36,11 +37,24 @@ use crate::gateway::server::roots::RootsCell;
 /// (see `era.rs`), and to an agent that starts with the handshake.
 pub const PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
-/// Where a downstream progress notification goes: the agent's peer and its token.
+/// Where a downstream progress notification goes: the agent's peer and its token, and the
+/// request's own stream when it has one apart from the peer's (`RequestStream`).
 #[derive(Clone)]
 pub struct UpTarget {
     pub peer: Peer<RoleServer>,
     pub token: ProgressToken,
+    pub stream: Option<RequestStream>,
+}
+
+impl UpTarget {
+    /// The target of a request that asked for progress under `token`.
+    pub fn of(ctx: &RequestContext<RoleServer>, token: ProgressToken) -> UpTarget {
+        UpTarget {
+            peer: ctx.peer.clone(),
+            token,
+            stream: ctx.extensions.get::<RequestStream>().cloned(),
+        }
+    }
 }
 
 /// Which of a server's lists changed (it belongs to the lists, `registry`).
@@ -322,13 +336,21 @@ impl Inbound for DownstreamHandler {
             let Some(target) = self.progress.route(&params) else {
                 return;
             };
-            // To an agent on stdio, as the server wrote it, the agent's token put in.
-            let own = self.upstream.lines().and_then(|out| {
+            // To the request's own stream or an agent on stdio, as the server wrote it, the
+            // agent's token put in.
+            let own = || {
                 let token = serde_json::to_string(&target.token).ok()?;
                 let params = note_line::with_member(text, "progressToken", &token)?;
-                Some((out, note_line::line("notifications/progress", &params)))
-            });
-            match own {
+                Some(note_line::line("notifications/progress", &params))
+            };
+            if let Some(stream) = &target.stream {
+                match own() {
+                    Some(note) => stream.offer(note),
+                    None => forward_progress(&target, params).await,
+                }
+                return;
+            }
+            match self.upstream.lines().zip(own()) {
                 Some((out, note)) => {
                     let _ = out.send(note).await;
                 }
@@ -341,5 +363,14 @@ impl Inbound for DownstreamHandler {
 /// Re-sends a downstream progress notification upstream under the agent's token.
 pub async fn forward_progress(target: &UpTarget, mut params: ProgressNotificationParam) {
     params.progress_token = target.token.clone();
-    let _ = target.peer.notify_progress(params).await;
+    match &target.stream {
+        Some(stream) => {
+            if let Ok(params) = serde_json::to_string(&params) {
+                stream.offer(note_line::line("notifications/progress", &params));
+            }
+        }
+        None => {
+            let _ = target.peer.notify_progress(params).await;
+        }
+    }
 }

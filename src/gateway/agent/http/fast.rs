@@ -3,8 +3,11 @@
 //! pipeline the stdio front uses (`front::answer_call`), one `prompts/get`, `resources/read`,
 //! `resources/(un)subscribe` or `completion/complete` into the stdio front's reading of them
 //! (`service::routed::answer_read`: params forwarded as the agent wrote them), and its answer
-//! is the server's result bytes with the agent's id, as the one event of an SSE body of known length (as rmcp answers a
-//! request, minus the stream: clients that read only SSE, as some do, read it the same way).
+//! is the server's result bytes with the agent's id, as the one event of an SSE body of
+//! known length (as rmcp answers a request, minus the stream: clients that read only SSE, as
+//! some do, read it the same way). A request asking for progress is answered with a streamed
+//! SSE body instead: the server's progress notifications, as it wrote them with the agent's
+//! token put in, then the answer (`agent/request_stream.rs`).
 //! The request has already passed every check of the front (Origin, token, principal cap,
 //! rate, request cap, body size).
 //!
@@ -19,8 +22,8 @@
 //! 2026-07-28; an `Mcp-Session-Id` that rmcp's session manager holds and whose agent sent
 //! `notifications/initialized`; a body that is one JSON-RPC request object with only
 //! `jsonrpc`, `id`, `method` and `params`; a call's params with only `name`, `arguments` and
-//! a `_meta`, any request's `_meta` without a progress token or a 2026-07-28 envelope; and
-//! neither this session's client nor
+//! a `_meta`, any request's `_meta` without a 2026-07-28 envelope and with a progress token
+//! (if any) that rmcp reads as one; and neither this session's client nor
 //! the principal's linked client declaring elicitation or sampling, and no `elicit` approver
 //! (a call that may need a request to the agent on the session's stream is rmcp's). An
 //! unknown session therefore gets rmcp's own 404.
@@ -44,6 +47,7 @@ use std::sync::{Arc, Mutex};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use rmcp::model::{
     CallToolRequestParams, JsonObject, ProtocolVersion, RequestId, RequestMetaObject,
 };
@@ -56,6 +60,7 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::front;
+use crate::gateway::agent::request_stream::RequestStream;
 use crate::gateway::agent::service::{Upstream, READ_RAW};
 use crate::gateway::call::as_sent::{self, AsSent};
 use crate::gateway::raw_json::RawJson;
@@ -73,7 +78,7 @@ pub(super) struct FastPath {
     /// `false` when the principal's approval chain can ask its agent (`elicit`).
     pub(super) enabled: bool,
     /// Fast calls running, by (session id, request id as JSON text).
-    running: Mutex<HashMap<(String, String), CancellationToken>>,
+    running: Arc<Running>,
 }
 
 /// A call the fast path takes.
@@ -83,6 +88,8 @@ pub(super) struct Planned {
     id: RequestId,
     asked: Asked,
     peer: Peer<RoleServer>,
+    /// The request asked for progress: its answer is a stream.
+    progress: bool,
 }
 
 /// What a planned POST asks.
@@ -137,14 +144,12 @@ impl FastPath {
             sessions,
             manager,
             enabled,
-            running: Mutex::default(),
+            running: Arc::default(),
         }
     }
 
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), CancellationToken>> {
-        self.running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.running)
     }
 
     /// Whether this principal's rmcp session manager holds `session` (rmcp's own check: an
@@ -166,9 +171,10 @@ impl FastPath {
         if env.jsonrpc != "2.0" {
             return None;
         }
-        let asked = if env.method == "tools/call" {
+        let (asked, progress) = if env.method == "tools/call" {
             let (typed, text) = fast_params(env.params?)?;
-            Asked::Call(Box::new(typed), text)
+            let progress = asks_progress(typed.meta.as_ref());
+            (Asked::Call(Box::new(typed), text), progress)
         } else {
             let method = READ_RAW.iter().find(|m| **m == env.method)?;
             let params = env.params?;
@@ -178,13 +184,14 @@ impl FastPath {
                 meta: Option<RequestMetaObject>,
             }
             let meta = serde_json::from_str::<WithMeta>(params.get()).ok()?.meta;
-            if !asks_nothing(meta.as_ref()) {
+            if !meta_fits(meta.as_ref()) {
                 return None;
             }
-            Asked::Read {
+            let read = Asked::Read {
                 method,
                 params: params.to_owned(),
-            }
+            };
+            (read, asks_progress(meta.as_ref()))
         };
         let raw_id = env.id?;
         let id: RequestId = serde_json::from_str(raw_id.get()).ok()?;
@@ -208,16 +215,18 @@ impl FastPath {
             id,
             asked,
             peer,
+            progress,
         })
     }
 
     /// Runs a planned call on its own task and answers with its JSON-RPC response; `cut`
-    /// (shutdown past its grace) ends the wait with `cut_error`'s answer.
+    /// (shutdown past its grace) ends the wait with `cut_error`'s answer. A call that asked
+    /// for progress is answered at once with a stream its notifications and answer go on.
     pub(super) async fn serve(
         &self,
         call: Planned,
         cut: &CancellationToken,
-        cut_error: impl FnOnce(&str) -> Vec<u8>,
+        cut_error: impl FnOnce(&str) -> Vec<u8> + Send + 'static,
     ) -> Response {
         let method = match &call.asked {
             Asked::Call(..) => "tools/call",
@@ -227,54 +236,53 @@ impl FastPath {
         let ct = CancellationToken::new();
         let key = (call.session.clone(), call.raw_id.get().to_string());
         self.running().insert(key.clone(), ct.clone());
-        // The client going away (this future dropped) cancels the call.
-        let _cancel_on_drop = ct.clone().drop_guard();
-        let cancelled = ct.clone();
-        let shared = Arc::clone(&self.shared);
-        let raw_id = call.raw_id;
-        let id_text = raw_id.get().to_string();
-        let task = tokio::spawn(async move {
-            let mut ctx = RequestContext::new(call.id, call.peer);
-            ctx.ct = ct;
-            let answer = match call.asked {
-                Asked::Call(typed, text) => {
-                    let sent = AsSent {
-                        extra: serde_json::Map::new(),
-                        text,
-                    };
-                    front::answer_call(&shared, *typed, sent, ctx).await
-                }
-                Asked::Read { method, params } => {
-                    let upstream = Upstream {
-                        shared,
-                        sessions: None,
-                    };
-                    upstream
-                        .answer_read(method, Some(&params), &ctx)
-                        .await
-                        .map(RawJson::from)
-                }
-            };
-            match answer {
-                Ok(result) => front::result_line(raw_id.get(), &result),
-                Err(e) => front::error_line(raw_id.get(), &e),
+        let id_text = call.raw_id.get().to_string();
+        let streamed = call.progress.then(RequestStream::new);
+        let task = tokio::spawn(run(
+            Arc::clone(&self.shared),
+            call,
+            ct.clone(),
+            streamed.as_ref().map(|(stream, _)| stream.clone()),
+        ));
+        let finished = {
+            let (running, cut, ct) = (Arc::clone(&self.running), cut.clone(), ct.clone());
+            async move {
+                let line = tokio::select! {
+                    done = task => done.unwrap_or_else(|e| {
+                        tracing::error!("a fast-path call's task failed: {e}");
+                        let err = rmcp::ErrorData::internal_error("the call's task failed", None);
+                        front::error_line(&id_text, &err)
+                    }),
+                    _ = cut.cancelled() => cut_error(&id_text),
+                };
+                lock(&running).remove(&key);
+                // A request the agent cancelled gets no answer (JSON-RPC), as on rmcp's
+                // path: the stream ends without an event.
+                (!ct.is_cancelled() || cut.is_cancelled()).then_some(line)
             }
-        });
-        let line = tokio::select! {
-            done = task => done.unwrap_or_else(|e| {
-                tracing::error!("a fast-path call's task failed: {e}");
-                let err = rmcp::ErrorData::internal_error("the call's task failed", None);
-                front::error_line(&id_text, &err)
-            }),
-            _ = cut.cancelled() => cut_error(&id_text),
         };
-        self.running().remove(&key);
-        // A request the agent cancelled gets no answer (JSON-RPC), as on rmcp's path: the
-        // stream ends without an event.
-        let body = if cancelled.is_cancelled() && !cut.is_cancelled() {
-            Vec::new()
-        } else {
-            one_event(&line)
+        let body = match streamed {
+            Some((stream, lines)) => {
+                // The answer goes on the stream from a task of its own; the client going
+                // away (the body dropped) cancels the call.
+                let cancel_on_drop = ct.drop_guard();
+                tokio::spawn(async move {
+                    match finished.await {
+                        Some(line) => stream.finish(line).await,
+                        None => drop(stream),
+                    }
+                });
+                let events = lines.map(move |line| {
+                    let _held = &cancel_on_drop;
+                    Ok::<_, std::convert::Infallible>(one_event(&line))
+                });
+                Body::from_stream(events)
+            }
+            None => {
+                // The client going away (this future dropped) cancels the call.
+                let _cancel_on_drop = ct.drop_guard();
+                Body::from(finished.await.map(|l| one_event(&l)).unwrap_or_default())
+            }
         };
         (
             StatusCode::OK,
@@ -282,7 +290,7 @@ impl FastPath {
                 (header::CONTENT_TYPE, "text/event-stream"),
                 (header::CACHE_CONTROL, "no-cache"),
             ],
-            Body::from(body),
+            body,
         )
             .into_response()
     }
@@ -311,6 +319,57 @@ impl FastPath {
         ct.cancel();
         Some(StatusCode::ACCEPTED.into_response())
     }
+}
+
+/// Runs one planned request through the stdio front's stages; its JSON-RPC response line.
+async fn run(
+    shared: Arc<Shared>,
+    call: Planned,
+    ct: CancellationToken,
+    stream: Option<RequestStream>,
+) -> Vec<u8> {
+    let mut ctx = RequestContext::new(call.id, call.peer);
+    ctx.ct = ct;
+    if let Some(stream) = stream {
+        ctx.extensions.insert(stream);
+    }
+    let answer = match call.asked {
+        Asked::Call(typed, text) => {
+            let sent = AsSent {
+                extra: serde_json::Map::new(),
+                text,
+            };
+            front::answer_call(&shared, *typed, sent, ctx).await
+        }
+        Asked::Read { method, params } => {
+            // As the stdio front reads it (a call's is read with its typed view).
+            if let Some(meta) = front::request_meta(&params) {
+                ctx.meta = meta;
+            }
+            let upstream = Upstream {
+                shared,
+                sessions: None,
+            };
+            upstream
+                .answer_read(method, Some(&params), &ctx)
+                .await
+                .map(RawJson::from)
+        }
+    };
+    match answer {
+        Ok(result) => front::result_line(call.raw_id.get(), &result),
+        Err(e) => front::error_line(call.raw_id.get(), &e),
+    }
+}
+
+type Running = Mutex<HashMap<(String, String), CancellationToken>>;
+
+fn lock(
+    running: &Running,
+) -> std::sync::MutexGuard<'_, HashMap<(String, String), CancellationToken>> {
+    running
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The session id of a POST carrying `notifications/initialized`, if it is one.
@@ -375,22 +434,27 @@ fn headers_fit(headers: &HeaderMap) -> bool {
     json_body && json && sse && version_fits
 }
 
-/// Whether a request's `_meta` asks nothing of the session: no progress (its notifications
-/// would need the POST's stream kept open) and no 2026-07-28 envelope (rmcp's checks).
-fn asks_nothing(meta: Option<&RequestMetaObject>) -> bool {
+/// Whether a request's `_meta` is the fast path's to serve: no 2026-07-28 envelope (rmcp's
+/// checks), and a progress token, if any, that reads as one (else rmcp's path says why).
+fn meta_fits(meta: Option<&RequestMetaObject>) -> bool {
     meta.is_none_or(|m| {
-        !m.contains_key("progressToken")
-            && !m.contains_key("protocolVersion")
+        !m.contains_key("protocolVersion")
             && !m.keys().any(|k| k.starts_with("io.modelcontextprotocol/"))
+            && (!m.contains_key("progressToken") || m.get_progress_token().is_some())
     })
 }
 
+/// Whether a request asks for progress (its answer is then a stream).
+fn asks_progress(meta: Option<&RequestMetaObject>) -> bool {
+    meta.is_some_and(|m| m.get_progress_token().is_some())
+}
+
 /// The typed view of params with only a name, arguments (an object, if any) and a `_meta`
-/// that asks nothing of the session; `None`: rmcp's path (which says why, if it refuses).
+/// that fits (`meta_fits`); `None`: rmcp's path (which says why, if it refuses).
 /// The typed view, and the text when it may go to the server as written (`as_sent`).
 fn fast_params(params: &RawValue) -> Option<(CallToolRequestParams, Option<Box<RawValue>>)> {
     let p = serde_json::from_str::<FastParams<'_>>(params.get()).ok()?;
-    if !asks_nothing(p.meta.as_ref()) {
+    if !meta_fits(p.meta.as_ref()) {
         return None;
     }
     // The members the decoder kept: the top level's (serde refuses a field given twice, and
@@ -465,8 +529,12 @@ mod tests {
         let fits = |s: &str| fast_params(&RawValue::from_string(s.into()).unwrap()).is_some();
         assert!(fits(r#"{"name":"fs__stat","arguments":{"path":"/x"}}"#));
         assert!(fits(r#"{"name":"fs__stat","_meta":{"trace":"a"}}"#));
-        // A progress token needs the session's stream.
-        assert!(!fits(r#"{"name":"fs__stat","_meta":{"progressToken":1}}"#));
+        // A progress token is answered on the POST's own stream; one that is not a token
+        // is rmcp's to refuse.
+        assert!(fits(r#"{"name":"fs__stat","_meta":{"progressToken":1}}"#));
+        assert!(!fits(
+            r#"{"name":"fs__stat","_meta":{"progressToken":[1]}}"#
+        ));
         // A 2026-07-28 call is driven in rounds.
         assert!(!fits(
             r#"{"name":"fs__stat","_meta":{"protocolVersion":"2026-07-28"}}"#

@@ -122,7 +122,7 @@ pub(super) async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> 
             let grace = front.http.shutdown_grace;
             let response = entry
                 .fast
-                .serve(call, &front.cut, |id| cut_error(id, grace))
+                .serve(call, &front.cut, move |id| cut_error(id, grace))
                 .await;
             drop(slot);
             return response;

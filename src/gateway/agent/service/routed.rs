@@ -87,10 +87,10 @@ impl Upstream {
                 &snap.status,
             ));
         };
-        let progress_to = ctx.meta.get_progress_token().map(|token| UpTarget {
-            peer: ctx.peer.clone(),
-            token,
-        });
+        let progress_to = ctx
+            .meta
+            .get_progress_token()
+            .map(|token| UpTarget::of(ctx, token));
         let timeout = self.shared.limits.call_timeout;
         let answer = match out.sent {
             Some((text, rename)) => live

@@ -1,0 +1,122 @@
+//! A request's own stream of lines to the agent: the SSE body of an HTTP POST that the fast
+//! path (`http/fast.rs`) answers, carrying the notifications about that request (its
+//! progress) and then its answer.
+//!
+//! Why: rmcp's session routes a notification to the POST it belongs to by the requests it
+//! knows; a call the fast path takes never passed through it, so its progress went nowhere
+//! and such calls had to stay on rmcp's slower, re-encoding path.
+//!
+//! The owner of the stream puts the sending end in the request's extensions
+//! (`RequestContext::extensions`); the progress target of the call (`UpTarget::of`) picks it
+//! up. Never: let an agent that does not read hold a server's reader (notifications beyond
+//! `BACKLOG` are dropped; only the answer waits for room), or keep the body open once the
+//! answer is written (a sender still held elsewhere does not matter: the stream ends at the
+//! answer).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::sync::mpsc;
+
+/// How many notifications a request's stream holds for an agent not reading; beyond, they
+/// are dropped (progress is advisory).
+pub const BACKLOG: usize = 64;
+
+/// One line for the stream, and whether it is the request's answer (the last).
+type Item = (Vec<u8>, bool);
+
+/// The sending end, cheap to clone.
+#[derive(Clone)]
+pub struct RequestStream(mpsc::Sender<Item>);
+
+/// The receiving end: the lines in order, ending after the answer (or when every sender has
+/// gone without one).
+pub struct Lines {
+    rx: mpsc::Receiver<Item>,
+    ended: bool,
+}
+
+impl RequestStream {
+    pub fn new() -> (RequestStream, Lines) {
+        let (tx, rx) = mpsc::channel(BACKLOG);
+        (RequestStream(tx), Lines { rx, ended: false })
+    }
+
+    /// Queues a notification's line; dropped when the agent is not keeping up or has gone.
+    pub fn offer(&self, line: Vec<u8>) {
+        if self.0.try_send((line, false)).is_err() {
+            tracing::debug!(
+                "a notification for a request's own stream dropped: the client is not reading"
+            );
+        }
+    }
+
+    /// Queues the request's answer, waiting for room; the stream ends after it.
+    pub async fn finish(self, line: Vec<u8>) {
+        let _ = self.0.send((line, true)).await;
+    }
+}
+
+impl futures::Stream for Lines {
+    type Item = Vec<u8>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Vec<u8>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some((line, last))) => {
+                self.ended = last;
+                Poll::Ready(Some(line))
+            }
+            Poll::Ready(None) => {
+                self.ended = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    #[tokio::test]
+    async fn the_stream_ends_at_the_answer_though_a_sender_is_still_held() {
+        let (tx, mut lines) = RequestStream::new();
+        let held = tx.clone();
+        tx.offer(b"note".to_vec());
+        tx.finish(b"answer".to_vec()).await;
+        held.offer(b"late".to_vec());
+        assert_eq!(lines.next().await.as_deref(), Some(&b"note"[..]));
+        assert_eq!(lines.next().await.as_deref(), Some(&b"answer"[..]));
+        assert_eq!(lines.next().await, None);
+    }
+
+    #[tokio::test]
+    async fn notifications_past_the_backlog_are_dropped_and_the_answer_still_goes() {
+        let (tx, mut lines) = RequestStream::new();
+        for i in 0..BACKLOG + 10 {
+            tx.offer(i.to_string().into_bytes());
+        }
+        let answer = tokio::spawn(tx.finish(b"answer".to_vec()));
+        let mut got = Vec::new();
+        while let Some(line) = lines.next().await {
+            got.push(line);
+        }
+        answer.await.unwrap();
+        assert_eq!(got.len(), BACKLOG + 1);
+        assert_eq!(got.last().map(Vec::as_slice), Some(&b"answer"[..]));
+    }
+
+    #[tokio::test]
+    async fn every_sender_gone_without_an_answer_ends_the_stream() {
+        let (tx, mut lines) = RequestStream::new();
+        tx.offer(b"note".to_vec());
+        drop(tx);
+        assert_eq!(lines.next().await.as_deref(), Some(&b"note"[..]));
+        assert_eq!(lines.next().await, None);
+    }
+}
