@@ -72,6 +72,33 @@ pub fn push_with_member(
     Some(found)
 }
 
+/// `object` (an object's JSON text) as written, with each of `members` (key, JSON text)
+/// that it lacks added at its end. `None` when `object` is not an object `object_members`
+/// can walk.
+pub fn with_absent(object: &str, members: &[(&str, &str)]) -> Option<String> {
+    let mut present = vec![false; members.len()];
+    let mut any = false;
+    object_members(object.as_bytes(), |k, _| {
+        any = true;
+        for (seen, (key, _)) in present.iter_mut().zip(members) {
+            *seen |= k == key.as_bytes();
+        }
+        Some(())
+    })?;
+    let body = object.trim_end().strip_suffix('}')?;
+    let mut out = String::with_capacity(object.len() + 64);
+    out.push_str(body);
+    for (_, (key, value)) in present.iter().zip(members).filter(|(seen, _)| !**seen) {
+        if any {
+            out.push(',');
+        }
+        any = true;
+        push_member(&mut out, key.as_bytes(), value)?;
+    }
+    out.push('}');
+    Some(out)
+}
+
 /// Visits the members of the object that is the whole of `b` (whitespace around it
 /// allowed), each as its key's bytes and its value's span, in order. `None` when `b` is not
 /// surely such an object, when a key is written with an escape (`"is\u0045rror"` is
@@ -308,6 +335,24 @@ mod tests {
         let (out, found) = with(r#"{ "a":1e3, "k":0,"b":[1.50],"k":2 }"#, "k", "9", false).unwrap();
         assert_eq!(out, r#"{"a":1e3,"k":9,"b":[1.50],"k":9}"#);
         assert!(found);
+    }
+
+    #[test]
+    fn absent_members_are_added_and_present_ones_left_as_written() {
+        let m = [("resultType", r#""complete""#), ("ttlMs", "0")];
+        assert_eq!(
+            with_absent(r#"{ "a":1e3 ,"ttlMs":5 }"#, &m).unwrap(),
+            r#"{ "a":1e3 ,"ttlMs":5 ,"resultType":"complete"}"#
+        );
+        assert_eq!(
+            with_absent(" { } ", &m).unwrap(),
+            r#" { "resultType":"complete","ttlMs":0}"#
+        );
+        let full = r#"{"resultType":"task","ttlMs":1}"#;
+        assert_eq!(with_absent(full, &m).unwrap(), full);
+        for bad in [r#"{"\u0061":1}"#, "[1]", r#"{"a":1"#] {
+            assert!(with_absent(bad, &m).is_none(), "{bad}");
+        }
     }
 
     #[test]

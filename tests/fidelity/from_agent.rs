@@ -166,6 +166,37 @@ fn routed_requests_reach_the_server_as_the_agent_wrote_them() {
     assert_eq!(read["name"], "request_line", "{read}");
 }
 
+/// A 2026-07-28 agent's routed requests go the same way: as it wrote them, its envelope
+/// taken out of `_meta`; and their answers are the server's bytes with what a 2026-07-28
+/// result must carry added at the end. Before, rmcp's session took them, typed both ways.
+#[test]
+fn a_2026_agents_routed_requests_reach_the_server_as_it_wrote_them() {
+    let ws = Workspace::new();
+    let mut through = serve_modern(&ws, faulty_echoing());
+    let envelope = r#""io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw-2026","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}"#;
+    // The first request (a list, as an agent's is) opens the session, in rmcp's hands.
+    let list = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"resources/list","params":{{"_meta":{{{envelope}}}}}}}"#
+    );
+    through.request_line(1, "resources/list", &list);
+    let params = format!(
+        r#"{{"uri":"line://request","future":1e3,"_meta":{{{envelope},"x.example/trace":[1.50]}}}}"#
+    );
+    let line = format!(r#"{{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{params}}}"#);
+    let result = through.request_line(2, "resources/read", &line);
+    assert!(
+        result.ends_with(r#","resultType":"complete","ttlMs":0,"cacheScope":"private"}"#),
+        "{result}"
+    );
+    let v: Value = serde_json::from_str(&result).expect("JSON");
+    let seen = v["contents"][0]["text"].as_str().expect("the line read");
+    assert_eq!(
+        params_read(seen),
+        r#"{"uri":"line://request","future":1e3,"_meta":{"x.example/trace":[1.50]}}"#,
+        "the server read: {seen}"
+    );
+}
+
 #[test]
 fn serve_refuses_a_config_and_a_command_together_and_neither() {
     let ws = Workspace::new();

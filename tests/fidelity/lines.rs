@@ -24,7 +24,24 @@ pub struct Lines {
 }
 
 impl Lines {
+    /// A client of `cmd` after the 2025-11-25 handshake.
     pub fn spawn(cmd: &mut Command) -> Lines {
+        let mut me = Lines::start(cmd);
+        let init = me.request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25",
+                   // What Palisade declares to its servers, so both see the same tool set.
+                   "capabilities": {"roots": {"listChanged": true}},
+                   "clientInfo": {"name": "fidelity", "version": "1"}}),
+        );
+        assert!(init.contains("protocolVersion"), "{init}");
+        me.init = init;
+        me.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        me
+    }
+
+    /// A client of `cmd` with no handshake (a 2026-07-28 agent makes none).
+    pub fn start(cmd: &mut Command) -> Lines {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -41,25 +58,14 @@ impl Lines {
                 }
             }
         });
-        let mut me = Lines {
+        Lines {
             child,
             stdin,
             rx,
             next: 1,
             notes: Vec::new(),
             init: String::new(),
-        };
-        let init = me.request(
-            "initialize",
-            json!({"protocolVersion": "2025-11-25",
-                   // What Palisade declares to its servers, so both see the same tool set.
-                   "capabilities": {"roots": {"listChanged": true}},
-                   "clientInfo": {"name": "fidelity", "version": "1"}}),
-        );
-        assert!(init.contains("protocolVersion"), "{init}");
-        me.init = init;
-        me.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        me
+        }
     }
 
     pub fn send(&mut self, v: &Value) {

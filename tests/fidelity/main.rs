@@ -75,6 +75,15 @@ fn serve(ws: &Workspace, servers: Value) -> Lines {
 
 /// As `serve`, with these `palisade` settings.
 fn serve_with(ws: &Workspace, servers: Value, settings: Value) -> Lines {
+    Lines::spawn(&mut serve_cmd(ws, servers, settings))
+}
+
+/// As `serve`, for a 2026-07-28 agent: no handshake.
+fn serve_modern(ws: &Workspace, servers: Value) -> Lines {
+    Lines::start(&mut serve_cmd(ws, servers, json!({})))
+}
+
+fn serve_cmd(ws: &Workspace, servers: Value, settings: Value) -> Command {
     let config = ws.config(servers, settings);
     let mut c = Command::new(palisade());
     c.arg("serve")
@@ -82,7 +91,7 @@ fn serve_with(ws: &Workspace, servers: Value, settings: Value) -> Lines {
         .arg(&config)
         .env_remove("RUST_LOG")
         .stderr(std::fs::File::create(ws.errlog()).expect("errlog"));
-    Lines::spawn(&mut c)
+    c
 }
 
 /// The audit log's record whose `toolName` is `name`.

@@ -85,11 +85,9 @@ struct Head<'a> {
 /// Where one line of the agent's goes.
 #[derive(Debug, PartialEq, Eq)]
 enum Route {
-    /// A request Palisade relays itself.
+    /// A request Palisade relays itself: a call, a task request, a routed request
+    /// (`service::READ_RAW`).
     Relay,
-    /// A routed request (`service::READ_RAW`) Palisade relays itself unless its agent speaks
-    /// 2026-07-28 (rmcp's session then handles its envelope and result).
-    Read,
     /// A cancellation, maybe of a relayed request.
     Cancel,
     /// rmcp's session takes it.
@@ -101,7 +99,7 @@ fn route(method: Option<&str>, has_id: bool) -> Route {
         Some("tools/call") if has_id => Route::Relay,
         Some(m) if has_id && crate::gateway::call::task_relay::METHODS.contains(&m) => Route::Relay,
         Some("tasks/update") if has_id => Route::Relay,
-        Some(m) if has_id && crate::gateway::agent::service::READ_RAW.contains(&m) => Route::Read,
+        Some(m) if has_id && crate::gateway::agent::service::READ_RAW.contains(&m) => Route::Relay,
         Some("notifications/cancelled") if !has_id => Route::Cancel,
         _ => Route::Session,
     }
@@ -141,11 +139,8 @@ async fn read_lines<R: AsyncRead + Unpin>(
             Route::Relay if shared.upstream.get().is_some() => {
                 relay(&head, &shared, &out, &running)
             }
-            Route::Read if shared.upstream.get().is_some() && !from_modern(head.params) => {
-                relay(&head, &shared, &out, &running)
-            }
             Route::Cancel if cancel_relayed(head.params, &running) => {}
-            Route::Relay | Route::Read | Route::Cancel | Route::Session => {
+            Route::Relay | Route::Cancel | Route::Session => {
                 match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line) {
                     Ok(msg) => {
                         if to_session.send(msg).await.is_err() {
@@ -270,14 +265,16 @@ async fn answer(
         ctx.meta = meta;
     }
     if crate::gateway::agent::service::READ_RAW.contains(&method) {
+        versions::check_envelope(&ctx.meta)?;
         let upstream = crate::gateway::agent::service::Upstream {
             shared: shared.clone(),
             sessions: None,
         };
-        upstream
-            .answer_read(method, params, &ctx)
-            .await
-            .map(RawJson::from)
+        let result = upstream.answer_read(method, params, &ctx).await?;
+        if versions::is_modern(&ctx.meta) {
+            return Ok(versions::stamp_raw(method, result).into());
+        }
+        Ok(result.into())
     } else {
         versions::check_envelope(&ctx.meta)?;
         let modern = versions::is_modern(&ctx.meta);
@@ -336,13 +333,6 @@ pub(crate) async fn answer_call(
         // The common case: the result goes on as the bytes the pipeline gives.
         crate::gateway::call::pipeline::call_tool(shared, typed, &sent, ctx).await
     }
-}
-
-/// Whether a request's params carry a 2026-07-28 envelope.
-fn from_modern(params: Option<&RawValue>) -> bool {
-    params
-        .and_then(request_meta)
-        .is_some_and(|m| versions::is_modern(&m))
 }
 
 /// The `_meta` of a request's params, when it has one.
@@ -505,8 +495,8 @@ mod tests {
         assert_eq!(route(Some("tools/call"), true), Route::Relay);
         assert_eq!(route(Some("tasks/result"), true), Route::Relay);
         assert_eq!(route(Some("tools/list"), true), Route::Session);
-        assert_eq!(route(Some("prompts/get"), true), Route::Read);
-        assert_eq!(route(Some("completion/complete"), true), Route::Read);
+        assert_eq!(route(Some("prompts/get"), true), Route::Relay);
+        assert_eq!(route(Some("completion/complete"), true), Route::Relay);
         assert_eq!(route(Some("initialize"), true), Route::Session);
         // A notification is never a relayed request, whatever its method.
         assert_eq!(route(Some("tools/call"), false), Route::Session);

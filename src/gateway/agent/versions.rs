@@ -15,6 +15,7 @@
 //! Pure: no I/O.
 
 use rmcp::model::{ErrorData, ProtocolVersion, RequestMetaObject};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// The handshake version Palisade offers a server in `initialize`.
@@ -92,6 +93,38 @@ pub fn stamp_result(method: &str, result: &mut Value) {
     }
 }
 
+/// `stamp_result` on a result's JSON text: the server's bytes kept, what a 2026-07-28 result
+/// of `method` must carry added at the end where it lacks it.
+pub fn stamp_raw(method: &str, result: Box<RawValue>) -> Box<RawValue> {
+    let mut members = vec![("resultType", r#""complete""#)];
+    if CACHEABLE.contains(&method) {
+        members.extend([("ttlMs", "0"), ("cacheScope", r#""private""#)]);
+    }
+    // A task handle's discriminator is the server's to give: such a result is left to the
+    // decoded path, as is one the scan cannot walk.
+    let text = result.get();
+    let is_task = || {
+        let mut task = false;
+        let _ = crate::gateway::json_scan::object_members(text.as_bytes(), |k, _| {
+            task |= k == b"task";
+            Some(())
+        });
+        task
+    };
+    if !is_task() {
+        let stamped = crate::gateway::json_scan::with_absent(text, &members)
+            .and_then(|t| RawValue::from_string(t).ok());
+        if let Some(stamped) = stamped {
+            return stamped;
+        }
+    }
+    let Ok(mut v) = serde_json::from_str::<Value>(text) else {
+        return result;
+    };
+    stamp_result(method, &mut v);
+    serde_json::value::to_raw_value(&v).unwrap_or(result)
+}
+
 /// The version a request was made in, for the audit record: its own `_meta`'s, else the
 /// session's.
 pub fn agent_version(ctx: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Option<String> {
@@ -102,6 +135,33 @@ pub fn agent_version(ctx: &rmcp::service::RequestContext<rmcp::RoleServer>) -> O
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_stamped_text_means_what_the_stamped_value_does_and_keeps_its_bytes() {
+        for (method, text) in [
+            (
+                "resources/read",
+                r#"{"contents":[{"uri":"x","text":"1e3"}],"n":1.50}"#,
+            ),
+            ("prompts/get", r#"{"messages":[],"resultType":"complete"}"#),
+            ("resources/read", r#"{"ttlMs":60000,"contents":[]}"#),
+            ("completion/complete", "{}"),
+            ("tools/call", r#"{"task":{"taskId":"t"}}"#),
+            ("prompts/get", r#"{"a":1,"a":2}"#),
+        ] {
+            let raw = RawValue::from_string(text.into()).unwrap();
+            let stamped = stamp_raw(method, raw);
+            let mut want: Value = serde_json::from_str(text).unwrap();
+            stamp_result(method, &mut want);
+            let got: Value = serde_json::from_str(stamped.get()).unwrap();
+            assert_eq!(got, want, "{method} {text}");
+        }
+        let raw = RawValue::from_string(r#"{"n":1.50}"#.into()).unwrap();
+        assert_eq!(
+            stamp_raw("resources/read", raw).get(),
+            r#"{"n":1.50,"resultType":"complete","ttlMs":0,"cacheScope":"private"}"#
+        );
+    }
 
     fn meta(v: Value) -> RequestMetaObject {
         serde_json::from_value(v).unwrap()
