@@ -38,10 +38,11 @@ fn a_calls_params_reach_the_server_as_the_agent_wrote_them() {
 }
 
 /// A method Palisade does not know (an extension's) passes to the server that keeps its own
-/// names (`prefix: false`), in both directions: a request reaches it and its answer comes
-/// back, audited with the method as `toolName`; a notification reaches it, and the server's
-/// own notification reaches the agent as the server wrote it. Before, the request got
-/// "method not found" and both notifications were dropped.
+/// names (`prefix: false`), in both directions, as written: a request reaches it (only its
+/// progress token Palisade's) and its answer comes back, audited with the method as
+/// `toolName`; a notification reaches it, and the server's own notification reaches the agent
+/// as the server wrote it. Before, the request got "method not found" and both notifications
+/// were dropped; then they went through rmcp's `Value` (`1e3` made `1000.0`).
 #[test]
 fn extensions_pass_to_the_server_that_keeps_its_own_names() {
     let ws = Workspace::new();
@@ -53,24 +54,27 @@ fn extensions_pass_to_the_server_that_keeps_its_own_names() {
         servers,
         json!({"auditLog": audit.display().to_string()}),
     );
-    let result: Value = serde_json::from_str(&through.request(
-        "x.example/echo",
-        json!({"q": [1, "two"], "_meta": {"k": true}}),
-    ))
-    .expect("a result");
-    let read: Value = serde_json::from_str(result["line"].as_str().expect("the line read"))
-        .expect("a JSON-RPC request");
+    // Its params reach the server as written; only the progress token is Palisade's own.
+    let params = r#"{"q":[1,"two",1e3],"big":12345678901234567890123,"_meta":{"k":true,"progressToken":"pt"}}"#;
+    let line =
+        format!(r#"{{"jsonrpc":"2.0","id":31,"method":"x.example/echo","params":{params}}}"#);
+    let result: Value =
+        serde_json::from_str(&through.request_line(31, "x.example/echo", &line)).expect("a result");
+    let seen = result["line"].as_str().expect("the line read");
+    let read: Value = serde_json::from_str(seen).expect("a JSON-RPC request");
     assert_eq!(read["method"], "x.example/echo", "{read}");
-    assert_eq!(read["params"]["q"], json!([1, "two"]), "{read}");
-    assert_eq!(read["params"]["_meta"]["k"], true, "{read}");
+    let (kept, token) = params.split_once(r#""pt""#).expect("a token");
+    let sent = params_read(seen);
+    assert!(
+        sent.starts_with(kept) && sent.ends_with(token) && !sent.contains(r#""pt""#),
+        "the server read: {seen}"
+    );
 
-    through.send(&json!({"jsonrpc": "2.0", "method": "x.example/ping", "params": {"p": 7}}));
+    through.send_text(r#"{"jsonrpc":"2.0","method":"x.example/ping","params":{"p":7,"n":1.50}}"#);
     let pong = through.notes_of("x.example/pong", 1);
     let pong: Value = serde_json::from_str(&pong[0]).expect("JSON");
-    let ping: Value =
-        serde_json::from_str(pong["line"].as_str().expect("the line read")).expect("JSON");
-    assert_eq!(ping["method"], "x.example/ping", "{ping}");
-    assert_eq!(ping["params"], json!({"p": 7}), "{ping}");
+    let ping = pong["line"].as_str().expect("the line read");
+    assert_eq!(params_read(ping), r#"{"p":7,"n":1.50}"#, "{ping}");
     assert!(
         through.notes_of("x.example/pong", 1)[0].ends_with(r#","n":1e3}"#),
         "the server's own spelling"
@@ -79,7 +83,7 @@ fn extensions_pass_to_the_server_that_keeps_its_own_names() {
     let rec = record_of(&audit, "x.example/echo");
     assert_eq!(rec["kind"], "extension", "{rec}");
     assert_eq!(rec["serverName"], "faulty", "{rec}");
-    assert_eq!(rec["arguments"]["q"], json!([1, "two"]), "{rec}");
+    assert_eq!(rec["arguments"]["q"], json!([1, "two", 1000.0]), "{rec}");
 }
 
 /// With every server prefixed there is no server an unknown method could be meant for: it

@@ -69,8 +69,13 @@ impl Lines {
     }
 
     pub fn send(&mut self, v: &Value) {
+        self.send_text(&v.to_string());
+    }
+
+    /// Writes `line` as it is spelt.
+    pub fn send_text(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("open");
-        writeln!(stdin, "{v}").expect("write");
+        writeln!(stdin, "{line}").expect("write");
         stdin.flush().expect("flush");
     }
 

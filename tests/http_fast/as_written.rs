@@ -185,3 +185,33 @@ fn progress_reaches_an_http_agent_as_the_server_wrote_it() {
     let served = served.matches("tools/call served on the fast path");
     assert_eq!(served.count(), 1, "{}", ws.stderr_text());
 }
+
+// An extension's request over HTTP (rmcp's path: the fast path takes only the methods it
+// knows) still reaches the server that keeps its own names, and its answer comes back.
+#[test]
+fn an_extensions_request_over_http_reaches_the_server_that_keeps_its_own_names() {
+    let ws = Workspace::new();
+    let server = support::repo("tests/servers/faulty_server.py");
+    let config = ws.config(
+        json!({"faulty": {"command": support::python(), "args": [server], "prefix": false,
+                          "env": {"FAULTY_ECHO_LINES": "1"}}}),
+        json!({}),
+    );
+    let front = Front::start(&ws, &config);
+    let session = front.session(json!({}));
+    let answer = front.post(
+        Some(&session),
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "x.example/echo",
+                "params": {"q": [1, "two"]}}),
+    );
+    front.stop();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let seen = answer.json()["result"]["line"]
+        .as_str()
+        .map(String::from)
+        .unwrap_or_else(|| panic!("no line in {answer:?}"));
+    let read: Value = serde_json::from_str(&seen).expect("a JSON-RPC request");
+    assert_eq!(read["method"], "x.example/echo", "{read}");
+    assert_eq!(read["params"], json!({"q": [1, "two"]}), "{read}");
+}

@@ -94,11 +94,15 @@ enum Route {
     Session,
 }
 
+/// The task requests Palisade relays itself (`tasks/update` answered with its refusal).
+fn is_task_method(method: &str) -> bool {
+    crate::gateway::call::task_relay::METHODS.contains(&method) || method == "tasks/update"
+}
+
 fn route(method: Option<&str>, has_id: bool) -> Route {
     match method {
         Some("tools/call") if has_id => Route::Relay,
-        Some(m) if has_id && crate::gateway::call::task_relay::METHODS.contains(&m) => Route::Relay,
-        Some("tasks/update") if has_id => Route::Relay,
+        Some(m) if has_id && is_task_method(m) => Route::Relay,
         Some(m) if has_id && crate::gateway::agent::service::READ_RAW.contains(&m) => Route::Relay,
         Some("notifications/cancelled") if !has_id => Route::Cancel,
         _ => Route::Session,
@@ -142,6 +146,14 @@ async fn read_lines<R: AsyncRead + Unpin>(
             Route::Cancel if cancel_relayed(head.params, &running) => {}
             Route::Relay | Route::Cancel | Route::Session => {
                 match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line) {
+                    // An extension's request, for the server that keeps its own names:
+                    // relayed as written, as the others are.
+                    Ok(msg) if is_extension(&msg) && extensions_relayed(&shared) => {
+                        relay(&head, &shared, &out, &running)
+                    }
+                    Ok(msg) if is_extension_note(&msg) && extensions_relayed(&shared) => {
+                        notify_extension(&head, &shared)
+                    }
                     Ok(msg) => {
                         if to_session.send(msg).await.is_err() {
                             break;
@@ -165,6 +177,49 @@ async fn read_lines<R: AsyncRead + Unpin>(
     for (_, ct) in lock(&running).drain() {
         ct.cancel();
     }
+}
+
+/// Whether `msg` is a request of a method rmcp does not know (an extension's), other than
+/// the stand-in for an over-long line.
+fn is_extension(msg: &RxJsonRpcMessage<RoleServer>) -> bool {
+    matches!(
+        msg,
+        rmcp::model::JsonRpcMessage::Request(r)
+            if matches!(&r.request, rmcp::model::ClientRequest::CustomRequest(c)
+                if c.method != crate::gateway::agent::frame::OVERSIZED_METHOD)
+    )
+}
+
+/// Whether `msg` is a notification of a method rmcp does not know (an extension's).
+fn is_extension_note(msg: &RxJsonRpcMessage<RoleServer>) -> bool {
+    matches!(
+        msg,
+        rmcp::model::JsonRpcMessage::Notification(n)
+            if matches!(&n.notification, rmcp::model::ClientNotification::CustomNotification(_))
+    )
+}
+
+/// Sends an extension's notification to the server that keeps its own names, as written.
+fn notify_extension(head: &Head<'_>, shared: &Shared) {
+    let Some(method) = head.method.as_deref() else {
+        return;
+    };
+    let Some(slot) = shared.slots.iter().find(|s| s.filters.unprefixed) else {
+        return;
+    };
+    let Some(live) = slot.snapshot().live else {
+        return;
+    };
+    let (method, params) = (method.to_string(), head.params.map(ToOwned::to_owned));
+    tokio::spawn(async move {
+        live.conn.peer.notify_raw(&method, params.as_deref()).await;
+    });
+}
+
+/// Whether an extension's request has a server to go to (the one that keeps its own names)
+/// and the session is open.
+fn extensions_relayed(shared: &Shared) -> bool {
+    shared.upstream.get().is_some() && shared.slots.iter().any(|s| s.filters.unprefixed)
 }
 
 fn trim(buf: &[u8]) -> &[u8] {
@@ -275,6 +330,16 @@ async fn answer(
             return Ok(versions::stamp_raw(method, result).into());
         }
         Ok(result.into())
+    } else if !is_task_method(method) {
+        // Only an extension's request is relayed otherwise (see `read_lines`).
+        let upstream = crate::gateway::agent::service::Upstream {
+            shared: shared.clone(),
+            sessions: None,
+        };
+        upstream
+            .pass_through(method, params, &ctx)
+            .await
+            .map(RawJson::from)
     } else {
         versions::check_envelope(&ctx.meta)?;
         let modern = versions::is_modern(&ctx.meta);

@@ -349,6 +349,23 @@ impl ServerPeer {
             method,
             params,
         });
+        self.send_note(method, line).await
+    }
+
+    /// As `notify`, with params as the agent wrote them (an extension's notification).
+    pub async fn notify_raw(&self, method: &str, params: Option<&RawValue>) {
+        let line = match params {
+            Some(p) => crate::gateway::server::note_line::line(method, p.get()),
+            None => encode(&OutNotification {
+                jsonrpc: "2.0",
+                method,
+                params: None,
+            }),
+        };
+        self.send_note(method, line).await
+    }
+
+    async fn send_note(&self, method: &str, line: Vec<u8>) {
         match tokio::time::timeout(Duration::from_secs(1), self.out.send(line)).await {
             Ok(Ok(())) => {}
             _ => {

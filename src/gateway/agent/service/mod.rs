@@ -304,17 +304,18 @@ impl ServerHandler for Upstream {
                 None,
             ));
         }
-        if let Some(idx) = self.shared.slots.iter().position(|s| s.filters.unprefixed) {
-            return self
-                .pass_through(idx, request, &context)
-                .await
-                .map(rmcp::model::CustomResult);
-        }
-        Err(ErrorData::new(
-            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-            request.method,
-            None,
-        ))
+        // Over HTTP (the stdio front relays these itself): rmcp decoded the params.
+        let params = match request.params.as_ref().map(serde_json::value::to_raw_value) {
+            Some(Err(e)) => return Err(ErrorData::invalid_params(e.to_string(), None)),
+            Some(Ok(p)) => Some(p),
+            None => None,
+        };
+        let raw = self
+            .pass_through(&request.method, params.as_deref(), &context)
+            .await?;
+        serde_json::from_str(raw.get())
+            .map(rmcp::model::CustomResult)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))
     }
 
     /// A notification Palisade does not know goes to the server that keeps its own names,

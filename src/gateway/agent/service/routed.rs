@@ -351,39 +351,60 @@ impl Upstream {
 
     /// A request of a method Palisade does not know (an extension's), for the server that
     /// keeps its own names (`prefix: false`, or `serve -- CMD`): the agent sees that server as
-    /// itself, so what it does not police goes to it as sent, audited once (fail closed) with
-    /// the method as `toolName`. Its answer goes back as the server sent it.
-    pub(super) async fn pass_through(
+    /// itself, so what it does not police goes to it as sent (`params` forwarded as written
+    /// when `as_sent::checked` allows; the agent's progress token and envelope are not the
+    /// server's), audited once (fail closed) with the method as `toolName`. Its answer goes
+    /// back as the server sent it. With no such server, "method not found".
+    pub(crate) async fn pass_through(
         &self,
-        idx: usize,
-        mut request: rmcp::model::CustomRequest,
+        method: &str,
+        params: Option<&RawValue>,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<Value, ErrorData> {
-        let arguments = match &mut request.params {
-            None => Map::new(),
-            Some(Value::Object(params)) => {
-                // Palisade's token goes with a mapped one; the agent's is not the server's.
-                if let Some(Value::Object(meta)) = params.get_mut("_meta") {
-                    meta.remove("progressToken");
-                    crate::gateway::agent::versions::strip_envelope(meta);
-                }
-                params.clone()
-            }
-            Some(_) => {
-                return Err(ErrorData::invalid_params(
-                    format!("{}: params must be an object", request.method),
-                    None,
-                ))
-            }
+    ) -> Result<Box<RawValue>, ErrorData> {
+        let Some(idx) = self.shared.slots.iter().position(|s| s.filters.unprefixed) else {
+            return Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                method.to_string(),
+                None,
+            ));
         };
+        let not_object =
+            || ErrorData::invalid_params(format!("{method}: params must be an object"), None);
+        let decoded: Map<String, Value> = match params {
+            None => Map::new(),
+            Some(p) => match serde_json::from_str::<Value>(p.get()) {
+                Ok(Value::Object(m)) => m,
+                _ => return Err(not_object()),
+            },
+        };
+        let text = params.and_then(|p| {
+            crate::gateway::call::as_sent::checked(
+                p,
+                crate::gateway::call::as_sent::members_of(&decoded),
+                Named::Nowhere,
+            )
+        });
+        let mut arguments = decoded;
+        // Palisade's token goes with a mapped one; the agent's is not the server's.
+        if let Some(Value::Object(meta)) = arguments.get_mut("_meta") {
+            meta.remove("progressToken");
+            crate::gateway::agent::versions::strip_envelope(meta);
+        }
+        let request = rmcp::model::CustomRequest::new(
+            method.to_string(),
+            params.map(|_| Value::Object(arguments.clone())),
+        );
         let audit = Audited {
             kind: RecordKind::Extension,
             arguments,
-            name: Some(request.method.clone()),
+            name: Some(method.to_string()),
         };
-        let out = Outgoing::typed(ClientRequest::CustomRequest(request));
-        let raw = self.forward_audited(idx, out, audit, ctx).await?;
-        serde_json::from_str(raw.get()).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+        let out = Outgoing::new(
+            ClientRequest::CustomRequest(request),
+            text.as_deref(),
+            Rename::Nothing,
+        );
+        self.forward_audited(idx, out, audit, ctx).await
     }
 
     pub(super) fn resource_owner(&self, uri: &str) -> Result<usize, ErrorData> {
