@@ -319,3 +319,50 @@ fn a_streamed_fast_call_ends_when_the_client_goes_away() {
     let records = support::read_jsonl(&audit);
     assert_eq!(records.len(), 1, "{records:?}");
 }
+
+// An agent that asks for progress and does not read its POST's stream does not hold the
+// server: past what the socket and the stream's backlog hold, the notifications are
+// dropped, the server's output keeps being read, and another call to it is answered. The
+// flooded call's stream still ends with its answer. (Waiting for room instead stalls the
+// server's reader: the other call then gets no answer.)
+#[test]
+fn an_agent_not_reading_its_progress_does_not_hold_the_server() {
+    let ws = Workspace::new();
+    let config = ws.config(
+        json!({"faulty": {
+            "command": support::deps().join("venv/bin/python"),
+            "args": [support::repo("tests/servers/faulty_server.py")],
+        }}),
+        json!({}),
+    );
+    let front = Front::start(&ws, &config);
+    let session = front.session(json!({}));
+    let count = 20_000;
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": "faulty__progress_flood", "arguments": {"count": count},
+                                 "_meta": {"progressToken": "f1"}}});
+    let mut flood = front.open_post(ALICE, Some(&session), &[], &body.to_string());
+    // The flood's stream unread meanwhile.
+    let echo = front.call(&session, 9, "faulty__echo", json!({"text": "still here"}));
+    let mut raw = Vec::new();
+    let _ = flood.read_to_end(&mut raw);
+    let flooded = Answer::parse(&String::from_utf8_lossy(&raw));
+    front.stop();
+    assert_eq!(echo.status, 200, "{echo:?}\n{}", ws.stderr_text());
+    assert_eq!(
+        echo.json()["result"]["content"][0]["text"],
+        "echo: still here",
+        "{echo:?}"
+    );
+    assert_eq!(
+        flooded.json()["result"]["content"][0]["text"],
+        format!("progress sent: {count}"),
+        "{}",
+        flooded.message
+    );
+    let got = flooded.notes_of("notifications/progress").len();
+    assert!(
+        got > 0 && got < count,
+        "{got} of {count} progress notifications"
+    );
+}

@@ -29,6 +29,8 @@ The handshake and `tools/list` are correct; each tool then triggers one fault on
   the gateway wrote, byte for byte).
 - notify_lines: writes a log message and a resource update with odd number spellings and
   unknown fields (as raw lines), then a normal answer.
+- progress_flood {count}: count progress notifications of 1 KiB each for the call's own
+  progress token, then a normal answer.
 
 With FAULTY_ECHO_LINES set it also serves one prompt (`request_line`), one resource
 (`line://request`) and completions, and answers `prompts/get`, `resources/read`,
@@ -89,7 +91,7 @@ def ask(method: str, params) -> dict:
 
 TOOLS = ["echo", "garbage", "notify_flood", "stderr_flood", "invalid_json", "huge_line",
          "unknown_ids", "sampling", "roots_flood", "crash", "hang", "rate_flood", "hog", "spin", "roots_flood_deaf", "pid", "sleep",
-         "request_line", "notify_lines"]
+         "request_line", "notify_lines", "progress_flood"]
 
 
 # Every argument any tool takes, declared so that the gateway's policy knows each one.
@@ -291,6 +293,14 @@ def handle(msg, raw: bytes) -> None:
         p = msg.get("params") or {}
         if p.get("name") == "request_line":
             answer(req_id, line)
+        elif p.get("name") == "progress_flood":
+            token = (p.get("_meta") or {}).get("progressToken")
+            count = int((p.get("arguments") or {}).get("count", 1000))
+            pad = "p" * 1024
+            for i in range(count):
+                send({"jsonrpc": "2.0", "method": "notifications/progress",
+                      "params": {"progressToken": token, "progress": i, "message": pad}})
+            answer(req_id, f"progress sent: {count}")
         elif p.get("name") == "notify_lines":
             write_raw(b'{"method":"notifications/message","params":{"level":"info","logger":"x.y",'
                       b'"data":{"n":1e3,"big":12345678901234567890123},"future":[1.50]},"jsonrpc":"2.0"}\n')
