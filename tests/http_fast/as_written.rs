@@ -4,7 +4,6 @@
 use super::client::*;
 use super::*;
 use serde_json::value::RawValue;
-use support::node_server;
 
 // The fast path relays the server's own bytes: each tool result of server-everything reaches
 // the HTTP agent exactly as the server wrote it (rmcp's typed path re-spells and drops
@@ -12,11 +11,7 @@ use support::node_server;
 #[test]
 fn http_call_results_are_the_servers_own_bytes() {
     let ws = Workspace::new();
-    let config = ws.config(
-        json!({"everything": {"command": "node",
-                              "args": [node_server("server-everything"), "stdio"]}}),
-        json!({}),
-    );
+    let config = everything_config(&ws);
     let front = Front::start(&ws, &config);
     let session = front.session(json!({}));
     let mut direct = Direct::start();
@@ -138,9 +133,7 @@ fn fast_routed_requests_reach_the_server_as_the_agent_wrote_them() {
             .is_some_and(|l| l.contains(r#""progressToken":"#)),
         "the server read: {seen}"
     );
-    let served = ws.stderr_text();
-    let served = served.matches("resources/read served on the fast path");
-    assert_eq!(served.count(), 2, "{}", ws.stderr_text());
+    assert_eq!(served(&ws, "resources/read"), 2, "{}", ws.stderr_text());
 }
 
 // A call asking for progress takes the fast path too: its answer is a stream on which the
@@ -150,11 +143,7 @@ fn fast_routed_requests_reach_the_server_as_the_agent_wrote_them() {
 #[test]
 fn progress_reaches_an_http_agent_as_the_server_wrote_it() {
     let ws = Workspace::new();
-    let config = ws.config(
-        json!({"everything": {"command": "node",
-                              "args": [node_server("server-everything"), "stdio"]}}),
-        json!({}),
-    );
+    let config = everything_config(&ws);
     let front = Front::start(&ws, &config);
     let session = front.session(json!({}));
     let mut direct = Direct::start();
@@ -181,9 +170,7 @@ fn progress_reaches_an_http_agent_as_the_server_wrote_it() {
     assert!(want[0].contains(r#""progress":1"#), "{want:?}");
     assert_eq!(t.notes_of("notifications/progress"), want, "{t:?}");
     assert_eq!(t.result_text(), d, "{t:?}");
-    let served = ws.stderr_text();
-    let served = served.matches("tools/call served on the fast path");
-    assert_eq!(served.count(), 1, "{}", ws.stderr_text());
+    assert_eq!(served(&ws, "tools/call"), 1, "{}", ws.stderr_text());
 }
 
 // An extension's request over HTTP (rmcp's path: the fast path takes only the methods it

@@ -36,3 +36,39 @@ fn fs_config(ws: &Workspace, settings: Value) -> (PathBuf, PathBuf) {
     );
     (config, audit)
 }
+
+/// server-everything behind the front, as `everything`.
+fn everything_config(ws: &Workspace) -> PathBuf {
+    ws.config(
+        json!({"everything": {"command": "node",
+                              "args": [support::node_server("server-everything"), "stdio"]}}),
+        json!({}),
+    )
+}
+
+/// How many requests of `method` the fast path served, by its debug log.
+fn served(ws: &Workspace, method: &str) -> usize {
+    ws.stderr_text()
+        .matches(&format!("{method} served on the fast path"))
+        .count()
+}
+
+/// The Python SDK's Streamable HTTP client (tests/clients/http_client.py) making `calls`
+/// as alice; its report.
+fn sdk_report(front: &client::Front, calls: Value) -> Value {
+    let out = support::driver("tests/clients/http_client.py")
+        .args([
+            &format!("http://{}/mcp", front.addr),
+            client::ALICE,
+            &calls.to_string(),
+        ])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}

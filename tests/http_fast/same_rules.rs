@@ -142,24 +142,12 @@ fn the_python_sdk_client_calls_through_the_fast_path() {
     let front = Front::start(&ws, &config);
     let home = ws.canonical().join("sandbox/principals/alice");
     let note = home.join("sdk.txt");
-    let out = support::driver("tests/clients/http_client.py")
-        .args([
-            &format!("http://{}/mcp", front.addr),
-            ALICE,
-            &json!([{"tool": "fs__write", "args": {"path": note, "content": "from the sdk"}},
-                    {"tool": "fs__read", "args": {"path": note}}])
-            .to_string(),
-        ])
-        .output()
-        .unwrap();
+    let report = sdk_report(
+        &front,
+        json!([{"tool": "fs__write", "args": {"path": note, "content": "from the sdk"}},
+               {"tool": "fs__read", "args": {"path": note}}]),
+    );
     front.stop();
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
-        panic!(
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
     assert!(report.get("error").is_none(), "{report}");
     assert_eq!(report["calls"][1]["text"], "from the sdk", "{report}");
     let records = support::read_jsonl(&audit);
@@ -169,14 +157,7 @@ fn the_python_sdk_client_calls_through_the_fast_path() {
         "{records:?}"
     );
     // The SDK's calls were served by the fast path: the log says how many.
-    assert!(
-        ws.stderr_text()
-            .matches("tools/call served on the fast path")
-            .count()
-            == 2,
-        "{}",
-        ws.stderr_text()
-    );
+    assert_eq!(served(&ws, "tools/call"), 2, "{}", ws.stderr_text());
 }
 
 // The SDK's client asking for progress gets it on the fast path: each notification on the
@@ -184,30 +165,13 @@ fn the_python_sdk_client_calls_through_the_fast_path() {
 #[test]
 fn the_python_sdk_client_gets_progress_through_the_fast_path() {
     let ws = Workspace::new();
-    let config = ws.config(
-        json!({"everything": {"command": "node",
-                              "args": [support::node_server("server-everything"), "stdio"]}}),
-        json!({}),
+    let front = Front::start(&ws, &everything_config(&ws));
+    let report = sdk_report(
+        &front,
+        json!([{"tool": "everything__trigger-long-running-operation",
+                "args": {"duration": 0.2, "steps": 2}, "progress": true}]),
     );
-    let front = Front::start(&ws, &config);
-    let out = support::driver("tests/clients/http_client.py")
-        .args([
-            &format!("http://{}/mcp", front.addr),
-            ALICE,
-            &json!([{"tool": "everything__trigger-long-running-operation",
-                     "args": {"duration": 0.2, "steps": 2}, "progress": true}])
-            .to_string(),
-        ])
-        .output()
-        .unwrap();
     front.stop();
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
-        panic!(
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
     assert!(report.get("error").is_none(), "{report}");
     let call = &report["calls"][0];
     assert_eq!(call["ok"], true, "{report}");
@@ -217,9 +181,7 @@ fn the_python_sdk_client_gets_progress_through_the_fast_path() {
         json!([[1.0, 2.0], [2.0, 2.0]]),
         "{report}"
     );
-    let served = ws.stderr_text();
-    let served = served.matches("tools/call served on the fast path");
-    assert_eq!(served.count(), 1, "{}", ws.stderr_text());
+    assert_eq!(served(&ws, "tools/call"), 1, "{}", ws.stderr_text());
 }
 
 // `notifications/cancelled` naming a fast call cancels it: the call ends at once (its response
@@ -311,11 +273,7 @@ fn a_streamed_fast_call_ends_when_the_client_goes_away() {
         recorded,
         "no audit record 30 s after the client went away:\n{err}"
     );
-    assert_eq!(
-        err.matches("tools/call served on the fast path").count(),
-        1,
-        "{err}"
-    );
+    assert_eq!(served(&ws, "tools/call"), 1, "{err}");
     let records = support::read_jsonl(&audit);
     assert_eq!(records.len(), 1, "{records:?}");
 }
