@@ -235,8 +235,10 @@ fn a_fast_call_is_cancelled_by_notifications_cancelled() {
     assert_eq!(records[0]["principal"], "alice", "{records:?}");
 }
 
-// A call answered on its own stream (it asked for progress) is cancelled when the client
-// goes away: its audit record is written at once instead of after the server's 600 s.
+// A call answered on its own stream (it asked for progress) holds its slot under the
+// principal's request cap while it runs (another request is refused with 429; the slot
+// given back when the POST was answered let it through, tried), and is cancelled when the
+// client goes away: its audit record is written at once instead of after the server's 600 s.
 #[test]
 fn a_streamed_fast_call_ends_when_the_client_goes_away() {
     let ws = Workspace::new();
@@ -246,7 +248,7 @@ fn a_streamed_fast_call_ends_when_the_client_goes_away() {
             "command": support::deps().join("venv/bin/python"),
             "args": [support::repo("tests/servers/faulty_server.py")],
         }}),
-        json!({"auditLog": audit}),
+        json!({"auditLog": audit, "http": {"maxRequestsPerPrincipal": 1}}),
     );
     let front = Front::start(&ws, &config);
     let session = front.session(json!({}));
@@ -264,8 +266,15 @@ fn a_streamed_fast_call_ends_when_the_client_goes_away() {
         })
     };
     let started = waited(&|| ws.stderr_text().contains("sleep: started"));
+    let over_cap = front.call(&session, 8, "faulty__echo", json!({"text": "over the cap"}));
     drop(conn);
-    let recorded = waited(&|| audit.exists() && !support::read_jsonl(&audit).is_empty());
+    let slept = || {
+        audit.exists()
+            && support::read_jsonl(&audit)
+                .iter()
+                .any(|r| r["toolName"] == "sleep")
+    };
+    let recorded = waited(&slept);
     let err = ws.stderr_text();
     front.stop();
     assert!(started, "{err}");
@@ -273,9 +282,8 @@ fn a_streamed_fast_call_ends_when_the_client_goes_away() {
         recorded,
         "no audit record 30 s after the client went away:\n{err}"
     );
+    assert_eq!(over_cap.status, 429, "{over_cap:?}");
     assert_eq!(served(&ws, "tools/call"), 1, "{err}");
-    let records = support::read_jsonl(&audit);
-    assert_eq!(records.len(), 1, "{records:?}");
 }
 
 // An agent that asks for progress and does not read its POST's stream does not hold the

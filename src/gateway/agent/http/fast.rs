@@ -222,11 +222,15 @@ impl FastPath {
     /// Runs a planned call on its own task and answers with its JSON-RPC response; `cut`
     /// (shutdown past its grace) ends the wait with `cut_error`'s answer. A call that asked
     /// for progress is answered at once with a stream its notifications and answer go on.
+    /// `held` (the request's slot under the principal's cap) is kept until the answer is
+    /// written: the call counts as in flight, for the cap and for shutdown's drain, while it
+    /// runs behind a stream.
     pub(super) async fn serve(
         &self,
         call: Planned,
         cut: &CancellationToken,
         cut_error: impl FnOnce(&str) -> Vec<u8> + Send + 'static,
+        held: impl Send + 'static,
     ) -> Response {
         let method = match &call.asked {
             Asked::Call(..) => "tools/call",
@@ -273,7 +277,7 @@ impl FastPath {
                     }
                 });
                 let events = lines.map(move |line| {
-                    let _held = &cancel_on_drop;
+                    let _kept = (&cancel_on_drop, &held);
                     Ok::<_, std::convert::Infallible>(one_event(&line))
                 });
                 Body::from_stream(events)
@@ -281,7 +285,9 @@ impl FastPath {
             None => {
                 // The client going away (this future dropped) cancels the call.
                 let _cancel_on_drop = ct.drop_guard();
-                Body::from(finished.await.map(|l| one_event(&l)).unwrap_or_default())
+                let line = finished.await;
+                drop(held);
+                Body::from(line.map(|l| one_event(&l)).unwrap_or_default())
             }
         };
         (

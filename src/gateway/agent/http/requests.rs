@@ -120,12 +120,10 @@ pub(super) async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> 
         entry.touch();
         if let Some(call) = entry.fast.plan(&parts.headers, &bytes).await {
             let grace = front.http.shutdown_grace;
-            let response = entry
+            return entry
                 .fast
-                .serve(call, &front.cut, move |id| cut_error(id, grace))
+                .serve(call, &front.cut, move |id| cut_error(id, grace), slot)
                 .await;
-            drop(slot);
-            return response;
         }
         if ids.is_empty() {
             if let Some(response) = entry.fast.cancel(&parts.headers, &bytes).await {
