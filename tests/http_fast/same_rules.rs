@@ -110,14 +110,21 @@ fn unknown_and_deleted_sessions_get_404() {
 }
 
 // What may need the session's stream stays on rmcp's path: an agent that declared
-// elicitation (a server or the approver may ask it). (A progress token is the fast path's:
+// elicitation while a server's elicitation relay is on (that server may ask it, on the
+// session's stream). With the relay off (the default) nothing can ask the agent during a
+// call, so an agent declaring elicitation and sampling is served on the fast path. (A
+// progress token is the fast path's too:
 // `as_written::progress_reaches_an_http_agent_as_the_server_wrote_it`.)
 #[test]
 fn calls_that_may_need_the_stream_go_through_rmcp() {
     let ws = Workspace::new();
-    let (config, _) = fs_config(&ws, json!({}));
-    let front = Front::start(&ws, &config);
     let dir = ws.canonical();
+    let config = ws.config(
+        json!({"fs": {"command": palisade(), "args": ["fs-server"],
+                      "relay": {"elicitation": true}}}),
+        json!({}),
+    );
+    let front = Front::start(&ws, &config);
     let plain = front.session(json!({}));
     // The control: the same call, before any asking agent, is fast.
     let control = front.call(&plain, 9, "fs__stat", json!({"path": dir}));
@@ -132,6 +139,16 @@ fn calls_that_may_need_the_stream_go_through_rmcp() {
         assert!(!a.fast(), "took the fast path: {a:?}");
         assert!(a.json()["result"]["content"].is_array(), "{a:?}");
     }
+
+    // No relay: the agent that could be asked never is, and its calls are fast.
+    let ws = Workspace::new();
+    let (config, _) = fs_config(&ws, json!({}));
+    let front = Front::start(&ws, &config);
+    let asking = front.session(json!({"elicitation": {}, "sampling": {}}));
+    let fast = front.call(&asking, 2, "fs__stat", json!({"path": ws.canonical()}));
+    front.stop();
+    assert!(fast.fast(), "{fast:?}");
+    assert!(fast.json()["result"]["content"].is_array(), "{fast:?}");
 }
 
 // The Python `mcp` SDK's Streamable HTTP client works against the fast path's JSON answers.

@@ -23,9 +23,10 @@
 //! `notifications/initialized`; a body that is one JSON-RPC request object with only
 //! `jsonrpc`, `id`, `method` and `params`; a call's params with only `name`, `arguments` and
 //! a `_meta`, any request's `_meta` without a 2026-07-28 envelope and with a progress token
-//! (if any) that rmcp reads as one; and neither this session's client nor
-//! the principal's linked client declaring elicitation or sampling, and no `elicit` approver
-//! (a call that may need a request to the agent on the session's stream is rmcp's). An
+//! (if any) that rmcp reads as one; and neither this session's client nor the principal's
+//! linked client declaring elicitation or sampling that a server's relay is turned on for,
+//! and no `elicit` approver (a call that may need a request to the agent on the session's
+//! stream is rmcp's). An
 //! unknown session therefore gets rmcp's own 404.
 //!
 //! A fast call runs on its own task: the client going away cancels it (its audit record is
@@ -200,12 +201,12 @@ impl FastPath {
             return None;
         }
         let peer = self.sessions.get(session)?;
-        if asks_the_agent(&peer)
+        if asks_the_agent(&self.shared, &peer)
             || self
                 .shared
                 .upstream
                 .get()
-                .is_some_and(|p| asks_the_agent(&p))
+                .is_some_and(|p| asks_the_agent(&self.shared, &p))
         {
             return None;
         }
@@ -396,11 +397,21 @@ fn one_event(line: &[u8]) -> Vec<u8> {
     body
 }
 
-/// Whether the agent's client could be asked something during a call (a relayed
-/// elicitation or sampling request goes on the session's stream).
-fn asks_the_agent(peer: &Peer<RoleServer>) -> bool {
-    peer.peer_info()
-        .is_some_and(|i| i.capabilities.elicitation.is_some() || i.capabilities.sampling.is_some())
+/// Whether the agent's client could be asked something during a call: a server's sampling
+/// or elicitation request, relayed, goes on the session's stream. Only a server whose config
+/// turns the relay on (`relay`, off by default) has its requests relayed, and only to an
+/// agent that declared the capability; the `elicit` approver turns the fast path off as a
+/// whole (`FastPath::enabled`).
+fn asks_the_agent(shared: &Shared, peer: &Peer<RoleServer>) -> bool {
+    let Some(info) = peer.peer_info() else {
+        return false;
+    };
+    let caps = &info.capabilities;
+    shared.slots.iter().any(|slot| {
+        let relay = slot.relay.policy();
+        (relay.sampling && caps.sampling.is_some())
+            || (relay.elicitation && caps.elicitation.is_some())
+    })
 }
 
 /// The headers the fast path serves exactly as rmcp would (else rmcp answers, with its own
