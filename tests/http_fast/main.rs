@@ -72,3 +72,25 @@ fn sdk_report(front: &client::Front, calls: Value) -> Value {
         )
     })
 }
+
+/// The raw JSON-lines test server (tests/servers/faulty_server.py) behind the front, as
+/// `faulty`, with these `palisade` settings.
+fn faulty_config(ws: &Workspace, settings: Value) -> PathBuf {
+    ws.config(
+        json!({"faulty": {"command": support::python(),
+                          "args": [support::repo("tests/servers/faulty_server.py")]}}),
+        settings,
+    )
+}
+
+/// Whether `what` came true within 30 s, asked every 25 ms (a guard against a hang, never a
+/// timing assertion).
+fn wait_until(what: &dyn Fn() -> bool) -> bool {
+    (0..1200).any(|_| {
+        let done = what();
+        if !done {
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        done
+    })
+}

@@ -5,7 +5,6 @@ use super::client::*;
 use super::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
 
 // Policy, the kernel's refusal and the audit's principal hold on the fast path.
 #[test]
@@ -208,13 +207,7 @@ fn the_python_sdk_client_gets_progress_through_the_fast_path() {
 fn a_fast_call_is_cancelled_by_notifications_cancelled() {
     let ws = Workspace::new();
     let audit = ws.path().join("audit.jsonl");
-    let config = ws.config(
-        json!({"faulty": {
-            "command": support::deps().join("venv/bin/python"),
-            "args": [support::repo("tests/servers/faulty_server.py")],
-        }}),
-        json!({"auditLog": audit}),
-    );
+    let config = faulty_config(&ws, json!({"auditLog": audit}));
     let front = std::sync::Arc::new(Front::start(&ws, &config));
     let session = front.session(json!({}));
     let call = {
@@ -223,14 +216,7 @@ fn a_fast_call_is_cancelled_by_notifications_cancelled() {
             front.call(&session, 7, "faulty__sleep", json!({"after": 600.0}))
         })
     };
-    let mut started = false;
-    for _ in 0..1200 {
-        if ws.stderr_text().contains("sleep: started") {
-            started = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
+    let started = wait_until(&|| ws.stderr_text().contains("sleep: started"));
     let cancel = front.post(
         Some(&session),
         &[],
@@ -260,11 +246,8 @@ fn a_fast_call_is_cancelled_by_notifications_cancelled() {
 fn a_streamed_fast_call_ends_when_the_client_goes_away() {
     let ws = Workspace::new();
     let audit = ws.path().join("audit.jsonl");
-    let config = ws.config(
-        json!({"faulty": {
-            "command": support::deps().join("venv/bin/python"),
-            "args": [support::repo("tests/servers/faulty_server.py")],
-        }}),
+    let config = faulty_config(
+        &ws,
         json!({"auditLog": audit, "http": {"maxRequestsPerPrincipal": 1}}),
     );
     let front = Front::start(&ws, &config);
@@ -273,16 +256,7 @@ fn a_streamed_fast_call_ends_when_the_client_goes_away() {
                       "params": {"name": "faulty__sleep", "arguments": {"after": 600.0},
                                  "_meta": {"progressToken": "p7"}}});
     let conn = front.open_post(ALICE, Some(&session), &[], &body.to_string());
-    let waited = |what: &dyn Fn() -> bool| {
-        (0..1200).any(|_| {
-            let done = what();
-            if !done {
-                std::thread::sleep(Duration::from_millis(25));
-            }
-            done
-        })
-    };
-    let started = waited(&|| ws.stderr_text().contains("sleep: started"));
+    let started = wait_until(&|| ws.stderr_text().contains("sleep: started"));
     let over_cap = front.call(&session, 8, "faulty__echo", json!({"text": "over the cap"}));
     drop(conn);
     let slept = || {
@@ -291,7 +265,7 @@ fn a_streamed_fast_call_ends_when_the_client_goes_away() {
                 .iter()
                 .any(|r| r["toolName"] == "sleep")
     };
-    let recorded = waited(&slept);
+    let recorded = wait_until(&slept);
     let err = ws.stderr_text();
     front.stop();
     assert!(started, "{err}");
@@ -311,13 +285,7 @@ fn a_streamed_fast_call_ends_when_the_client_goes_away() {
 #[test]
 fn an_agent_not_reading_its_progress_does_not_hold_the_server() {
     let ws = Workspace::new();
-    let config = ws.config(
-        json!({"faulty": {
-            "command": support::deps().join("venv/bin/python"),
-            "args": [support::repo("tests/servers/faulty_server.py")],
-        }}),
-        json!({}),
-    );
+    let config = faulty_config(&ws, json!({}));
     let front = Front::start(&ws, &config);
     let session = front.session(json!({}));
     let count = 20_000;
