@@ -14,6 +14,8 @@
 //! answer).
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::sync::mpsc;
@@ -27,7 +29,12 @@ type Item = (Vec<u8>, bool);
 
 /// The sending end, cheap to clone.
 #[derive(Clone)]
-pub struct RequestStream(mpsc::Sender<Item>);
+pub struct RequestStream {
+    tx: mpsc::Sender<Item>,
+    /// Notifications dropped so far on this stream, told in the log at the first and every
+    /// 10,000th (as the agent link's relay budget does), not once per drop.
+    dropped: Arc<AtomicU64>,
+}
 
 /// The receiving end: the lines in order, ending after the answer (or when every sender has
 /// gone without one).
@@ -39,21 +46,38 @@ pub struct Lines {
 impl RequestStream {
     pub fn new() -> (RequestStream, Lines) {
         let (tx, rx) = mpsc::channel(BACKLOG);
-        (RequestStream(tx), Lines { rx, ended: false })
+        let stream = RequestStream {
+            tx,
+            dropped: Arc::default(),
+        };
+        (stream, Lines { rx, ended: false })
     }
 
     /// Queues a notification's line; dropped when the agent is not keeping up or has gone.
     pub fn offer(&self, line: Vec<u8>) {
-        if self.0.try_send((line, false)).is_err() {
-            tracing::debug!(
-                "a notification for a request's own stream dropped: the client is not reading"
-            );
+        match self.tx.try_send((line, false)) {
+            Ok(()) => {}
+            // The body is gone: the call is being cancelled; nothing to tell.
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if n == 1 || n.is_multiple_of(10_000) {
+                    tracing::warn!(
+                        "the client is not reading this request's stream: {n} notification(s) for it dropped so far"
+                    );
+                }
+            }
         }
+    }
+
+    /// How many notifications this stream has dropped.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// Queues the request's answer, waiting for room; the stream ends after it.
     pub async fn finish(self, line: Vec<u8>) {
-        let _ = self.0.send((line, true)).await;
+        let _ = self.tx.send((line, true)).await;
     }
 }
 
@@ -101,6 +125,7 @@ mod tests {
         for i in 0..BACKLOG + 10 {
             tx.offer(i.to_string().into_bytes());
         }
+        assert_eq!(tx.dropped(), 10, "the drops are counted");
         let answer = tokio::spawn(tx.finish(b"answer".to_vec()));
         let mut got = Vec::new();
         while let Some(line) = lines.next().await {
