@@ -108,29 +108,15 @@ impl Connection {
         cancel: Option<&CancellationToken>,
         progress_to: Option<UpTarget>,
     ) -> Result<Box<RawValue>, ForwardError> {
-        self.request_with(request, timeout, cancel, progress_to, None, &Map::new())
-            .await
-    }
-
-    /// As `request`, adding `meta` to the request's `_meta` and `extra` to its params:
-    /// fields of the agent's request the typed view does not model (`task`), forwarded as
-    /// sent; a typed field wins.
-    pub async fn request_with(
-        &self,
-        request: ClientRequest,
-        timeout: Duration,
-        cancel: Option<&CancellationToken>,
-        progress_to: Option<UpTarget>,
-        meta: Option<RequestMetaObject>,
-        extra: &Map<String, Value>,
-    ) -> Result<Box<RawValue>, ForwardError> {
-        self.request_raw(request, timeout, cancel, progress_to, meta, extra)
+        self.request_raw(request, timeout, cancel, progress_to, None, &Map::new())
             .await
             .map(RawJson::into_raw_value)
     }
 
-    /// As `request_with`, the result kept as the bytes received (a slice of the server's
-    /// line, not copied): the relay's path for a tool call's result.
+    /// As `request`, adding `meta` to the request's `_meta` and `extra` to its params
+    /// (fields of the agent's request the typed view does not model, such as `task`,
+    /// forwarded as sent; a typed field wins), the result kept as the bytes received (a slice
+    /// of the server's line, not copied).
     pub async fn request_raw(
         &self,
         request: ClientRequest,

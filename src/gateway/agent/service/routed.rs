@@ -30,6 +30,7 @@ use serde_json::{Map, Value};
 use crate::audit::RecordKind;
 use crate::gateway::call::as_sent::{self, Named, Rename};
 use crate::gateway::call::pipeline::forwarded_meta;
+use crate::gateway::raw_json::RawJson;
 use crate::gateway::server::handler::UpTarget;
 use crate::gateway::server::request::ForwardError;
 
@@ -93,21 +94,21 @@ impl Upstream {
             .map(|token| UpTarget::of(ctx, token));
         let timeout = self.shared.limits.call_timeout;
         let answer = match out.sent {
-            Some((text, rename)) => live
-                .conn
-                .request_as_sent(
-                    out.request.method(),
-                    text.get(),
-                    rename,
-                    timeout,
-                    Some(&ctx.ct),
-                    progress_to,
-                )
-                .await
-                .map(crate::gateway::raw_json::RawJson::into_raw_value),
+            Some((text, rename)) => {
+                live.conn
+                    .request_as_sent(
+                        out.request.method(),
+                        text.get(),
+                        rename,
+                        timeout,
+                        Some(&ctx.ct),
+                        progress_to,
+                    )
+                    .await
+            }
             None => {
                 live.conn
-                    .request_with(
+                    .request_raw(
                         out.request,
                         timeout,
                         Some(&ctx.ct),
@@ -118,7 +119,7 @@ impl Upstream {
                     .await
             }
         };
-        answer.map_err(|e| match e {
+        answer.map(RawJson::into_raw_value).map_err(|e| match e {
             ForwardError::Server(e) => e,
             other => ErrorData::internal_error(other.to_string(), None),
         })
