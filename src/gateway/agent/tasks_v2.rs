@@ -18,7 +18,7 @@
 //! `tasks/update` (a 2025-11-25 task's server asks for input by requests of its own) and task
 //! status notifications (2026-07-28 delivers them on `subscriptions/listen` streams).
 //!
-//! Pure: no I/O. The wiring is in `front.rs`.
+//! Pure: no I/O. The wiring is in `front/`.
 
 use rmcp::model::RequestMetaObject;
 use serde_json::{Map, Value};

@@ -62,9 +62,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::front;
 use crate::gateway::agent::request_stream::RequestStream;
-use crate::gateway::agent::service::{Upstream, READ_RAW};
+use crate::gateway::agent::service::READ_RAW;
 use crate::gateway::call::as_sent::{self, AsSent};
-use crate::gateway::raw_json::RawJson;
 use crate::gateway::state::Shared;
 
 use super::sessions::{SessionPeers, SESSION_HEADER};
@@ -349,18 +348,7 @@ async fn run(
             front::answer_call(&shared, *typed, sent, ctx).await
         }
         Asked::Read { method, params } => {
-            // As the stdio front reads it (a call's is read with its typed view).
-            if let Some(meta) = front::request_meta(&params) {
-                ctx.meta = meta;
-            }
-            let upstream = Upstream {
-                shared,
-                sessions: None,
-            };
-            upstream
-                .answer_read(method, Some(&params), &ctx)
-                .await
-                .map(RawJson::from)
+            front::answer_routed(&shared, method, Some(&params), ctx).await
         }
     };
     match answer {

@@ -343,7 +343,7 @@ impl ServerHandler for Upstream {
     ) -> Result<CallToolResponse, ErrorData> {
         // Counted while it runs: shutdown waits for it so that its audit record is written.
         let _in_flight = self.shared.calls.token();
-        // (The HTTP front's way in; stdio's calls are read by `front.rs`.) A 2026-07-28 call
+        // (The HTTP front's way in; stdio's calls are read by `front/`.) A 2026-07-28 call
         // is driven in rounds, so an approval or a server's question can be asked of its
         // agent as an input-required result, as over stdio.
         let mut as_task = false;
