@@ -1,6 +1,6 @@
 //! A JSON-RPC line client over any child's stdio that keeps each response's raw text.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -49,15 +49,7 @@ impl Lines {
             .expect("spawn");
         let stdin = child.stdin.take();
         let out = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = crate::support::read_lines(out);
         Lines {
             child,
             stdin,

@@ -1,7 +1,7 @@
 //! The harness: `Front`, a running `palisade serve --http` and the raw HTTP client that
 //! talks to it, its `Answer`s, and `Direct`, server-everything over stdio with no Palisade.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -306,15 +306,7 @@ impl Direct {
             .unwrap();
         let stdin = child.stdin.take().unwrap();
         let out = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = crate::support::read_lines(out);
         let mut d = Direct {
             child,
             stdin,

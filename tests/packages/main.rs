@@ -24,7 +24,7 @@ mod runners;
 mod scripts;
 mod serve;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
@@ -109,15 +109,10 @@ impl Client {
             .spawn()
             .unwrap();
         let out = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Client { child, lines: rx }
+        Client {
+            child,
+            lines: support::read_lines(out),
+        }
     }
 
     fn send(&mut self, v: Value) {

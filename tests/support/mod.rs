@@ -21,6 +21,22 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+/// The lines a child writes to `out`, read on a thread of their own so that a test waits on
+/// them with a timeout (`recv_timeout`) instead of blocking on the pipe. The channel closes
+/// when the child closes `out`.
+pub fn read_lines(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 /// server-everything tool calls whose results carry what a re-encoding changes: escapes and
 /// U+2028, a float, annotations with numbers, an image, resource links, structured content
 /// (the fidelity tests compare each through palisade, byte for byte, with the server's own).

@@ -1,7 +1,7 @@
 //! A raw JSON-RPC line client over `palisade serve`'s stdio: it sees exactly the bytes a
 //! client sees, and answers `roots/list` with the agent roots a test declares.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
@@ -46,15 +46,7 @@ impl Serve {
         let mut child = cmd.spawn().unwrap();
         let stdin = child.stdin.take();
         let stdout: ChildStdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = super::read_lines(stdout);
         Serve {
             child,
             stdin,
