@@ -202,3 +202,32 @@ fn an_extensions_request_over_http_reaches_the_server_that_keeps_its_own_names()
     assert_eq!(read["method"], "x.example/echo", "{read}");
     assert_eq!(read["params"], json!({"q": [1, "two"]}), "{read}");
 }
+
+// A server's log message and resource update reach an HTTP agent on its session's GET
+// stream with every member the server wrote, in its order; only the logger is made
+// Palisade's. rmcp's typed models dropped the unknown `future` and put the rest in their
+// own order. (On this stream rmcp's session writes the message, so a number not spelt as
+// serde_json writes it is spelt anew: `1e3`, `1.50`.)
+#[test]
+fn a_servers_notifications_reach_an_http_agent_with_all_their_members() {
+    let ws = Workspace::new();
+    let front = Front::start(&ws, &faulty_config(&ws, json!({})));
+    let session = front.session(json!({}));
+    let mut stream = front.open_get(&session);
+    let sent = front.call(&session, 1, "faulty__notify_lines", json!({}));
+    assert_eq!(sent.status, 200, "{sent:?}");
+    let messages = next_messages(&mut stream, 2);
+    assert_eq!(
+        notes_of(&messages, "notifications/message"),
+        [
+            r#"{"level":"info","logger":"faulty/x.y","data":{"n":1000.0,"big":1.2345678901234568e+22},"future":[1.5]}"#
+        ],
+        "{messages:?}"
+    );
+    assert_eq!(
+        notes_of(&messages, "notifications/resources/updated"),
+        [r#"{"uri":"line://request","future":{"q":2.5}}"#],
+        "{messages:?}"
+    );
+    front.stop();
+}

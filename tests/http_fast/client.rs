@@ -122,6 +122,32 @@ impl Front {
         s
     }
 
+    /// Opens the session's GET stream (what the server sends outside any request) as alice;
+    /// returns once its response head has come, so the stream is open on the gateway's side.
+    pub fn open_get(&self, session: &str) -> std::io::BufReader<TcpStream> {
+        use std::io::BufRead;
+        let mut s = TcpStream::connect(self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let req = format!(
+            "GET /mcp HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
+             Authorization: Bearer {ALICE}\r\nAccept: text/event-stream\r\n\
+             Mcp-Session-Id: {session}\r\n\r\n",
+            self.addr
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let mut stream = std::io::BufReader::new(s);
+        let mut status = String::new();
+        stream.read_line(&mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 200"), "GET /mcp: {status}");
+        loop {
+            let mut header = String::new();
+            stream.read_line(&mut header).unwrap();
+            if header.trim().is_empty() {
+                return stream;
+            }
+        }
+    }
+
     /// An initialized session (`capabilities` declared); its id.
     pub fn session(&self, capabilities: Value) -> String {
         let init = self.post(
@@ -250,6 +276,25 @@ impl Answer {
             .get()
             .to_string()
     }
+}
+
+/// The next `count` JSON-RPC messages on an SSE stream (`open_get`), as their text: the
+/// `data:` lines that are JSON (the chunk sizes between them are not).
+pub fn next_messages(stream: &mut std::io::BufReader<TcpStream>, count: usize) -> Vec<String> {
+    use std::io::BufRead;
+    let mut got = Vec::new();
+    while got.len() < count {
+        let mut line = String::new();
+        let n = stream.read_line(&mut line).expect("the stream stays open");
+        assert!(n > 0, "the stream ended after {got:?}");
+        if let Some(data) = line.trim_end().strip_prefix("data:") {
+            let data = data.trim_start();
+            if serde_json::from_str::<Value>(data).is_ok() {
+                got.push(data.to_string());
+            }
+        }
+    }
+    got
 }
 
 /// The params of the notifications of `method` among JSON-RPC `messages`, as their text.

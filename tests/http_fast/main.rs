@@ -3,7 +3,8 @@
 //! the server's own result bytes in one SSE event of known length (rmcp's path streams its
 //! SSE answer and re-types the result). One test binary; one module per subject:
 //!
-//! - `as_written`: the server's bytes to the agent, the agent's params to the server;
+//! - `as_written`: the server's bytes to the agent (results, progress, and its own
+//!   notifications on the session's GET stream), the agent's params to the server;
 //! - `same_rules`: policy, the kernel's refusals and the audit's `principal` hold on it; an
 //!   unknown session still gets rmcp's 404; a call that may need the session's stream
 //!   (progress, an agent that can be asked) still goes through rmcp; cancellation; the

@@ -140,67 +140,45 @@ impl DownstreamHandler {
             return;
         }
         let size = v.to_string().len();
-        if let Some((peer, permit)) = self.upstream.for_relay(size) {
-            tokio::spawn(async move {
-                let note = rmcp::model::ServerNotification::CustomNotification(
-                    rmcp::model::CustomNotification::new("notifications/tasks/status", Some(v)),
-                );
-                let _ = peer.send_notification(note).await;
-                drop(permit);
-            });
-        }
+        self.relay_value("notifications/tasks/status", Some(v), size);
     }
 
-    /// `text`: the params as the server wrote them, for an agent on stdio.
-    fn on_logging_message(
-        &self,
-        mut params: LoggingMessageNotificationParam,
-        text: Option<&RawValue>,
-    ) {
+    /// `params`: the typed view, checked to be a log message; `text`: its params as the
+    /// server wrote them, which is what is relayed.
+    fn on_logging_message(&self, params: LoggingMessageNotificationParam, text: &RawValue) {
         // A 2026-07-28 agent gets log messages only for a request that set `logLevel`;
         // Palisade does not tie a server's log lines to a request, so it sends it none.
         if self.upstream.is_sessionless() {
             return;
         }
         let logger = note_line::logger_of(&self.server, params.logger.as_deref());
-        // To an agent on stdio, as the server wrote it, with the logger made Palisade's.
-        let own = self.upstream.lines().zip(text).and_then(|(out, t)| {
-            let logger = serde_json::to_string(&logger).ok()?;
-            Some((out, note_line::with_member(t.get(), "logger", &logger)?))
-        });
-        match own {
-            Some((out, own)) => self.relay_line(out, "notifications/message", &own),
-            None => {
-                params.logger = Some(logger);
-                // Bounded: dropped when the agent is not keeping up (see
-                // `UpstreamLink::for_relay`). Sent on its own task: an agent that does not
-                // read must not stall this server's reader (the call results behind the
-                // notification would wait with it).
-                let size = serde_json::to_vec(&params.data).map_or(0, |v| v.len());
-                if let Some((peer, permit)) = self.upstream.for_relay(size) {
-                    tokio::spawn(async move {
-                        let _ = peer.notify_logging_message(params).await;
-                        drop(permit);
-                    });
-                }
+        // As the server wrote it, with the logger made Palisade's.
+        if let Some(out) = self.upstream.lines() {
+            let own = serde_json::to_string(&logger)
+                .ok()
+                .and_then(|l| note_line::with_member(text.get(), "logger", &l));
+            if let Some(own) = own {
+                return self.relay_line(out, "notifications/message", &own);
             }
         }
+        let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(text.get()) else {
+            return;
+        };
+        fields.insert("logger".into(), Value::String(logger));
+        self.relay_value(
+            "notifications/message",
+            Some(Value::Object(fields)),
+            text.get().len(),
+        );
     }
 
-    fn on_resource_updated(
-        &self,
-        params: ResourceUpdatedNotificationParam,
-        text: Option<&RawValue>,
-    ) {
-        if let Some((out, text)) = self.upstream.lines().zip(text) {
+    /// `text`: the params as the server wrote them, relayed (the typed view checked them).
+    fn on_resource_updated(&self, text: &RawValue) {
+        if let Some(out) = self.upstream.lines() {
             return self.relay_line(out, "notifications/resources/updated", text.get());
         }
-        if let Some((peer, permit)) = self.upstream.for_relay(params.uri.len()) {
-            tokio::spawn(async move {
-                let _ = peer.notify_resource_updated(params).await;
-                drop(permit);
-            });
-        }
+        let value = serde_json::from_str::<Value>(text.get()).ok();
+        self.relay_value("notifications/resources/updated", value, text.get().len());
     }
 
     /// A notification of a method Palisade does not know, for the agent as the server sent
@@ -211,10 +189,22 @@ impl DownstreamHandler {
             return self.relay_line(out, method, params.map_or("{}", RawValue::get));
         }
         let value = params.and_then(|p| serde_json::from_str::<Value>(p.get()).ok());
-        let size = params.map_or(0, |p| p.get().len());
+        self.relay_value(method, value, params.map_or(0, |p| p.get().len()));
+    }
+
+    /// Sends a notification to the agent through rmcp's session (an agent over HTTP: the
+    /// session knows which stream it goes on) as `params` are: a value read from the server's
+    /// text keeps its members, unknown ones too, in the server's order (rmcp's typed models
+    /// would drop the ones they do not know and put the rest in theirs); only a number that
+    /// is not spelt as serde_json writes it (`1.50`, `1e3`) is spelt anew.
+    ///
+    /// Bounded: dropped when the agent is not keeping up (`UpstreamLink::for_relay`, sized
+    /// by `size`). Sent on its own task: an agent that does not read must not stall this
+    /// server's reader (the call results behind the notification would wait with it).
+    fn relay_value(&self, method: &str, params: Option<Value>, size: usize) {
         if let Some((peer, permit)) = self.upstream.for_relay(size) {
             let note = rmcp::model::ServerNotification::CustomNotification(
-                rmcp::model::CustomNotification::new(method, value),
+                rmcp::model::CustomNotification::new(method.to_string(), params),
             );
             tokio::spawn(async move {
                 let _ = peer.send_notification(note).await;
@@ -301,13 +291,14 @@ impl Inbound for DownstreamHandler {
                     let _ = self.list_changed.send(ListKind::Resources);
                 }
                 "notifications/message" => {
-                    if let Ok(p) = view(params) {
-                        self.on_logging_message(p, params);
+                    if let (Ok(p), Some(text)) = (view(params), params) {
+                        self.on_logging_message(p, text);
                     }
                 }
                 "notifications/resources/updated" => {
-                    if let Ok(p) = view(params) {
-                        self.on_resource_updated(p, params);
+                    let checked = view::<ResourceUpdatedNotificationParam>(params);
+                    if let (Ok(_), Some(text)) = (checked, params) {
+                        self.on_resource_updated(text);
                     }
                 }
                 "notifications/tasks/status" => self.on_task_status(params),
