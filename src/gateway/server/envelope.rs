@@ -1,6 +1,6 @@
 //! What one line of a server's stdout is, read from its envelope only (`jsonrpc`, `id`,
 //! `method`, and where `params`, `result` and `error` lie): pure, no I/O, shared by the peer's
-//! dispatch (`peer.rs`), the tap's progress filter (`tap.rs`) and the fuzz and property tests.
+//! dispatch (`peer/dispatch.rs`), the tap's progress filter (`tap.rs`) and the fuzz and property tests.
 //!
 //! Why a scanner before serde: every response, a 1 MiB `read` result included, crossed a
 //! serde parse of the whole line only to learn where its `id` and `result` are; that parse

@@ -2,7 +2,7 @@
 //! goes through. A timeout on every request, the agent's cancellation passed on, progress
 //! tokens mapped, params as Palisade built them or as the agent wrote them (`call::as_sent`),
 //! a 2026-07-28 server's input requests answered and the request retried. The wire is
-//! `peer.rs`: results come back as the bytes the server sent.
+//! `peer/`: results come back as the bytes the server sent.
 //!
 //! Never: send a request without a timeout (a silent server would hang the call forever);
 //! forward a server's progress under its own token (the agent only knows its own).

@@ -1,5 +1,5 @@
 //! The line reader over a downstream server's stdout, in front of the peer's dispatch
-//! (`peer.rs`).
+//! (`peer/`).
 //!
 //! Why: it is where a server's stdout is policed: every byte is charged to the process's
 //! output-rate budget (`fault.rs`), and a line longer than the 16 MiB limit of one JSON-RPC

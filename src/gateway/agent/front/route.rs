@@ -1,6 +1,7 @@
 //! Where one line of the agent's goes: relayed by Palisade (a call, a task request, a routed
 //! request; an extension's messages, to the one server that keeps its own names), a
-//! cancellation, or rmcp's session. Read from the line's envelope alone (`Head`).
+//! cancellation, or rmcp's session. Read from the line's envelope (`Head`); an extension's
+//! messages are told by rmcp's reading of the line (a method its models do not know).
 
 use std::borrow::Cow;
 

@@ -18,6 +18,8 @@
 //! server goes (every pending sender is dropped, which the waiter reads as "closed"); hold a
 //! lock across an await; write anything on stdout of our own.
 
+mod dispatch;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -28,15 +30,15 @@ use std::time::Duration;
 use rmcp::model::{ErrorData, NumberOrString, ProgressToken, RequestId};
 use serde::Serialize;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::line_out::LineOut;
 use crate::gateway::raw_json::RawJson;
-use crate::gateway::server::envelope::{classify_text, Kind};
 use crate::gateway::server::fault::ProcessFaults;
+use dispatch::Dispatch;
 
 /// What a request got back.
 #[derive(Debug)]
@@ -137,21 +139,6 @@ struct OutResponse<'a> {
     result: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a ErrorData>,
-}
-
-/// The id we gave a request, from the id the server echoes (a number, or its decimal string).
-fn our_id(text: &str) -> Option<u64> {
-    text.parse::<u64>()
-        .ok()
-        .or_else(|| serde_json::from_str::<String>(text).ok()?.parse().ok())
-}
-
-/// Where `part`, a slice of `whole`, lies in it (`None` if it is not one).
-fn span_in(whole: &str, part: &str) -> Option<std::ops::Range<usize>> {
-    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
-    let span = start..start + part.len();
-    // In bounds and on character boundaries: then it is `part` itself (same start, length).
-    whole.get(span.clone()).map(|_| span)
 }
 
 impl ServerPeer {
@@ -398,132 +385,11 @@ fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
     line
 }
 
-/// Routes each line the tap passes on.
-struct Dispatch {
-    peer: Arc<ServerPeer>,
-    inbound: Arc<dyn Inbound>,
-}
-
-impl crate::gateway::server::tap::LineSink for Dispatch {
-    async fn line(&self, line: Vec<u8>) {
-        // Checked once here; the text (and a result's span of it) moves on as it is.
-        let Ok(text) = String::from_utf8(line) else {
-            tracing::debug!(server = %self.peer.server, "unreadable message ignored: not UTF-8");
-            return;
-        };
-        match classify_text(&text) {
-            Kind::Response { id, reply } => {
-                let Some(id) = our_id(id) else {
-                    tracing::debug!(server = %self.peer.server, "response to an id we never sent: {id}");
-                    return;
-                };
-                let Some(tx) = self.peer.lock_pending().remove(&id) else {
-                    // Timed out or cancelled already.
-                    return;
-                };
-                let reply = match reply {
-                    Ok(result) => Reply::Result(match span_in(&text, result) {
-                        Some(span) => RawJson::received(text, span),
-                        // Not a slice of the line (never, from the scanner or serde): a copy.
-                        None => RawJson::received(result.to_string(), 0..result.len()),
-                    }),
-                    Err(e) => Reply::Error(e),
-                };
-                let _ = tx.send(reply);
-            }
-            Kind::Notification { method, params } => {
-                if method == "notifications/progress" {
-                    self.inbound.progress(text.as_bytes()).await;
-                    return;
-                }
-                if method == "notifications/cancelled" {
-                    let id = params
-                        .and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok())
-                        .and_then(|m| m.get("requestId").map(Value::to_string));
-                    if let Some(ct) = id.and_then(|id| self.peer.lock_inbound().remove(&id)) {
-                        ct.cancel();
-                    }
-                    return;
-                }
-                self.inbound.notification(method, params).await;
-            }
-            Kind::Request { id, method, params } => {
-                let Ok(id) = serde_json::from_str::<RequestId>(id.get()) else {
-                    tracing::debug!(server = %self.peer.server, "request with an unusable id ignored");
-                    return;
-                };
-                let key = serde_json::to_string(&id).unwrap_or_default();
-                let ct = self.peer.closed.child_token();
-                self.peer.lock_inbound().insert(key.clone(), ct.clone());
-                let method = method.to_string();
-                let params: Option<Box<RawValue>> = params.map(RawValue::to_owned);
-                let peer = self.peer.clone();
-                let inbound = self.inbound.clone();
-                tokio::spawn(async move {
-                    let answer = inbound
-                        .request(&method, params.as_deref(), id.clone(), ct.clone())
-                        .await;
-                    peer.lock_inbound().remove(&key);
-                    // A request the server cancelled (or a connection gone) gets no answer.
-                    if !ct.is_cancelled() {
-                        peer.respond(&id, answer).await;
-                    }
-                });
-            }
-            Kind::Invalid(why) => {
-                tracing::debug!(server = %self.peer.server, "unreadable message ignored: {why}");
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::server::envelope::classify;
     use rmcp::model::ErrorCode;
     use tokio::io::AsyncWriteExt;
-
-    #[test]
-    fn lines_are_classified_by_their_envelope_only() {
-        assert!(matches!(
-            classify(br#"{"jsonrpc":"2.0","id":3,"result":{"x":1.0,"a":1}}"#),
-            Kind::Response { .. }
-        ));
-        assert!(matches!(
-            classify(br#"{"jsonrpc":"2.0","id":"r1","method":"roots/list"}"#),
-            Kind::Request {
-                method: "roots/list",
-                ..
-            }
-        ));
-        assert!(matches!(
-            classify(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#),
-            Kind::Notification {
-                method: "notifications/tools/list_changed",
-                ..
-            }
-        ));
-        assert!(matches!(classify(b"not json"), Kind::Invalid(_)));
-        assert!(matches!(
-            classify(br#"{"jsonrpc":"1.0","method":"x"}"#),
-            Kind::Invalid(_)
-        ));
-        assert!(matches!(
-            classify(br#"{"jsonrpc":"2.0","id":1}"#),
-            Kind::Invalid(_)
-        ));
-    }
-
-    #[test]
-    fn echoed_ids_are_ours_as_numbers_or_decimal_strings() {
-        let n = serde_json::value::to_raw_value(&7).unwrap();
-        let s = serde_json::value::to_raw_value(&"7").unwrap();
-        let x = serde_json::value::to_raw_value(&"seven").unwrap();
-        assert_eq!(our_id(n.get()), Some(7));
-        assert_eq!(our_id(s.get()), Some(7));
-        assert_eq!(our_id(x.get()), None);
-    }
 
     struct Quiet;
     impl Inbound for Quiet {
