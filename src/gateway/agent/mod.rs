@@ -5,7 +5,8 @@
 //! the rest); `http/` is the Streamable HTTP front; `frame` caps
 //! the agent's lines; `stdio` puts stdin/stdout on the reactor; `link` is the one way back to
 //! the agent for requests and notifications; `agent_roots` the agent's declared roots;
-//! `versions` the bridge between protocol revisions.
+//! `versions` the bridge between protocol revisions; `running` the requests a front answers on
+//! their own tasks, for `notifications/cancelled` to find.
 
 pub mod agent_roots;
 pub mod frame;
@@ -15,6 +16,7 @@ pub mod link;
 pub mod mrtr;
 pub mod relaying;
 pub mod request_stream;
+pub mod running;
 pub mod service;
 pub mod stdio;
 pub mod task_bridge;

@@ -71,6 +71,7 @@ impl RequestStream {
     }
 
     /// How many notifications this stream has dropped.
+    #[cfg(test)]
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }

@@ -2,8 +2,7 @@
 //! params as the agent wrote them (`tools/call`, `tasks/*`, the routed requests, an
 //! extension's request); the answer written as one line by the task that made it.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rmcp::model::{ErrorData, RequestId};
 use rmcp::service::RequestContext;
@@ -11,30 +10,17 @@ use rmcp::RoleServer;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use tokio_util::sync::CancellationToken;
 
 use super::lines::{error_line, result_out};
 use super::route::{is_task_method, Head};
-use crate::gateway::agent::{mrtr, task_bridge, tasks_v2, versions};
+use crate::gateway::agent::{mrtr, running, task_bridge, tasks_v2, versions};
 use crate::gateway::call::as_sent::{self, AsSent};
 use crate::gateway::line_out::LineOut;
 use crate::gateway::raw_json::RawJson;
 use crate::gateway::state::Shared;
 
-/// Relayed requests still running, by their id (as JSON text), with their cancellation.
-pub(super) type Running = Arc<Mutex<HashMap<String, CancellationToken>>>;
-
-fn lock(running: &Running) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
-    // Each change is one insert or remove: a panic elsewhere cannot leave it half-changed.
-    running
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Takes every running request's cancellation (the agent has gone).
-pub(super) fn drain(running: &Running) -> Vec<CancellationToken> {
-    lock(running).drain().map(|(_, ct)| ct).collect()
-}
+/// Relayed requests still running, by their id (as JSON text).
+pub(super) type Running = Arc<running::Running<String>>;
 
 /// The map key of a request id: its JSON text, normalised through `RequestId`.
 fn id_key(id: &RequestId) -> String {
@@ -52,7 +38,7 @@ pub(super) fn cancel_relayed(params: Option<&RawValue>, running: &Running) -> bo
     let Some(Ok(c)) = params.map(|p| serde_json::from_str::<Cancelled>(p.get())) else {
         return false;
     };
-    match lock(running).get(&id_key(&c.request_id)) {
+    match running.get(&id_key(&c.request_id)) {
         Some(ct) => {
             ct.cancel();
             true
@@ -80,9 +66,8 @@ pub(super) fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &LineOut, runnin
     let params: Option<Box<RawValue>> = head.params.map(ToOwned::to_owned);
     let shared = shared.clone();
     let running = running.clone();
-    let ct = CancellationToken::new();
     let key = id_key(&id);
-    lock(&running).insert(key.clone(), ct.clone());
+    let ct = running.start(key.clone());
     tokio::spawn(async move {
         let answer = match shared.upstream.get() {
             None => Err(ErrorData::invalid_request(
@@ -95,7 +80,7 @@ pub(super) fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &LineOut, runnin
                 answer(&shared, &method, params.as_deref(), ctx).await
             }
         };
-        lock(&running).remove(&key);
+        running.finish(&key);
         let line = match answer {
             Ok(result) => result_out(raw_id.get(), result),
             Err(e) => error_line(raw_id.get(), &e).into(),

@@ -142,9 +142,7 @@ async fn read_lines<R: AsyncRead + Unpin>(
         }
     }
     // The agent has gone: nothing it asked for is still wanted.
-    for ct in answer::drain(&running) {
-        ct.cancel();
-    }
+    running.cancel_all();
 }
 
 fn trim(buf: &[u8]) -> &[u8] {

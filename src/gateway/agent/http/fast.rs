@@ -42,8 +42,7 @@
 //! The call's params are read once, into the typed view the pipeline takes (`FastParams`):
 //! the read that decides whether the fast path fits is the one handed on.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -60,9 +59,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::agent::front;
 use crate::gateway::agent::request_stream::RequestStream;
 use crate::gateway::agent::service::READ_RAW;
+use crate::gateway::agent::{front, running};
 use crate::gateway::call::as_sent::{self, AsSent};
 use crate::gateway::state::Shared;
 
@@ -77,7 +76,6 @@ pub(super) struct FastPath {
     pub(super) manager: Arc<LocalSessionManager>,
     /// `false` when the principal's approval chain can ask its agent (`elicit`).
     pub(super) enabled: bool,
-    /// Fast calls running, by (session id, request id as JSON text).
     running: Arc<Running>,
 }
 
@@ -146,10 +144,6 @@ impl FastPath {
             enabled,
             running: Arc::default(),
         }
-    }
-
-    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), CancellationToken>> {
-        lock(&self.running)
     }
 
     /// Whether this principal's rmcp session manager holds `session` (rmcp's own check: an
@@ -237,9 +231,8 @@ impl FastPath {
             Asked::Read { method, .. } => method,
         };
         tracing::debug!(session = %call.session, "{method} served on the fast path");
-        let ct = CancellationToken::new();
         let key = (call.session.clone(), call.raw_id.get().to_string());
-        self.running().insert(key.clone(), ct.clone());
+        let ct = self.running.start(key.clone());
         let id_text = call.raw_id.get().to_string();
         let streamed = call.progress.then(RequestStream::new);
         let task = tokio::spawn(run(
@@ -259,7 +252,7 @@ impl FastPath {
                     }),
                     _ = cut.cancelled() => cut_error(&id_text),
                 };
-                lock(&running).remove(&key);
+                running.finish(&key);
                 // A request the agent cancelled gets no answer (JSON-RPC), as on rmcp's
                 // path: the stream ends without an event.
                 (!ct.is_cancelled() || cut.is_cancelled()).then_some(line)
@@ -318,7 +311,7 @@ impl FastPath {
         }
         let c: Cancelled<'_> = serde_json::from_str(env.params?.get()).ok()?;
         let key = (session.to_string(), c.request_id.get().to_string());
-        let ct = self.running().get(&key).cloned()?;
+        let ct = self.running.get(&key)?;
         if !self.knows(session).await {
             return None;
         }
@@ -357,15 +350,8 @@ async fn run(
     }
 }
 
-type Running = Mutex<HashMap<(String, String), CancellationToken>>;
-
-fn lock(
-    running: &Running,
-) -> std::sync::MutexGuard<'_, HashMap<(String, String), CancellationToken>> {
-    running
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+/// Fast calls running, by (session id, request id as the agent wrote it).
+type Running = running::Running<(String, String)>;
 
 /// The session id of a POST carrying `notifications/initialized`, if it is one.
 pub(super) fn initialized_session(headers: &HeaderMap, body: &[u8]) -> Option<String> {
