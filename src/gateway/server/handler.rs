@@ -20,6 +20,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer};
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
@@ -143,42 +144,63 @@ impl DownstreamHandler {
         self.relay_value("notifications/tasks/status", Some(v), size);
     }
 
-    /// `params`: the typed view, checked to be a log message; `text`: its params as the
-    /// server wrote them, which is what is relayed.
-    fn on_logging_message(&self, params: LoggingMessageNotificationParam, text: &RawValue) {
+    /// A server's log message. The typed view checks it is one; what is relayed is the
+    /// server's text, with the logger made Palisade's.
+    fn on_logging_message(&self, params: Option<&RawValue>) {
         // A 2026-07-28 agent gets log messages only for a request that set `logLevel`;
         // Palisade does not tie a server's log lines to a request, so it sends it none.
-        if self.upstream.is_sessionless() {
+        let (Some(text), false) = (params, self.upstream.is_sessionless()) else {
             return;
-        }
-        let logger = note_line::logger_of(&self.server, params.logger.as_deref());
-        // As the server wrote it, with the logger made Palisade's.
+        };
         if let Some(out) = self.upstream.lines() {
-            let own = serde_json::to_string(&logger)
+            let Ok(p) = serde_json::from_str::<LoggingMessageNotificationParam>(text.get()) else {
+                return;
+            };
+            let own = serde_json::to_string(&self.logger(&p))
                 .ok()
                 .and_then(|l| note_line::with_member(text.get(), "logger", &l));
             if let Some(own) = own {
                 return self.relay_line(out, "notifications/message", &own);
             }
         }
-        let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(text.get()) else {
+        // Through rmcp's session: the text read once, checked through the value.
+        let Ok(mut value) = serde_json::from_str::<Value>(text.get()) else {
             return;
         };
-        fields.insert("logger".into(), Value::String(logger));
-        self.relay_value(
-            "notifications/message",
-            Some(Value::Object(fields)),
-            text.get().len(),
-        );
+        let Ok(p) = LoggingMessageNotificationParam::deserialize(&value) else {
+            return;
+        };
+        let logger = self.logger(&p);
+        if let Value::Object(fields) = &mut value {
+            fields.insert("logger".into(), Value::String(logger));
+        }
+        self.relay_value("notifications/message", Some(value), text.get().len());
     }
 
-    /// `text`: the params as the server wrote them, relayed (the typed view checked them).
-    fn on_resource_updated(&self, text: &RawValue) {
+    /// The logger a server's log message goes under: the server's name first.
+    fn logger(&self, p: &LoggingMessageNotificationParam) -> String {
+        note_line::logger_of(&self.server, p.logger.as_deref())
+    }
+
+    /// A resource the agent subscribed to has changed: relayed as the server wrote it, once
+    /// its typed view has checked it.
+    fn on_resource_updated(&self, params: Option<&RawValue>) {
+        const METHOD: &str = "notifications/resources/updated";
+        let Some(text) = params else {
+            return;
+        };
         if let Some(out) = self.upstream.lines() {
-            return self.relay_line(out, "notifications/resources/updated", text.get());
+            if serde_json::from_str::<ResourceUpdatedNotificationParam>(text.get()).is_ok() {
+                self.relay_line(out, METHOD, text.get());
+            }
+            return;
         }
-        let value = serde_json::from_str::<Value>(text.get()).ok();
-        self.relay_value("notifications/resources/updated", value, text.get().len());
+        let Ok(value) = serde_json::from_str::<Value>(text.get()) else {
+            return;
+        };
+        if ResourceUpdatedNotificationParam::deserialize(&value).is_ok() {
+            self.relay_value(METHOD, Some(value), text.get().len());
+        }
     }
 
     /// A notification of a method Palisade does not know, for the agent as the server sent
@@ -290,17 +312,8 @@ impl Inbound for DownstreamHandler {
                 "notifications/resources/list_changed" => {
                     let _ = self.list_changed.send(ListKind::Resources);
                 }
-                "notifications/message" => {
-                    if let (Ok(p), Some(text)) = (view(params), params) {
-                        self.on_logging_message(p, text);
-                    }
-                }
-                "notifications/resources/updated" => {
-                    let checked = view::<ResourceUpdatedNotificationParam>(params);
-                    if let (Ok(_), Some(text)) = (checked, params) {
-                        self.on_resource_updated(text);
-                    }
-                }
+                "notifications/message" => self.on_logging_message(params),
+                "notifications/resources/updated" => self.on_resource_updated(params),
                 "notifications/tasks/status" => self.on_task_status(params),
                 // Of the methods MCP names, the ones a client sends, and the end of a URL
                 // elicitation (never relayed) are not for the agent.
