@@ -43,6 +43,14 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+/// Builds a runtime that runs every task on the calling thread (blocking work still goes
+/// to tokio's blocking pool).
+pub fn runtime_on_one_thread() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
 /// Maps a command's outcome to the process exit code, printing errors on stderr.
 pub fn finish(outcome: anyhow::Result<ExitCode>) -> ExitCode {
     match outcome {

@@ -204,13 +204,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let settings = load_config(&args)?.settings;
     let http = http::http_options(&args, &settings)?;
     let opts = options(args)?;
-    let rt = super::runtime()?;
     if let Some(http) = http {
+        let rt = super::runtime()?;
         let outcome = rt.block_on(crate::gateway::agent::http::serve_http(opts, http));
         rt.shutdown_timeout(std::time::Duration::from_millis(20));
         outcome?;
         return Ok(ExitCode::SUCCESS);
     }
+    // One agent on stdio: every task on this thread. With tokio's worker pool the call's
+    // stages hopped between threads (a futex wake for each hand-off) and competed with the
+    // agent and the servers for the cores; on two cores 16 concurrent calls went 13-26
+    // points of direct's throughput faster on one thread, at 10-20% less CPU per call
+    // (docs/benchmarks.md, "One thread for an agent on stdio"). Blocking work still goes to
+    // tokio's blocking pool; the HTTP front, with many agents, keeps the pool.
+    let rt = super::runtime_on_one_thread()?;
     let outcome = rt.block_on(async {
         let gateway = Gateway::start(opts)
             .await
