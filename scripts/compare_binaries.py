@@ -4,8 +4,11 @@ per-call latency and throughput through `palisade serve` (fs-server `stat`, 1 an
 a 1 MiB `read`). For before/after figures of a change to the gateway's call path.
 
 Usage (from the repository root, both binaries built with --release):
-    python3 scripts/compare_binaries.py OLD_BINARY [NEW_BINARY]
-NEW_BINARY defaults to target/release/palisade, whose bench-client drives every run.
+    python3 scripts/compare_binaries.py [--audit-log] OLD_BINARY [NEW_BINARY [MORE...]]
+NEW_BINARY defaults to target/release/palisade, whose bench-client drives every run. MORE
+are further gateways (binaries, or wrapper scripts that exec one with some setting) in the
+same interleaving, each labelled by its file name. `--audit-log` gives every gateway an
+anchored audit file (`auditLog`) instead of records on stderr.
 A benchmark, not a test: it prints medians over 5 interleaved repetitions and asserts nothing.
 
 Besides latency and throughput it prints CPU time per call (user + system, warm-up calls
@@ -25,8 +28,13 @@ import subprocess
 import sys
 import tempfile
 
-OLD = os.path.abspath(sys.argv[1])
-NEW = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else "target/release/palisade")
+ARGS = [a for a in sys.argv[1:] if a != "--audit-log"]
+AUDIT_LOG = "--audit-log" in sys.argv[1:]
+if not ARGS:
+    raise SystemExit(__doc__)
+OLD = os.path.abspath(ARGS[0])
+NEW = os.path.abspath(ARGS[1] if len(ARGS) > 1 else "target/release/palisade")
+MORE = [os.path.abspath(a) for a in ARGS[2:]]
 ALLOW = os.path.abspath("tests/fixtures/allow-all-policy.json")
 
 
@@ -50,8 +58,11 @@ def main():
                 json.dump({"mcpServers": {"fs0": {
                     "command": NEW, "args": ["fs-server", "--root", data],
                     "sandbox": {"filesystem": {"allowRead": [data]}}}},
-                    "palisade": {"sandboxPolicy": "warn", "policy": ALLOW,
-                                 "sandboxDir": os.path.join(d, "sandbox-" + name)}}, f)
+                    "palisade": dict(
+                        {"sandboxPolicy": "warn", "policy": ALLOW,
+                         "sandboxDir": os.path.join(d, "sandbox-" + name)},
+                        **({"auditLog": os.path.join(d, name + "-audit.jsonl")}
+                           if AUDIT_LOG else {}))}, f)
             return [binary, "serve", "--config", path]
 
         direct = [NEW, "fs-server", "--root", data]
@@ -61,6 +72,8 @@ def main():
             variants["floor"] = ([shutil.which("socat"), "-b", str(1 << 20), "-",
                                   "EXEC:" + " ".join(direct)], "")
         variants.update({"old": (serve(OLD, "old"), "fs0__"), "new": (serve(NEW, "new"), "fs0__")})
+        for n, more in enumerate(MORE):
+            variants[os.path.basename(more)] = (serve(more, "more%d" % n), "fs0__")
 
         cpu_file = os.path.join(d, "cpu")
         # Runs the command and, once it has exited, writes the CPU seconds of everything
@@ -95,7 +108,7 @@ def main():
                 p99 = statistics.median(r["latencyUs"]["p99"] for r in v)
                 thr = statistics.median(r["throughputPerSec"] for r in v)
                 cpu = statistics.median(r["cpuUsPerCall"] for r in v)
-                print("  %-6s median %8.1f us  p99 %8.1f us  throughput %7.0f/s  CPU %7.1f us/call"
+                print("  %-8s median %8.1f us  p99 %8.1f us  throughput %7.0f/s  CPU %7.1f us/call"
                       % (k, med, p99, thr, cpu))
 
         small = {"path": os.path.join(data, "f.txt")}
