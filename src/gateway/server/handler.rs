@@ -164,17 +164,22 @@ impl DownstreamHandler {
             }
         }
         // Through rmcp's session: the text read once, checked through the value.
-        let Ok(mut value) = serde_json::from_str::<Value>(text.get()) else {
+        let Ok(value @ Value::Object(_)) = serde_json::from_str::<Value>(text.get()) else {
             return;
         };
         let Ok(p) = LoggingMessageNotificationParam::deserialize(&value) else {
             return;
         };
         let logger = self.logger(&p);
-        if let Value::Object(fields) = &mut value {
-            fields.insert("logger".into(), Value::String(logger));
-        }
-        self.relay_value("notifications/message", Some(value), text.get().len());
+        let Value::Object(mut fields) = value else {
+            return;
+        };
+        fields.insert("logger".into(), Value::String(logger));
+        self.relay_value(
+            "notifications/message",
+            Some(Value::Object(fields)),
+            text.get().len(),
+        );
     }
 
     /// The logger a server's log message goes under: the server's name first.
