@@ -19,6 +19,17 @@ pub(super) async fn stop(
     } = running;
     // Closing the connection closes the child's stdin: a well-behaved server exits.
     conn.peer.close();
+    let how = ended(&mut process, limits, name).await;
+    release(process, name).await;
+    how
+}
+
+/// Waits for the server to end, asking harder each grace period; how it ended.
+async fn ended(
+    process: &mut ServerProcess,
+    limits: &crate::gateway::state::Limits,
+    name: &str,
+) -> String {
     if let Ok(exit) = tokio::time::timeout(limits.shutdown_grace, process.wait()).await {
         return exit.to_string();
     }
@@ -29,8 +40,18 @@ pub(super) async fn stop(
         }
     }
     tracing::warn!(server = %name, "did not exit after SIGTERM; killing");
-    reap_now(&mut process, name).await;
+    reap_now(process, name).await;
     "killed".into()
+}
+
+/// Lets go of a reaped server's process and what its launch attached, on tokio's blocking
+/// pool: removing its cgroup waits for the kernel to tear the server's namespace down (up to
+/// about 200 ms per cgroup directory), and `serve` on stdio runs every task on one thread,
+/// which must not wait with it. Awaited, so a stop still leaves nothing behind.
+async fn release(process: ServerProcess, name: &str) {
+    if let Err(e) = tokio::task::spawn_blocking(move || drop(process)).await {
+        tracing::warn!(server = %name, "releasing the stopped server failed: {e}");
+    }
 }
 
 /// How a server's exit reads to the agent; a signal that a configured limit sends is named.
@@ -64,6 +85,7 @@ pub(super) async fn kill(running: Running, limits: &crate::gateway::state::Limit
     reap_now(&mut process, name).await;
     conn.peer.close();
     let _ = tokio::time::timeout(limits.shutdown_grace, conn.peer.closed()).await;
+    release(process, name).await;
 }
 
 /// SIGKILL and reap (a child that never got as far as a connection).
