@@ -65,9 +65,8 @@ pub(super) fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &LineOut, runnin
     let method = method.to_string();
     let params: Option<Box<RawValue>> = head.params.map(ToOwned::to_owned);
     let shared = shared.clone();
-    let running = running.clone();
-    let key = id_key(&id);
-    let ct = running.start(key.clone());
+    let started = running.start(id_key(&id));
+    let ct = started.token();
     tokio::spawn(async move {
         let answer = match shared.upstream.get() {
             None => Err(ErrorData::invalid_request(
@@ -80,7 +79,7 @@ pub(super) fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &LineOut, runnin
                 answer(&shared, &method, params.as_deref(), ctx).await
             }
         };
-        running.finish(&key);
+        drop(started);
         let line = match answer {
             Ok(result) => result_out(raw_id.get(), result),
             Err(e) => error_line(raw_id.get(), &e).into(),

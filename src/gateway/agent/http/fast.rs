@@ -231,8 +231,10 @@ impl FastPath {
             Asked::Read { method, .. } => method,
         };
         tracing::debug!(session = %call.session, "{method} served on the fast path");
-        let key = (call.session.clone(), call.raw_id.get().to_string());
-        let ct = self.running.start(key.clone());
+        let started = self
+            .running
+            .start((call.session.clone(), call.raw_id.get().to_string()));
+        let ct = started.token();
         let id_text = call.raw_id.get().to_string();
         let streamed = call.progress.then(RequestStream::new);
         let task = tokio::spawn(run(
@@ -242,7 +244,7 @@ impl FastPath {
             streamed.as_ref().map(|(stream, _)| stream.clone()),
         ));
         let finished = {
-            let (running, cut, ct) = (Arc::clone(&self.running), cut.clone(), ct.clone());
+            let (cut, ct) = (cut.clone(), ct.clone());
             async move {
                 let line = tokio::select! {
                     done = task => done.unwrap_or_else(|e| {
@@ -252,7 +254,7 @@ impl FastPath {
                     }),
                     _ = cut.cancelled() => cut_error(&id_text),
                 };
-                running.finish(&key);
+                drop(started);
                 // A request the agent cancelled gets no answer (JSON-RPC), as on rmcp's
                 // path: the stream ends without an event.
                 (!ct.is_cancelled() || cut.is_cancelled()).then_some(line)
