@@ -312,6 +312,25 @@ async fn an_allowed_call_is_forwarded_and_audited_once_as_in_process() {
     h.finish().await;
 }
 
+/// `serve` on stdio runs every task on one thread: the pipeline must not need a second
+/// one to make progress (an allowed and a denied call, answered and audited).
+#[tokio::test(flavor = "current_thread")]
+async fn calls_are_answered_on_a_runtime_of_one_thread() {
+    let audit = Collect::default();
+    let mut h = Harness::start(Arc::new(audit.clone())).await;
+    let allowed: Value = serde_json::from_str(&h.call(1, "t__echo").await).unwrap();
+    assert_eq!(allowed["result"]["content"][0]["text"], r#"{"n":1}"#);
+    let denied: Value = serde_json::from_str(&h.call(2, "t__secret").await).unwrap();
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
+    assert_eq!(h.called(), ["echo"]);
+    let decisions: Vec<Decision> = records(&audit)
+        .iter()
+        .map(|r| r.policy_decision.decision)
+        .collect();
+    assert_eq!(decisions, [Decision::Allow, Decision::Deny]);
+    h.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_call_is_not_forwarded_and_its_refusal_is_audited() {
     let audit = Collect::default();
