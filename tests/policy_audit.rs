@@ -88,11 +88,16 @@ fn records_carry_ironcurtains_fields_and_redacted_arguments() {
     ))
     .unwrap();
     let text = std::fs::read_to_string(&p).unwrap();
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    // Everything on disk but the hex hashes and the time, which may hold any short digit or
+    // hex string by chance.
+    let mut written = v.as_object().unwrap().clone();
+    written.retain(|k, _| !matches!(k.as_str(), "hash" | "prevHash" | "timestamp"));
+    let written = serde_json::Value::Object(written).to_string();
     assert!(
-        !text.contains("4111") && !text.contains("6789") && !text.contains("abc"),
+        !written.contains("4111") && !written.contains("6789") && !written.contains("abc"),
         "{text}"
     );
-    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
     for k in [
         "timestamp",
         "requestId",
