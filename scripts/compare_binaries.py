@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Two palisade binaries side by side, interleaved, against the fs-server run directly:
+"""Palisade binaries side by side (two, or more), interleaved, against the fs-server run directly:
 per-call latency and throughput through `palisade serve` (fs-server `stat`, 1 and 16 callers;
 a 1 MiB `read`). For before/after figures of a change to the gateway's call path.
 
@@ -73,7 +73,11 @@ def main():
                                   "EXEC:" + " ".join(direct)], "")
         variants.update({"old": (serve(OLD, "old"), "fs0__"), "new": (serve(NEW, "new"), "fs0__")})
         for n, more in enumerate(MORE):
-            variants[os.path.basename(more)] = (serve(more, "more%d" % n), "fs0__")
+            # Labelled by file name; one already taken gets its position added.
+            label = os.path.basename(more)
+            if label in variants:
+                label = "%s-%d" % (label, n + 3)
+            variants[label] = (serve(more, "more%d" % n), "fs0__")
 
         cpu_file = os.path.join(d, "cpu")
         # Runs the command and, once it has exited, writes the CPU seconds of everything
@@ -103,13 +107,14 @@ def main():
                 for k, (cmd, prefix) in variants.items():
                     runs[k].append(run(cmd, prefix + tool, args, calls, conc, warm))
             print("==", label)
+            width = max(6, *(len(k) for k in runs))
             for k, v in runs.items():
                 med = statistics.median(r["latencyUs"]["median"] for r in v)
                 p99 = statistics.median(r["latencyUs"]["p99"] for r in v)
                 thr = statistics.median(r["throughputPerSec"] for r in v)
                 cpu = statistics.median(r["cpuUsPerCall"] for r in v)
-                print("  %-8s median %8.1f us  p99 %8.1f us  throughput %7.0f/s  CPU %7.1f us/call"
-                      % (k, med, p99, thr, cpu))
+                print("  %-*s median %8.1f us  p99 %8.1f us  throughput %7.0f/s  CPU %7.1f us/call"
+                      % (width, k, med, p99, thr, cpu))
 
         small = {"path": os.path.join(data, "f.txt")}
         series("stat, 1 caller", "stat", small, 2000, 1)

@@ -358,7 +358,7 @@ impl Shared {
             .collect();
         let mut records = Vec::new();
         if let Some(pins) = &self.pins {
-            // The pins file is read (and maybe written) off the async workers.
+            // The pins file is read (and maybe written) on the blocking pool, off the runtime.
             let pins = Arc::clone(pins);
             let names: Vec<String> = self.slots.iter().map(|s| s.name.clone()).collect();
             let taken = std::mem::take(&mut lists);

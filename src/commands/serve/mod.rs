@@ -212,8 +212,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     // One agent on stdio: every task on this thread. With tokio's worker pool the call's
-    // stages hopped between threads (a futex wake for each hand-off) and competed with the
-    // agent and the servers for the cores; on two cores 16 concurrent calls ran 1-20 points
+    // stages hopped between threads (futex wake-ups) and competed with the agent and the
+    // servers for the cores; on two cores 16 concurrent calls ran 1-20 points
     // of direct's throughput faster on one thread, at 8-30% less CPU per call
     // (docs/benchmarks.md, "One thread for an agent on stdio"). Blocking work still goes to
     // tokio's blocking pool; the HTTP front, with many agents, keeps the pool.

@@ -5,8 +5,8 @@
 //! Why: tokio's `Stdin`/`Stdout` run each read and write on the blocking thread pool, so every
 //! message crossed threads twice (a futex wake-up each way); profiling the per-call path of
 //! `palisade serve` showed that hand-off, not JSON or policy, as its largest avoidable cost.
-//! A pipe registered with the reactor is read and written by the worker that runs the
-//! session. It only changes how bytes are moved, never what is read or written.
+//! A pipe registered with the reactor is read and written by the runtime thread that runs
+//! the session. It only changes how bytes are moved, never what is read or written.
 //!
 //! A socket (Node, and so Claude Code, connects a child's stdio with a socket pair) goes on
 //! the reactor too: read on a blocking thread, stdin cannot be abandoned at shutdown, and the
