@@ -38,7 +38,7 @@ impl<K> Default for Running<K> {
 /// One request registered in `Running`; taken out when this is dropped.
 pub struct Started<K: Eq + Hash> {
     running: Arc<Running<K>>,
-    key: Option<K>,
+    key: K,
     serial: u64,
     token: CancellationToken,
 }
@@ -52,15 +52,13 @@ impl<K: Eq + Hash> Started<K> {
 
 impl<K: Eq + Hash> Drop for Started<K> {
     fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            let mut entries = self.running.entries();
-            if entries
-                .by_key
-                .get(&key)
-                .is_some_and(|(s, _)| *s == self.serial)
-            {
-                entries.by_key.remove(&key);
-            }
+        let mut entries = self.running.entries();
+        if entries
+            .by_key
+            .get(&self.key)
+            .is_some_and(|(s, _)| *s == self.serial)
+        {
+            entries.by_key.remove(&self.key);
         }
     }
 }
@@ -87,7 +85,7 @@ impl<K: Eq + Hash> Running<K> {
         };
         Started {
             running: Arc::clone(self),
-            key: Some(key),
+            key,
             serial,
             token,
         }

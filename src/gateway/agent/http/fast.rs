@@ -231,11 +231,9 @@ impl FastPath {
             Asked::Read { method, .. } => method,
         };
         tracing::debug!(session = %call.session, "{method} served on the fast path");
-        let started = self
-            .running
-            .start((call.session.clone(), call.raw_id.get().to_string()));
-        let ct = started.token();
         let id_text = call.raw_id.get().to_string();
+        let started = self.running.start((call.session.clone(), id_text.clone()));
+        let ct = started.token();
         let streamed = call.progress.then(RequestStream::new);
         let task = tokio::spawn(run(
             Arc::clone(&self.shared),
