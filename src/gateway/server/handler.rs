@@ -163,17 +163,18 @@ impl DownstreamHandler {
                 return self.relay_line(out, "notifications/message", &own);
             }
         }
-        // Through rmcp's session: the text read once, checked through the value.
-        let Ok(value @ Value::Object(_)) = serde_json::from_str::<Value>(text.get()) else {
+        // Through rmcp's session: the text read once, checked through the value, and only
+        // an object relayed (serde would also take the struct's fields as an array).
+        let Ok(value) = serde_json::from_str::<Value>(text.get()) else {
             return;
         };
         let Ok(p) = LoggingMessageNotificationParam::deserialize(&value) else {
             return;
         };
-        let logger = self.logger(&p);
         let Value::Object(mut fields) = value else {
             return;
         };
+        let logger = self.logger(&p);
         fields.insert("logger".into(), Value::String(logger));
         self.relay_value(
             "notifications/message",
