@@ -21,7 +21,7 @@ use crate::gateway::server::spawn::SpawnError;
 use crate::gateway::state::{Live, Shared, Slot};
 use crate::sandbox::launch::LaunchError;
 
-use super::stop::{reap_now, stop};
+use super::stop::{abandon, stop};
 use super::Running;
 
 /// Why one start attempt failed.
@@ -100,7 +100,7 @@ pub(super) async fn start(shared: &Shared, slot: &Slot) -> Result<Running, Start
     }
     slot.update(|s| s.enforcement = Some(enforcement));
 
-    let mut process = spawned.process;
+    let process = spawned.process;
     let faults = spawned.faults;
     let (list_tx, list_rx) = mpsc::unbounded_channel();
     let progress = Arc::new(ProgressMap::default());
@@ -136,7 +136,7 @@ pub(super) async fn start(shared: &Shared, slot: &Slot) -> Result<Running, Start
         r = handshake(&peer, slot, &init_params, envelope, timeout) => r,
         _ = shared.shutdown.cancelled() => {
             peer.close();
-            reap_now(&mut process, &slot.name).await;
+            abandon(process, &slot.name).await;
             return Err(StartError::Shutdown);
         }
     };
@@ -146,7 +146,7 @@ pub(super) async fn start(shared: &Shared, slot: &Slot) -> Result<Running, Start
             e @ (StartError::Init(_) | StartError::InitTimeout(_) | StartError::DiscoverTimeout(_)),
         ) => {
             peer.close();
-            reap_now(&mut process, &slot.name).await;
+            abandon(process, &slot.name).await;
             return Err(match faults.stderr_tail(STDERR_SETTLE).await {
                 Some(tail) => StartError::Said {
                     error: Box::new(e),
@@ -157,7 +157,7 @@ pub(super) async fn start(shared: &Shared, slot: &Slot) -> Result<Running, Start
         }
         Err(e) => {
             peer.close();
-            reap_now(&mut process, &slot.name).await;
+            abandon(process, &slot.name).await;
             return Err(e);
         }
     };

@@ -88,8 +88,14 @@ pub(super) async fn kill(running: Running, limits: &crate::gateway::state::Limit
     release(process, name).await;
 }
 
-/// SIGKILL and reap (a child that never got as far as a connection).
-pub(super) async fn reap_now(process: &mut ServerProcess, name: &str) {
+/// Ends a child that never got as far as a connection: SIGKILL, reap, release.
+pub(super) async fn abandon(mut process: ServerProcess, name: &str) {
+    reap_now(&mut process, name).await;
+    release(process, name).await;
+}
+
+/// SIGKILL and reap.
+async fn reap_now(process: &mut ServerProcess, name: &str) {
     if let Err(e) = process.kill().await {
         tracing::debug!(server = %name, "kill: {e}");
     }
