@@ -478,7 +478,33 @@ def bench_memory(s, with_srt):
             "bwrap_processes": bw[0], "bwrap_rss_kb": bw[1], "bwrap_pss_kb": bw[2],
             "groups": {k: {"count": g[0], "rss_kb": g[1], "pss_kb": g[2]}
                        for k, g in groups.items()}})
+    out["hot_functions"] = hot_layout(PALISADE)
     return out
+
+
+def hot_layout(binary):
+    """How much of scripts/hot-functions.txt the binary still has, and whether it leads.
+
+    `span` is how far into the text the listed functions reach: about their own size when
+    the release build ordered them (build.rs), most of the text when it did not.
+    """
+    listed = open(os.path.join(ROOT, "scripts/hot-functions.txt")).read().split()
+    want = set(listed)
+    text_start, found, size, end = None, 0, 0, 0
+    for line in subprocess.run(["nm", "-n", "-S", binary], capture_output=True,
+                               text=True).stdout.splitlines():
+        f = line.split()
+        if len(f) != 4 or f[2] not in "tTwW":
+            continue
+        addr = int(f[0], 16)
+        text_start = addr if text_start is None else text_start
+        if f[3] in want:
+            want.discard(f[3])
+            found += 1
+            size += int(f[1], 16)
+            end = max(end, addr + int(f[1], 16))
+    return {"listed": len(listed), "found": found, "bytes": size,
+            "span": end - (text_start or 0)}
 
 
 # --- cargo benches -------------------------------------------------------------------------

@@ -220,6 +220,15 @@ def write(res, root, svg_chart):
             g["servers"], mb(g["gateway_rss_kb"]), mb(g["gateway_pss_kb"]), g["bwrap_processes"],
             mb(g["bwrap_rss_kb"]), mb(g["bwrap_rss_kb"] / g["servers"]), mb(g["tree_rss_kb"])))
     add("")
+    hot = mem.get("hot_functions")
+    if hot:
+        add("Hot code first: of the %d functions `scripts/hot-functions.txt` lists (what a launch "
+            "and the gateway's calls run), this binary has %d, %.1f MB of code, and they reach "
+            "%.1f MB into its text (ordered by build.rs they lead it; a stale list or a linker "
+            "that ignores it shows as fewer found or a longer reach; `scripts/hot_functions.py` "
+            "regenerates it)." % (hot["listed"], hot["found"], hot["bytes"] / 1e6,
+                                  hot["span"] / 1e6))
+        add("")
 
     # --- scaling
     add("## Scaling")
