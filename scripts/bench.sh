@@ -39,8 +39,11 @@ else
 fi
 
 log "building release binaries and benches"
-cargo build --release --quiet
+# The benches first: their build's palisade (profile `bench`) lands in target/release too, and
+# the release build after it puts the release binary back there, the one users run and the
+# one build.rs orders (its symbol names differ under the `bench` profile).
 cargo bench --quiet --no-run --bench scaling --bench egress 2>/dev/null
+cargo build --release --quiet
 
 # srt leaves /tmp/srt-mux-*.sock behind; note what exists now to remove what it adds.
 before=$(ls /tmp | grep '^srt-' || true)
