@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 
+from gateway_rss import write_data
+
 ARGS = [a for a in sys.argv[1:] if a != "--audit-log"]
 AUDIT_LOG = "--audit-log" in sys.argv[1:]
 if not ARGS:
@@ -41,12 +43,7 @@ ALLOW = os.path.abspath("tests/fixtures/allow-all-policy.json")
 def main():
     d = os.path.abspath(tempfile.mkdtemp(prefix="compare-", dir="target"))
     try:
-        data = os.path.join(d, "data")
-        os.makedirs(data)
-        with open(os.path.join(data, "f.txt"), "w") as f:
-            f.write("x" * 100)
-        with open(os.path.join(data, "big.txt"), "w") as f:
-            f.write("y" * (1 << 20))
+        data = write_data(d)
 
         def serve(binary, name):
             path = os.path.join(d, name + ".json")

@@ -18,6 +18,17 @@ import time
 ALLOW = os.path.abspath("tests/fixtures/allow-all-policy.json")
 
 
+def write_data(d):
+    """The files the calls read: `f.txt` (100 bytes, for stat) and `big.txt` (1 MiB)."""
+    data = os.path.join(d, "data")
+    os.makedirs(data)
+    with open(os.path.join(data, "f.txt"), "w") as f:
+        f.write("x" * 100)
+    with open(os.path.join(data, "big.txt"), "w") as f:
+        f.write("y" * (1 << 20))
+    return data
+
+
 def measure(binary, d, tag):
     data = os.path.join(d, "data")
     config = os.path.join(d, tag + ".json")
@@ -62,9 +73,7 @@ def main():
         raise SystemExit(__doc__)
     d = os.path.abspath(tempfile.mkdtemp(prefix="gateway-rss-", dir="target"))
     try:
-        os.makedirs(os.path.join(d, "data"))
-        with open(os.path.join(d, "data", "f.txt"), "w") as f:
-            f.write("x" * 100)
+        write_data(d)
         for _ in range(2):
             for n, b in enumerate(binaries):
                 rss, pss, anon = measure(b, d, "b%d" % n)

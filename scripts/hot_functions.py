@@ -36,6 +36,8 @@ import tempfile
 import threading
 import time
 
+from gateway_rss import write_data
+
 TRACING = "/sys/kernel/tracing"
 GROUP = "palisade_hot"
 ALLOW = os.path.abspath("tests/fixtures/allow-all-policy.json")
@@ -210,12 +212,7 @@ def session(binary, config, data, servers):
 
 
 def workloads(binary, d):
-    data = os.path.join(d, "data")
-    os.makedirs(data)
-    with open(os.path.join(data, "f.txt"), "w") as f:
-        f.write("x" * 100)
-    with open(os.path.join(data, "big.txt"), "w") as f:
-        f.write("y" * (1 << 20))
+    data = write_data(d)  # the files the benchmark scripts' calls read
 
     def run(*args):
         subprocess.run([binary, *args], stdout=subprocess.DEVNULL,
