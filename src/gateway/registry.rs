@@ -298,6 +298,27 @@ impl Catalog {
         c
     }
 
+    /// The answer to the list request `method` (`tools/list`, `prompts/list`,
+    /// `resources/list`, `resources/templates/list`): the servers' own JSON, names rewritten,
+    /// an empty list before any server has reported; `None` for any other method. Every
+    /// front answers lists from here (stdio through rmcp's session, HTTP on its fast path),
+    /// never through rmcp's typed models, which drop what they do not know (a tool's
+    /// `execution`).
+    pub fn listed(&self, method: &str) -> Option<Value> {
+        let (result, key) = match method {
+            "tools/list" => (&self.tools_result, "tools"),
+            "prompts/list" => (&self.prompts_result, "prompts"),
+            "resources/list" => (&self.resources_result, "resources"),
+            "resources/templates/list" => (&self.templates_result, "resourceTemplates"),
+            _ => return None,
+        };
+        Some(if result.is_null() {
+            serde_json::json!({ key: [] })
+        } else {
+            Value::clone(result)
+        })
+    }
+
     pub fn tool(&self, full: &str) -> Result<&Route, RouteError> {
         self.tool_routes
             .get(full)

@@ -25,27 +25,7 @@ use std::process::{Command, Stdio};
 use lines::Lines;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use support::{node_server, palisade, Workspace};
-
-/// The direct result with each entry of `list` renamed `SERVER__NAME`, re-serialized (key
-/// order kept): what Palisade must send byte for byte.
-fn renamed(direct: &str, list: &str, server: &str) -> String {
-    let mut v: Value = serde_json::from_str(direct).expect("JSON");
-    for item in v[list].as_array_mut().expect("a list") {
-        let name = item["name"].as_str().expect("a name").to_string();
-        item["name"] = Value::String(format!("{server}__{name}"));
-    }
-    v.to_string()
-}
-
-/// Re-serialized unchanged: proves the server's own spelling survives a serde round trip,
-/// so a difference through Palisade is Palisade's.
-fn same(direct: &str) -> String {
-    let v: Value = serde_json::from_str(direct).expect("JSON");
-    let again = v.to_string();
-    assert_eq!(again, direct, "the server's JSON does not round-trip as is");
-    again
-}
+use support::{node_server, palisade, renamed, same, Workspace};
 
 /// The raw JSON-lines test server answering requests with their lines (`FAULTY_ECHO_LINES`)
 /// in a config's `mcpServers`, as `faulty`.

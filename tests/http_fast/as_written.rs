@@ -35,6 +35,81 @@ fn http_call_results_are_the_servers_own_bytes() {
     assert!(differ.is_empty(), "{}", differ.join("\n"));
 }
 
+// The lists too: over HTTP each is the server's own JSON, names rewritten, as over stdio.
+// rmcp's typed `ServerHandler` answered them before, and dropped every tool's `execution`
+// (server-everything's task-only tool then looked like any other). Also under an `elicit`
+// approver, which sends calls to rmcp's path: a list asks no one anything.
+#[test]
+fn http_lists_are_the_servers_own_json() {
+    for approver in [None, Some("elicit")] {
+        let ws = Workspace::new();
+        let settings = match approver {
+            Some(chain) => json!({"escalation": chain}),
+            None => json!({}),
+        };
+        let config = ws.config(
+            json!({"everything": {"command": "node",
+                                  "args": [support::node_server("server-everything"), "stdio"]}}),
+            settings,
+        );
+        let front = Front::start(&ws, &config);
+        let session = front.session(json!({}));
+        let mut direct = Direct::start();
+        let lists = [
+            ("tools/list", Some("tools")),
+            ("prompts/list", Some("prompts")),
+            ("resources/list", None),
+            ("resources/templates/list", None),
+        ];
+        let mut answers = Vec::new();
+        for (id, (method, named)) in (1..).zip(lists) {
+            let d = direct.request(id, method, json!({}));
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {}});
+            let t = front.post(Some(&session), &[], &body);
+            let expected = match named {
+                Some(list) => support::renamed(&d, list, "everything"),
+                None => support::same(&d),
+            };
+            answers.push((method, t, expected));
+        }
+        // A list with no params at all, and one with a cursor (every list is given whole).
+        let bare = front.post(
+            Some(&session),
+            &[],
+            &json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}),
+        );
+        let cursor = front.post(
+            Some(&session),
+            &[],
+            &json!({"jsonrpc": "2.0", "id": 10, "method": "tools/list",
+                    "params": {"cursor": "next"}}),
+        );
+        front.stop();
+        for (method, t, expected) in &answers {
+            assert_eq!(t.status, 200, "{approver:?} {method}: {t:?}");
+            assert!(
+                t.fast(),
+                "{approver:?} {method} was not answered by the fast path: {t:?}"
+            );
+            assert_eq!(&t.result_text(), expected, "{approver:?} {method}");
+        }
+        let tools = &answers[0].2;
+        for other in [&bare, &cursor] {
+            assert!(other.fast(), "{approver:?}: {other:?}");
+            assert_eq!(&other.result_text(), tools, "{approver:?}");
+        }
+        let listed: Value = serde_json::from_str(tools).unwrap();
+        assert!(
+            listed["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["execution"]["taskSupport"] == "required"),
+            "no task-only tool kept its `execution`: {tools}"
+        );
+    }
+}
+
 // The fast path forwards a call's params as the agent wrote them, as stdio does: numbers
 // keep their spelling (an integer past 2^64 stays that integer), keys their order; only the
 // tool's name is the server's. The server answers with the line it read (a raw JSON-lines

@@ -289,3 +289,23 @@ impl Workspace {
         std::fs::read_to_string(self.errlog()).unwrap_or_default()
     }
 }
+
+/// The direct result with each entry of `list` renamed `SERVER__NAME`, re-serialized (key
+/// order kept): what Palisade must send byte for byte.
+pub fn renamed(direct: &str, list: &str, server: &str) -> String {
+    let mut v: Value = serde_json::from_str(direct).expect("JSON");
+    for item in v[list].as_array_mut().expect("a list") {
+        let name = item["name"].as_str().expect("a name").to_string();
+        item["name"] = Value::String(format!("{server}__{name}"));
+    }
+    v.to_string()
+}
+
+/// Re-serialized unchanged: proves the server's own spelling survives a serde round trip,
+/// so a difference through Palisade is Palisade's.
+pub fn same(direct: &str) -> String {
+    let v: Value = serde_json::from_str(direct).expect("JSON");
+    let again = v.to_string();
+    assert_eq!(again, direct, "the server's JSON does not round-trip as is");
+    again
+}

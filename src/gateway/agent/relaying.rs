@@ -27,15 +27,6 @@ use crate::gateway::call::pipeline;
 #[derive(Clone)]
 pub struct RelayingService(pub Upstream);
 
-/// A list result of the catalog (`{"tools": [...]}`…), or an empty one under `key`.
-fn list_result(v: &Value, key: &str) -> Value {
-    if v.is_null() {
-        serde_json::json!({ key: [] })
-    } else {
-        v.clone()
-    }
-}
-
 fn relayed(raw: &RawValue) -> Result<Value, ErrorData> {
     serde_json::from_str::<Value>(raw.get())
         .map_err(|e| ErrorData::internal_error(format!("unreadable result: {e}"), None))
@@ -49,19 +40,16 @@ impl RelayingService {
         context: RequestContext<RoleServer>,
     ) -> Result<Result<Value, ErrorData>, (ClientRequest, RequestContext<RoleServer>)> {
         let up = &self.0;
-        let catalog = || up.shared.catalog();
         Ok(match request {
-            ClientRequest::ListToolsRequest(_) => Ok(list_result(&catalog().tools_result, "tools")),
-            ClientRequest::ListPromptsRequest(_) => {
-                Ok(list_result(&catalog().prompts_result, "prompts"))
+            ClientRequest::ListToolsRequest(_)
+            | ClientRequest::ListPromptsRequest(_)
+            | ClientRequest::ListResourcesRequest(_)
+            | ClientRequest::ListResourceTemplatesRequest(_) => {
+                let method = request.method();
+                up.shared.catalog().listed(method).ok_or_else(|| {
+                    ErrorData::internal_error(format!("`{method}` is not a list"), None)
+                })
             }
-            ClientRequest::ListResourcesRequest(_) => {
-                Ok(list_result(&catalog().resources_result, "resources"))
-            }
-            ClientRequest::ListResourceTemplatesRequest(_) => Ok(list_result(
-                &catalog().templates_result,
-                "resourceTemplates",
-            )),
             ClientRequest::CallToolRequest(r) => {
                 // Counted while it runs: shutdown waits for it so its audit record is written.
                 let _in_flight = up.shared.calls.token();

@@ -1,8 +1,10 @@
-//! The HTTP front's fast path for `tools/call` and the routed requests: a POST carrying one
-//! plain 2025-11-25 `tools/call` on a known, initialized session runs straight into the call
-//! pipeline the stdio front uses (`front::answer_call`), one `prompts/get`, `resources/read`,
-//! `resources/(un)subscribe` or `completion/complete` into the stdio front's reading of them
-//! (`service::routed::answer_read`: params forwarded as the agent wrote them), and its answer
+//! The HTTP front's fast path for `tools/call`, the routed requests and the lists: a POST
+//! carrying one plain 2025-11-25 `tools/call` on a known, initialized session runs straight
+//! into the call pipeline the stdio front uses (`front::answer_call`), one `prompts/get`,
+//! `resources/read`, `resources/(un)subscribe` or `completion/complete` into the stdio front's
+//! reading of them (`service::routed::answer_read`: params forwarded as the agent wrote them),
+//! one list request is answered from the catalog as stdio answers it (`Catalog::listed`: the
+//! servers' own JSON; rmcp's typed lists dropped every tool's `execution`), and its answer
 //! is the server's result bytes with the agent's id, as the one event of an SSE body of
 //! known length (as rmcp answers a request, minus the stream: clients that read only SSE, as
 //! some do, read it the same way). A request asking for progress is answered with a streamed
@@ -22,12 +24,12 @@
 //! 2026-07-28; an `Mcp-Session-Id` that rmcp's session manager holds and whose agent sent
 //! `notifications/initialized`; a body that is one JSON-RPC request object with only
 //! `jsonrpc`, `id`, `method` and `params`; a call's params with only `name`, `arguments` and
-//! a `_meta`, any request's `_meta` without a 2026-07-28 envelope and with a progress token
-//! (if any) that rmcp reads as one; and neither this session's client nor the principal's
-//! linked client declaring elicitation or sampling that a server's relay is turned on for,
-//! and no `elicit` approver (a call that may need a request to the agent on the session's
-//! stream is rmcp's). An
-//! unknown session therefore gets rmcp's own 404.
+//! a `_meta`, a list's with only a string `cursor` and a `_meta`, any request's `_meta`
+//! without a 2026-07-28 envelope and with a progress token (if any) that rmcp reads as one;
+//! and, except for a list, neither this session's client nor the principal's linked client
+//! declaring elicitation or sampling that a server's relay is turned on for, and no `elicit`
+//! approver (a call that may need a request to the agent on the session's stream is
+//! rmcp's). An unknown session therefore gets rmcp's own 404.
 //!
 //! A fast call runs on its own task: the client going away cancels it (its audit record is
 //! still written); `notifications/cancelled` naming it cancels it (and, as on rmcp's path,
@@ -63,6 +65,7 @@ use crate::gateway::agent::request_stream::RequestStream;
 use crate::gateway::agent::service::READ_RAW;
 use crate::gateway::agent::{front, running};
 use crate::gateway::call::as_sent::{self, AsSent};
+use crate::gateway::raw_json::RawJson;
 use crate::gateway::state::Shared;
 
 use super::sessions::{SessionPeers, SESSION_HEADER};
@@ -74,7 +77,8 @@ pub(super) struct FastPath {
     pub(super) shared: Arc<Shared>,
     pub(super) sessions: Arc<SessionPeers>,
     pub(super) manager: Arc<LocalSessionManager>,
-    /// `false` when the principal's approval chain can ask its agent (`elicit`).
+    /// `false` when the principal's approval chain can ask its agent (`elicit`): its calls
+    /// and routed requests go to rmcp's path then (lists, which ask no one, still come here).
     pub(super) enabled: bool,
     running: Arc<Running>,
 }
@@ -100,6 +104,32 @@ enum Asked {
         method: &'static str,
         params: Box<RawValue>,
     },
+    /// A list (`LISTS`): answered from the catalog, as the stdio front answers it
+    /// (`Catalog::listed`: the servers' own JSON, names rewritten). rmcp's `ServerHandler`
+    /// can only answer a list typed, which drops what its models do not know (every
+    /// `execution` of a tool, so a task-only tool looked like any other).
+    List(&'static str),
+}
+
+/// The lists the fast path answers.
+const LISTS: [&str; 4] = [
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+];
+
+/// A list request's params as the fast path accepts them: none, or these two fields (what
+/// rmcp's `PaginatedRequestParams` reads; a cursor is ignored, as rmcp's path ignores it:
+/// every list is given whole).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListParams {
+    /// Read only to leave what is not a string to rmcp's path, which refuses it.
+    #[serde(rename = "cursor", default)]
+    _cursor: Option<String>,
+    #[serde(rename = "_meta", default)]
+    meta: Option<RequestMetaObject>,
 }
 
 /// The envelope of a POST body, read to decide.
@@ -157,7 +187,7 @@ impl FastPath {
 
     /// The call this POST carries when the fast path may take it; `None`: rmcp's path.
     pub(super) async fn plan(&self, headers: &HeaderMap, body: &[u8]) -> Option<Planned> {
-        if !self.enabled || !headers_fit(headers) {
+        if !headers_fit(headers) {
             return None;
         }
         let session = headers.get(SESSION_HEADER)?.to_str().ok()?;
@@ -169,6 +199,12 @@ impl FastPath {
             let (typed, text) = fast_params(env.params?)?;
             let progress = asks_progress(typed.meta.as_ref());
             (Asked::Call(Box::new(typed), text), progress)
+        } else if let Some(method) = LISTS.iter().find(|m| **m == env.method) {
+            if !list_params_fit(env.params) {
+                return None;
+            }
+            // Nothing a list does reports progress.
+            (Asked::List(method), false)
         } else {
             let method = READ_RAW.iter().find(|m| **m == env.method)?;
             let params = env.params?;
@@ -194,12 +230,17 @@ impl FastPath {
             return None;
         }
         let peer = self.sessions.get(session)?;
-        if asks_the_agent(&self.shared, &peer)
-            || self
-                .shared
-                .upstream
-                .get()
-                .is_some_and(|p| asks_the_agent(&self.shared, &p))
+        // A list asks no one anything; a call or a routed request may need the session's
+        // stream.
+        let may_ask = !matches!(asked, Asked::List(_));
+        if may_ask
+            && (!self.enabled
+                || asks_the_agent(&self.shared, &peer)
+                || self
+                    .shared
+                    .upstream
+                    .get()
+                    .is_some_and(|p| asks_the_agent(&self.shared, &p)))
         {
             return None;
         }
@@ -228,7 +269,7 @@ impl FastPath {
     ) -> Response {
         let method = match &call.asked {
             Asked::Call(..) => "tools/call",
-            Asked::Read { method, .. } => method,
+            Asked::Read { method, .. } | Asked::List(method) => method,
         };
         tracing::debug!(session = %call.session, "{method} served on the fast path");
         let id_text = call.raw_id.get().to_string();
@@ -343,6 +384,11 @@ async fn run(
         Asked::Read { method, params } => {
             front::answer_routed(&shared, method, Some(&params), ctx).await
         }
+        Asked::List(method) => shared
+            .catalog()
+            .listed(method)
+            .map(|listed| RawJson::from_value(&listed))
+            .ok_or_else(|| rmcp::ErrorData::internal_error("not a list", None)),
     };
     match answer {
         Ok(result) => front::result_line(call.raw_id.get(), &result),
@@ -432,6 +478,14 @@ fn meta_fits(meta: Option<&RequestMetaObject>) -> bool {
         !m.contains_key("protocolVersion")
             && !m.keys().any(|k| k.starts_with("io.modelcontextprotocol/"))
             && (!m.contains_key("progressToken") || m.get_progress_token().is_some())
+    })
+}
+
+/// Whether a list request's params are the fast path's: none, or a cursor and a `_meta`
+/// that fits (`meta_fits`); else rmcp's path, which says why if it refuses them.
+fn list_params_fit(params: Option<&RawValue>) -> bool {
+    params.is_none_or(|p| {
+        serde_json::from_str::<ListParams>(p.get()).is_ok_and(|p| meta_fits(p.meta.as_ref()))
     })
 }
 
