@@ -110,6 +110,96 @@ fn http_lists_are_the_servers_own_json() {
     }
 }
 
+// A 2026-07-28 agent over HTTP has no session, so rmcp answered each of its requests
+// through the typed `ServerHandler`, which re-spelt tool results (`priority` 1 as 1.0) and
+// dropped every tool's `execution`. The fast path answers them as stdio answers a
+// 2026-07-28 agent: each tool result of server-everything and each list is the server's own
+// JSON (names rewritten), with only what a 2026-07-28 result must carry added at its end.
+#[test]
+fn a_2026_agents_requests_over_http_get_the_servers_own_json() {
+    let ws = Workspace::new();
+    let config = everything_config(&ws);
+    let front = Front::start(&ws, &config);
+    let mut direct = Direct::start();
+    let post = |id: u64, method: &str, name: Option<&str>, mut params: Value| {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}
+        });
+        let mut headers = vec![
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", method),
+        ];
+        headers.extend(name.map(|n| ("Mcp-Name", n)));
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        front.post(None, &headers, &body)
+    };
+    // The direct result with members added at its end, as the fast path must send it.
+    let ended = |direct: String, members: &[(&str, Value)]| {
+        let mut v: Value = serde_json::from_str(&direct).unwrap();
+        for (k, m) in members {
+            v.as_object_mut().unwrap().insert(k.to_string(), m.clone());
+        }
+        v.to_string()
+    };
+    let complete = ("resultType", json!("complete"));
+    let mut answers = Vec::new();
+    let mut id = 1;
+    for (tool, args) in support::everything_result_calls() {
+        id += 1;
+        let d = direct.request(id, "tools/call", json!({"name": tool, "arguments": args}));
+        let name = format!("everything__{tool}");
+        let t = post(
+            id,
+            "tools/call",
+            Some(&name),
+            json!({"name": name, "arguments": args}),
+        );
+        answers.push((
+            format!("tools/call {tool}"),
+            t,
+            ended(d, std::slice::from_ref(&complete)),
+        ));
+    }
+    let cached = [
+        complete.clone(),
+        ("ttlMs", json!(0)),
+        ("cacheScope", json!("private")),
+    ];
+    for (method, named) in [("tools/list", Some("tools")), ("resources/list", None)] {
+        id += 1;
+        let d = direct.request(id, method, json!({}));
+        let d = match named {
+            Some(list) => support::renamed(&d, list, "everything"),
+            None => support::same(&d),
+        };
+        let t = post(id, method, None, json!({}));
+        answers.push((method.to_string(), t, ended(d, &cached)));
+    }
+    front.stop();
+    let mut differ = Vec::new();
+    for (what, t, expected) in &answers {
+        assert_eq!(t.status, 200, "{what}: {t:?}");
+        assert!(t.fast(), "{what} was not answered by the fast path: {t:?}");
+        if &t.result_text() != expected {
+            differ.push(format!(
+                "{what}:\n  expected {expected}\n  http     {}",
+                t.result_text()
+            ));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+    let tools = answers.iter().find(|(w, ..)| w == "tools/list").unwrap();
+    assert!(
+        tools
+            .1
+            .result_text()
+            .contains(r#""taskSupport":"required""#),
+        "no task-only tool kept its `execution`: {}",
+        tools.1.result_text()
+    );
+}
+
 // The fast path forwards a call's params as the agent wrote them, as stdio does: numbers
 // keep their spelling (an integer past 2^64 stays that integer), keys their order; only the
 // tool's name is the server's. The server answers with the line it read (a raw JSON-lines

@@ -40,8 +40,12 @@ impl Front {
             .arg(config)
             .args(["--http", &addr.to_string()])
             .args(extra)
-            // Info: the principal lifecycle is logged there, and no token may appear in it.
-            .env("RUST_LOG", "info,rmcp=warn")
+            // Info: the principal lifecycle is logged there, and no token may appear in it;
+            // debug for the fast path, which logs each request it serves.
+            .env(
+                "RUST_LOG",
+                "info,rmcp=warn,palisade::gateway::agent::http::fast=debug",
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(ws.errlog()).unwrap())

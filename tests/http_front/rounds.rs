@@ -83,6 +83,14 @@ fn a_2026_agent_over_http_approves_an_escalation_by_input_required_rounds() {
         assert_eq!(echoes[0]["escalationDecidedBy"], "elicit", "{mode}");
         assert_eq!(echoes[0]["protocol"]["agent"], version, "{mode}");
         assert!(status.success(), "{mode}: {status}\n{err}");
+        // A 2026-07-28 call and its retry are answered by the fast path (the server's own
+        // JSON); a legacy agent under `elicit` may be asked on its session: rmcp's path.
+        let fast = ws
+            .stderr_text()
+            .matches("tools/call served on the fast path")
+            .count();
+        let expected = if mode == "legacy" { 0 } else { 2 };
+        assert_eq!(fast, expected, "{mode}: calls served on the fast path");
     }
 }
 

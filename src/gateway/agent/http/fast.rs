@@ -31,6 +31,12 @@
 //! approver (a call that may need a request to the agent on the session's stream is
 //! rmcp's). An unknown session therefore gets rmcp's own 404.
 //!
+//! A 2026-07-28 request (the same methods, `MCP-Protocol-Version: 2026-07-28`) has no
+//! session: it is taken when its headers agree with its body as rmcp reads them
+//! (`modern.rs`), its call read whole as the stdio front reads one (a retry's fields, a
+//! task), and it runs as stdio runs a 2026-07-28 agent's (rounds for questions, the tasks
+//! extension, the envelope's stamps), with a peer of its own.
+//!
 //! A fast call runs on its own task: the client going away cancels it (its audit record is
 //! still written); `notifications/cancelled` naming it cancels it (and, as on rmcp's path,
 //! its response carries no answer); shutdown past `shutdownGrace` answers it with the same
@@ -41,8 +47,8 @@
 //! whose session is not the caller's (the session id is looked up in the principal's own
 //! session manager and peer table).
 //!
-//! The call's params are read once, into the typed view the pipeline takes (`FastParams`):
-//! the read that decides whether the fast path fits is the one handed on.
+//! A session's call params are read once, into the typed view the pipeline takes
+//! (`FastParams`): the read that decides whether the fast path fits is the one handed on.
 
 use std::sync::Arc;
 
@@ -51,9 +57,9 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use rmcp::model::{
-    CallToolRequestParams, JsonObject, ProtocolVersion, RequestId, RequestMetaObject,
+    CallToolRequestParams, ErrorCode, JsonObject, ProtocolVersion, RequestId, RequestMetaObject,
 };
-use rmcp::service::{Peer, RequestContext};
+use rmcp::service::{Peer, RequestContext, RunningService};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::RoleServer;
@@ -62,12 +68,14 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::request_stream::RequestStream;
+use crate::gateway::agent::service::Upstream;
 use crate::gateway::agent::service::READ_RAW;
-use crate::gateway::agent::{front, running};
+use crate::gateway::agent::{front, running, versions};
 use crate::gateway::call::as_sent::{self, AsSent};
 use crate::gateway::raw_json::RawJson;
 use crate::gateway::state::Shared;
 
+use super::modern;
 use super::sessions::{SessionPeers, SESSION_HEADER};
 
 const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -85,19 +93,33 @@ pub(super) struct FastPath {
 
 /// A call the fast path takes.
 pub(super) struct Planned {
-    session: String,
+    /// The session it came on; none for a 2026-07-28 request.
+    session: Option<String>,
     raw_id: Box<RawValue>,
     id: RequestId,
     asked: Asked,
     peer: Peer<RoleServer>,
+    /// A 2026-07-28 request's own peer service (`modern::request_peer`), kept while it runs.
+    own_peer: Option<RunningService<RoleServer, Upstream>>,
+    era: Era,
     /// The request asked for progress: its answer is a stream.
     progress: bool,
 }
 
+/// Which revision a POST speaks, by its `MCP-Protocol-Version` header.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Era {
+    /// None, or a known one before 2026-07-28: the request belongs to a session.
+    Sessions,
+    /// 2026-07-28: no session; the request carries its envelope (`modern.rs`).
+    Modern,
+}
+
 /// What a planned POST asks.
 enum Asked {
-    /// A `tools/call`: the typed view, and the text when it may go as written.
-    Call(Box<CallToolRequestParams>, Option<Box<RawValue>>),
+    /// A `tools/call`: the typed view, and what goes to the server besides it (the text
+    /// when it may go as written; a 2026-07-28 call's fields the view does not model).
+    Call(Box<CallToolRequestParams>, AsSent),
     /// A routed request (`service::READ_RAW`: a prompt, a resource read, a subscription, a
     /// completion), its params as the agent wrote them (`answer_read` reads them).
     Read {
@@ -187,44 +209,40 @@ impl FastPath {
 
     /// The call this POST carries when the fast path may take it; `None`: rmcp's path.
     pub(super) async fn plan(&self, headers: &HeaderMap, body: &[u8]) -> Option<Planned> {
-        if !headers_fit(headers) {
-            return None;
-        }
-        let session = headers.get(SESSION_HEADER)?.to_str().ok()?;
+        let era = headers_fit(headers)?;
         let env: Envelope<'_> = serde_json::from_slice(body).ok()?;
         if env.jsonrpc != "2.0" {
             return None;
         }
-        let (asked, progress) = if env.method == "tools/call" {
-            let (typed, text) = fast_params(env.params?)?;
-            let progress = asks_progress(typed.meta.as_ref());
-            (Asked::Call(Box::new(typed), text), progress)
-        } else if let Some(method) = LISTS.iter().find(|m| **m == env.method) {
-            if !list_params_fit(env.params) {
-                return None;
-            }
-            // Nothing a list does reports progress.
-            (Asked::List(method), false)
-        } else {
-            let method = READ_RAW.iter().find(|m| **m == env.method)?;
-            let params = env.params?;
-            #[derive(Deserialize)]
-            struct WithMeta {
-                #[serde(rename = "_meta", default)]
-                meta: Option<RequestMetaObject>,
-            }
-            let meta = serde_json::from_str::<WithMeta>(params.get()).ok()?.meta;
-            if !meta_fits(meta.as_ref()) {
-                return None;
-            }
-            let read = Asked::Read {
-                method,
-                params: params.to_owned(),
-            };
-            (read, asks_progress(meta.as_ref()))
-        };
         let raw_id = env.id?;
         let id: RequestId = serde_json::from_str(raw_id.get()).ok()?;
+        let (asked, meta) = asked(era, env.method, env.params)?;
+        let progress = asks_progress(meta.as_ref());
+        let is_list = matches!(asked, Asked::List(_));
+        let planned = |session, peer, own_peer| Planned {
+            session,
+            raw_id: raw_id.to_owned(),
+            id,
+            asked,
+            peer,
+            own_peer,
+            era,
+            progress,
+        };
+        if era == Era::Modern {
+            // Its questions for the agent are input-required results, not requests on a
+            // stream: nothing here needs a session.
+            if !modern::fits(headers, env.method, env.params, meta.as_ref()) {
+                return None;
+            }
+            let upstream = Upstream {
+                shared: Arc::clone(&self.shared),
+                sessions: None,
+            };
+            let own = modern::request_peer(upstream);
+            return Some(planned(None, own.peer().clone(), Some(own)));
+        }
+        let session = headers.get(SESSION_HEADER)?.to_str().ok()?;
         // rmcp's own check for the session, then the peer its `initialized` registered.
         if !self.knows(session).await {
             return None;
@@ -232,8 +250,7 @@ impl FastPath {
         let peer = self.sessions.get(session)?;
         // A list asks no one anything; a call or a routed request may need the session's
         // stream.
-        let may_ask = !matches!(asked, Asked::List(_));
-        if may_ask
+        if !is_list
             && (!self.enabled
                 || asks_the_agent(&self.shared, &peer)
                 || self
@@ -244,14 +261,7 @@ impl FastPath {
         {
             return None;
         }
-        Some(Planned {
-            session: session.to_string(),
-            raw_id: raw_id.to_owned(),
-            id,
-            asked,
-            peer,
-            progress,
-        })
+        Some(planned(Some(session.to_string()), peer, None))
     }
 
     /// Runs a planned call on its own task and answers with its JSON-RPC response; `cut`
@@ -271,10 +281,19 @@ impl FastPath {
             Asked::Call(..) => "tools/call",
             Asked::Read { method, .. } | Asked::List(method) => method,
         };
-        tracing::debug!(session = %call.session, "{method} served on the fast path");
+        let session = call.session.as_deref().unwrap_or("none (2026-07-28)");
+        tracing::debug!(session, "{method} served on the fast path");
         let id_text = call.raw_id.get().to_string();
-        let started = self.running.start((call.session.clone(), id_text.clone()));
-        let ct = started.token();
+        // A request in a session can be named by a `notifications/cancelled` on it; a
+        // 2026-07-28 request is cancelled by its client going away.
+        let started = call
+            .session
+            .as_ref()
+            .map(|session| self.running.start((session.clone(), id_text.clone())));
+        let ct = started
+            .as_ref()
+            .map_or_else(CancellationToken::new, running::Started::token);
+        let era = call.era;
         let streamed = call.progress.then(RequestStream::new);
         let task = tokio::spawn(run(
             Arc::clone(&self.shared),
@@ -285,18 +304,18 @@ impl FastPath {
         let finished = {
             let (cut, ct) = (cut.clone(), ct.clone());
             async move {
-                let line = tokio::select! {
+                let answered = tokio::select! {
                     done = task => done.unwrap_or_else(|e| {
                         tracing::error!("a fast-path call's task failed: {e}");
                         let err = rmcp::ErrorData::internal_error("the call's task failed", None);
-                        front::error_line(&id_text, &err)
+                        (front::error_line(&id_text, &err), None)
                     }),
-                    _ = cut.cancelled() => cut_error(&id_text),
+                    _ = cut.cancelled() => (cut_error(&id_text), None),
                 };
                 drop(started);
                 // A request the agent cancelled gets no answer (JSON-RPC), as on rmcp's
                 // path: the stream ends without an event.
-                (!ct.is_cancelled() || cut.is_cancelled()).then_some(line)
+                (!ct.is_cancelled() || cut.is_cancelled()).then_some(answered)
             }
         };
         let body = match streamed {
@@ -306,7 +325,7 @@ impl FastPath {
                 let cancel_on_drop = ct.drop_guard();
                 tokio::spawn(async move {
                     match finished.await {
-                        Some(line) => stream.finish(line).await,
+                        Some((line, _)) => stream.finish(line).await,
                         None => drop(stream),
                     }
                 });
@@ -319,9 +338,20 @@ impl FastPath {
             None => {
                 // The client going away (this future dropped) cancels the call.
                 let _cancel_on_drop = ct.drop_guard();
-                let line = finished.await;
+                let answered = finished.await;
                 drop(held);
-                Body::from(line.map(|l| one_event(&l)).unwrap_or_default())
+                let status = match (era, &answered) {
+                    (Era::Modern, Some((_, Some(code)))) => modern::error_status(*code),
+                    _ => StatusCode::OK,
+                };
+                if let (false, Some((line, _))) = (status == StatusCode::OK, &answered) {
+                    // As rmcp answers a 2026-07-28 request refused in kind: the error alone,
+                    // as JSON, under its status.
+                    let line = line.strip_suffix(b"\n").unwrap_or(line).to_vec();
+                    return (status, [(header::CONTENT_TYPE, "application/json")], line)
+                        .into_response();
+                }
+                Body::from(answered.map(|(l, _)| one_event(&l)).unwrap_or_default())
             }
         };
         (
@@ -361,38 +391,93 @@ impl FastPath {
     }
 }
 
-/// Runs one planned request through the stdio front's stages; its JSON-RPC response line.
+/// What a request asks when the fast path takes its method and params in `era`, with the
+/// `_meta` it carries; `None`: rmcp's path.
+fn asked(
+    era: Era,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Option<(Asked, Option<RequestMetaObject>)> {
+    if method == "tools/call" {
+        let (typed, sent) = match era {
+            Era::Sessions => {
+                let (typed, text) = fast_params(params?)?;
+                let sent = AsSent {
+                    extra: serde_json::Map::new(),
+                    text,
+                };
+                (typed, sent)
+            }
+            // A 2026-07-28 call may carry a retry's `inputResponses` and `requestState`, or
+            // a task: read as the stdio front reads it.
+            Era::Modern => {
+                let (typed, sent) = front::call_params(params).ok()?;
+                if !meta_fits(era, typed.meta.as_ref()) {
+                    return None;
+                }
+                (typed, sent)
+            }
+        };
+        let meta = typed.meta.clone();
+        return Some((Asked::Call(Box::new(typed), sent), meta));
+    }
+    if let Some(method) = LISTS.iter().find(|m| **m == method) {
+        let meta = match params {
+            None => None,
+            Some(p) => serde_json::from_str::<ListParams>(p.get()).ok()?.meta,
+        };
+        return meta_fits(era, meta.as_ref()).then_some((Asked::List(method), meta));
+    }
+    let method = READ_RAW.iter().find(|m| **m == method)?;
+    let params = params?;
+    #[derive(Deserialize)]
+    struct WithMeta {
+        #[serde(rename = "_meta", default)]
+        meta: Option<RequestMetaObject>,
+    }
+    let meta = serde_json::from_str::<WithMeta>(params.get()).ok()?.meta;
+    let read = Asked::Read {
+        method,
+        params: params.to_owned(),
+    };
+    meta_fits(era, meta.as_ref()).then_some((read, meta))
+}
+
+/// Runs one planned request through the stdio front's stages; its JSON-RPC response line,
+/// and its error's code if it is an error.
 async fn run(
     shared: Arc<Shared>,
     call: Planned,
     ct: CancellationToken,
     stream: Option<RequestStream>,
-) -> Vec<u8> {
+) -> (Vec<u8>, Option<ErrorCode>) {
     let mut ctx = RequestContext::new(call.id, call.peer);
     ctx.ct = ct;
     if let Some(stream) = stream {
         ctx.extensions.insert(stream);
     }
     let answer = match call.asked {
-        Asked::Call(typed, text) => {
-            let sent = AsSent {
-                extra: serde_json::Map::new(),
-                text,
-            };
-            front::answer_call(&shared, *typed, sent, ctx).await
-        }
+        Asked::Call(typed, sent) => front::answer_call(&shared, *typed, sent, ctx).await,
         Asked::Read { method, params } => {
             front::answer_routed(&shared, method, Some(&params), ctx).await
         }
-        Asked::List(method) => shared
-            .catalog()
-            .listed(method)
-            .map(|listed| RawJson::from_value(&listed))
-            .ok_or_else(|| rmcp::ErrorData::internal_error("not a list", None)),
+        Asked::List(method) => match shared.catalog().listed(method) {
+            Some(mut listed) => {
+                if call.era == Era::Modern {
+                    versions::stamp_result(method, &mut listed);
+                }
+                Ok(RawJson::from_value(&listed))
+            }
+            None => Err(rmcp::ErrorData::internal_error("not a list", None)),
+        },
     };
+    if let Some(own) = call.own_peer {
+        // Ends its service (a loop that received nothing) before the answer goes.
+        own.cancellation_token().cancel();
+    }
     match answer {
-        Ok(result) => front::result_line(call.raw_id.get(), &result),
-        Err(e) => front::error_line(call.raw_id.get(), &e),
+        Ok(result) => (front::result_line(call.raw_id.get(), &result), None),
+        Err(e) => (front::error_line(call.raw_id.get(), &e), Some(e.code)),
     }
 }
 
@@ -436,7 +521,7 @@ fn asks_the_agent(shared: &Shared, peer: &Peer<RoleServer>) -> bool {
 
 /// The headers the fast path serves exactly as rmcp would (else rmcp answers, with its own
 /// 406, 415 or 400 where it refuses).
-fn headers_fit(headers: &HeaderMap) -> bool {
+fn headers_fit(headers: &HeaderMap) -> Option<Era> {
     let json_body = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -446,12 +531,10 @@ fn headers_fit(headers: &HeaderMap) -> bool {
         });
     let (mut json, mut sse) = (false, false);
     for value in headers.get_all(header::ACCEPT) {
-        let Ok(value) = value.to_str() else {
-            return false;
-        };
+        let value = value.to_str().ok()?;
         // Weights and quoting are rmcp's to read.
         if value.contains('"') || value.to_ascii_lowercase().contains("q=") {
-            return false;
+            return None;
         }
         for entry in value.split(',') {
             let essence = entry.split(';').next().unwrap_or("").trim();
@@ -459,33 +542,35 @@ fn headers_fit(headers: &HeaderMap) -> bool {
             sse |= essence.eq_ignore_ascii_case("text/event-stream");
         }
     }
-    let version_fits = match headers.get(VERSION_HEADER) {
-        None => true,
-        Some(v) => v.to_str().ok().is_some_and(|v| {
-            v < ProtocolVersion::V_2026_07_28.as_str()
-                && ProtocolVersion::KNOWN_VERSIONS
-                    .iter()
-                    .any(|k| k.as_str() == v)
-        }),
+    if !(json_body && json && sse) {
+        return None;
+    }
+    let mut versions = headers.get_all(VERSION_HEADER).iter();
+    let Some(version) = versions.next() else {
+        return Some(Era::Sessions);
     };
-    json_body && json && sse && version_fits
+    let version = version
+        .to_str()
+        .ok()
+        .filter(|_| versions.next().is_none())?;
+    if version == ProtocolVersion::V_2026_07_28.as_str() {
+        return Some(Era::Modern);
+    }
+    let known = ProtocolVersion::KNOWN_VERSIONS
+        .iter()
+        .any(|k| k.as_str() == version);
+    (known && version < ProtocolVersion::V_2026_07_28.as_str()).then_some(Era::Sessions)
 }
 
-/// Whether a request's `_meta` is the fast path's to serve: no 2026-07-28 envelope (rmcp's
-/// checks), and a progress token, if any, that reads as one (else rmcp's path says why).
-fn meta_fits(meta: Option<&RequestMetaObject>) -> bool {
+/// Whether a request's `_meta` is the fast path's to serve: a progress token, if any, that
+/// reads as one (else rmcp's path says why), and, in a session, no 2026-07-28 envelope
+/// (rmcp's checks; a 2026-07-28 request's envelope is read by `modern::fits`).
+fn meta_fits(era: Era, meta: Option<&RequestMetaObject>) -> bool {
     meta.is_none_or(|m| {
-        !m.contains_key("protocolVersion")
-            && !m.keys().any(|k| k.starts_with("io.modelcontextprotocol/"))
+        let sessionless = m.contains_key("protocolVersion")
+            || m.keys().any(|k| k.starts_with("io.modelcontextprotocol/"));
+        (era == Era::Modern || !sessionless)
             && (!m.contains_key("progressToken") || m.get_progress_token().is_some())
-    })
-}
-
-/// Whether a list request's params are the fast path's: none, or a cursor and a `_meta`
-/// that fits (`meta_fits`); else rmcp's path, which says why if it refuses them.
-fn list_params_fit(params: Option<&RawValue>) -> bool {
-    params.is_none_or(|p| {
-        serde_json::from_str::<ListParams>(p.get()).is_ok_and(|p| meta_fits(p.meta.as_ref()))
     })
 }
 
@@ -499,7 +584,7 @@ fn asks_progress(meta: Option<&RequestMetaObject>) -> bool {
 /// The typed view, and the text when it may go to the server as written (`as_sent`).
 fn fast_params(params: &RawValue) -> Option<(CallToolRequestParams, Option<Box<RawValue>>)> {
     let p = serde_json::from_str::<FastParams<'_>>(params.get()).ok()?;
-    if !meta_fits(p.meta.as_ref()) {
+    if !meta_fits(Era::Sessions, p.meta.as_ref()) {
         return None;
     }
     // The members the decoder kept: the top level's (serde refuses a field given twice, and
@@ -538,27 +623,61 @@ mod tests {
 
     #[test]
     fn plain_headers_fit_and_anything_rmcp_reads_differently_does_not() {
-        assert!(headers_fit(&headers(&BASE)));
+        assert!(headers_fit(&headers(&BASE)) == Some(Era::Sessions));
         let with = |extra: (&'static str, &'static str)| {
             let mut h = headers(&BASE);
             h.append(extra.0, extra.1.parse().unwrap());
             headers_fit(&h)
         };
-        assert!(with(("mcp-protocol-version", "2025-11-25")));
-        assert!(!with(("mcp-protocol-version", "2026-07-28")));
-        assert!(!with(("mcp-protocol-version", "2031-01-01")));
-        assert!(!headers_fit(&headers(&[
+        assert!(with(("mcp-protocol-version", "2025-11-25")) == Some(Era::Sessions));
+        assert!(with(("mcp-protocol-version", "2026-07-28")) == Some(Era::Modern));
+        assert!(with(("mcp-protocol-version", "2031-01-01")).is_none());
+        let mut twice = headers(&BASE);
+        twice.append("mcp-protocol-version", "2025-11-25".parse().unwrap());
+        twice.append("mcp-protocol-version", "2025-11-25".parse().unwrap());
+        assert!(headers_fit(&twice).is_none());
+        assert!(headers_fit(&headers(&[
             ("content-type", "application/json"),
             ("accept", "application/json"),
-        ])));
-        assert!(!headers_fit(&headers(&[
+        ]))
+        .is_none());
+        assert!(headers_fit(&headers(&[
             ("content-type", "text/plain"),
             ("accept", "application/json, text/event-stream"),
-        ])));
-        assert!(!headers_fit(&headers(&[
+        ]))
+        .is_none());
+        assert!(headers_fit(&headers(&[
             ("content-type", "application/json"),
             ("accept", "application/json, text/event-stream;q=0"),
-        ])));
+        ]))
+        .is_none());
+    }
+
+    #[test]
+    fn a_2026_call_is_read_whole_and_a_session_call_without_its_envelope() {
+        let raw = |s: &str| RawValue::from_string(s.into()).unwrap();
+        let envelope = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+        // A retry's fields travel with a 2026-07-28 call.
+        let retry = raw(&format!(
+            r#"{{"name":"fs__stat","inputResponses":{{"a":{{}}}},"requestState":"s",{envelope}}}"#
+        ));
+        let (asked_, meta) = asked(Era::Modern, "tools/call", Some(&retry)).unwrap();
+        assert!(meta.is_some());
+        let Asked::Call(typed, _) = asked_ else {
+            panic!("not a call")
+        };
+        assert_eq!(typed.name, "fs__stat");
+        // The envelope in a session's request is rmcp's to judge.
+        let in_session = raw(&format!(r#"{{"name":"fs__stat",{envelope}}}"#));
+        assert!(asked(Era::Sessions, "tools/call", Some(&in_session)).is_none());
+        // Lists, with or without params, in both eras.
+        assert!(asked(Era::Sessions, "tools/list", None).is_some());
+        let list = raw(&format!(r#"{{"cursor":"c",{envelope}}}"#));
+        assert!(asked(Era::Modern, "resources/list", Some(&list)).is_some());
+        assert!(asked(Era::Sessions, "tools/list", Some(&raw(r#"{"cursor":1}"#))).is_none());
+        assert!(asked(Era::Sessions, "tools/list", Some(&raw(r#"{"more":1}"#))).is_none());
+        // What the fast path does not answer.
+        assert!(asked(Era::Modern, "server/discover", Some(&list)).is_none());
     }
 
     #[test]

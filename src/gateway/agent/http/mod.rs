@@ -25,6 +25,7 @@ pub mod jwt;
 mod keyset;
 pub mod limits;
 pub mod metrics;
+mod modern;
 pub mod origin;
 mod principals;
 pub mod proxy;
