@@ -150,6 +150,12 @@ impl Front {
 
     /// An initialized session (`capabilities` declared); its id.
     pub fn session(&self, capabilities: Value) -> String {
+        self.session_answer(capabilities).0
+    }
+
+    /// An initialized session (`capabilities` declared); its id, and the answer to its
+    /// `initialize`.
+    pub fn session_answer(&self, capabilities: Value) -> (String, Answer) {
         let init = self.post(
             None,
             &[],
@@ -165,7 +171,7 @@ impl Front {
             &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         );
         assert_eq!(ack.status, 202, "{ack:?}");
-        id
+        (id, init)
     }
 
     pub fn call(&self, session: &str, id: u64, tool: &str, args: Value) -> Answer {

@@ -21,6 +21,7 @@ mod client;
 
 mod as_written;
 mod same_rules;
+mod tasks;
 
 use std::path::PathBuf;
 

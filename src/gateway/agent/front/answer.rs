@@ -95,7 +95,6 @@ async fn answer(
     params: Option<&RawValue>,
     mut ctx: RequestContext<RoleServer>,
 ) -> Result<RawJson, ErrorData> {
-    use crate::gateway::call::answer::raw_json;
     if method == "tools/call" {
         let (typed, sent) = call_params(params)?;
         return answer_call(shared, typed, sent, ctx).await;
@@ -118,20 +117,33 @@ async fn answer(
             .await
             .map(RawJson::from)
     } else {
-        versions::check_envelope(&ctx.meta)?;
-        let modern = versions::is_modern(&ctx.meta);
-        let mut result = if modern && tasks_v2::declared(&ctx.meta) {
-            task_bridge::answer(shared, method, params, &ctx).await?
-        } else if method == "tasks/update" {
-            return Err(task_bridge::not_updatable());
-        } else {
-            crate::gateway::call::task_relay::handle(shared, method, params, &ctx).await?
-        };
-        if modern {
-            versions::stamp_result(method, &mut result);
-        }
-        Ok(raw_json(&result))
+        answer_task(shared, method, params, &ctx).await
     }
+}
+
+/// Answers one `tasks/*` request (its `_meta` already in `ctx`): a 2026-07-28 agent with the
+/// tasks extension through the bridge, any other through the servers' own tasks; shared by
+/// this front and the HTTP front's fast path.
+pub(crate) async fn answer_task(
+    shared: &Arc<Shared>,
+    method: &str,
+    params: Option<&RawValue>,
+    ctx: &RequestContext<RoleServer>,
+) -> Result<RawJson, ErrorData> {
+    use crate::gateway::call::answer::raw_json;
+    versions::check_envelope(&ctx.meta)?;
+    let modern = versions::is_modern(&ctx.meta);
+    let mut result = if modern && tasks_v2::declared(&ctx.meta) {
+        task_bridge::answer(shared, method, params, ctx).await?
+    } else if method == "tasks/update" {
+        return Err(task_bridge::not_updatable());
+    } else {
+        crate::gateway::call::task_relay::handle(shared, method, params, ctx).await?
+    };
+    if modern {
+        versions::stamp_result(method, &mut result);
+    }
+    Ok(raw_json(&result))
 }
 
 /// Answers one routed request (`service::READ_RAW`: a prompt, a resource, a completion) from

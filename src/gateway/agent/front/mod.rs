@@ -38,7 +38,7 @@ use crate::gateway::agent::tasks_v2;
 use crate::gateway::line_out::LineOut;
 use crate::gateway::state::Shared;
 
-pub(crate) use answer::{answer_call, answer_routed};
+pub(crate) use answer::{answer_call, answer_routed, answer_task};
 // The HTTP front's fast path reads a 2026-07-28 call as this front reads one.
 pub(crate) use answer::call_params;
 pub(crate) use lines::{error_line, result_line};

@@ -1,6 +1,8 @@
-//! The HTTP front's fast path for `tools/call`, the routed requests and the lists: a POST
-//! carrying one plain 2025-11-25 `tools/call` on a known, initialized session runs straight
-//! into the call pipeline the stdio front uses (`front::answer_call`), one `prompts/get`,
+//! The HTTP front's fast path for `tools/call`, the routed requests, the lists and `tasks/*`:
+//! a POST carrying one 2025-11-25 `tools/call` on a known, initialized session runs straight
+//! into the call pipeline the stdio front uses (`front::answer_call`; a call with a `task`
+//! or another field Palisade does not model read as that front reads it), one `tasks/*`
+//! into its answer (`front::answer_task`), one `prompts/get`,
 //! `resources/read`, `resources/(un)subscribe` or `completion/complete` into the stdio front's
 //! reading of them (`service::routed::answer_read`: params forwarded as the agent wrote them),
 //! one list request is answered from the catalog as stdio answers it (`Catalog::listed`: the
@@ -23,8 +25,8 @@
 //! (what rmcp asks) without weights; no `MCP-Protocol-Version`, or a known one before
 //! 2026-07-28; an `Mcp-Session-Id` that rmcp's session manager holds and whose agent sent
 //! `notifications/initialized`; a body that is one JSON-RPC request object with only
-//! `jsonrpc`, `id`, `method` and `params`; a call's params with only `name`, `arguments` and
-//! a `_meta`, a list's with only a string `cursor` and a `_meta`, any request's `_meta`
+//! `jsonrpc`, `id`, `method` and `params`; a list's params with only a string `cursor` and
+//! a `_meta`, any request's `_meta`
 //! without a 2026-07-28 envelope and with a progress token (if any) that rmcp reads as one;
 //! and, except for a list, neither this session's client nor the principal's linked client
 //! declaring elicitation or sampling that a server's relay is turned on for, and no `elicit`
@@ -70,7 +72,7 @@ use tokio_util::sync::CancellationToken;
 use crate::gateway::agent::request_stream::RequestStream;
 use crate::gateway::agent::service::Upstream;
 use crate::gateway::agent::service::READ_RAW;
-use crate::gateway::agent::{front, running, versions};
+use crate::gateway::agent::{front, running, tasks_v2, versions};
 use crate::gateway::call::as_sent::{self, AsSent};
 use crate::gateway::raw_json::RawJson;
 use crate::gateway::state::Shared;
@@ -131,7 +133,24 @@ enum Asked {
     /// can only answer a list typed, which drops what its models do not know (every
     /// `execution` of a tool, so a task-only tool looked like any other).
     List(&'static str),
+    /// A `tasks/*` request (`TASKS`): answered as the stdio front answers it
+    /// (`front::answer_task`), from the params as the agent wrote them.
+    Task {
+        method: &'static str,
+        params: Option<Box<RawValue>>,
+        meta: Option<RequestMetaObject>,
+    },
 }
+
+/// The `tasks/*` requests the fast path answers (2025-11-25's, and the tasks extension's
+/// `tasks/update`, refused as stdio refuses it).
+const TASKS: [&str; 5] = [
+    "tasks/get",
+    "tasks/result",
+    "tasks/cancel",
+    "tasks/list",
+    "tasks/update",
+];
 
 /// The lists the fast path answers.
 const LISTS: [&str; 4] = [
@@ -279,7 +298,7 @@ impl FastPath {
     ) -> Response {
         let method = match &call.asked {
             Asked::Call(..) => "tools/call",
-            Asked::Read { method, .. } | Asked::List(method) => method,
+            Asked::Read { method, .. } | Asked::List(method) | Asked::Task { method, .. } => method,
         };
         let session = call.session.as_deref().unwrap_or("none (2026-07-28)");
         tracing::debug!(session, "{method} served on the fast path");
@@ -399,18 +418,22 @@ fn asked(
     params: Option<&RawValue>,
 ) -> Option<(Asked, Option<RequestMetaObject>)> {
     if method == "tools/call" {
-        let (typed, sent) = match era {
-            Era::Sessions => {
-                let (typed, text) = fast_params(params?)?;
+        // The common call (a name, arguments, a `_meta`) is read in one pass; any other
+        // (a task, a 2026-07-28 retry's `inputResponses` and `requestState`, a field
+        // Palisade does not know) as the stdio front reads it, its other fields forwarded.
+        let common = match era {
+            Era::Sessions => fast_params(params?).map(|(typed, text)| {
                 let sent = AsSent {
                     extra: serde_json::Map::new(),
                     text,
                 };
                 (typed, sent)
-            }
-            // A 2026-07-28 call may carry a retry's `inputResponses` and `requestState`, or
-            // a task: read as the stdio front reads it.
-            Era::Modern => {
+            }),
+            Era::Modern => None,
+        };
+        let (typed, sent) = match common {
+            Some(read) => read,
+            None => {
                 let (typed, sent) = front::call_params(params).ok()?;
                 if !meta_fits(era, typed.meta.as_ref()) {
                     return None;
@@ -428,14 +451,32 @@ fn asked(
         };
         return meta_fits(era, meta.as_ref()).then_some((Asked::List(method), meta));
     }
-    let method = READ_RAW.iter().find(|m| **m == method)?;
-    let params = params?;
     #[derive(Deserialize)]
     struct WithMeta {
         #[serde(rename = "_meta", default)]
         meta: Option<RequestMetaObject>,
     }
-    let meta = serde_json::from_str::<WithMeta>(params.get()).ok()?.meta;
+    let meta_of = |p: &RawValue| serde_json::from_str::<WithMeta>(p.get()).map(|w| w.meta);
+    if let Some(method) = TASKS.iter().find(|m| **m == method) {
+        let meta = match params {
+            None => None,
+            Some(p) => meta_of(p).ok()?,
+        };
+        // The tasks extension's requests reach rmcp's path unless the agent declared it
+        // (rmcp refuses them then).
+        if era == Era::Modern && !meta.as_ref().is_some_and(tasks_v2::declared) {
+            return None;
+        }
+        let task = Asked::Task {
+            method,
+            params: params.map(RawValue::to_owned),
+            meta: meta.clone(),
+        };
+        return meta_fits(era, meta.as_ref()).then_some((task, meta));
+    }
+    let method = READ_RAW.iter().find(|m| **m == method)?;
+    let params = params?;
+    let meta = meta_of(params).ok()?;
     let read = Asked::Read {
         method,
         params: params.to_owned(),
@@ -470,6 +511,17 @@ async fn run(
             }
             None => Err(rmcp::ErrorData::internal_error("not a list", None)),
         },
+        Asked::Task {
+            method,
+            params,
+            meta,
+        } => {
+            // Read from its params, as rmcp's session would.
+            if let Some(meta) = meta {
+                ctx.meta = meta;
+            }
+            front::answer_task(&shared, method, params.as_deref(), &ctx).await
+        }
     };
     if let Some(own) = call.own_peer {
         // Ends its service (a loop that received nothing) before the answer goes.

@@ -20,6 +20,7 @@
 
 mod auth;
 pub mod fast;
+mod handshake;
 pub mod jwks;
 pub mod jwt;
 mod keyset;

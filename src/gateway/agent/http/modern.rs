@@ -65,12 +65,14 @@ fn sole<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     first.to_str().ok()
 }
 
-/// `Mcp-Name`: where the method names something, one plain header naming that (rmcp's
-/// SEP-2243 check); elsewhere, none (rmcp ignores it; the fast path leaves it to rmcp).
+/// `Mcp-Name`: where the method names something (a tool, a prompt, a URI, a task), one plain
+/// header naming that (rmcp's SEP-2243 check); elsewhere, none (rmcp ignores it; the fast
+/// path leaves it to rmcp).
 fn name_fits(headers: &HeaderMap, method: &str, params: Option<&RawValue>) -> bool {
     let key = match method {
         "tools/call" | "prompts/get" => "name",
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => "uri",
+        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
         _ => return !headers.contains_key(NAME_HEADER),
     };
     let Some(named) = params.and_then(|p| named_by(p, key)) else {
@@ -211,6 +213,12 @@ mod tests {
         assert!(fits(&h, "tools/list", None, Some(&envelope())));
         let h = headers(&[("mcp-method", "tools/list"), ("mcp-name", "x")]);
         assert!(!fits(&h, "tools/list", None, Some(&envelope())));
+        // A task by its id.
+        let task = RawValue::from_string(r#"{"taskId":"s__1"}"#.into()).unwrap();
+        let h = headers(&[("mcp-method", "tasks/get"), ("mcp-name", "s__1")]);
+        assert!(fits(&h, "tasks/get", Some(&task), Some(&envelope())));
+        let h = headers(&[("mcp-method", "tasks/get")]);
+        assert!(!fits(&h, "tasks/get", Some(&task), Some(&envelope())));
         // A read is named by its URI.
         let read = RawValue::from_string(r#"{"uri":"file:///a"}"#.into()).unwrap();
         let h = headers(&[("mcp-method", "resources/read"), ("mcp-name", "file:///a")]);

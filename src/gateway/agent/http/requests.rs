@@ -111,6 +111,8 @@ pub(super) async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> 
         Ok(e) => e,
         Err(r) => return r,
     };
+    // A session's `initialize`: its answer gets the servers' `tasks` capability.
+    let mut handshake = false;
     // GET (a standalone SSE stream, long-lived by design) and DELETE take no slot.
     let (req, slot, ids) = if req.method() == Method::POST {
         let (parts, bytes, slot, ids) = match admit_post(&front, &principal, &entry, req).await {
@@ -131,6 +133,7 @@ pub(super) async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> 
             }
         }
         let initialized = fast::initialized_session(&parts.headers, &bytes);
+        handshake = handshake::is_initialize(&bytes);
         let req = Request::from_parts(parts, Body::from(bytes));
         if let Some(session) = initialized {
             let response = entry.service.handle(req).await.map(Body::new);
@@ -151,7 +154,13 @@ pub(super) async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> 
     entry.touch();
     let response = entry.service.handle(req).await;
     entry.touch();
-    let response = response.map(Body::new);
+    let mut response = response.map(Body::new);
+    if let Some(tasks) = handshake
+        .then(|| entry.fast.shared.tasks_capability())
+        .flatten()
+    {
+        response = handshake::with_tasks(response, tasks).await;
+    }
     let sse = response
         .headers()
         .get(header::CONTENT_TYPE)
