@@ -187,10 +187,10 @@ struct Envelope<'a> {
     params: Option<&'a RawValue>,
 }
 
-/// A `tools/call`'s params as the fast path accepts them: only these three fields, each
+/// A session's common `tools/call` params, read in one pass: only these three fields, each
 /// once, typed as `CallToolRequestParams` types them (what `front::call_params` gives for
 /// such params, with nothing left over). The name is borrowed, so a name written with
-/// escapes does not fit (rmcp's path takes it), as before the params were read once.
+/// escapes does not fit; such params, and any others, are read by `front::call_params`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FastParams<'a> {
@@ -719,6 +719,16 @@ mod tests {
             panic!("not a call")
         };
         assert_eq!(typed.name, "fs__stat");
+        // A session's call with a task (or a field Palisade does not know) is read whole
+        // too, the field forwarded; params the typed view refuses are rmcp's to refuse.
+        let task = raw(r#"{"name":"fs__stat","task":{"ttl":1},"future":1}"#);
+        let Some((Asked::Call(_, sent), _)) = asked(Era::Sessions, "tools/call", Some(&task))
+        else {
+            panic!("not a call")
+        };
+        assert_eq!(sent.extra.len(), 2);
+        let bad = raw(r#"{"name":"fs__stat","arguments":[1]}"#);
+        assert!(asked(Era::Sessions, "tools/call", Some(&bad)).is_none());
         // The envelope in a session's request is rmcp's to judge.
         let in_session = raw(&format!(r#"{{"name":"fs__stat",{envelope}}}"#));
         assert!(asked(Era::Sessions, "tools/call", Some(&in_session)).is_none());
