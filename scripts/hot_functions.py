@@ -240,7 +240,8 @@ def main():
     binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/release/palisade")
     out = sys.argv[2] if len(sys.argv) > 2 else "scripts/hot-functions.txt"
     if os.geteuid() != 0 or not os.path.exists(os.path.join(TRACING, "uprobe_events")):
-        raise SystemExit("needs root and tracefs at %s (uprobes)" % TRACING)
+        raise SystemExit("needs root and tracefs at %s (uprobes); if it is not mounted: "
+                         "mount -t tracefs nodev %s" % (TRACING, TRACING))
     symbols = text_symbols(binary)
     d = os.path.abspath(tempfile.mkdtemp(prefix="hot-functions-", dir="target"))
     names, seen = [], set()
