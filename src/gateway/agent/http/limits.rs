@@ -124,11 +124,13 @@ pub fn request_ids(body: &[u8]) -> Vec<Value> {
         id: Option<Value>,
         method: Option<serde::de::IgnoredAny>,
     }
+    // A batch is tried first: serde reads a struct from an array too (its members in
+    // order), so a two-message batch read as `One` gave its first message as an id.
     #[derive(serde::Deserialize)]
     #[serde(untagged)]
     enum Messages {
-        One(Head),
         Many(Vec<Head>),
+        One(Head),
     }
     let heads = match serde_json::from_slice::<Messages>(body) {
         Ok(Messages::One(h)) => vec![h],
@@ -236,6 +238,9 @@ mod tests {
                            {"jsonrpc": "2.0", "method": "notifications/initialized"},
                            {"jsonrpc": "2.0", "id": 4, "method": "ping"}]);
         assert_eq!(request_ids(mixed.to_string().as_bytes()), vec![json!(4)]);
+        let two = json!([{"jsonrpc": "2.0", "id": 4, "method": "ping"},
+                         {"jsonrpc": "2.0", "id": 3, "result": {}}]);
+        assert_eq!(request_ids(two.to_string().as_bytes()), vec![json!(4)]);
         assert!(request_ids(b"not json").is_empty());
     }
 
