@@ -103,7 +103,7 @@ async fn answer(
         return answer_routed(shared, method, params, ctx).await;
     }
     // Every other request's `_meta` is read from its params, as rmcp's session would.
-    if let Some(meta) = params.and_then(request_meta) {
+    if let Some(meta) = params.and_then(|p| request_meta(p).ok().flatten()) {
         ctx.meta = meta;
     }
     if !is_task_method(method) {
@@ -156,7 +156,7 @@ pub(crate) async fn answer_routed(
     params: Option<&RawValue>,
     mut ctx: RequestContext<RoleServer>,
 ) -> Result<RawJson, ErrorData> {
-    if let Some(meta) = params.and_then(request_meta) {
+    if let Some(meta) = params.and_then(|p| request_meta(p).ok().flatten()) {
         ctx.meta = meta;
     }
     versions::check_envelope(&ctx.meta)?;
@@ -214,14 +214,18 @@ pub(crate) async fn answer_call(
     }
 }
 
-/// The `_meta` of a request's params, when it has one.
-fn request_meta(params: &RawValue) -> Option<rmcp::model::RequestMetaObject> {
+/// The `_meta` of a request's params, when it has one; an error when the params are not an
+/// object or their `_meta` is not one (this front then reads none; the HTTP front's fast
+/// path leaves such a request to rmcp, which refuses it).
+pub(crate) fn request_meta(
+    params: &RawValue,
+) -> Result<Option<rmcp::model::RequestMetaObject>, serde_json::Error> {
     #[derive(Deserialize)]
     struct WithMeta {
-        #[serde(rename = "_meta")]
+        #[serde(rename = "_meta", default)]
         meta: Option<rmcp::model::RequestMetaObject>,
     }
-    serde_json::from_str::<WithMeta>(params.get()).ok()?.meta
+    serde_json::from_str::<WithMeta>(params.get()).map(|w| w.meta)
 }
 
 /// The params fields the typed view of a `tools/call` models; the rest travel as sent.

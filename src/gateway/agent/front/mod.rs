@@ -40,7 +40,7 @@ use crate::gateway::state::Shared;
 
 pub(crate) use answer::{answer_call, answer_routed, answer_task};
 // The HTTP front's fast path reads a 2026-07-28 call as this front reads one.
-pub(crate) use answer::call_params;
+pub(crate) use answer::{call_params, request_meta};
 pub(crate) use lines::{error_line, result_line};
 
 use answer::{cancel_relayed, relay, Running};

@@ -30,12 +30,14 @@ const PARAM_HEADER_PREFIX: &str = "mcp-param-";
 /// How rmcp marks a header value written in Base64 (left to rmcp to decode).
 const BASE64_PREFIX: &str = "=?base64?";
 
-/// Whether a 2026-07-28 request (`method`, `params`, its `_meta` read as `meta`) is the fast
-/// path's by its headers and envelope.
+/// Whether a 2026-07-28 request (`method`, `params`, its `_meta` read as `meta`; a call's
+/// tool name as the fast path read it, `named`) is the fast path's by its headers and
+/// envelope.
 pub(super) fn fits(
     headers: &HeaderMap,
     method: &str,
     params: Option<&RawValue>,
+    named: Option<&str>,
     meta: Option<&RequestMetaObject>,
 ) -> bool {
     let Some(meta) = meta else {
@@ -52,7 +54,7 @@ pub(super) fn fits(
             .keys()
             .any(|k| k.as_str().starts_with(PARAM_HEADER_PREFIX))
         && sole(headers, METHOD_HEADER) == Some(method)
-        && name_fits(headers, method, params)
+        && name_fits(headers, method, params, named)
 }
 
 /// The one value of header `name`, if it has exactly one, readable.
@@ -68,15 +70,28 @@ fn sole<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// `Mcp-Name`: where the method names something (a tool, a prompt, a URI, a task), one plain
 /// header naming that (rmcp's SEP-2243 check); elsewhere, none (rmcp ignores it; the fast
 /// path leaves it to rmcp).
-fn name_fits(headers: &HeaderMap, method: &str, params: Option<&RawValue>) -> bool {
+fn name_fits(
+    headers: &HeaderMap,
+    method: &str,
+    params: Option<&RawValue>,
+    named: Option<&str>,
+) -> bool {
     let key = match method {
         "tools/call" | "prompts/get" => "name",
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => "uri",
         "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
         _ => return !headers.contains_key(NAME_HEADER),
     };
-    let Some(named) = params.and_then(|p| named_by(p, key)) else {
-        return false;
+    let read;
+    let named = match named {
+        Some(name) => name,
+        None => match params.and_then(|p| named_by(p, key)) {
+            Some(name) => {
+                read = name;
+                &read
+            }
+            None => return false,
+        },
     };
     sole(headers, NAME_HEADER).is_some_and(|h| !h.starts_with(BASE64_PREFIX) && h == named)
 }
@@ -163,10 +178,26 @@ mod tests {
     fn a_request_whose_headers_agree_with_its_body_fits() {
         let params = RawValue::from_string(r#"{"name":"fs__stat"}"#.into()).unwrap();
         let call = |pairs: &[(&'static str, &str)], m: &RequestMetaObject| {
-            fits(&headers(pairs), "tools/call", Some(&params), Some(m))
+            fits(&headers(pairs), "tools/call", Some(&params), None, Some(m))
         };
         let good = [("mcp-method", "tools/call"), ("mcp-name", "fs__stat")];
         assert!(call(&good, &envelope()));
+        // A call's name as the fast path already read it is the one compared.
+        let h = headers(&good);
+        assert!(fits(
+            &h,
+            "tools/call",
+            Some(&params),
+            Some("fs__stat"),
+            Some(&envelope())
+        ));
+        assert!(!fits(
+            &h,
+            "tools/call",
+            Some(&params),
+            Some("fs__read"),
+            Some(&envelope())
+        ));
         // Each header rmcp checks, missing, contradicting or repeated: rmcp's path.
         assert!(!call(&good[..1], &envelope()));
         assert!(!call(
@@ -210,19 +241,25 @@ mod tests {
         assert!(!call(&good, &other));
         // A list names nothing: no Mcp-Name.
         let h = headers(&[("mcp-method", "tools/list")]);
-        assert!(fits(&h, "tools/list", None, Some(&envelope())));
+        assert!(fits(&h, "tools/list", None, None, Some(&envelope())));
         let h = headers(&[("mcp-method", "tools/list"), ("mcp-name", "x")]);
-        assert!(!fits(&h, "tools/list", None, Some(&envelope())));
+        assert!(!fits(&h, "tools/list", None, None, Some(&envelope())));
         // A task by its id.
         let task = RawValue::from_string(r#"{"taskId":"s__1"}"#.into()).unwrap();
         let h = headers(&[("mcp-method", "tasks/get"), ("mcp-name", "s__1")]);
-        assert!(fits(&h, "tasks/get", Some(&task), Some(&envelope())));
+        assert!(fits(&h, "tasks/get", Some(&task), None, Some(&envelope())));
         let h = headers(&[("mcp-method", "tasks/get")]);
-        assert!(!fits(&h, "tasks/get", Some(&task), Some(&envelope())));
+        assert!(!fits(&h, "tasks/get", Some(&task), None, Some(&envelope())));
         // A read is named by its URI.
         let read = RawValue::from_string(r#"{"uri":"file:///a"}"#.into()).unwrap();
         let h = headers(&[("mcp-method", "resources/read"), ("mcp-name", "file:///a")]);
-        assert!(fits(&h, "resources/read", Some(&read), Some(&envelope())));
+        assert!(fits(
+            &h,
+            "resources/read",
+            Some(&read),
+            None,
+            Some(&envelope())
+        ));
     }
 
     #[test]

@@ -115,12 +115,19 @@ pub(super) async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> 
     let mut handshake = false;
     // GET (a standalone SSE stream, long-lived by design) and DELETE take no slot.
     let (req, slot, ids) = if req.method() == Method::POST {
-        let (parts, bytes, slot, ids) = match admit_post(&front, &principal, &entry, req).await {
-            Ok(admitted) => admitted,
+        let (parts, bytes) = match read_body(&front, req).await {
+            Ok(read) => read,
+            Err(r) => return *r,
+        };
+        // Read once: every decision below reads the body's message from here.
+        let posted = fast::Posted::read(&bytes);
+        let ids = posted.request_ids(&bytes);
+        let slot = match admit_post(&front, &principal, &entry, &bytes, &ids) {
+            Ok(slot) => slot,
             Err(r) => return *r,
         };
         entry.touch();
-        if let Some(call) = entry.fast.plan(&parts.headers, &bytes).await {
+        if let Some(call) = entry.fast.plan(&parts.headers, &posted).await {
             let grace = front.http.shutdown_grace;
             return entry
                 .fast
@@ -128,13 +135,13 @@ pub(super) async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> 
                 .await;
         }
         if ids.is_empty() {
-            if let Some(response) = entry.fast.cancel(&parts.headers, &bytes).await {
+            if let Some(response) = entry.fast.cancel(&parts.headers, &posted).await {
                 return response;
             }
         }
-        let initialized = fast::initialized_session(&parts.headers, &bytes);
-        handshake = handshake::is_initialize(&bytes);
-        let req = Request::from_parts(parts, Body::from(bytes));
+        let initialized = fast::initialized_session(&parts.headers, &posted);
+        handshake = handshake::is_initialize(&posted, &bytes);
+        let req = Request::from_parts(parts, Body::from(bytes.clone()));
         if let Some(session) = initialized {
             let response = entry.service.handle(req).await.map(Body::new);
             if response.status() == StatusCode::ACCEPTED {
@@ -182,37 +189,36 @@ pub(super) async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> 
 /// fast path (its calls go through rmcp's path until then).
 const REGISTRATION_BOUND: Duration = Duration::from_secs(2);
 
-/// A POST admitted under the principal's rate and request cap: the request's parts and its
-/// body (read, at most `maxBodyBytes`), its slot (none for a body of replies over the cap), and the ids
-/// of the requests it carries; or the refusal.
-async fn admit_post(
+/// A POST's parts and its body, read whole (at most `maxBodyBytes`); or the refusal.
+async fn read_body(
     front: &Front,
-    principal: &str,
-    entry: &Arc<Principal>,
     req: Request<Body>,
-) -> Result<
-    (
-        axum::http::request::Parts,
-        axum::body::Bytes,
-        Option<Slot>,
-        Vec<Value>,
-    ),
-    Box<Response>,
-> {
+) -> Result<(axum::http::request::Parts, axum::body::Bytes), Box<Response>> {
     let (parts, body) = req.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, front.http.max_body_bytes).await else {
-        return Err(Box::new(refusal(
+    match axum::body::to_bytes(body, front.http.max_body_bytes).await {
+        Ok(bytes) => Ok((parts, bytes)),
+        Err(_) => Err(Box::new(refusal(
             StatusCode::PAYLOAD_TOO_LARGE,
             &format!(
                 "the request body is over maxBodyBytes ({})",
                 front.http.max_body_bytes
             ),
-        )));
-    };
-    let ids = limits::request_ids(&bytes);
+        ))),
+    }
+}
+
+/// A POST body admitted under the principal's rate and request cap (`ids`: the requests it
+/// carries): its slot (none for a body of replies over the cap); or the refusal.
+fn admit_post(
+    front: &Front,
+    principal: &str,
+    entry: &Arc<Principal>,
+    bytes: &[u8],
+    ids: &[Value],
+) -> Result<Option<Slot>, Box<Response>> {
     if let (Some(rate), false) = (&entry.rate, ids.is_empty()) {
         if let Err(wait) = rate.take(ids.len(), Instant::now()) {
-            let asked = match limits::classify(&bytes) {
+            let asked = match limits::classify(bytes) {
                 limits::Carried::Requests(asked) => asked,
                 limits::Carried::Replies => Vec::new(),
             };
@@ -238,7 +244,7 @@ async fn admit_post(
             principal: Arc::clone(entry),
         }),
         None => {
-            if let limits::Carried::Requests(asked) = limits::classify(&bytes) {
+            if let limits::Carried::Requests(asked) = limits::classify(bytes) {
                 let why = format!(
                     "too many requests in flight for principal {principal} \
                      (maxRequestsPerPrincipal {}); retry when one of them has finished",
@@ -257,5 +263,5 @@ async fn admit_post(
             None
         }
     };
-    Ok((parts, bytes, slot, ids))
+    Ok(slot)
 }

@@ -1,0 +1,426 @@
+//! The HTTP front's fast path for `tools/call`, the routed requests, the lists and `tasks/*`:
+//! a POST carrying one 2025-11-25 `tools/call` on a known, initialized session runs straight
+//! into the call pipeline the stdio front uses (`front::answer_call`; a call with a `task`
+//! or another field Palisade does not model read as that front reads it), one `tasks/*`
+//! into its answer (`front::answer_task`), one `prompts/get`,
+//! `resources/read`, `resources/(un)subscribe` or `completion/complete` into the stdio front's
+//! reading of them (`service::routed::answer_read`: params forwarded as the agent wrote them),
+//! one list request is answered from the catalog as stdio answers it (`Catalog::listed`: the
+//! servers' own JSON; rmcp's typed lists dropped every tool's `execution`), and its answer
+//! is the server's result bytes with the agent's id, as the one event of an SSE body of
+//! known length (as rmcp answers a request, minus the stream: clients that read only SSE, as
+//! some do, read it the same way). A request asking for progress is answered with a streamed
+//! SSE body instead: the server's progress notifications, as it wrote them with the agent's
+//! token put in, then the answer (`agent/request_stream.rs`).
+//! The request has already passed every check of the front (Origin, token, principal cap,
+//! rate, request cap, body size).
+//!
+//! Why: through rmcp's session machinery a call hops from the session manager to the session
+//! worker, the service, a handler task, a result channel and an SSE encoder, and its result
+//! is re-typed by rmcp, which drops the fields it does not model. That cost about 235 µs per
+//! call over the stdio front (see docs/benchmarks.md).
+//!
+//! What it takes (anything else goes to rmcp's path, unchanged): `Content-Type:
+//! application/json`; an `Accept` naming both `application/json` and `text/event-stream`
+//! (what rmcp asks) without weights; no `MCP-Protocol-Version`, or a known one before
+//! 2026-07-28; an `Mcp-Session-Id` that rmcp's session manager holds and whose agent sent
+//! `notifications/initialized`; a body that is one JSON-RPC request object with only
+//! `jsonrpc`, `id`, `method` and `params`; a list's params with only a string `cursor` and
+//! a `_meta`, any request's `_meta`
+//! without a 2026-07-28 envelope and with a progress token (if any) that rmcp reads as one;
+//! and, except for a list, neither this session's client nor the principal's linked client
+//! declaring elicitation or sampling that a server's relay is turned on for, and no `elicit`
+//! approver (a call that may need a request to the agent on the session's stream is
+//! rmcp's). An unknown session therefore gets rmcp's own 404.
+//!
+//! A 2026-07-28 request (the same methods, `MCP-Protocol-Version: 2026-07-28`) has no
+//! session: it is taken when its headers agree with its body as rmcp reads them
+//! (`modern.rs`), its call read whole as the stdio front reads one (a retry's fields, a
+//! task), and it runs as stdio runs a 2026-07-28 agent's (rounds for questions, the tasks
+//! extension, the envelope's stamps), with a peer of its own.
+//!
+//! A fast call runs on its own task: the client going away cancels it (its audit record is
+//! still written); `notifications/cancelled` naming it cancels it (and, as on rmcp's path,
+//! its response carries no answer); shutdown past `shutdownGrace` answers it with the same
+//! error as a cut stream. A session is known to the fast path once rmcp has handled its
+//! `notifications/initialized`: the front holds that notification's 202 until then (bounded).
+//!
+//! Never: serve a call rmcp would have refused or answered differently in kind; take a call
+//! whose session is not the caller's (the session id is looked up in the principal's own
+//! session manager and peer table).
+//!
+//! A session's call params are read once, into the typed view the pipeline takes
+//! (`FastParams`): the read that decides whether the fast path fits is the one handed on.
+
+mod reading;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use rmcp::model::{ErrorCode, RequestId};
+use rmcp::service::{Peer, RequestContext, RunningService};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::SessionManager;
+use rmcp::RoleServer;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio_util::sync::CancellationToken;
+
+use crate::gateway::agent::request_stream::RequestStream;
+use crate::gateway::agent::service::Upstream;
+use crate::gateway::agent::{front, running, versions};
+use crate::gateway::raw_json::RawJson;
+use crate::gateway::state::Shared;
+
+use super::modern;
+use super::sessions::{SessionPeers, SESSION_HEADER};
+
+pub(super) use reading::Posted;
+use reading::{asked, asks_progress, headers_fit, Asked, Era};
+
+/// One principal's fast path: its gateway's state, its sessions and its fast calls running.
+pub(super) struct FastPath {
+    pub(super) shared: Arc<Shared>,
+    pub(super) sessions: Arc<SessionPeers>,
+    pub(super) manager: Arc<LocalSessionManager>,
+    /// `false` when the principal's approval chain can ask its agent (`elicit`): its calls
+    /// and routed requests go to rmcp's path then (lists, which ask no one, still come here).
+    pub(super) enabled: bool,
+    running: Arc<Running>,
+}
+
+/// A call the fast path takes.
+pub(super) struct Planned {
+    /// The session it came on; none for a 2026-07-28 request.
+    session: Option<String>,
+    raw_id: Box<RawValue>,
+    id: RequestId,
+    asked: Asked,
+    peer: Peer<RoleServer>,
+    /// A 2026-07-28 request's own peer service (`modern::request_peer`), kept while it runs.
+    own_peer: Option<RunningService<RoleServer, Upstream>>,
+    era: Era,
+    /// The request asked for progress: its answer is a stream.
+    progress: bool,
+}
+
+impl FastPath {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        sessions: Arc<SessionPeers>,
+        manager: Arc<LocalSessionManager>,
+        enabled: bool,
+    ) -> Self {
+        FastPath {
+            shared,
+            sessions,
+            manager,
+            enabled,
+            running: Arc::default(),
+        }
+    }
+
+    /// Whether this principal's rmcp session manager holds `session` (rmcp's own check: an
+    /// unknown or foreign session is left to rmcp, which answers 404).
+    async fn knows(&self, session: &str) -> bool {
+        self.manager
+            .has_session(&session.to_string().into())
+            .await
+            .unwrap_or(false)
+    }
+
+    /// The call this POST carries when the fast path may take it; `None`: rmcp's path.
+    pub(super) async fn plan(&self, headers: &HeaderMap, posted: &Posted<'_>) -> Option<Planned> {
+        let era = headers_fit(headers)?;
+        let env = posted.envelope()?;
+        if env.jsonrpc != "2.0" {
+            return None;
+        }
+        let raw_id = env.id?;
+        let id: RequestId = serde_json::from_str(raw_id.get()).ok()?;
+        let (asked, meta) = asked(era, env.method, env.params)?;
+        let progress = asks_progress(meta.as_ref());
+        let is_list = matches!(asked, Asked::List(_));
+        // Its questions for the agent are input-required results, not requests on a
+        // stream: a 2026-07-28 request needs no session, only headers that agree with it.
+        if era == Era::Modern {
+            let named = match &asked {
+                Asked::Call(typed, _) => Some(&*typed.name),
+                _ => None,
+            };
+            if !modern::fits(headers, env.method, env.params, named, meta.as_ref()) {
+                return None;
+            }
+        }
+        let planned = |session, peer, own_peer| Planned {
+            session,
+            raw_id: raw_id.to_owned(),
+            id,
+            asked,
+            peer,
+            own_peer,
+            era,
+            progress,
+        };
+        if era == Era::Modern {
+            let upstream = Upstream {
+                shared: Arc::clone(&self.shared),
+                sessions: None,
+            };
+            let own = modern::request_peer(upstream);
+            return Some(planned(None, own.peer().clone(), Some(own)));
+        }
+        let session = headers.get(SESSION_HEADER)?.to_str().ok()?;
+        // rmcp's own check for the session, then the peer its `initialized` registered.
+        if !self.knows(session).await {
+            return None;
+        }
+        let peer = self.sessions.get(session)?;
+        // A list asks no one anything; a call or a routed request may need the session's
+        // stream.
+        if !is_list
+            && (!self.enabled
+                || asks_the_agent(&self.shared, &peer)
+                || self
+                    .shared
+                    .upstream
+                    .get()
+                    .is_some_and(|p| asks_the_agent(&self.shared, &p)))
+        {
+            return None;
+        }
+        Some(planned(Some(session.to_string()), peer, None))
+    }
+
+    /// Runs a planned call on its own task and answers with its JSON-RPC response; `cut`
+    /// (shutdown past its grace) ends the wait with `cut_error`'s answer. A call that asked
+    /// for progress is answered at once with a stream its notifications and answer go on.
+    /// `held` (the request's slot under the principal's cap) is kept until the answer is
+    /// written: the call counts as in flight, for the cap and for shutdown's drain, while it
+    /// runs behind a stream.
+    pub(super) async fn serve(
+        &self,
+        call: Planned,
+        cut: &CancellationToken,
+        cut_error: impl FnOnce(&str) -> Vec<u8> + Send + 'static,
+        held: impl Send + 'static,
+    ) -> Response {
+        let method = match &call.asked {
+            Asked::Call(..) => "tools/call",
+            Asked::Read { method, .. } | Asked::List(method) | Asked::Task { method, .. } => method,
+        };
+        let session = call.session.as_deref().unwrap_or("none (2026-07-28)");
+        tracing::debug!(session, "{method} served on the fast path");
+        let id_text = call.raw_id.get().to_string();
+        // A request in a session can be named by a `notifications/cancelled` on it; a
+        // 2026-07-28 request is cancelled by its client going away.
+        let started = call
+            .session
+            .as_ref()
+            .map(|session| self.running.start((session.clone(), id_text.clone())));
+        let ct = started
+            .as_ref()
+            .map_or_else(CancellationToken::new, running::Started::token);
+        let era = call.era;
+        let streamed = call.progress.then(RequestStream::new);
+        let task = tokio::spawn(run(
+            Arc::clone(&self.shared),
+            call,
+            ct.clone(),
+            streamed.as_ref().map(|(stream, _)| stream.clone()),
+        ));
+        let finished = {
+            let (cut, ct) = (cut.clone(), ct.clone());
+            async move {
+                let answered = tokio::select! {
+                    done = task => done.unwrap_or_else(|e| {
+                        tracing::error!("a fast-path call's task failed: {e}");
+                        let err = rmcp::ErrorData::internal_error("the call's task failed", None);
+                        (front::error_line(&id_text, &err), None)
+                    }),
+                    _ = cut.cancelled() => (cut_error(&id_text), None),
+                };
+                drop(started);
+                // A request the agent cancelled gets no answer (JSON-RPC), as on rmcp's
+                // path: the stream ends without an event.
+                (!ct.is_cancelled() || cut.is_cancelled()).then_some(answered)
+            }
+        };
+        let body = match streamed {
+            Some((stream, lines)) => {
+                // The answer goes on the stream from a task of its own; the client going
+                // away (the body dropped) cancels the call.
+                let cancel_on_drop = ct.drop_guard();
+                tokio::spawn(async move {
+                    match finished.await {
+                        Some((line, _)) => stream.finish(line).await,
+                        None => drop(stream),
+                    }
+                });
+                let events = lines.map(move |line| {
+                    let _kept = (&cancel_on_drop, &held);
+                    Ok::<_, std::convert::Infallible>(one_event(&line))
+                });
+                Body::from_stream(events)
+            }
+            None => {
+                // The client going away (this future dropped) cancels the call.
+                let _cancel_on_drop = ct.drop_guard();
+                let answered = finished.await;
+                drop(held);
+                let status = match (era, &answered) {
+                    (Era::Modern, Some((_, Some(code)))) => modern::error_status(*code),
+                    _ => StatusCode::OK,
+                };
+                if let (false, Some((line, _))) = (status == StatusCode::OK, &answered) {
+                    // As rmcp answers a 2026-07-28 request refused in kind: the error alone,
+                    // as JSON, under its status.
+                    let line = line.strip_suffix(b"\n").unwrap_or(line).to_vec();
+                    return (status, [(header::CONTENT_TYPE, "application/json")], line)
+                        .into_response();
+                }
+                Body::from(answered.map(|(l, _)| one_event(&l)).unwrap_or_default())
+            }
+        };
+        (
+            StatusCode::OK,
+            [
+                (header::CONTENT_TYPE, "text/event-stream"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            body,
+        )
+            .into_response()
+    }
+
+    /// A `notifications/cancelled` POST naming a fast call of this session: the call is
+    /// cancelled and the POST answered as rmcp answers a notification (202); `None` when it
+    /// names none (rmcp's path takes it).
+    pub(super) async fn cancel(
+        &self,
+        headers: &HeaderMap,
+        posted: &Posted<'_>,
+    ) -> Option<Response> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Cancelled<'a> {
+            #[serde(borrow)]
+            request_id: &'a RawValue,
+        }
+        let session = headers.get(SESSION_HEADER)?.to_str().ok()?;
+        if posted.notification()? != "notifications/cancelled" {
+            return None;
+        }
+        let params = posted.envelope()?.params?;
+        let c: Cancelled<'_> = serde_json::from_str(params.get()).ok()?;
+        let key = (session.to_string(), c.request_id.get().to_string());
+        let ct = self.running.get(&key)?;
+        if !self.knows(session).await {
+            return None;
+        }
+        ct.cancel();
+        Some(StatusCode::ACCEPTED.into_response())
+    }
+}
+
+/// Runs one planned request through the stdio front's stages; its JSON-RPC response line,
+/// and its error's code if it is an error.
+async fn run(
+    shared: Arc<Shared>,
+    call: Planned,
+    ct: CancellationToken,
+    stream: Option<RequestStream>,
+) -> (Vec<u8>, Option<ErrorCode>) {
+    let mut ctx = RequestContext::new(call.id, call.peer);
+    ctx.ct = ct;
+    if let Some(stream) = stream {
+        ctx.extensions.insert(stream);
+    }
+    let answer = match call.asked {
+        Asked::Call(typed, sent) => front::answer_call(&shared, *typed, sent, ctx).await,
+        Asked::Read { method, params } => {
+            front::answer_routed(&shared, method, Some(&params), ctx).await
+        }
+        Asked::List(method) => match shared.catalog().listed(method) {
+            Some(mut listed) => {
+                if call.era == Era::Modern {
+                    versions::stamp_result(method, &mut listed);
+                }
+                Ok(RawJson::from_value(&listed))
+            }
+            None => Err(rmcp::ErrorData::internal_error("not a list", None)),
+        },
+        Asked::Task {
+            method,
+            params,
+            meta,
+        } => {
+            // Read from its params, as rmcp's session would.
+            if let Some(meta) = meta {
+                ctx.meta = meta;
+            }
+            front::answer_task(&shared, method, params.as_deref(), &ctx).await
+        }
+    };
+    if let Some(own) = call.own_peer {
+        // Ends its service (a loop that received nothing) before the answer goes.
+        own.cancellation_token().cancel();
+    }
+    match answer {
+        Ok(result) => (front::result_line(call.raw_id.get(), &result), None),
+        Err(e) => (front::error_line(call.raw_id.get(), &e), Some(e.code)),
+    }
+}
+
+/// Fast calls running, by (session id, request id as the agent wrote it).
+type Running = running::Running<(String, String)>;
+
+/// The session id of a POST carrying `notifications/initialized`, if it is one.
+pub(super) fn initialized_session(headers: &HeaderMap, posted: &Posted<'_>) -> Option<String> {
+    let session = headers.get(SESSION_HEADER)?.to_str().ok()?;
+    (posted.notification()? == "notifications/initialized").then(|| session.to_string())
+}
+
+/// One JSON-RPC message (a line) as the whole body of an SSE response: what rmcp's answer
+/// to a request looks like, so that a client reading only SSE answers reads this one too.
+fn one_event(line: &[u8]) -> Vec<u8> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let mut body = Vec::with_capacity(line.len() + 24);
+    body.extend_from_slice(b"event: message\ndata: ");
+    body.extend_from_slice(line);
+    body.extend_from_slice(b"\n\n");
+    body
+}
+
+/// Whether the agent's client could be asked something during a call: a server's sampling
+/// or elicitation request, relayed, goes on the session's stream. Only a server whose config
+/// turns the relay on (`relay`, off by default) has its requests relayed, and only to an
+/// agent that declared the capability; the `elicit` approver turns the fast path off as a
+/// whole (`FastPath::enabled`).
+fn asks_the_agent(shared: &Shared, peer: &Peer<RoleServer>) -> bool {
+    let Some(info) = peer.peer_info() else {
+        return false;
+    };
+    let caps = &info.capabilities;
+    shared.slots.iter().any(|slot| {
+        let relay = slot.relay.policy();
+        (relay.sampling && caps.sampling.is_some())
+            || (relay.elicitation && caps.elicitation.is_some())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_answer_is_one_sse_event() {
+        assert_eq!(
+            one_event(b"{\"id\":1}\n"),
+            b"event: message\ndata: {\"id\":1}\n\n".to_vec()
+        );
+    }
+}
