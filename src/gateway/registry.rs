@@ -304,7 +304,7 @@ impl Catalog {
     /// front answers lists from here (stdio through rmcp's session, HTTP on its fast path),
     /// never through rmcp's typed models, which drop what they do not know (a tool's
     /// `execution`).
-    pub fn listed(&self, method: &str) -> Option<Value> {
+    pub fn listed(&self, method: &str) -> Option<Arc<Value>> {
         let (result, key) = match method {
             "tools/list" => (&self.tools_result, "tools"),
             "prompts/list" => (&self.prompts_result, "prompts"),
@@ -312,10 +312,11 @@ impl Catalog {
             "resources/templates/list" => (&self.templates_result, "resourceTemplates"),
             _ => return None,
         };
+        // Shared, not copied: a list is written out from the catalog's own value.
         Some(if result.is_null() {
-            serde_json::json!({ key: [] })
+            Arc::new(serde_json::json!({ key: [] }))
         } else {
-            Value::clone(result)
+            Arc::clone(result)
         })
     }
 

@@ -46,7 +46,9 @@ impl RelayingService {
             | ClientRequest::ListResourcesRequest(_)
             | ClientRequest::ListResourceTemplatesRequest(_) => {
                 let method = request.method();
-                up.shared.catalog().listed(method).ok_or_else(|| {
+                // rmcp's session takes the answer as a value of its own.
+                let listed = up.shared.catalog().listed(method).map(|l| Value::clone(&l));
+                listed.ok_or_else(|| {
                     ErrorData::internal_error(format!("`{method}` is not a list"), None)
                 })
             }

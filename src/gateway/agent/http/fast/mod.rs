@@ -345,12 +345,13 @@ async fn run(
             front::answer_routed(&shared, method, Some(&params), ctx).await
         }
         Asked::List(method) => match shared.catalog().listed(method) {
-            Some(mut listed) => {
-                if call.era == Era::Modern {
-                    versions::stamp_result(method, &mut listed);
-                }
-                Ok(RawJson::from_value(&listed))
+            Some(listed) if call.era == Era::Modern => {
+                // The stamps go at the end of the text, as on a server's own result.
+                serde_json::value::to_raw_value(&*listed)
+                    .map(|text| versions::stamp_raw(method, text).into())
+                    .map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))
             }
+            Some(listed) => Ok(RawJson::from_value(&listed)),
             None => Err(rmcp::ErrorData::internal_error("not a list", None)),
         },
         Asked::Task {
