@@ -13,13 +13,9 @@ mod support;
 
 use serde_json::{json, Value};
 use support::raw::Serve;
-use support::{audit_records, node_server, write_policy, Workspace};
+use support::{audit_records, write_policy, Workspace};
 
 const TOOL: &str = "everything__simulate-research-query";
-
-fn everything() -> Value {
-    json!({"everything": {"command": "node", "args": [node_server("server-everything"), "stdio"]}})
-}
 
 /// Polls `tasks/get` until the task's status is final; bounded (a hang guard, not a timing
 /// assertion: the task takes about four seconds).
@@ -68,7 +64,7 @@ fn assert_plain_call_refused(serve: &mut Serve, id: u64, meta: Option<Value>) {
 #[test]
 fn a_tool_that_requires_a_task_works_through_palisade() {
     let ws = Workspace::new();
-    let config = ws.config(everything(), json!({}));
+    let config = ws.config(support::everything_servers(), json!({}));
     let mut serve = Serve::start(&ws, &config, &[], &[]);
     let init = serve.initialize();
     assert_eq!(
@@ -181,7 +177,7 @@ fn a_denied_task_call_creates_no_task_and_is_audited() {
              "reason": "everything else"}
         ]),
     );
-    let config = ws.config(everything(), json!({"policy": policy}));
+    let config = ws.config(support::everything_servers(), json!({"policy": policy}));
     let mut serve = Serve::start(&ws, &config, &[], &[]);
     serve.initialize();
     let got = serve.request(
@@ -229,7 +225,7 @@ fn envelope_2026(extension: bool) -> Value {
 #[test]
 fn a_2026_agent_with_the_tasks_extension_runs_a_task_only_tool() {
     let ws = Workspace::new();
-    let config = ws.config(everything(), json!({}));
+    let config = ws.config(support::everything_servers(), json!({}));
     let mut serve = Serve::start(&ws, &config, &[], &[]);
     let meta = envelope_2026(true);
 

@@ -8,7 +8,7 @@ use super::*;
 fn server_everything_through_palisade_is_its_own_json() {
     let ws = Workspace::new();
     let mut direct = Lines::spawn(&mut everything_cmd());
-    let mut through = serve(&ws, everything());
+    let mut through = serve(&ws, support::everything_servers());
 
     // Lists: every entry as the server wrote it, names rewritten.
     let tools = direct.request("tools/list", json!({}));
@@ -158,7 +158,7 @@ fn one_server_mode_is_the_server_itself() {
 fn one_server_under_pinning_keeps_its_instructions_back() {
     let ws = Workspace::new();
     let direct = Lines::spawn(&mut everything_cmd());
-    let mut servers = everything();
+    let mut servers = support::everything_servers();
     servers["everything"]["prefix"] = json!(false);
     let through = serve_with(&ws, servers, json!({"pins": ws.path().join("pins.json")}));
     let (d, t) = met(&direct, &through);
@@ -180,7 +180,7 @@ fn one_server_under_pinning_keeps_its_instructions_back() {
 fn notifications_reach_the_agent_as_the_server_wrote_them() {
     let ws = Workspace::new();
     let mut direct = Lines::spawn(&mut everything_cmd());
-    let mut through = serve(&ws, everything());
+    let mut through = serve(&ws, support::everything_servers());
     let call = |name: &str| {
         json!({"name": name, "arguments": {"duration": 0.2, "steps": 2},
                "_meta": {"progressToken": "tok-7"}})

@@ -35,12 +35,6 @@ fn faulty_echoing() -> Value {
                       "env": {"FAULTY_ECHO_LINES": "1"}}})
 }
 
-/// server-everything in a config's `mcpServers`, as `everything`.
-fn everything() -> Value {
-    json!({"everything": {"command": "node",
-                          "args": [node_server("server-everything"), "stdio"]}})
-}
-
 fn everything_cmd() -> Command {
     let mut c = Command::new("node");
     c.arg(node_server("server-everything"))

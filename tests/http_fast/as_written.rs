@@ -47,11 +47,7 @@ fn http_lists_are_the_servers_own_json() {
             Some(chain) => json!({"escalation": chain}),
             None => json!({}),
         };
-        let config = ws.config(
-            json!({"everything": {"command": "node",
-                                  "args": [support::node_server("server-everything"), "stdio"]}}),
-            settings,
-        );
+        let config = ws.config(support::everything_servers(), settings);
         let front = Front::start(&ws, &config);
         let session = front.session(json!({}));
         let mut direct = Direct::start();

@@ -41,11 +41,7 @@ fn fs_config(ws: &Workspace, settings: Value) -> (PathBuf, PathBuf) {
 
 /// server-everything behind the front, as `everything`.
 fn everything_config(ws: &Workspace) -> PathBuf {
-    ws.config(
-        json!({"everything": {"command": "node",
-                              "args": [support::node_server("server-everything"), "stdio"]}}),
-        json!({}),
-    )
+    ws.config(support::everything_servers(), json!({}))
 }
 
 /// How many requests of `method` the fast path served, by its debug log.

@@ -12,11 +12,7 @@ const TOOL: &str = "everything__simulate-research-query";
 fn a_sessions_task_augmented_call_over_http_runs_as_a_task() {
     let ws = Workspace::new();
     let audit = ws.path().join("audit.jsonl");
-    let config = ws.config(
-        json!({"everything": {"command": "node",
-                              "args": [support::node_server("server-everything"), "stdio"]}}),
-        json!({"auditLog": audit}),
-    );
+    let config = ws.config(support::everything_servers(), json!({"auditLog": audit}));
     let front = Front::start(&ws, &config);
     let (session, init) = front.session_answer(json!({}));
     let request = |id: u64, method: &str, params: Value| {

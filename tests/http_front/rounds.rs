@@ -150,8 +150,7 @@ fn a_2026_agent_over_http_runs_a_task_only_tool_through_the_tasks_extension() {
     let ws = Workspace::new();
     let audit = ws.path().join("audit.jsonl");
     let config = ws.config(
-        json!({"everything": {"command": "node",
-                              "args": [support::node_server("server-everything"), "stdio"]}}),
+        support::everything_servers(),
         json!({"auditLog": audit, "http": {}}),
     );
     let tokens = tokens_file(&ws);

@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::common::{everything, with_envelope};
+use crate::common::with_envelope;
 use crate::support::raw::Serve;
 use crate::support::{self, audit_records, driver, palisade, report, serve_log_env, Workspace};
 
 #[test]
 fn a_2026_agent_needs_no_handshake() {
     let ws = Workspace::new();
-    let config = ws.config(everything(), json!({}));
+    let config = ws.config(support::everything_servers(), json!({}));
     let mut serve = Serve::start(&ws, &config, &[], &[]);
 
     let found = serve.request(1, "server/discover", with_envelope(json!({})));
@@ -85,7 +85,7 @@ fn a_2026_agent_needs_no_handshake() {
 /// The Python SDK as an application uses it, once per era, through the same gateway config.
 fn sdk(era: &str) -> (Value, Vec<Value>) {
     let ws = Workspace::new();
-    let config = ws.config(everything(), json!({}));
+    let config = ws.config(support::everything_servers(), json!({}));
     let mut cmd = driver("tests/clients/eras.py");
     cmd.args([
         era,

@@ -6,11 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::{self, driver, node_server, palisade, report, serve_log_env, Workspace};
-
-pub fn everything() -> Value {
-    json!({"everything": {"command": "node", "args": [node_server("server-everything"), "stdio"]}})
-}
+use crate::support::{self, driver, palisade, report, serve_log_env, Workspace};
 
 /// The 2026-07-28 request envelope, in `_meta`.
 pub fn envelope() -> Value {

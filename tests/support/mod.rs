@@ -95,6 +95,12 @@ pub fn node_server(pkg: &str) -> String {
     dir.join("dist/index.js").display().to_string()
 }
 
+/// A config's servers: server-everything alone, over stdio, as `everything`.
+pub fn everything_servers() -> Value {
+    serde_json::json!({"everything": {"command": "node",
+                                      "args": [node_server("server-everything"), "stdio"]}})
+}
+
 pub fn palisade() -> &'static str {
     env!("CARGO_BIN_EXE_palisade")
 }
