@@ -131,6 +131,8 @@ impl ServerProcess {
                     // namespace does it for this tier).
                     signal_group(pid, nix::sys::signal::Signal::SIGKILL);
                 }
+                // Its cgroup empties a moment later; waited for here, not in a drop.
+                guard.settled().await;
                 exit
             }
             ServerProcess::Task { handle, ended } => {
@@ -182,7 +184,9 @@ impl ServerProcess {
                 if guard.own_group() {
                     signal_group(child.id(), nix::sys::signal::Signal::SIGKILL);
                 }
-                child.kill().await
+                let killed = child.kill().await;
+                guard.settled().await;
+                killed
             }
             ServerProcess::Task { handle, .. } => {
                 if let Some(h) = handle {

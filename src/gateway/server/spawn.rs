@@ -162,6 +162,11 @@ impl PreparedGuard {
         self.0.limits_hit()
     }
 
+    /// Once the server is reaped: waits until its cgroup is empty (`Prepared::settled`).
+    pub async fn settled(&self) {
+        self.0.settled().await;
+    }
+
     /// Set once a fork was refused at the cgroup's task limit.
     pub fn task_limit_hit(&self) -> Option<String> {
         self.0.task_limit_hit()

@@ -197,6 +197,14 @@ impl Cgroup {
             .find(|l| l.starts_with("process limit reached"))
     }
 
+    /// True when no process is left in the cgroup (what `rmdir` needs); an unreadable
+    /// `cgroup.procs` counts as empty (the removal then says why it failed).
+    pub fn is_empty(&self) -> bool {
+        self.dirs.iter().all(|(_, dir)| {
+            std::fs::read(dir.join("cgroup.procs")).map_or(true, |procs| procs.is_empty())
+        })
+    }
+
     /// Which limit the process tree ran into, if any, for the restart reason the agent sees.
     pub fn limits_hit(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -238,13 +246,23 @@ impl Cgroup {
 impl Drop for Cgroup {
     /// Runs once the server's bwrap has been reaped. The sandbox's own processes die with it
     /// (`--die-with-parent`, PID namespace) but the kernel tears the namespace down a moment
-    /// later, so the removal is retried for at most about 200 ms (a
-    /// short, bounded block, once per server stop). Then sweeps the orphans beside it.
+    /// later: the gateway waits for that without blocking (`Prepared::settled`), so the
+    /// first removal succeeds; where nothing waited (a drop on another path), the removal is
+    /// retried for at most about 200 ms (a short, bounded block, once per server stop).
+    /// Then sweeps the orphans beside it.
     fn drop(&mut self) {
         for (_, dir) in &self.dirs {
             for attempt in 0..40 {
                 match std::fs::remove_dir(dir) {
-                    Ok(()) => break,
+                    Ok(()) => {
+                        if attempt > 0 {
+                            tracing::debug!(
+                                "cgroup {} removed after {attempt} blocking retries",
+                                dir.display()
+                            );
+                        }
+                        break;
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
                     Err(_) if attempt < 39 => {
                         // Processes still inside: wait for the namespace teardown; never

@@ -219,3 +219,24 @@ fn a_dead_palisades_cgroups_are_removed_beside_a_new_one() {
         assert!(d.exists(), "{}", d.display());
     }
 }
+
+#[test]
+fn a_cgroup_is_empty_when_its_procs_list_none() {
+    let limits = CgroupLimits {
+        memory_bytes: None,
+        pids: Some(64),
+    };
+    let t = fixture_v2("pids");
+    let cg = Cgroup::create_in(t.path(), "0::/svc\n", "fs", limits)
+        .unwrap()
+        .expect("a cgroup");
+    let dir = cg.dirs[0].1.clone();
+    std::fs::write(dir.join("cgroup.procs"), "4242\n").unwrap();
+    assert!(!cg.is_empty());
+    std::fs::write(dir.join("cgroup.procs"), "").unwrap();
+    assert!(cg.is_empty());
+    // The fixture's files are not cgroupfs: clear them so the drop's rmdir works.
+    for f in ["cgroup.procs", "pids.max"] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
+}

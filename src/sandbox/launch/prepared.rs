@@ -99,7 +99,26 @@ pub(super) struct Unforked {
     pub(super) child: Arc<sys::LandlockChild>,
 }
 
+/// How long `Prepared::settled` waits for the kernel to empty a reaped server's cgroup, and
+/// how often it looks.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+const SETTLE_STEP: std::time::Duration = std::time::Duration::from_millis(5);
+
 impl Prepared {
+    /// Waits, without blocking the runtime, until the reaped child's cgroup holds no process
+    /// (the kernel ends a PID namespace's processes a moment after its init): the cgroup is
+    /// then removed at once when this is dropped, instead of by the drop's blocking retries.
+    /// Bounded by `SETTLE_WAIT`; returns at once without a cgroup.
+    pub async fn settled(&self) {
+        let Some(cgroup) = &self.cgroup else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
+        while !cgroup.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(SETTLE_STEP).await;
+        }
+    }
+
     /// Which cgroup limits the child's process tree ran into (for the restart reason).
     pub fn limits_hit(&self) -> Vec<String> {
         self.cgroup
