@@ -1,5 +1,5 @@
 //! A request's own stream of lines to the agent: the SSE body of an HTTP POST that the fast
-//! path (`http/fast.rs`) answers, carrying the notifications about that request (its
+//! path (`http/fast/`) answers, carrying the notifications about that request (its
 //! progress) and then its answer.
 //!
 //! Why: rmcp's session routes a notification to the POST it belongs to by the requests it

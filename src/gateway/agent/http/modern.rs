@@ -1,4 +1,4 @@
-//! The fast path's reading of a 2026-07-28 POST (`fast.rs`): which ones it may take, the
+//! The fast path's reading of a 2026-07-28 POST (`fast/`): which ones it may take, the
 //! peer such a request runs with, and the HTTP status of its error.
 //!
 //! Why: a 2026-07-28 request has no session, so rmcp answers it through a one-request

@@ -1,5 +1,5 @@
 //! Each initialized HTTP session's agent peer, by session id (one table per principal): what
-//! the fast path (`fast.rs`) answers a session's calls through. Apart from the fast path so
+//! the fast path (`fast/`) answers a session's calls through. Apart from the fast path so
 //! that the agent-facing handler (`service`), which registers the peers, does not depend on
 //! the fast path, which calls the handler.
 
