@@ -5,6 +5,8 @@
 //!
 //! - `as_written`: the server's bytes to the agent (results, progress, and its own
 //!   notifications on the session's GET stream), the agent's params to the server;
+//! - `malformed`: a request of MCP's own whose params rmcp cannot read is refused, never
+//!   relayed as an extension's;
 //! - `same_rules`: policy, the kernel's refusals and the audit's `principal` hold on it; an
 //!   unknown session still gets rmcp's 404; a call that may need the session's stream
 //!   (progress, an agent that can be asked) still goes through rmcp; cancellation; the
@@ -20,6 +22,7 @@ mod support;
 mod client;
 
 mod as_written;
+mod malformed;
 mod same_rules;
 mod tasks;
 

@@ -369,6 +369,14 @@ impl Upstream {
                 None,
             ));
         };
+        if is_mcp_method(method) {
+            // rmcp reads a request it cannot parse as its method's as an extension's: relayed,
+            // a `tools/call` with one mistyped field would skip the policy.
+            return Err(ErrorData::invalid_params(
+                format!("{method}: the params are not what this method takes"),
+                None,
+            ));
+        }
         let not_object =
             || ErrorData::invalid_params(format!("{method}: params must be an object"), None);
         let decoded: Map<String, Value> = match params {
@@ -414,6 +422,40 @@ impl Upstream {
             .resource(uri)
             .map_err(|e| ErrorData::resource_not_found(e.to_string(), None))
     }
+}
+
+/// The requests MCP itself defines (every one rmcp models, and the 2025-11-25 tasks
+/// methods it does not), which Palisade answers, routes or polices itself.
+const MCP_METHODS: [&str; 23] = [
+    "ping",
+    "initialize",
+    "server/discover",
+    "completion/complete",
+    "logging/setLevel",
+    "prompts/get",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "resources/directory/read",
+    "subscriptions/listen",
+    "tools/call",
+    "tools/list",
+    "tasks/get",
+    "tasks/result",
+    "tasks/list",
+    "tasks/cancel",
+    "tasks/update",
+    "skills/list",
+    "skills/get",
+];
+
+/// Whether `method` is one of MCP's own requests, never relayed as an extension's: one
+/// reaches `pass_through` only when rmcp could not read its params as that method's.
+pub(crate) fn is_mcp_method(method: &str) -> bool {
+    MCP_METHODS.contains(&method)
 }
 
 /// What the audit record of a non-tool request says about it.
