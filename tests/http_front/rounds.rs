@@ -47,12 +47,18 @@ fn elicit_approvals_reach_the_agent_of_the_principal_whose_call_escalated() {
         assert_eq!(echo(p)["escalationDecidedBy"], "elicit", "{records:?}");
     }
     assert!(status.success(), "{status}\n{err}");
+    // Both calls kept the fast path: each question went on its own call's stream.
+    let fast = ws
+        .stderr_text()
+        .matches("tools/call served on the fast path")
+        .count();
+    assert_eq!(fast, 2, "calls served on the fast path");
 }
 
 // `--escalation elicit` over HTTP for a 2026-07-28 agent: no session, so the question comes
 // back as an input-required result of the call, and the SDK's `Client` retries with the
 // answer, as it does over stdio. The same agent in legacy mode is asked by a request on its
-// session. Both calls run once approved; each is audited once, decided by elicit, naming the
+// call's own stream. Both calls run once approved; each is audited once, decided by elicit, naming the
 // agent's version.
 #[test]
 fn a_2026_agent_over_http_approves_an_escalation_by_input_required_rounds() {
@@ -84,12 +90,12 @@ fn a_2026_agent_over_http_approves_an_escalation_by_input_required_rounds() {
         assert_eq!(echoes[0]["protocol"]["agent"], version, "{mode}");
         assert!(status.success(), "{mode}: {status}\n{err}");
         // A 2026-07-28 call and its retry are answered by the fast path (the server's own
-        // JSON); a legacy agent under `elicit` may be asked on its session: rmcp's path.
+        // JSON); so is a legacy agent's call, its question put on the call's own stream.
         let fast = ws
             .stderr_text()
             .matches("tools/call served on the fast path")
             .count();
-        let expected = if mode == "legacy" { 0 } else { 2 };
+        let expected = if mode == "legacy" { 1 } else { 2 };
         assert_eq!(fast, expected, "{mode}: calls served on the fast path");
     }
 }

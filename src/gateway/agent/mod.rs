@@ -6,9 +6,11 @@
 //! the agent's lines; `stdio` puts stdin/stdout on the reactor; `link` is the one way back to
 //! the agent for requests and notifications; `agent_roots` the agent's declared roots;
 //! `versions` the bridge between protocol revisions; `running` the requests a front answers on
-//! their own tasks, for `notifications/cancelled` to find.
+//! their own tasks, for `notifications/cancelled` to find; `asking` a call's questions to its
+//! own agent on its own stream (HTTP).
 
 pub mod agent_roots;
+pub mod asking;
 pub mod frame;
 pub mod front;
 pub mod http;

@@ -76,6 +76,18 @@ impl RequestStream {
         self.dropped.load(Ordering::Relaxed)
     }
 
+    /// Queues a request to the agent (a question, `agent/asking.rs`), waiting for room: a
+    /// question, unlike a notification, is never dropped. False when the client has gone.
+    pub async fn ask(&self, line: Vec<u8>) -> bool {
+        self.tx.send((line, false)).await.is_ok()
+    }
+
+    /// Resolves when the client has gone (the body was dropped): a question waiting for
+    /// its answer stops waiting then.
+    pub async fn closed(&self) {
+        self.tx.closed().await;
+    }
+
     /// Queues the request's answer, waiting for room; the stream ends after it.
     pub async fn finish(self, line: Vec<u8>) {
         let _ = self.tx.send((line, true)).await;

@@ -98,6 +98,10 @@ impl Elicitor for UpstreamElicitor {
             // A 2026-07-28 call: asked through an input-required result.
             return (!round.elicits()).then(|| "the client did not declare elicitation".into());
         }
+        if let Some(asker) = crate::gateway::agent::asking::current() {
+            // A session's call on the HTTP fast path: asked on its own stream.
+            return (!asker.elicits()).then(|| "the client did not declare elicitation".into());
+        }
         if self.link.is_sessionless() {
             return Some(
                 "the client speaks MCP 2026-07-28, which can be asked only in a tool call's \
@@ -134,6 +138,17 @@ impl Elicitor for UpstreamElicitor {
                 message,
                 requested_schema,
             };
+            if let Some(asker) = crate::gateway::agent::asking::current() {
+                // The form as rmcp would write it, on the call's own stream.
+                let params = serde_json::to_value(&params).map_err(ElicitError::BadSchema)?;
+                let answer = asker
+                    .ask("elicitation/create", params, timeout)
+                    .await
+                    .map_err(|e| ElicitError::Request(Box::new(e)))?;
+                return serde_json::from_value::<rmcp::model::ElicitResult>(answer)
+                    .map(|r| outcome(&r))
+                    .map_err(ElicitError::NotAResult);
+            }
             let answer = self
                 .link
                 .request(

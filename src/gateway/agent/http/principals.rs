@@ -150,12 +150,13 @@ pub(super) async fn start_principal(front: &Front, name: &str) -> Result<Arc<Pri
     let sessions = front.sessions_end.child_token();
     let peers = Arc::new(super::sessions::SessionPeers::default());
     let manager = Arc::new(LocalSessionManager::default());
-    // A chain that can ask the agent (`elicit`) needs the session's stream: rmcp's path.
+    // A chain that can ask the agent (`elicit`) asks on each call's own stream.
     let fast = fast::FastPath::new(
         Arc::clone(&shared),
         Arc::clone(&peers),
         Arc::clone(&manager),
-        front.http.approver_for.is_none() && front.http.fast_calls,
+        front.http.fast_calls,
+        front.http.approver_for.is_some(),
     );
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(sessions.clone())

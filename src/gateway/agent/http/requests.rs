@@ -138,6 +138,9 @@ pub(super) async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> 
             if let Some(response) = entry.fast.cancel(&parts.headers, &posted).await {
                 return response;
             }
+            if let Some(response) = entry.fast.reply(&parts.headers, &bytes).await {
+                return response;
+            }
         }
         let initialized = fast::initialized_session(&parts.headers, &posted);
         handshake = handshake::is_initialize(&posted, &bytes);

@@ -29,9 +29,12 @@
 //! a `_meta`, any request's `_meta`
 //! without a 2026-07-28 envelope and with a progress token (if any) that rmcp reads as one;
 //! and, except for a list, neither this session's client nor the principal's linked client
-//! declaring elicitation or sampling that a server's relay is turned on for, and no `elicit`
-//! approver (a call that may need a request to the agent on the session's stream is
-//! rmcp's). An unknown session therefore gets rmcp's own 404.
+//! declaring elicitation or sampling that a server's relay is turned on for (a server's
+//! request relayed during a call goes on the session's stream, which only rmcp routes). Under
+//! an `elicit` approver a session's call is taken and answered on a stream of its own, which
+//! its approval's question goes on (`agent/asking.rs`; the agent's answer, a response POST on
+//! the session, is handed back by `FastPath::reply`). An unknown session therefore gets
+//! rmcp's own 404.
 //!
 //! A 2026-07-28 request (the same methods, `MCP-Protocol-Version: 2026-07-28`) has no
 //! session: it is taken when its headers agree with its body as rmcp reads them
@@ -69,6 +72,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
+use crate::gateway::agent::asking::{self, Asker, Questions};
 use crate::gateway::agent::request_stream::RequestStream;
 use crate::gateway::agent::service::Upstream;
 use crate::gateway::agent::{front, running, versions};
@@ -86,9 +90,14 @@ pub(super) struct FastPath {
     pub(super) shared: Arc<Shared>,
     pub(super) sessions: Arc<SessionPeers>,
     pub(super) manager: Arc<LocalSessionManager>,
-    /// `false` when the principal's approval chain can ask its agent (`elicit`): its calls
-    /// and routed requests go to rmcp's path then (lists, which ask no one, still come here).
+    /// `false` sends every call and routed request to rmcp's path (lists, which ask no one,
+    /// still come here); kept for measuring the difference.
     pub(super) enabled: bool,
+    /// The principal's approval chain can ask its agent (`elicit`): a session's call is then
+    /// answered on a stream of its own, which its questions go on (`agent/asking.rs`).
+    approver_asks: bool,
+    /// The questions fast calls have put to their agents, waiting for the answers.
+    questions: Arc<Questions>,
     running: Arc<Running>,
 }
 
@@ -105,7 +114,14 @@ pub(super) struct Planned {
     era: Era,
     /// The request asked for progress: its answer is a stream.
     progress: bool,
+    /// A session's call whose approval may ask its agent: its answer is a stream, its
+    /// questions go on it; with whether the agent's client declared elicitation.
+    asks: Option<Elicits>,
 }
+
+/// Whether a session's client declared elicitation.
+#[derive(Clone, Copy)]
+struct Elicits(bool);
 
 impl FastPath {
     pub(super) fn new(
@@ -113,12 +129,15 @@ impl FastPath {
         sessions: Arc<SessionPeers>,
         manager: Arc<LocalSessionManager>,
         enabled: bool,
+        approver_asks: bool,
     ) -> Self {
         FastPath {
             shared,
             sessions,
             manager,
             enabled,
+            approver_asks,
+            questions: Arc::default(),
             running: Arc::default(),
         }
     }
@@ -144,6 +163,7 @@ impl FastPath {
         let (asked, meta) = asked(era, env.method, env.params)?;
         let progress = asks_progress(meta.as_ref());
         let is_list = matches!(asked, Asked::List(_));
+        let is_call = matches!(asked, Asked::Call(..));
         // Its questions for the agent are input-required results, not requests on a
         // stream: a 2026-07-28 request needs no session, only headers that agree with it.
         if era == Era::Modern {
@@ -155,7 +175,7 @@ impl FastPath {
                 return None;
             }
         }
-        let planned = |session, peer, own_peer| Planned {
+        let planned = |session, peer, own_peer, asks| Planned {
             session,
             raw_id: raw_id.to_owned(),
             id,
@@ -164,6 +184,7 @@ impl FastPath {
             own_peer,
             era,
             progress,
+            asks,
         };
         if era == Era::Modern {
             let upstream = Upstream {
@@ -171,7 +192,7 @@ impl FastPath {
                 sessions: None,
             };
             let own = modern::request_peer(upstream);
-            return Some(planned(None, own.peer().clone(), Some(own)));
+            return Some(planned(None, own.peer().clone(), Some(own), None));
         }
         let session = headers.get(SESSION_HEADER)?.to_str().ok()?;
         // rmcp's own check for the session, then the peer its `initialized` registered.
@@ -179,8 +200,9 @@ impl FastPath {
             return None;
         }
         let peer = self.sessions.get(session)?;
-        // A list asks no one anything; a call or a routed request may need the session's
-        // stream.
+        // A list asks no one anything. A server's request relayed to the agent during a
+        // request goes on the session's stream, which only rmcp's path routes; an approver's
+        // question goes on the call's own stream (only a call is put to the approvers).
         if !is_list
             && (!self.enabled
                 || asks_the_agent(&self.shared, &peer)
@@ -192,7 +214,11 @@ impl FastPath {
         {
             return None;
         }
-        Some(planned(Some(session.to_string()), peer, None))
+        let asks = (self.approver_asks && is_call).then(|| {
+            let info = peer.peer_info();
+            Elicits(info.is_some_and(|i| i.capabilities.elicitation.is_some()))
+        });
+        Some(planned(Some(session.to_string()), peer, None, asks))
     }
 
     /// Runs a planned call on its own task and answers with its JSON-RPC response; `cut`
@@ -225,12 +251,13 @@ impl FastPath {
             .as_ref()
             .map_or_else(CancellationToken::new, running::Started::token);
         let era = call.era;
-        let streamed = call.progress.then(RequestStream::new);
+        let streamed = (call.progress || call.asks.is_some()).then(RequestStream::new);
         let task = tokio::spawn(run(
             Arc::clone(&self.shared),
             call,
             ct.clone(),
             streamed.as_ref().map(|(stream, _)| stream.clone()),
+            Arc::clone(&self.questions),
         ));
         let finished = {
             let (cut, ct) = (cut.clone(), ct.clone());
@@ -310,6 +337,9 @@ impl FastPath {
             #[serde(borrow)]
             request_id: &'a RawValue,
         }
+        if headers_fit(headers)? != Era::Sessions {
+            return None;
+        }
         let session = headers.get(SESSION_HEADER)?.to_str().ok()?;
         if posted.notification()? != "notifications/cancelled" {
             return None;
@@ -324,6 +354,24 @@ impl FastPath {
         ct.cancel();
         Some(StatusCode::ACCEPTED.into_response())
     }
+
+    /// A POST carrying the agent's answer to a question a fast call of this session put to
+    /// it (`agent/asking.rs`): handed to the call and answered as rmcp answers a response
+    /// (202); `None` when it answers none of them (rmcp's path takes it).
+    pub(super) async fn reply(&self, headers: &HeaderMap, body: &[u8]) -> Option<Response> {
+        // rmcp's header checks apply to a response POST too (406, 415, 400 otherwise).
+        if headers_fit(headers)? != Era::Sessions {
+            return None;
+        }
+        let session = headers.get(SESSION_HEADER)?.to_str().ok()?;
+        let (id, answered) = reading::reply(body)?;
+        if !asking::is_question_id(&id) || !self.knows(session).await {
+            return None;
+        }
+        self.questions
+            .answer(session, &id, answered)
+            .then(|| StatusCode::ACCEPTED.into_response())
+    }
 }
 
 /// Runs one planned request through the stdio front's stages; its JSON-RPC response line,
@@ -333,19 +381,63 @@ async fn run(
     call: Planned,
     ct: CancellationToken,
     stream: Option<RequestStream>,
+    questions: Arc<Questions>,
 ) -> (Vec<u8>, Option<ErrorCode>) {
-    let mut ctx = RequestContext::new(call.id, call.peer);
+    let Planned {
+        session,
+        raw_id,
+        id,
+        asked,
+        peer,
+        own_peer,
+        era,
+        asks,
+        ..
+    } = call;
+    // A call whose approval may ask its agent asks on its own stream.
+    let asker = match (asks, &stream, session) {
+        (Some(Elicits(elicits)), Some(stream), Some(session)) => Some(Arc::new(Asker::new(
+            questions,
+            session,
+            stream.clone(),
+            elicits,
+        ))),
+        _ => None,
+    };
+    let mut ctx = RequestContext::new(id, peer);
     ctx.ct = ct;
     if let Some(stream) = stream {
         ctx.extensions.insert(stream);
     }
-    let answer = match call.asked {
-        Asked::Call(typed, sent) => front::answer_call(&shared, *typed, sent, ctx).await,
+    let answering = answer(&shared, asked, era, ctx);
+    let answer = match asker {
+        Some(asker) => asking::scope(asker, answering).await,
+        None => answering.await,
+    };
+    if let Some(own) = own_peer {
+        // Ends its service (a loop that received nothing) before the answer goes.
+        own.cancellation_token().cancel();
+    }
+    match answer {
+        Ok(result) => (front::result_line(raw_id.get(), &result), None),
+        Err(e) => (front::error_line(raw_id.get(), &e), Some(e.code)),
+    }
+}
+
+/// The answer to what a planned request asks, through the stdio front's stages.
+async fn answer(
+    shared: &Arc<Shared>,
+    asked: Asked,
+    era: Era,
+    mut ctx: RequestContext<RoleServer>,
+) -> Result<RawJson, rmcp::ErrorData> {
+    match asked {
+        Asked::Call(typed, sent) => front::answer_call(shared, *typed, sent, ctx).await,
         Asked::Read { method, params } => {
-            front::answer_routed(&shared, method, Some(&params), ctx).await
+            front::answer_routed(shared, method, Some(&params), ctx).await
         }
         Asked::List(method) => match shared.catalog().listed(method) {
-            Some(listed) if call.era == Era::Modern => {
+            Some(listed) if era == Era::Modern => {
                 // The stamps go at the end of the text, as on a server's own result.
                 serde_json::value::to_raw_value(&*listed)
                     .map(|text| versions::stamp_raw(method, text).into())
@@ -363,16 +455,8 @@ async fn run(
             if let Some(meta) = meta {
                 ctx.meta = meta;
             }
-            front::answer_task(&shared, method, params.as_deref(), &ctx).await
+            front::answer_task(shared, method, params.as_deref(), &ctx).await
         }
-    };
-    if let Some(own) = call.own_peer {
-        // Ends its service (a loop that received nothing) before the answer goes.
-        own.cancellation_token().cancel();
-    }
-    match answer {
-        Ok(result) => (front::result_line(call.raw_id.get(), &result), None),
-        Err(e) => (front::error_line(call.raw_id.get(), &e), Some(e.code)),
     }
 }
 

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::gateway::agent::asking::Answered;
 use crate::gateway::agent::service::READ_RAW;
 use crate::gateway::agent::{front, tasks_v2};
 use crate::gateway::call::as_sent::{self, AsSent};
@@ -155,6 +156,31 @@ struct FastParams<'a> {
     arguments: Option<JsonObject>,
     #[serde(rename = "_meta", default)]
     meta: Option<RequestMetaObject>,
+}
+
+/// A body that is one JSON-RPC response with a string id (the agent's answer to a question,
+/// `agent/asking.rs`): the id, and the result or the error it carries.
+pub(super) fn reply(body: &[u8]) -> Option<(String, Answered)> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Reply {
+        jsonrpc: String,
+        id: String,
+        #[serde(default)]
+        result: Option<Value>,
+        #[serde(default)]
+        error: Option<Value>,
+    }
+    let reply: Reply = serde_json::from_slice(body).ok()?;
+    if reply.jsonrpc != "2.0" {
+        return None;
+    }
+    let answered = match (reply.result, reply.error) {
+        (Some(result), None) => Answered::Result(result),
+        (None, Some(error)) => Answered::Error(error),
+        _ => return None,
+    };
+    Some((reply.id, answered))
 }
 
 /// What a request asks when the fast path takes its method and params in `era`, with the
@@ -416,6 +442,31 @@ mod tests {
         assert_eq!(posted.request_ids(batch), vec![Value::from(4)]);
         let odd = br#"{"jsonrpc":"2.0","id":5,"method":"ping","x":1}"#;
         assert_eq!(Posted::read(odd).request_ids(odd), vec![Value::from(5)]);
+    }
+
+    #[test]
+    fn a_reply_is_one_response_with_a_string_id_and_a_result_or_an_error() {
+        let got =
+            |b: &str| reply(b.as_bytes()).map(|(id, a)| (id, matches!(a, Answered::Result(_))));
+        assert_eq!(
+            got(r#"{"jsonrpc":"2.0","id":"q-1","result":{"action":"accept"}}"#),
+            Some(("q-1".into(), true))
+        );
+        assert_eq!(
+            got(r#"{"jsonrpc":"2.0","id":"q-1","error":{"code":-1,"message":"no"}}"#),
+            Some(("q-1".into(), false))
+        );
+        // rmcp's own (number ids), both or neither, a request, another member: not ours.
+        for b in [
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":"q","result":{},"error":{}}"#,
+            r#"{"jsonrpc":"2.0","id":"q"}"#,
+            r#"{"jsonrpc":"2.0","id":"q","method":"ping"}"#,
+            r#"{"jsonrpc":"1.0","id":"q","result":{}}"#,
+            r#"[{"jsonrpc":"2.0","id":"q","result":{}}]"#,
+        ] {
+            assert!(got(b).is_none(), "{b}");
+        }
     }
 
     #[test]
