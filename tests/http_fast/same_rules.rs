@@ -277,6 +277,48 @@ fn a_streamed_fast_call_ends_when_the_client_goes_away() {
     assert_eq!(served(&ws, "tools/call"), 1, "{err}");
 }
 
+// A plain call's answer holds its slot under the principal's request cap until the
+// connection has taken it, as on rmcp's path: a client that does not read its answers cannot
+// pile them up past its cap. The answer here (15 MiB) is more than the socket buffers hold,
+// so it waits unwritten; another call meanwhile gets 429 (before, the slot was given back
+// when the call ended and it got through, tried), and one after the client went away is
+// served.
+#[test]
+fn an_unread_answer_holds_its_slot() {
+    let ws = Workspace::new();
+    let audit = ws.path().join("audit.jsonl");
+    let config = faulty_config(
+        &ws,
+        json!({"auditLog": audit, "http": {"maxRequestsPerPrincipal": 1}}),
+    );
+    let front = Front::start(&ws, &config);
+    let session = front.session(json!({}));
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": "faulty__huge_line", "arguments": {"mb": 15}}});
+    let conn = front.open_post(ALICE, Some(&session), &[], &body.to_string());
+    let answered = || {
+        audit.exists()
+            && support::read_jsonl(&audit)
+                .iter()
+                .any(|r| r["toolName"] == "huge_line")
+    };
+    let ended = wait_until(&answered);
+    let while_unread = front.call(&session, 8, "faulty__echo", json!({"text": "unread"}));
+    drop(conn);
+    let after = || {
+        front
+            .call(&session, 9, "faulty__echo", json!({"text": "read"}))
+            .status
+            == 200
+    };
+    let served_after = wait_until(&after);
+    let err = ws.stderr_text();
+    front.stop();
+    assert!(ended, "the big call never ended:\n{err}");
+    assert_eq!(while_unread.status, 429, "{while_unread:?}");
+    assert!(served_after, "the slot was not given back:\n{err}");
+}
+
 // An agent that asks for progress and does not read its POST's stream does not hold the
 // server: past what the socket and the stream's backlog hold, the notifications are
 // dropped, the server's output keeps being read, and another call to it is answered. The

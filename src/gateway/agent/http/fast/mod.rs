@@ -246,7 +246,7 @@ impl FastPath {
         let started = call
             .session
             .as_ref()
-            .map(|session| self.running.start((session.clone(), id_text.clone())));
+            .map(|session| self.running.start((session.clone(), running_key(&call.id))));
         let ct = started
             .as_ref()
             .map_or_else(CancellationToken::new, running::Started::token);
@@ -297,7 +297,6 @@ impl FastPath {
                 // The client going away (this future dropped) cancels the call.
                 let _cancel_on_drop = ct.drop_guard();
                 let answered = finished.await;
-                drop(held);
                 let status = match (era, &answered) {
                     (Era::Modern, Some((_, Some(code)))) => modern::error_status(*code),
                     _ => StatusCode::OK,
@@ -306,10 +305,29 @@ impl FastPath {
                     // As rmcp answers a 2026-07-28 request refused in kind: the error alone,
                     // as JSON, under its status.
                     let line = line.strip_suffix(b"\n").unwrap_or(line).to_vec();
-                    return (status, [(header::CONTENT_TYPE, "application/json")], line)
+                    let length = line.len().to_string();
+                    return (
+                        status,
+                        [
+                            (header::CONTENT_TYPE, "application/json".to_string()),
+                            (header::CONTENT_LENGTH, length),
+                        ],
+                        holding(line, held),
+                    )
                         .into_response();
                 }
-                Body::from(answered.map(|(l, _)| one_event(&l)).unwrap_or_default())
+                let event = answered.map(|(l, _)| one_event(&l)).unwrap_or_default();
+                let length = event.len();
+                return (
+                    StatusCode::OK,
+                    [
+                        (header::CONTENT_TYPE, "text/event-stream"),
+                        (header::CACHE_CONTROL, "no-cache"),
+                    ],
+                    [(header::CONTENT_LENGTH, length.to_string())],
+                    holding(event, held),
+                )
+                    .into_response();
             }
         };
         (
@@ -333,9 +351,8 @@ impl FastPath {
     ) -> Option<Response> {
         #[derive(Deserialize)]
         #[serde(rename_all = "camelCase")]
-        struct Cancelled<'a> {
-            #[serde(borrow)]
-            request_id: &'a RawValue,
+        struct Cancelled {
+            request_id: RequestId,
         }
         if headers_fit(headers)? != Era::Sessions {
             return None;
@@ -345,8 +362,8 @@ impl FastPath {
             return None;
         }
         let params = posted.envelope()?.params?;
-        let c: Cancelled<'_> = serde_json::from_str(params.get()).ok()?;
-        let key = (session.to_string(), c.request_id.get().to_string());
+        let c: Cancelled = serde_json::from_str(params.get()).ok()?;
+        let key = (session.to_string(), running_key(&c.request_id));
         let ct = self.running.get(&key)?;
         if !self.knows(session).await {
             return None;
@@ -460,13 +477,38 @@ async fn answer(
     }
 }
 
-/// Fast calls running, by (session id, request id as the agent wrote it).
+/// Fast calls running, by (session id, `running_key` of the request id).
 type Running = running::Running<(String, String)>;
+
+/// A request id as one text however the agent spelt it (`"a"` and `"\u0061"` are one id),
+/// so that a `notifications/cancelled` finds the call it names.
+fn running_key(id: &RequestId) -> String {
+    match id {
+        rmcp::model::NumberOrString::Number(n) => n.to_string(),
+        rmcp::model::NumberOrString::String(s) => format!("\"{s}\""),
+    }
+}
 
 /// The session id of a POST carrying `notifications/initialized`, if it is one.
 pub(super) fn initialized_session(headers: &HeaderMap, posted: &Posted<'_>) -> Option<String> {
     let session = headers.get(SESSION_HEADER)?.to_str().ok()?;
     (posted.notification()? == "notifications/initialized").then(|| session.to_string())
+}
+
+/// A body of known bytes that keeps `held` (the request's slot under the principal's cap)
+/// until the body is done with, as rmcp's path keeps it: an answer counts as in flight until
+/// it has been handed to the connection, so a client that does not read cannot pile answers
+/// up past its cap. (Its length is given by the caller: a stream's is not known.)
+fn holding(bytes: Vec<u8>, held: impl Send + 'static) -> Body {
+    let chunk = futures::stream::once(std::future::ready(Ok::<_, std::convert::Infallible>(
+        axum::body::Bytes::from(bytes),
+    )));
+    let release = futures::stream::once(async move {
+        drop(held);
+        None
+    })
+    .filter_map(std::future::ready);
+    Body::from_stream(chunk.chain(release))
 }
 
 /// One JSON-RPC message (a line) as the whole body of an SSE response: what rmcp's answer
@@ -475,7 +517,17 @@ fn one_event(line: &[u8]) -> Vec<u8> {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let mut body = Vec::with_capacity(line.len() + 24);
     body.extend_from_slice(b"event: message\ndata: ");
+    let start = body.len();
     body.extend_from_slice(line);
+    // SSE ends a line at a lone CR too, and JSON allows a raw CR only as whitespace between
+    // tokens: a space keeps the message's meaning and the event whole.
+    if line.contains(&b'\r') {
+        for b in &mut body[start..] {
+            if *b == b'\r' {
+                *b = b' ';
+            }
+        }
+    }
     body.extend_from_slice(b"\n\n");
     body
 }
@@ -502,10 +554,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_id_is_one_key_however_it_is_spelt() {
+        let key = |text: &str| running_key(&serde_json::from_str::<RequestId>(text).unwrap());
+        assert_eq!(key(r#""a""#), key(r#""\u0061""#));
+        assert_ne!(key(r#""1""#), key("1"));
+        assert_eq!(key("7"), "7");
+    }
+
+    #[test]
     fn the_answer_is_one_sse_event() {
         assert_eq!(
             one_event(b"{\"id\":1}\n"),
             b"event: message\ndata: {\"id\":1}\n\n".to_vec()
+        );
+        // A raw CR (JSON whitespace) would end the SSE line: it becomes a space.
+        assert_eq!(
+            one_event(b"{\"id\":1,\r\"result\":{}}\n"),
+            b"event: message\ndata: {\"id\":1, \"result\":{}}\n\n".to_vec()
         );
     }
 }

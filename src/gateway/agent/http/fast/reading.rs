@@ -92,12 +92,19 @@ struct ListParams {
 pub(super) struct Envelope<'a> {
     #[serde(borrow)]
     pub(super) jsonrpc: &'a str,
-    #[serde(borrow)]
+    /// Present whatever it holds: `"id": null` is a request's (rmcp refuses it), not a
+    /// notification's absent id.
+    #[serde(borrow, default, deserialize_with = "present")]
     pub(super) id: Option<&'a RawValue>,
     #[serde(borrow)]
     pub(super) method: &'a str,
     #[serde(borrow, default)]
     pub(super) params: Option<&'a RawValue>,
+}
+
+/// A member that is there, `null` included.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
 }
 
 /// A POST body read once: its message's envelope when the body is one JSON-RPC request or
@@ -136,7 +143,8 @@ impl<'a> Posted<'a> {
         match &self.0 {
             Some(env) => env
                 .id
-                .and_then(|id| serde_json::from_str(id.get()).ok())
+                .and_then(|id| serde_json::from_str::<Value>(id.get()).ok())
+                .filter(|id| !id.is_null())
                 .into_iter()
                 .collect(),
             None => limits::request_ids(body),
@@ -442,6 +450,12 @@ mod tests {
         assert_eq!(posted.request_ids(batch), vec![Value::from(4)]);
         let odd = br#"{"jsonrpc":"2.0","id":5,"method":"ping","x":1}"#;
         assert_eq!(Posted::read(odd).request_ids(odd), vec![Value::from(5)]);
+        // `"id": null` is not a notification (rmcp reads it as a request and refuses it).
+        let null = br#"{"jsonrpc":"2.0","id":null,"method":"notifications/cancelled"}"#;
+        let posted = Posted::read(null);
+        assert!(posted.is_one());
+        assert_eq!(posted.notification(), None);
+        assert!(posted.request_ids(null).is_empty());
     }
 
     #[test]
