@@ -14,11 +14,7 @@ use serde_json::value::RawValue;
 fn http_call_results_are_the_servers_own_bytes() {
     for approver in [None, Some("elicit")] {
         let ws = Workspace::new();
-        let settings = match approver {
-            Some(chain) => json!({"escalation": chain}),
-            None => json!({}),
-        };
-        let config = ws.config(support::everything_servers(), settings);
+        let config = ws.config(support::everything_servers(), escalation(approver));
         let front = Front::start(&ws, &config);
         let session = front.session(json!({}));
         let mut direct = Direct::start();
@@ -59,11 +55,7 @@ fn http_call_results_are_the_servers_own_bytes() {
 fn http_lists_are_the_servers_own_json() {
     for approver in [None, Some("elicit")] {
         let ws = Workspace::new();
-        let settings = match approver {
-            Some(chain) => json!({"escalation": chain}),
-            None => json!({}),
-        };
-        let config = ws.config(support::everything_servers(), settings);
+        let config = ws.config(support::everything_servers(), escalation(approver));
         let front = Front::start(&ws, &config);
         let session = front.session(json!({}));
         let mut direct = Direct::start();
@@ -407,4 +399,12 @@ fn a_servers_notifications_reach_an_http_agent_with_all_their_members() {
         "{messages:?}"
     );
     front.stop();
+}
+
+/// Settings with an approval chain (`escalation`), or none.
+fn escalation(approver: Option<&str>) -> Value {
+    match approver {
+        Some(chain) => json!({"escalation": chain}),
+        None => json!({}),
+    }
 }

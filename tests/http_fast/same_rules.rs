@@ -245,13 +245,7 @@ fn a_fast_call_is_cancelled_by_notifications_cancelled() {
 #[test]
 fn a_streamed_fast_call_ends_when_the_client_goes_away() {
     let ws = Workspace::new();
-    let audit = ws.path().join("audit.jsonl");
-    let config = faulty_config(
-        &ws,
-        json!({"auditLog": audit, "http": {"maxRequestsPerPrincipal": 1}}),
-    );
-    let front = Front::start(&ws, &config);
-    let session = front.session(json!({}));
+    let (front, audit, session) = one_request_at_a_time(&ws);
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
                       "params": {"name": "faulty__sleep", "arguments": {"after": 600.0},
                                  "_meta": {"progressToken": "p7"}}});
@@ -286,13 +280,7 @@ fn a_streamed_fast_call_ends_when_the_client_goes_away() {
 #[test]
 fn an_unread_answer_holds_its_slot() {
     let ws = Workspace::new();
-    let audit = ws.path().join("audit.jsonl");
-    let config = faulty_config(
-        &ws,
-        json!({"auditLog": audit, "http": {"maxRequestsPerPrincipal": 1}}),
-    );
-    let front = Front::start(&ws, &config);
-    let session = front.session(json!({}));
+    let (front, audit, session) = one_request_at_a_time(&ws);
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
                       "params": {"name": "faulty__huge_line", "arguments": {"mb": 15}}});
     let conn = front.open_post(ALICE, Some(&session), &[], &body.to_string());
@@ -358,4 +346,17 @@ fn an_agent_not_reading_its_progress_does_not_hold_the_server() {
         got > 0 && got < count,
         "{got} of {count} progress notifications"
     );
+}
+
+/// The faulty server behind a front that lets a principal one request in flight, with an
+/// audit file: the front, the audit file's path and an initialized session.
+fn one_request_at_a_time(ws: &Workspace) -> (Front, PathBuf, String) {
+    let audit = ws.path().join("audit.jsonl");
+    let config = faulty_config(
+        ws,
+        json!({"auditLog": audit, "http": {"maxRequestsPerPrincipal": 1}}),
+    );
+    let front = Front::start(ws, &config);
+    let session = front.session(json!({}));
+    (front, audit, session)
 }
