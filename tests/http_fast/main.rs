@@ -1,4 +1,4 @@
-//! The HTTP front's fast path (`src/gateway/agent/http/fast.rs`), over real HTTP: a plain
+//! The HTTP front's fast path (`src/gateway/agent/http/fast/`), over real HTTP: a plain
 //! call or routed request on an initialized session is answered as `application/json` with
 //! the server's own result bytes in one SSE event of known length (rmcp's path streams its
 //! SSE answer and re-types the result). One test binary; one module per subject:
