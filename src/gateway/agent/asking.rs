@@ -137,17 +137,21 @@ impl Asker {
         });
         let mut line = request.to_string().into_bytes();
         line.push(b'\n');
-        if !self.stream.ask(line).await {
-            return Err(AskFailed::Closed);
-        }
-        // A client gone cannot answer: the wait ends with it, not at the timeout.
-        let answered = tokio::select! {
-            answered = tokio::time::timeout(timeout, rx) => answered,
-            () = self.stream.closed() => return Err(AskFailed::Closed),
+        // The timeout covers the whole exchange: a client that keeps its stream open but
+        // does not read it leaves the question unsent, and that wait ends too.
+        let exchange = async {
+            if !self.stream.ask(line).await {
+                return Err(AskFailed::Closed);
+            }
+            // A client gone cannot answer: the wait ends with it, not at the timeout.
+            tokio::select! {
+                answered = rx => answered.map_err(|_| AskFailed::Closed),
+                () = self.stream.closed() => Err(AskFailed::Closed),
+            }
         };
-        match answered {
+        match tokio::time::timeout(timeout, exchange).await {
             Err(_) => Err(AskFailed::Timeout(timeout)),
-            Ok(Err(_)) => Err(AskFailed::Closed),
+            Ok(Err(failed)) => Err(failed),
             Ok(Ok(Answered::Result(v))) => Ok(v),
             Ok(Ok(Answered::Error(e))) => Err(AskFailed::Refused(e)),
         }
@@ -221,6 +225,18 @@ mod tests {
     async fn an_unanswered_question_times_out_and_leaves_nothing_behind() {
         let questions = Arc::new(Questions::default());
         let (stream, _lines) = RequestStream::new();
+        let asker = Asker::new(Arc::clone(&questions), "s1".into(), stream, true);
+        let got = asker
+            .ask("elicitation/create", Value::Null, Duration::from_millis(20))
+            .await;
+        assert!(matches!(got, Err(AskFailed::Timeout(_))), "{got:?}");
+        assert_eq!(questions.waiting(), 0);
+        // A client that keeps its stream open and never reads: once the backlog is full the
+        // question cannot even be sent, and the timeout still ends the wait.
+        let (stream, _unread) = RequestStream::new();
+        for _ in 0..crate::gateway::agent::request_stream::BACKLOG {
+            stream.offer(b"note".to_vec());
+        }
         let asker = Asker::new(Arc::clone(&questions), "s1".into(), stream, true);
         let got = asker
             .ask("elicitation/create", Value::Null, Duration::from_millis(20))
