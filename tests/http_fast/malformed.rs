@@ -26,9 +26,22 @@ fn a_call_whose_params_rmcp_cannot_read_is_refused_not_relayed() {
     let config = unprefixed_config(&ws, json!({"policy": policy, "auditLog": audit}));
     let front = Front::start(&ws, &config);
     let session = front.session(json!({}));
-    // The control: read as a call, the policy refuses it.
+    // The controls: read as a call, the policy refuses it; the server is there and answers
+    // an allowed call; and an extension's request does reach it (the route the attack took).
     let denied = front.call(&session, 1, "request_line", json!({}));
     assert_eq!(denied.json()["result"]["isError"], true, "{denied:?}");
+    let echo = front.call(&session, 5, "echo", json!({"text": "live"}));
+    assert_eq!(
+        echo.json()["result"]["content"][0]["text"],
+        "echo: live",
+        "{echo:?}"
+    );
+    let extension = front.post(
+        Some(&session),
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 6, "method": "x.example/thing", "params": {}}),
+    );
+    assert_relayed(&extension.json());
     // The same call with a field of the wrong type (2026-07-28's `inputResponses` is an
     // object), and a read whose `uri` is not a string.
     let bodies = [
@@ -50,10 +63,14 @@ fn a_call_whose_params_rmcp_cannot_read_is_refused_not_relayed() {
         "relayed, not refused:\n{}",
         reached.join("\n")
     );
-    // Nothing was allowed to the server: every record of these is a refusal.
+    // Nothing of these was allowed to the server (the echo and the extension were).
     let records = support::read_jsonl(&audit);
     let allowed: Vec<&Value> = records
         .iter()
+        .filter(|r| {
+            ["request_line", "tools/call", "resources/read"]
+                .contains(&r["toolName"].as_str().unwrap_or(""))
+        })
         .filter(|r| r["policyDecision"]["status"] == "allow")
         .collect();
     assert!(allowed.is_empty(), "{allowed:?}");
@@ -83,6 +100,9 @@ fn over_stdio_a_2026_read_whose_params_rmcp_cannot_read_is_refused_not_relayed()
         "io.modelcontextprotocol/clientCapabilities": {}
     });
     let read = serve.request(1, "resources/read", json!({"uri": 7, "_meta": envelope}));
+    // The control, after: an extension's request of the same agent does reach the server.
+    let extension = serve.request(2, "x.example/thing", json!({"_meta": envelope}));
+    assert_relayed(&extension);
     let (status, err) = serve.finish();
     let message = read["error"]["message"].as_str().unwrap_or("");
     assert!(
@@ -90,4 +110,14 @@ fn over_stdio_a_2026_read_whose_params_rmcp_cannot_read_is_refused_not_relayed()
         "relayed, not refused: {read}\n{err}"
     );
     assert!(status.success(), "{status}\n{err}");
+}
+
+/// That an extension's request was relayed: the faulty server's own "method not found"
+/// (Palisade's names the method alone).
+fn assert_relayed(answer: &Value) {
+    let message = answer["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("method not found: x.example/thing"),
+        "the extension did not reach the server: {answer}"
+    );
 }
