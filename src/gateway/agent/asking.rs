@@ -221,14 +221,21 @@ mod tests {
         assert_eq!(questions.waiting(), 0);
     }
 
+    /// One question of session `s1` on `stream`, waited for at most `timeout`.
+    async fn ask(
+        questions: &Arc<Questions>,
+        stream: RequestStream,
+        timeout: Duration,
+    ) -> Result<Value, AskFailed> {
+        let asker = Asker::new(Arc::clone(questions), "s1".into(), stream, true);
+        asker.ask("elicitation/create", Value::Null, timeout).await
+    }
+
     #[tokio::test]
     async fn an_unanswered_question_times_out_and_leaves_nothing_behind() {
         let questions = Arc::new(Questions::default());
         let (stream, _lines) = RequestStream::new();
-        let asker = Asker::new(Arc::clone(&questions), "s1".into(), stream, true);
-        let got = asker
-            .ask("elicitation/create", Value::Null, Duration::from_millis(20))
-            .await;
+        let got = ask(&questions, stream, Duration::from_millis(20)).await;
         assert!(matches!(got, Err(AskFailed::Timeout(_))), "{got:?}");
         assert_eq!(questions.waiting(), 0);
         // A client that keeps its stream open and never reads: once the backlog is full the
@@ -237,19 +244,13 @@ mod tests {
         for _ in 0..crate::gateway::agent::request_stream::BACKLOG {
             stream.offer(b"note".to_vec());
         }
-        let asker = Asker::new(Arc::clone(&questions), "s1".into(), stream, true);
-        let got = asker
-            .ask("elicitation/create", Value::Null, Duration::from_millis(20))
-            .await;
+        let got = ask(&questions, stream, Duration::from_millis(20)).await;
         assert!(matches!(got, Err(AskFailed::Timeout(_))), "{got:?}");
         assert_eq!(questions.waiting(), 0);
         // A stream whose client has gone: refused at once.
         let (stream, lines) = RequestStream::new();
         drop(lines);
-        let asker = Asker::new(Arc::clone(&questions), "s1".into(), stream, true);
-        let got = asker
-            .ask("elicitation/create", Value::Null, Duration::from_secs(5))
-            .await;
+        let got = ask(&questions, stream, Duration::from_secs(5)).await;
         assert!(matches!(got, Err(AskFailed::Closed)), "{got:?}");
         assert_eq!(questions.waiting(), 0);
         // A client that goes away while the question waits: the wait ends then.
