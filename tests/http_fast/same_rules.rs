@@ -205,6 +205,24 @@ fn the_python_sdk_client_gets_progress_through_the_fast_path() {
 // cancellation, rmcp's session knows no such request and the call sleeps for 600 s.)
 #[test]
 fn a_fast_call_is_cancelled_by_notifications_cancelled() {
+    fast_call_cancelled_by(
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"changed my mind"}}"#,
+    );
+}
+
+// The same method written with JSON escapes is the same method to rmcp, so it cancels the fast
+// call too (before, the fast path read only the method as written and left this body to rmcp,
+// whose session does not know the call: it slept on).
+#[test]
+fn a_cancellation_written_with_escapes_cancels_the_fast_call() {
+    fast_call_cancelled_by(
+        r#"{"jsonrpc":"2.0","method":"notifications\/cancelled","params":{"requestId":7}}"#,
+    );
+}
+
+/// Starts a fast call (id 7) that sleeps 600 s, posts `cancel` as written, and asserts the call
+/// ended unanswered with its audit record written.
+fn fast_call_cancelled_by(cancel: &str) {
     let ws = Workspace::new();
     let audit = ws.path().join("audit.jsonl");
     let config = faulty_config(&ws, json!({"auditLog": audit}));
@@ -217,12 +235,7 @@ fn a_fast_call_is_cancelled_by_notifications_cancelled() {
         })
     };
     let started = wait_until(&|| ws.stderr_text().contains("sleep: started"));
-    let cancel = front.post(
-        Some(&session),
-        &[],
-        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                "params": {"requestId": 7, "reason": "changed my mind"}}),
-    );
+    let cancel = front.post_text(ALICE, Some(&session), &[], cancel);
     let answer = call.join().unwrap();
     let err = ws.stderr_text();
     std::sync::Arc::try_unwrap(front)

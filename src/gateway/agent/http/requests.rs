@@ -138,8 +138,11 @@ pub(super) async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> 
             if let Some(response) = entry.fast.cancel(&parts.headers, &posted).await {
                 return response;
             }
-            if let Some(response) = entry.fast.reply(&parts.headers, &bytes).await {
-                return response;
+            // A response has no method, so a body read as one message is never one.
+            if !posted.is_one() {
+                if let Some(response) = entry.fast.reply(&parts.headers, &bytes).await {
+                    return response;
+                }
             }
         }
         let initialized = fast::initialized_session(&parts.headers, &posted);

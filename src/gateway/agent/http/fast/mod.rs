@@ -160,7 +160,7 @@ impl FastPath {
         }
         let raw_id = env.id?;
         let id: RequestId = serde_json::from_str(raw_id.get()).ok()?;
-        let (asked, meta) = asked(era, env.method, env.params)?;
+        let (asked, meta) = asked(era, &env.method, env.params)?;
         let progress = asks_progress(meta.as_ref());
         let is_list = matches!(asked, Asked::List(_));
         let is_call = matches!(asked, Asked::Call(..));
@@ -171,7 +171,7 @@ impl FastPath {
                 Asked::Call(typed, _) => Some(&*typed.name),
                 _ => None,
             };
-            if !modern::fits(headers, env.method, env.params, named, meta.as_ref()) {
+            if !modern::fits(headers, &env.method, env.params, named, meta.as_ref()) {
                 return None;
             }
         }

@@ -6,6 +6,8 @@
 //! Never: take what rmcp would read differently. Each check says which of rmcp's it mirrors;
 //! whatever does not fit goes to rmcp's path, which refuses it with its own error.
 
+use std::borrow::Cow;
+
 use axum::http::{header, HeaderMap};
 use rmcp::model::{CallToolRequestParams, JsonObject, ProtocolVersion, RequestMetaObject};
 use serde::Deserialize;
@@ -96,8 +98,10 @@ pub(super) struct Envelope<'a> {
     /// notification's absent id.
     #[serde(borrow, default, deserialize_with = "present")]
     pub(super) id: Option<&'a RawValue>,
+    /// Borrowed unless written with escapes (`notifications\/cancelled` is the same method
+    /// to rmcp, so it is to the fast path too).
     #[serde(borrow)]
-    pub(super) method: &'a str,
+    pub(super) method: Cow<'a, str>,
     #[serde(borrow, default)]
     pub(super) params: Option<&'a RawValue>,
 }
@@ -128,13 +132,16 @@ impl<'a> Posted<'a> {
     }
 
     /// The method of the one message.
-    pub(in crate::gateway::agent::http) fn method(&self) -> Option<&'a str> {
-        self.0.as_ref().map(|e| e.method)
+    pub(in crate::gateway::agent::http) fn method(&self) -> Option<&str> {
+        self.0.as_ref().map(|e| &*e.method)
     }
 
     /// The one notification's method (a message without an id).
-    pub(super) fn notification(&self) -> Option<&'a str> {
-        self.0.as_ref().filter(|e| e.id.is_none()).map(|e| e.method)
+    pub(super) fn notification(&self) -> Option<&str> {
+        self.0
+            .as_ref()
+            .filter(|e| e.id.is_none())
+            .map(|e| &*e.method)
     }
 
     /// The ids of the requests the body carries (`limits::request_ids` for a body that is
@@ -442,6 +449,15 @@ mod tests {
         let posted = Posted::read(note);
         assert_eq!(posted.notification(), Some("notifications/initialized"));
         assert!(posted.request_ids(note).is_empty());
+        // A method written with escapes is the same method, as rmcp reads it.
+        let escaped = br#"{"jsonrpc":"2.0","method":"notifications\/cancelled"}"#;
+        assert_eq!(
+            Posted::read(escaped).notification(),
+            Some("notifications/cancelled")
+        );
+        // A response is never one message: it has no method.
+        let response = br#"{"jsonrpc":"2.0","id":"palisade-question-1","result":{}}"#;
+        assert!(!Posted::read(response).is_one());
         // A batch, or a member the envelope does not know: the ids are read leniently.
         let batch =
             br#"[{"jsonrpc":"2.0","id":4,"method":"ping"},{"jsonrpc":"2.0","id":3,"result":{}}]"#;
