@@ -425,7 +425,10 @@ impl Upstream {
 }
 
 /// The requests MCP itself defines (every one rmcp models, and the 2025-11-25 tasks
-/// methods it does not), which Palisade answers, routes or polices itself.
+/// methods it does not), which Palisade answers, routes or polices itself. Written out
+/// because rmcp has no "is this method modelled" check; the test below reads every method
+/// rmcp's `ClientRequest` models from its JSON schema, so an rmcp upgrade that adds one fails
+/// it until the method is listed here.
 const MCP_METHODS: [&str; 23] = [
     "ping",
     "initialize",
@@ -485,4 +488,49 @@ pub(super) fn audit_failed(e: &crate::gateway::stages::AuditError) -> ErrorData 
         format!("the request was not completed because the audit log could not be written ({e}); palisade fails closed"),
         None,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The constant of every `method` property in a JSON schema, wherever it sits, each
+    /// given inline or by a `$ref` into the schema's `$defs`.
+    fn methods(schema: &serde_json::Value, node: &serde_json::Value, out: &mut Vec<String>) {
+        match node {
+            serde_json::Value::Object(map) => {
+                if let Some(method) = map.get("properties").and_then(|p| p.get("method")) {
+                    let method = match method.get("$ref").and_then(|r| r.as_str()) {
+                        Some(r) => schema.pointer(r.trim_start_matches('#')).unwrap_or(method),
+                        None => method,
+                    };
+                    if let Some(c) = method.get("const").and_then(|c| c.as_str()) {
+                        out.push(c.to_string());
+                    }
+                }
+                map.values().for_each(|v| methods(schema, v, out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| methods(schema, v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_request_rmcp_models_is_one_of_mcps_own() {
+        let schema = rmcp::schemars::schema_for!(ClientRequest);
+        let schema = serde_json::to_value(&schema).unwrap_or_default();
+        let mut found = Vec::new();
+        methods(&schema, &schema, &mut found);
+        found.sort();
+        found.dedup();
+        // The schema really lists rmcp's requests (a schema without them would pass below).
+        assert!(found.len() >= 20, "{found:?}");
+        assert!(found.iter().any(|m| m == "tools/call"), "{found:?}");
+        let unlisted: Vec<_> = found.iter().filter(|m| !is_mcp_method(m)).collect();
+        assert!(
+            unlisted.is_empty(),
+            "rmcp models requests MCP_METHODS does not list: {unlisted:?}"
+        );
+        assert!(!is_mcp_method("x.example/thing"));
+    }
 }
