@@ -7,6 +7,7 @@
 //!   notifications on the session's GET stream), the agent's params to the server;
 //! - `malformed`: a request of MCP's own whose params rmcp cannot read is refused, never
 //!   relayed as an extension's;
+//! - `refused_in_kind`: a 2026-07-28 error gets the status and kind rmcp gives it;
 //! - `same_rules`: policy, the kernel's refusals and the audit's `principal` hold on it; an
 //!   unknown session still gets rmcp's 404; a call that may need the session's stream
 //!   (progress, an agent that can be asked) still goes through rmcp; cancellation; the
@@ -23,6 +24,7 @@ mod client;
 
 mod as_written;
 mod malformed;
+mod refused_in_kind;
 mod same_rules;
 mod tasks;
 

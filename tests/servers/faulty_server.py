@@ -31,6 +31,8 @@ The handshake and `tools/list` are correct; each tool then triggers one fault on
   unknown fields (as raw lines), then a normal answer.
 - progress_flood {count}: count progress notifications of 1 KiB each for the call's own
   progress token, then a normal answer.
+- fail {code, progress}: answers with a JSON-RPC error of that code, after one progress
+  notification for the call's own token when progress is true.
 
 With FAULTY_ECHO_LINES set it also serves one prompt (`request_line`), one resource
 (`line://request`) and completions, and answers `prompts/get`, `resources/read`,
@@ -91,12 +93,13 @@ def ask(method: str, params) -> dict:
 
 TOOLS = ["echo", "garbage", "notify_flood", "stderr_flood", "invalid_json", "huge_line",
          "unknown_ids", "sampling", "roots_flood", "crash", "hang", "rate_flood", "hog", "spin", "roots_flood_deaf", "pid", "sleep",
-         "request_line", "notify_lines", "progress_flood"]
+         "request_line", "notify_lines", "progress_flood", "fail"]
 
 
 # Every argument any tool takes, declared so that the gateway's policy knows each one.
 PROPS = {"text": {"type": "string"}, "mb": {"type": "integer"}, "count": {"type": "integer"},
-         "newlines": {"type": "boolean"}, "after": {"type": "number"}}
+         "newlines": {"type": "boolean"}, "after": {"type": "number"},
+         "code": {"type": "integer"}, "progress": {"type": "boolean"}}
 
 
 def tool_list():
@@ -307,6 +310,14 @@ def handle(msg, raw: bytes) -> None:
             write_raw(b'{"jsonrpc":"2.0","method":"notifications/resources/updated",'
                       b'"params":{"uri":"line://request","future":{"q":2.50}}}\n')
             answer(req_id, "sent")
+        elif p.get("name") == "fail":
+            args = p.get("arguments") or {}
+            if args.get("progress"):
+                token = (p.get("_meta") or {}).get("progressToken")
+                send({"jsonrpc": "2.0", "method": "notifications/progress",
+                      "params": {"progressToken": token, "progress": 1}})
+            send({"jsonrpc": "2.0", "id": req_id,
+                  "error": {"code": int(args.get("code", -32603)), "message": "failed as asked"}})
         elif p.get("name") == "echo":
             run_tool(req_id, "echo", p.get("arguments") or {})
         else:

@@ -55,14 +55,13 @@
 //! A session's call params are read once, into the typed view the pipeline takes
 //! (`FastParams`): the read that decides whether the fast path fits is the one handed on.
 
+mod answer;
 mod reading;
 
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use rmcp::model::{ErrorCode, RequestId};
 use rmcp::service::{Peer, RequestContext, RunningService};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -276,69 +275,10 @@ impl FastPath {
                 (!ct.is_cancelled() || cut.is_cancelled()).then_some(answered)
             }
         };
-        let body = match streamed {
-            Some((stream, lines)) => {
-                // The answer goes on the stream from a task of its own; the client going
-                // away (the body dropped) cancels the call.
-                let cancel_on_drop = ct.drop_guard();
-                tokio::spawn(async move {
-                    match finished.await {
-                        Some((line, _)) => stream.finish(line).await,
-                        None => drop(stream),
-                    }
-                });
-                let events = lines.map(move |line| {
-                    let _kept = (&cancel_on_drop, &held);
-                    Ok::<_, std::convert::Infallible>(one_event(&line))
-                });
-                Body::from_stream(events)
-            }
-            None => {
-                // The client going away (this future dropped) cancels the call.
-                let _cancel_on_drop = ct.drop_guard();
-                let answered = finished.await;
-                let status = match (era, &answered) {
-                    (Era::Modern, Some((_, Some(code)))) => modern::error_status(*code),
-                    _ => StatusCode::OK,
-                };
-                if let (false, Some((line, _))) = (status == StatusCode::OK, &answered) {
-                    // As rmcp answers a 2026-07-28 request refused in kind: the error alone,
-                    // as JSON, under its status.
-                    let line = line.strip_suffix(b"\n").unwrap_or(line).to_vec();
-                    let length = line.len().to_string();
-                    return (
-                        status,
-                        [
-                            (header::CONTENT_TYPE, "application/json".to_string()),
-                            (header::CONTENT_LENGTH, length),
-                        ],
-                        holding(line, held),
-                    )
-                        .into_response();
-                }
-                let event = answered.map(|(l, _)| one_event(&l)).unwrap_or_default();
-                let length = event.len();
-                return (
-                    StatusCode::OK,
-                    [
-                        (header::CONTENT_TYPE, "text/event-stream"),
-                        (header::CACHE_CONTROL, "no-cache"),
-                    ],
-                    [(header::CONTENT_LENGTH, length.to_string())],
-                    holding(event, held),
-                )
-                    .into_response();
-            }
-        };
-        (
-            StatusCode::OK,
-            [
-                (header::CONTENT_TYPE, "text/event-stream"),
-                (header::CACHE_CONTROL, "no-cache"),
-            ],
-            body,
-        )
-            .into_response()
+        match streamed {
+            Some((stream, lines)) => answer::streamed(era, finished, stream, lines, ct, held).await,
+            None => answer::whole(era, finished, ct, held).await,
+        }
     }
 
     /// A `notifications/cancelled` POST naming a fast call of this session: the call is
@@ -495,43 +435,6 @@ pub(super) fn initialized_session(headers: &HeaderMap, posted: &Posted<'_>) -> O
     (posted.notification()? == "notifications/initialized").then(|| session.to_string())
 }
 
-/// A body of known bytes that keeps `held` (the request's slot under the principal's cap)
-/// until the body is done with, as rmcp's path keeps it: an answer counts as in flight until
-/// it has been handed to the connection, so a client that does not read cannot pile answers
-/// up past its cap. (Its length is given by the caller: a stream's is not known.)
-fn holding(bytes: Vec<u8>, held: impl Send + 'static) -> Body {
-    let chunk = futures::stream::once(std::future::ready(Ok::<_, std::convert::Infallible>(
-        axum::body::Bytes::from(bytes),
-    )));
-    let release = futures::stream::once(async move {
-        drop(held);
-        None
-    })
-    .filter_map(std::future::ready);
-    Body::from_stream(chunk.chain(release))
-}
-
-/// One JSON-RPC message (a line) as the whole body of an SSE response: what rmcp's answer
-/// to a request looks like, so that a client reading only SSE answers reads this one too.
-fn one_event(line: &[u8]) -> Vec<u8> {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    let mut body = Vec::with_capacity(line.len() + 24);
-    body.extend_from_slice(b"event: message\ndata: ");
-    let start = body.len();
-    body.extend_from_slice(line);
-    // SSE ends a line at a lone CR too, and JSON allows a raw CR only as whitespace between
-    // tokens: a space keeps the message's meaning and the event whole.
-    if line.contains(&b'\r') {
-        for b in &mut body[start..] {
-            if *b == b'\r' {
-                *b = b' ';
-            }
-        }
-    }
-    body.extend_from_slice(b"\n\n");
-    body
-}
-
 /// Whether the agent's client could be asked something during a call: a server's sampling
 /// or elicitation request, relayed, goes on the session's stream. Only a server whose config
 /// turns the relay on (`relay`, off by default) has its requests relayed, and only to an
@@ -559,18 +462,5 @@ mod tests {
         assert_eq!(key(r#""a""#), key(r#""\u0061""#));
         assert_ne!(key(r#""1""#), key("1"));
         assert_eq!(key("7"), "7");
-    }
-
-    #[test]
-    fn the_answer_is_one_sse_event() {
-        assert_eq!(
-            one_event(b"{\"id\":1}\n"),
-            b"event: message\ndata: {\"id\":1}\n\n".to_vec()
-        );
-        // A raw CR (JSON whitespace) would end the SSE line: it becomes a space.
-        assert_eq!(
-            one_event(b"{\"id\":1,\r\"result\":{}}\n"),
-            b"event: message\ndata: {\"id\":1, \"result\":{}}\n\n".to_vec()
-        );
     }
 }
