@@ -51,6 +51,10 @@ pub enum ElicitError {
     AskedInNextRound,
     #[error("bad form schema: {0}")]
     BadSchema(serde_json::Error),
+    /// The form could not be written as JSON for the client (never expected: it is built
+    /// from typed parts).
+    #[error("the approval form could not be written: {0}")]
+    Unwritable(serde_json::Error),
     /// The request to the client failed (not connected, timeout, closed, its error).
     #[error(transparent)]
     Request(Box<dyn std::error::Error + Send + Sync>),

@@ -122,9 +122,7 @@ impl Elicitor for UpstreamElicitor {
         Box::pin(async move {
             if let Some(round) = crate::gateway::agent::mrtr::current() {
                 return match round.take_answer() {
-                    Some(answer) => serde_json::from_value::<rmcp::model::ElicitResult>(answer)
-                        .map(|r| outcome(&r))
-                        .map_err(ElicitError::NotAResult),
+                    Some(answer) => answered(answer),
                     None => {
                         round.ask(crate::gateway::agent::mrtr::Question { message, schema });
                         Err(ElicitError::AskedInNextRound)
@@ -140,14 +138,12 @@ impl Elicitor for UpstreamElicitor {
             };
             if let Some(asker) = crate::gateway::agent::asking::current() {
                 // The form as rmcp would write it, on the call's own stream.
-                let params = serde_json::to_value(&params).map_err(ElicitError::BadSchema)?;
+                let params = serde_json::to_value(&params).map_err(ElicitError::Unwritable)?;
                 let answer = asker
                     .ask("elicitation/create", params, timeout)
                     .await
                     .map_err(|e| ElicitError::Request(Box::new(e)))?;
-                return serde_json::from_value::<rmcp::model::ElicitResult>(answer)
-                    .map(|r| outcome(&r))
-                    .map_err(ElicitError::NotAResult);
+                return answered(answer);
             }
             let answer = self
                 .link
@@ -164,6 +160,14 @@ impl Elicitor for UpstreamElicitor {
             }
         })
     }
+}
+
+/// The agent's answer as JSON (a round's retry, a response POST on the call's stream): what
+/// it means, or why it is not an elicitation result (a denial).
+fn answered(answer: serde_json::Value) -> Result<ElicitOutcome, ElicitError> {
+    serde_json::from_value::<rmcp::model::ElicitResult>(answer)
+        .map(|r| outcome(&r))
+        .map_err(ElicitError::NotAResult)
 }
 
 /// What the person's answer to the approval form means.
