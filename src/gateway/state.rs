@@ -267,8 +267,9 @@ pub struct Shared {
     pub tasks: Arc<crate::gateway::call::tasks::TaskTable>,
     /// Questions asked of 2026-07-28 agents, waiting for their retry (`agent/mrtr.rs`).
     pub mrtr: Arc<crate::gateway::agent::mrtr::Pending>,
-    /// The 2026-07-28 calls forwarded and not yet answered, by server (`agent/mrtr.rs`).
-    pub mrtr_open: Arc<crate::gateway::agent::mrtr::OpenCalls>,
+    /// The calls forwarded and not yet answered that can carry their server's requests to
+    /// their agent, by server (`agent/open_calls.rs`).
+    pub open_calls: Arc<crate::gateway::agent::open_calls::OpenCalls>,
     /// Every catalog change, for the agent's `subscriptions/listen` streams (`agent/listen.rs`).
     pub list_events: tokio::sync::broadcast::Sender<Changed>,
     /// Serialises catalog rebuilds: each reviews pins (file I/O) outside the catalog lock,
@@ -308,7 +309,7 @@ impl Shared {
             pins: None,
             tasks: Arc::default(),
             mrtr: Arc::default(),
-            mrtr_open: Arc::default(),
+            open_calls: Arc::default(),
             list_events: tokio::sync::broadcast::channel(16).0,
             refresh: tokio::sync::Mutex::new(()),
         }

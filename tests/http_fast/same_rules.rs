@@ -108,14 +108,14 @@ fn unknown_and_deleted_sessions_get_404() {
     assert_eq!(support::read_jsonl(&audit).len(), 1);
 }
 
-// What may need the session's stream stays on rmcp's path: an agent that declared
-// elicitation while a server's elicitation relay is on (that server may ask it, on the
-// session's stream). With the relay off (the default) nothing can ask the agent during a
-// call, so an agent declaring elicitation and sampling is served on the fast path. (A
-// progress token is the fast path's too:
+// A call whose agent a server may ask something (its elicitation relay is on and the agent
+// declared elicitation) is answered on a stream of its own, which the server's request would go
+// on; before, it went through rmcp's path, as did every call of the principal once such an
+// agent was its linked one. A call that nothing can ask about is answered whole. (A progress
+// token is the fast path's too:
 // `as_written::progress_reaches_an_http_agent_as_the_server_wrote_it`.)
 #[test]
-fn calls_that_may_need_the_stream_go_through_rmcp() {
+fn calls_that_may_ask_the_agent_get_a_stream_of_their_own() {
     let ws = Workspace::new();
     let dir = ws.canonical();
     let config = ws.config(
@@ -125,29 +125,78 @@ fn calls_that_may_need_the_stream_go_through_rmcp() {
     );
     let front = Front::start(&ws, &config);
     let plain = front.session(json!({}));
-    // The control: the same call, before any asking agent, is fast.
     let control = front.call(&plain, 9, "fs__stat", json!({"path": dir}));
     let asking = front.session(json!({"elicitation": {}}));
     let elicit = front.call(&asking, 2, "fs__stat", json!({"path": dir}));
-    // Once an asking agent is the principal's linked one, no call of the principal is fast.
     let plain_after = front.call(&plain, 3, "fs__stat", json!({"path": dir}));
     front.stop();
-    assert!(control.fast(), "{control:?}");
-    for a in [&elicit, &plain_after] {
+    for a in [&control, &elicit, &plain_after] {
         assert_eq!(a.status, 200, "{a:?}");
-        assert!(!a.fast(), "took the fast path: {a:?}");
         assert!(a.json()["result"]["content"].is_array(), "{a:?}");
     }
+    // Whole answers, of known length, where no one can be asked; a stream where the agent can.
+    assert!(control.fast(), "{control:?}");
+    assert!(plain_after.fast(), "{plain_after:?}");
+    assert!(Answer::is(&elicit.head, "text/event-stream"), "{elicit:?}");
+    assert!(elicit.header("content-length").is_none(), "{elicit:?}");
+    assert_eq!(served(&ws, "tools/call"), 3, "{}", ws.stderr_text());
+}
 
-    // No relay: the agent that could be asked never is, and its calls are fast.
+// A server's sampling request during a session's call goes on that call's own stream, to the
+// client that made the call, although another session of the principal (its most recent, the
+// one the principal's link points at) could answer it too; the client's answer, a POST of a
+// JSON-RPC response on its session, reaches the server, and the call ends with the server's
+// result on the same stream. Before, the call went through rmcp's path and the request to the
+// principal's most recent session's GET stream: the caller's stream never saw it.
+#[test]
+fn a_servers_request_during_a_call_goes_on_that_calls_own_stream() {
+    use std::io::{BufRead, BufReader};
     let ws = Workspace::new();
-    let (config, _) = fs_config(&ws, json!({}));
+    let audit = ws.path().join("audit.jsonl");
+    let mut servers = support::everything_servers();
+    servers["everything"]["relay"] = json!({"sampling": true});
+    let config = ws.config(servers, json!({"auditLog": audit}));
     let front = Front::start(&ws, &config);
-    let asking = front.session(json!({"elicitation": {}, "sampling": {}}));
-    let fast = front.call(&asking, 2, "fs__stat", json!({"path": ws.canonical()}));
+    let caller = front.session(json!({"sampling": {}}));
+    let _most_recent = front.session(json!({"sampling": {}}));
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                      "params": {"name": "everything__trigger-sampling-request",
+                                 "arguments": {"prompt": "relay me", "maxTokens": 5}}});
+    let conn = front.open_post(ALICE, Some(&caller), &[], &body.to_string());
+    let mut stream = BufReader::new(conn);
+    let mut head = String::new();
+    while stream.read_line(&mut head).unwrap() > 2 && !head.ends_with("\r\n\r\n") {}
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let asked: Value = serde_json::from_str(&next_messages(&mut stream, 1)[0]).unwrap();
+    assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+    let id = asked["id"].as_str().expect("a string id").to_string();
+    let reply = front.post(
+        Some(&caller),
+        &[],
+        &json!({"jsonrpc": "2.0", "id": id,
+                "result": {"role": "assistant", "model": "canned",
+                           "content": {"type": "text", "text": "sampled-on-its-stream"}}}),
+    );
+    assert_eq!(reply.status, 202, "{reply:?}");
+    let answer: Value = serde_json::from_str(&next_messages(&mut stream, 1)[0]).unwrap();
+    drop(stream);
+    let err = ws.stderr_text();
     front.stop();
-    assert!(fast.fast(), "{fast:?}");
-    assert!(fast.json()["result"]["content"].is_array(), "{fast:?}");
+    assert_eq!(answer["id"], 5, "{answer}");
+    assert!(
+        answer["result"]
+            .to_string()
+            .contains("sampled-on-its-stream"),
+        "the server got the caller's answer: {answer}\n{err}"
+    );
+    assert_eq!(served(&ws, "tools/call"), 1, "{err}");
+    let records = support::read_jsonl(&audit);
+    assert!(
+        records
+            .iter()
+            .any(|r| r["kind"] == "sampling" && r["result"]["status"] == "success"),
+        "{records:?}"
+    );
 }
 
 // The Python `mcp` SDK's Streamable HTTP client works against the fast path's JSON answers.

@@ -102,7 +102,8 @@ fn a_2026_agent_over_http_approves_an_escalation_by_input_required_rounds() {
 
 // A server's own sampling request during a 2026-07-28 call over HTTP reaches the agent as
 // the call's next round (the SDK's callback answers, the retry carries it back), as over
-// stdio; and as a request on its session for a legacy agent.
+// stdio; and for a legacy agent as a request on its call's own stream (the call kept the fast
+// path: before, an agent that could be asked had its calls go through rmcp's typed path).
 #[test]
 fn a_servers_sampling_reaches_an_http_agent_in_both_eras() {
     for mode in ["2026-07-28", "legacy"] {
@@ -144,6 +145,13 @@ fn a_servers_sampling_reaches_an_http_agent_in_both_eras() {
             "{mode}: {records:?}"
         );
         assert!(status.success(), "{mode}: {status}\n{err}");
+        let fast = ws
+            .stderr_text()
+            .matches("tools/call served on the fast path")
+            .count();
+        // The 2026-07-28 call and its retry; the legacy call.
+        let expected = if mode == "legacy" { 1 } else { 2 };
+        assert_eq!(fast, expected, "{mode}: calls served on the fast path");
     }
 }
 

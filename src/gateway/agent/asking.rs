@@ -23,8 +23,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rmcp::model::ClientCapabilities;
 use serde_json::Value;
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 use super::request_stream::RequestStream;
 
@@ -51,6 +53,8 @@ pub enum AskFailed {
     Timeout(Duration),
     #[error("the client answered with an error: {0}")]
     Refused(Value),
+    #[error("the request was cancelled before the client answered")]
+    Cancelled,
 }
 
 /// The questions waiting for their answers, one table per principal's front; keyed by the
@@ -85,13 +89,13 @@ impl Questions {
     }
 }
 
-/// A call's way to its own agent: the session it came on, its stream, and whether the
-/// agent's client declared elicitation.
+/// A call's way to its own agent: the session it came on, its stream, and what the agent's
+/// client declared.
 pub struct Asker {
     questions: Arc<Questions>,
     session: String,
     stream: RequestStream,
-    elicits: bool,
+    caps: Option<ClientCapabilities>,
 }
 
 impl Asker {
@@ -99,19 +103,24 @@ impl Asker {
         questions: Arc<Questions>,
         session: String,
         stream: RequestStream,
-        elicits: bool,
+        caps: Option<ClientCapabilities>,
     ) -> Asker {
         Asker {
             questions,
             session,
             stream,
-            elicits,
+            caps,
         }
     }
 
     /// Whether the call's client declared elicitation.
     pub fn elicits(&self) -> bool {
-        self.elicits
+        self.caps.as_ref().is_some_and(|c| c.elicitation.is_some())
+    }
+
+    /// What the call's client declared in its `initialize`.
+    pub fn caps(&self) -> Option<ClientCapabilities> {
+        self.caps.clone()
     }
 
     /// Puts `method` with `params` to the agent on the call's stream and waits for its
@@ -121,6 +130,19 @@ impl Asker {
         method: &str,
         params: Value,
         timeout: Duration,
+    ) -> Result<Value, AskFailed> {
+        self.ask_until(method, params, timeout, &CancellationToken::new())
+            .await
+    }
+
+    /// `ask`, given up when `cancel` fires first (the server that asked cancelled its
+    /// request): the agent is told with `notifications/cancelled` on the same stream.
+    pub async fn ask_until(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+        cancel: &CancellationToken,
     ) -> Result<Value, AskFailed> {
         let n = self.questions.next.fetch_add(1, Ordering::Relaxed);
         let id = format!("{ID_PREFIX}{n}");
@@ -149,7 +171,20 @@ impl Asker {
                 () = self.stream.closed() => Err(AskFailed::Closed),
             }
         };
-        match tokio::time::timeout(timeout, exchange).await {
+        let answered = tokio::select! {
+            answered = tokio::time::timeout(timeout, exchange) => answered,
+            () = cancel.cancelled() => {
+                let note = serde_json::json!({
+                    "jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": id, "reason": "cancelled by the server that asked"},
+                });
+                let mut line = note.to_string().into_bytes();
+                line.push(b'\n');
+                self.stream.offer(line);
+                return Err(AskFailed::Cancelled);
+            }
+        };
+        match answered {
             Err(_) => Err(AskFailed::Timeout(timeout)),
             Ok(Err(failed)) => Err(failed),
             Ok(Ok(Answered::Result(v))) => Ok(v),
@@ -195,11 +230,15 @@ mod tests {
     use super::*;
     use futures::StreamExt;
 
+    fn eliciting() -> Option<ClientCapabilities> {
+        serde_json::from_value(serde_json::json!({"elicitation": {}})).ok()
+    }
+
     #[tokio::test]
     async fn a_question_goes_on_the_stream_and_its_answer_comes_back_by_session_and_id() {
         let questions = Arc::new(Questions::default());
         let (stream, mut lines) = RequestStream::new();
-        let asker = Asker::new(Arc::clone(&questions), "s1".into(), stream, true);
+        let asker = Asker::new(Arc::clone(&questions), "s1".into(), stream, eliciting());
         let asked = asker.ask(
             "elicitation/create",
             serde_json::json!({"message": "m"}),
@@ -227,7 +266,7 @@ mod tests {
         stream: RequestStream,
         timeout: Duration,
     ) -> Result<Value, AskFailed> {
-        let asker = Asker::new(Arc::clone(questions), "s1".into(), stream, true);
+        let asker = Asker::new(Arc::clone(questions), "s1".into(), stream, eliciting());
         asker.ask("elicitation/create", Value::Null, timeout).await
     }
 
@@ -255,7 +294,7 @@ mod tests {
         assert_eq!(questions.waiting(), 0);
         // A client that goes away while the question waits: the wait ends then.
         let (stream, mut lines) = RequestStream::new();
-        let asker = Asker::new(Arc::clone(&questions), "s1".into(), stream, true);
+        let asker = Asker::new(Arc::clone(&questions), "s1".into(), stream, eliciting());
         let asked = asker.ask("elicitation/create", Value::Null, Duration::from_secs(600));
         let leave = async move {
             let _question = lines.next().await;
@@ -264,5 +303,31 @@ mod tests {
         let (got, ()) = tokio::join!(asked, leave);
         assert!(matches!(got, Err(AskFailed::Closed)), "{got:?}");
         assert_eq!(questions.waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_question_its_asker_cancels_is_given_up_and_the_agent_told() {
+        let questions = Arc::new(Questions::default());
+        let (stream, mut lines) = RequestStream::new();
+        let asker = Asker::new(Arc::clone(&questions), "s1".into(), stream, eliciting());
+        let cancel = CancellationToken::new();
+        let asked = asker.ask_until(
+            "sampling/createMessage",
+            Value::Null,
+            Duration::from_secs(600),
+            &cancel,
+        );
+        let server_gives_up = async {
+            let line = lines.next().await.expect("the question");
+            let q: Value = serde_json::from_slice(&line).unwrap();
+            cancel.cancel();
+            q["id"].clone()
+        };
+        let (got, id) = tokio::join!(asked, server_gives_up);
+        assert!(matches!(got, Err(AskFailed::Cancelled)), "{got:?}");
+        assert_eq!(questions.waiting(), 0);
+        let note: Value = serde_json::from_slice(&lines.next().await.unwrap()).unwrap();
+        assert_eq!(note["method"], "notifications/cancelled");
+        assert_eq!(note["params"]["requestId"], id);
     }
 }

@@ -16,6 +16,7 @@ pub mod front;
 pub mod http;
 pub mod link;
 pub mod mrtr;
+pub mod open_calls;
 pub mod relaying;
 pub mod request_stream;
 pub mod running;

@@ -136,10 +136,10 @@ pub(super) async fn widen_and_forward(
         .filter(|_| slot.egress_allowed())
         .map(|p| p.subscribe());
     out.server_protocol = Some(conn.info.protocol_version.as_str().to_string());
-    // A 2026-07-28 call stays findable while it runs: a request its server sends meanwhile
-    // goes to the agent in this call's next round.
-    let _open =
-        crate::gateway::agent::mrtr::current().map(|r| shared.mrtr_open.open(&slot.name, r));
+    // A call that can carry its server's requests to its agent (a 2026-07-28 call's next
+    // round, a fast call's own stream) stays findable while it runs.
+    use crate::gateway::agent::open_calls::OpenCalls;
+    let _open = OpenCalls::current().map(|c| shared.open_calls.open(&slot.name, c));
     let (answer, received) = forward(shared, &conn, tool, params, ctx).await;
     if let Some(rx) = events.as_mut() {
         out.network_refusals = crate::gateway::network::drain(rx, &slot.name);

@@ -23,14 +23,14 @@
 //! The round travels with the call as a task-local (set around the pipeline), so the approval
 //! chain needs no new parameter; outside a round nothing changes.
 //!
-//! Here: the rounds, the pending and open calls, the `input_required` results; what the
+//! Here: the rounds, the pending calls, the `input_required` results (the open calls a
+//! server's request finds its round by are `agent/open_calls.rs`); what the
 //! gateway's state and the pipeline's stages use. `drive.rs` runs a call through its rounds
 //! (it uses the pipeline, which uses this module, never the reverse).
 
 pub mod drive;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -270,61 +270,6 @@ impl Pending {
             }
         }
         cancelled
-    }
-}
-
-/// One open call: its registration id and its round.
-type OpenCall = (u64, Arc<Round>);
-
-/// The 2026-07-28 calls forwarded and not yet answered, by server: where a server's own
-/// request finds the round to put it in.
-#[derive(Debug, Default)]
-pub struct OpenCalls {
-    map: Mutex<HashMap<String, Vec<OpenCall>>>,
-    next: AtomicU64,
-}
-
-/// Keeps a call registered as open; dropping it closes the call.
-pub struct Open {
-    calls: Arc<OpenCalls>,
-    server: String,
-    id: u64,
-}
-
-impl Drop for Open {
-    fn drop(&mut self) {
-        let mut map = lock(&self.calls.map);
-        if let Some(v) = map.get_mut(&self.server) {
-            v.retain(|(id, _)| *id != self.id);
-            if v.is_empty() {
-                map.remove(&self.server);
-            }
-        }
-    }
-}
-
-impl OpenCalls {
-    pub fn open(self: &Arc<Self>, server: &str, round: Arc<Round>) -> Open {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        lock(&self.map)
-            .entry(server.to_string())
-            .or_default()
-            .push((id, round));
-        Open {
-            calls: self.clone(),
-            server: server.to_string(),
-            id,
-        }
-    }
-
-    /// The round a request from `server` belongs to: its one open 2026-07-28 call. With
-    /// none, or several (the request could be any one's), there is no telling: `Err` says so.
-    pub fn only(&self, server: &str) -> Result<Arc<Round>, &'static str> {
-        match lock(&self.map).get(server).map(Vec::as_slice) {
-            Some([(_, round)]) => Ok(round.clone()),
-            Some([_, _, ..]) => Err("several calls to this server are in flight, so palisade cannot tell which one the request belongs to"),
-            _ => Err("no call to this server is in flight to carry it to the client"),
-        }
     }
 }
 

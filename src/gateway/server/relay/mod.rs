@@ -38,7 +38,9 @@ use rmcp::ErrorData;
 use serde_json::{json, Map, Value};
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::gateway::agent::asking::{AskFailed, Asker};
 use crate::gateway::agent::link::{UpstreamError, UpstreamLink};
+use crate::gateway::agent::open_calls::{Carrier, OpenCalls};
 use crate::gateway::stages::{
     request_id_string, AuditSink, CallOutcome, CallRecord, Decision, PolicyVerdict,
 };
@@ -68,15 +70,18 @@ pub struct Relayer {
     pub timeout: Duration,
     /// The server's enforcement in this start, for the audit record.
     pub enforcement: Option<Enforcement>,
-    /// Where a request for a 2026-07-28 agent finds the call to go in (`agent/mrtr.rs`).
-    pub open_calls: Arc<crate::gateway::agent::mrtr::OpenCalls>,
+    /// Where a request finds the call it serves, when that call can carry it to its own
+    /// agent (`agent/open_calls.rs`).
+    pub open_calls: Arc<OpenCalls>,
 }
 
-/// Where a relayed request goes: the agent's session, or the next round of its 2026-07-28
-/// call to this server.
+/// Where a relayed request goes: the agent's session, the next round of its 2026-07-28
+/// call to this server, or the stream of its session's call to this server (the HTTP fast
+/// path's).
 enum Road {
     Session,
     Round(Arc<crate::gateway::agent::mrtr::Round>),
+    Stream(Arc<Asker>),
     None(&'static str),
 }
 
@@ -85,6 +90,7 @@ impl Road {
         match self {
             Road::Session => upstream.client_capabilities(),
             Road::Round(r) => r.caps.clone(),
+            Road::Stream(asker) => asker.caps(),
             Road::None(_) => None,
         }
     }
@@ -103,12 +109,15 @@ impl Relayer {
         &self.gate.server
     }
 
-    /// A 2026-07-28 call in flight to this server takes the request into its next round
-    /// (stdio and HTTP alike: over HTTP a 2026-07-28 agent has no session to be asked in);
+    /// The one call in flight to this server that can carry the request takes it: a
+    /// 2026-07-28 call into its next round (stdio and HTTP alike: over HTTP a 2026-07-28
+    /// agent has no session to be asked in), a session's fast call onto its own stream (to
+    /// the client that made the call, as the spec has a request's requests ride its stream);
     /// otherwise the agent's session, if it has one.
     fn road(&self) -> Road {
         match self.open_calls.only(self.server()) {
-            Ok(round) => Road::Round(round),
+            Ok(Carrier::Round(round)) => Road::Round(round),
+            Ok(Carrier::Stream(asker)) => Road::Stream(asker),
             // No session to ask in (a 2026-07-28 agent, or none over HTTP): say why.
             Err(why) if self.upstream.get().is_none() || self.upstream.is_sessionless() => {
                 Road::None(why)
@@ -139,6 +148,19 @@ impl Relayer {
                     .ask_agent(request, self.timeout, cancel)
                     .await
                     .map_err(UpstreamError::Round)
+            }
+            Road::Stream(asker) => {
+                let mut request = serde_json::to_value(&request)
+                    .map_err(|e| UpstreamError::Other(e.to_string()))?;
+                let method = request["method"].as_str().unwrap_or_default().to_string();
+                let params = request
+                    .get_mut("params")
+                    .map(Value::take)
+                    .unwrap_or_default();
+                asker
+                    .ask_until(&method, params, self.timeout, cancel)
+                    .await
+                    .map_err(stream_error)
             }
             Road::None(why) => Err(UpstreamError::Other((*why).to_string())),
         }
@@ -462,6 +484,22 @@ fn unexpected(kind: Kind, e: &serde_json::Error) -> ErrorData {
 }
 
 /// The agent's own JSON-RPC error passes through; the gateway's failures say what happened.
+/// Why a question on a call's own stream got no result, as the session's road says it (the
+/// agent's own error is passed on as it sent it, when it reads as one).
+fn stream_error(e: AskFailed) -> UpstreamError {
+    match e {
+        AskFailed::Closed => UpstreamError::Closed,
+        AskFailed::Timeout(t) => UpstreamError::Timeout(t),
+        AskFailed::Cancelled => UpstreamError::Cancelled,
+        AskFailed::Refused(error) => match serde_json::from_value::<ErrorData>(error.clone()) {
+            Ok(error) => UpstreamError::Client(error),
+            Err(_) => {
+                UpstreamError::Other(format!("the MCP client answered with an error: {error}"))
+            }
+        },
+    }
+}
+
 fn upstream_error(kind: Kind, e: UpstreamError) -> ErrorData {
     match e {
         UpstreamError::Client(err) => err,

@@ -118,7 +118,7 @@ pub(super) async fn start(shared: &Shared, slot: &Slot) -> Result<Running, Start
             audit: shared.stages.audit.clone(),
             timeout: shared.limits.call_timeout,
             enforcement: slot.snapshot().enforcement,
-            open_calls: shared.mrtr_open.clone(),
+            open_calls: shared.open_calls.clone(),
         },
     };
     let timeout = shared.limits.startup_timeout;

@@ -28,13 +28,14 @@
 //! `jsonrpc`, `id`, `method` and `params`; a list's params with only a string `cursor` and
 //! a `_meta`, any request's `_meta`
 //! without a 2026-07-28 envelope and with a progress token (if any) that rmcp reads as one;
-//! and, except for a list, neither this session's client nor the principal's linked client
-//! declaring elicitation or sampling that a server's relay is turned on for (a server's
-//! request relayed during a call goes on the session's stream, which only rmcp routes). Under
-//! an `elicit` approver a session's call is taken and answered on a stream of its own, which
-//! its approval's question goes on (`agent/asking.rs`; the agent's answer, a response POST on
-//! the session, is handed back by `FastPath::reply`). An unknown session therefore gets
-//! rmcp's own 404.
+//! and, for a routed request or a task, neither this session's client nor the principal's
+//! linked client declaring elicitation or sampling that a server's relay is turned on for (a
+//! server's request relayed during one goes on the session's stream, which only rmcp routes).
+//! A session's call that may ask its agent something (under an `elicit` approver, or when a
+//! server may relay a request to this client) is taken and answered on a stream of its own,
+//! which the question goes on (`agent/asking.rs`; a server's request finds the call by
+//! `agent/open_calls.rs`; the agent's answer, a response POST on the session, is handed back
+//! by `FastPath::reply`). An unknown session therefore gets rmcp's own 404.
 //!
 //! A 2026-07-28 request (the same methods, `MCP-Protocol-Version: 2026-07-28`) has no
 //! session: it is taken when its headers agree with its body as rmcp reads them
@@ -62,7 +63,7 @@ use std::sync::Arc;
 
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use rmcp::model::{ErrorCode, RequestId};
+use rmcp::model::{ClientCapabilities, ErrorCode, RequestId};
 use rmcp::service::{Peer, RequestContext, RunningService};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::SessionManager;
@@ -113,14 +114,13 @@ pub(super) struct Planned {
     era: Era,
     /// The request asked for progress: its answer is a stream.
     progress: bool,
-    /// A session's call whose approval may ask its agent: its answer is a stream, its
-    /// questions go on it; with whether the agent's client declared elicitation.
-    asks: Option<Elicits>,
+    /// A session's call whose agent may be asked something during it (by its approval, or
+    /// by a server whose relay is on): its answer is a stream, the questions go on it.
+    asks: Option<Asks>,
 }
 
-/// Whether a session's client declared elicitation.
-#[derive(Clone, Copy)]
-struct Elicits(bool);
+/// What a session's client declared: what it may be asked.
+struct Asks(Option<ClientCapabilities>);
 
 impl FastPath {
     pub(super) fn new(
@@ -199,24 +199,24 @@ impl FastPath {
             return None;
         }
         let peer = self.sessions.get(session)?;
-        // A list asks no one anything. A server's request relayed to the agent during a
-        // request goes on the session's stream, which only rmcp's path routes; an approver's
-        // question goes on the call's own stream (only a call is put to the approvers).
+        if !is_list && !self.enabled {
+            return None;
+        }
+        // A list asks no one anything. A call that may ask its agent something (its
+        // approval's question, a server's request relayed) is answered on a stream of its
+        // own, which the question goes on (`agent/asking.rs`, `agent/open_calls.rs`). A
+        // routed request or a task has no such stream: a server's request relayed during it
+        // goes on the session's, which only rmcp's path routes.
+        let relays_to = |p: &Peer<RoleServer>| asks_the_agent(&self.shared, p);
+        let may_relay = relays_to(&peer);
         if !is_list
-            && (!self.enabled
-                || asks_the_agent(&self.shared, &peer)
-                || self
-                    .shared
-                    .upstream
-                    .get()
-                    .is_some_and(|p| asks_the_agent(&self.shared, &p)))
+            && !is_call
+            && (may_relay || self.shared.upstream.get().is_some_and(|p| relays_to(&p)))
         {
             return None;
         }
-        let asks = (self.approver_asks && is_call).then(|| {
-            let info = peer.peer_info();
-            Elicits(info.is_some_and(|i| i.capabilities.elicitation.is_some()))
-        });
+        let asks = (is_call && (self.approver_asks || may_relay))
+            .then(|| Asks(peer.peer_info().map(|i| i.capabilities.clone())));
         Some(planned(Some(session.to_string()), peer, None, asks))
     }
 
@@ -351,13 +351,13 @@ async fn run(
         asks,
         ..
     } = call;
-    // A call whose approval may ask its agent asks on its own stream.
+    // A call that may ask its agent asks on its own stream.
     let asker = match (asks, &stream, session) {
-        (Some(Elicits(elicits)), Some(stream), Some(session)) => Some(Arc::new(Asker::new(
+        (Some(Asks(caps)), Some(stream), Some(session)) => Some(Arc::new(Asker::new(
             questions,
             session,
             stream.clone(),
-            elicits,
+            caps,
         ))),
         _ => None,
     };
@@ -435,11 +435,9 @@ pub(super) fn initialized_session(headers: &HeaderMap, posted: &Posted<'_>) -> O
     (posted.notification()? == "notifications/initialized").then(|| session.to_string())
 }
 
-/// Whether the agent's client could be asked something during a call: a server's sampling
-/// or elicitation request, relayed, goes on the session's stream. Only a server whose config
-/// turns the relay on (`relay`, off by default) has its requests relayed, and only to an
-/// agent that declared the capability; the `elicit` approver turns the fast path off as a
-/// whole (`FastPath::enabled`).
+/// Whether the agent's client could be asked something by a server during a request: only
+/// a server whose config turns the relay on (`relay`, off by default) has its sampling or
+/// elicitation requests relayed, and only to an agent that declared the capability.
 fn asks_the_agent(shared: &Shared, peer: &Peer<RoleServer>) -> bool {
     let Some(info) = peer.peer_info() else {
         return false;
