@@ -150,53 +150,110 @@ fn calls_that_may_ask_the_agent_get_a_stream_of_their_own() {
 // principal's most recent session's GET stream: the caller's stream never saw it.
 #[test]
 fn a_servers_request_during_a_call_goes_on_that_calls_own_stream() {
-    use std::io::{BufRead, BufReader};
     let ws = Workspace::new();
-    let audit = ws.path().join("audit.jsonl");
-    let mut servers = support::everything_servers();
-    servers["everything"]["relay"] = json!({"sampling": true});
-    let config = ws.config(servers, json!({"auditLog": audit}));
-    let front = Front::start(&ws, &config);
+    let (front, audit) = sampling_front(&ws);
     let caller = front.session(json!({"sampling": {}}));
-    let _most_recent = front.session(json!({"sampling": {}}));
-    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                      "params": {"name": "everything__trigger-sampling-request",
-                                 "arguments": {"prompt": "relay me", "maxTokens": 5}}});
-    let conn = front.open_post(ALICE, Some(&caller), &[], &body.to_string());
-    let mut stream = BufReader::new(conn);
-    let mut head = String::new();
-    while stream.read_line(&mut head).unwrap() > 2 && !head.ends_with("\r\n\r\n") {}
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let asked: Value = serde_json::from_str(&next_messages(&mut stream, 1)[0]).unwrap();
-    assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
-    let id = asked["id"].as_str().expect("a string id").to_string();
-    let reply = front.post(
-        Some(&caller),
-        &[],
-        &json!({"jsonrpc": "2.0", "id": id,
-                "result": {"role": "assistant", "model": "canned",
-                           "content": {"type": "text", "text": "sampled-on-its-stream"}}}),
-    );
+    let most_recent = front.session(json!({"sampling": {}}));
+    let (mut stream, id) = sampling_asked_of(&front, &caller);
+    let answer_with = |text: &str| {
+        json!({"jsonrpc": "2.0", "id": id,
+               "result": {"role": "assistant", "model": "canned",
+                          "content": {"type": "text", "text": text}}})
+    };
+    // The question is the caller's: an answer on the other session is not taken as its.
+    let elsewhere = front.post(Some(&most_recent), &[], &answer_with("from-elsewhere"));
+    let reply = front.post(Some(&caller), &[], &answer_with("sampled-on-its-stream"));
     assert_eq!(reply.status, 202, "{reply:?}");
     let answer: Value = serde_json::from_str(&next_messages(&mut stream, 1)[0]).unwrap();
     drop(stream);
     let err = ws.stderr_text();
     front.stop();
     assert_eq!(answer["id"], 5, "{answer}");
+    let result = answer["result"].to_string();
     assert!(
-        answer["result"]
-            .to_string()
-            .contains("sampled-on-its-stream"),
-        "the server got the caller's answer: {answer}\n{err}"
+        result.contains("sampled-on-its-stream") && !result.contains("from-elsewhere"),
+        "the server got the caller's answer, not the other session's ({elsewhere:?}): \
+         {answer}\n{err}"
     );
     assert_eq!(served(&ws, "tools/call"), 1, "{err}");
-    let records = support::read_jsonl(&audit);
-    assert!(
-        records
-            .iter()
-            .any(|r| r["kind"] == "sampling" && r["result"]["status"] == "success"),
-        "{records:?}"
+    assert!(sampling_recorded(&audit, "success"), "{err}");
+}
+
+// The agent cancelling a call whose server's question waits on the call's stream ends both:
+// the stream closes with no answer at once, and the question is given up and audited. (Before,
+// the question held the stream open, and with it the principal's request slot, until
+// `callTimeout`, 60 s here.)
+#[test]
+fn cancelling_a_call_ends_the_question_waiting_on_its_stream() {
+    let ws = Workspace::new();
+    let (front, audit) = sampling_front(&ws);
+    let caller = front.session(json!({"sampling": {}}));
+    let (mut stream, _id) = sampling_asked_of(&front, &caller);
+    let cancel = front.post(
+        Some(&caller),
+        &[],
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": 5}}),
     );
+    // Well short of the 60 s the question would otherwise wait.
+    stream
+        .get_ref()
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut rest = String::new();
+    let ended = stream.read_to_string(&mut rest);
+    let given_up = wait_until(&|| sampling_recorded(&audit, "error"));
+    let err = ws.stderr_text();
+    front.stop();
+    assert_eq!(cancel.status, 202, "{cancel:?}");
+    assert!(
+        ended.is_ok(),
+        "the stream stayed open: {ended:?}\n{rest}\n{err}"
+    );
+    assert!(
+        !rest.contains("\"result\""),
+        "a cancelled call gets no answer: {rest}"
+    );
+    assert!(given_up, "{err}");
+}
+
+/// A front whose server-everything may ask for sampling; its audit log.
+fn sampling_front(ws: &Workspace) -> (Front, std::path::PathBuf) {
+    let audit = ws.path().join("audit.jsonl");
+    let mut servers = support::everything_servers();
+    servers["everything"]["relay"] = json!({"sampling": true});
+    let config = ws.config(servers, json!({"auditLog": audit}));
+    (Front::start(ws, &config), audit)
+}
+
+/// Session `caller` calls (id 5) a tool whose server asks for sampling; the call's stream,
+/// read up to that request, and the request's id.
+fn sampling_asked_of(front: &Front, caller: &str) -> (std::io::BufReader<TcpStream>, String) {
+    use std::io::BufRead;
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                      "params": {"name": "everything__trigger-sampling-request",
+                                 "arguments": {"prompt": "relay me", "maxTokens": 5}}});
+    let conn = front.open_post(ALICE, Some(caller), &[], &body.to_string());
+    let mut stream = std::io::BufReader::new(conn);
+    let mut head = String::new();
+    while stream.read_line(&mut head).unwrap() > 2 && !head.ends_with("\r\n\r\n") {}
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("x-accel-buffering: no"),
+        "a stream tells proxies not to buffer it: {head}"
+    );
+    let asked: Value = serde_json::from_str(&next_messages(&mut stream, 1)[0]).unwrap();
+    assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+    let id = asked["id"].as_str().expect("a string id").to_string();
+    (stream, id)
+}
+
+/// Whether the audit log has a relayed sampling record with `status`.
+fn sampling_recorded(audit: &std::path::Path, status: &str) -> bool {
+    audit.exists()
+        && support::read_jsonl(audit)
+            .iter()
+            .any(|r| r["kind"] == "sampling" && r["result"]["status"] == status)
 }
 
 // The Python `mcp` SDK's Streamable HTTP client works against the fast path's JSON answers.

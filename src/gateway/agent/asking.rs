@@ -89,13 +89,23 @@ impl Questions {
     }
 }
 
-/// A call's way to its own agent: the session it came on, its stream, and what the agent's
-/// client declared.
+/// A call's way to its own agent: the session it came on, its stream, what the agent's
+/// client declared, and the call's own cancellation (a question ends with its call).
 pub struct Asker {
     questions: Arc<Questions>,
     session: String,
     stream: RequestStream,
     caps: Option<ClientCapabilities>,
+    call: CancellationToken,
+}
+
+/// Why a question stopped waiting before its answer, and what the agent is told then.
+enum GaveUp {
+    Timeout,
+    /// The server that asked withdrew its request.
+    Withdrawn,
+    /// The call the question serves was cancelled (by its agent, or its client going).
+    CallEnded,
 }
 
 impl Asker {
@@ -104,12 +114,14 @@ impl Asker {
         session: String,
         stream: RequestStream,
         caps: Option<ClientCapabilities>,
+        call: CancellationToken,
     ) -> Asker {
         Asker {
             questions,
             session,
             stream,
             caps,
+            call,
         }
     }
 
@@ -124,7 +136,7 @@ impl Asker {
     }
 
     /// Puts `method` with `params` to the agent on the call's stream and waits for its
-    /// answer, at most `timeout`.
+    /// answer, at most `timeout`, and no longer than the call.
     pub async fn ask(
         &self,
         method: &str,
@@ -135,8 +147,9 @@ impl Asker {
             .await
     }
 
-    /// `ask`, given up when `cancel` fires first (the server that asked cancelled its
-    /// request): the agent is told with `notifications/cancelled` on the same stream.
+    /// `ask`, given up as well when `cancel` fires first (the server that asked withdrew
+    /// its request). A question given up once it was sent is withdrawn from the agent with
+    /// `notifications/cancelled` on the same stream.
     pub async fn ask_until(
         &self,
         method: &str,
@@ -154,43 +167,69 @@ impl Asker {
             questions: &self.questions,
             key,
         };
-        let request = serde_json::json!({
-            "jsonrpc": "2.0", "id": id, "method": method, "params": params,
-        });
-        let mut line = request.to_string().into_bytes();
-        line.push(b'\n');
         // The timeout covers the whole exchange: a client that keeps its stream open but
         // does not read it leaves the question unsent, and that wait ends too.
-        let exchange = async {
-            if !self.stream.ask(line).await {
-                return Err(AskFailed::Closed);
-            }
-            // A client gone cannot answer: the wait ends with it, not at the timeout.
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let give_up = async {
             tokio::select! {
-                answered = rx => answered.map_err(|_| AskFailed::Closed),
-                () = self.stream.closed() => Err(AskFailed::Closed),
+                () = &mut deadline => GaveUp::Timeout,
+                () = cancel.cancelled() => GaveUp::Withdrawn,
+                () = self.call.cancelled() => GaveUp::CallEnded,
             }
         };
+        tokio::pin!(give_up);
+        let question = line(&serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "method": method, "params": params,
+        }));
+        let sent = tokio::select! {
+            sent = self.stream.ask(question) => sent,
+            why = &mut give_up => return Err(why.failed(timeout)),
+        };
+        if !sent {
+            return Err(AskFailed::Closed);
+        }
         let answered = tokio::select! {
-            answered = tokio::time::timeout(timeout, exchange) => answered,
-            () = cancel.cancelled() => {
-                let note = serde_json::json!({
+            answered = rx => answered.map_err(|_| AskFailed::Closed)?,
+            // A client gone cannot answer: the wait ends with it, not at the timeout.
+            () = self.stream.closed() => return Err(AskFailed::Closed),
+            why = &mut give_up => {
+                self.stream.tell(line(&serde_json::json!({
                     "jsonrpc": "2.0", "method": "notifications/cancelled",
-                    "params": {"requestId": id, "reason": "cancelled by the server that asked"},
-                });
-                let mut line = note.to_string().into_bytes();
-                line.push(b'\n');
-                self.stream.offer(line);
-                return Err(AskFailed::Cancelled);
+                    "params": {"requestId": id, "reason": why.reason()},
+                })));
+                return Err(why.failed(timeout));
             }
         };
         match answered {
-            Err(_) => Err(AskFailed::Timeout(timeout)),
-            Ok(Err(failed)) => Err(failed),
-            Ok(Ok(Answered::Result(v))) => Ok(v),
-            Ok(Ok(Answered::Error(e))) => Err(AskFailed::Refused(e)),
+            Answered::Result(v) => Ok(v),
+            Answered::Error(e) => Err(AskFailed::Refused(e)),
         }
     }
+}
+
+impl GaveUp {
+    fn failed(&self, timeout: Duration) -> AskFailed {
+        match self {
+            GaveUp::Timeout => AskFailed::Timeout(timeout),
+            GaveUp::Withdrawn | GaveUp::CallEnded => AskFailed::Cancelled,
+        }
+    }
+
+    fn reason(&self) -> &'static str {
+        match self {
+            GaveUp::Timeout => "palisade stopped waiting for the answer (its time ran out)",
+            GaveUp::Withdrawn => "cancelled by the server that asked",
+            GaveUp::CallEnded => "the call this question served has ended",
+        }
+    }
+}
+
+/// A JSON-RPC message as one line of the stream.
+fn line(message: &Value) -> Vec<u8> {
+    let mut line = message.to_string().into_bytes();
+    line.push(b'\n');
+    line
 }
 
 /// A question's entry in the table, removed when its wait ends.
@@ -238,7 +277,13 @@ mod tests {
     async fn a_question_goes_on_the_stream_and_its_answer_comes_back_by_session_and_id() {
         let questions = Arc::new(Questions::default());
         let (stream, mut lines) = RequestStream::new();
-        let asker = Asker::new(Arc::clone(&questions), "s1".into(), stream, eliciting());
+        let asker = Asker::new(
+            Arc::clone(&questions),
+            "s1".into(),
+            stream,
+            eliciting(),
+            CancellationToken::new(),
+        );
         let asked = asker.ask(
             "elicitation/create",
             serde_json::json!({"message": "m"}),
@@ -266,7 +311,13 @@ mod tests {
         stream: RequestStream,
         timeout: Duration,
     ) -> Result<Value, AskFailed> {
-        let asker = Asker::new(Arc::clone(questions), "s1".into(), stream, eliciting());
+        let asker = Asker::new(
+            Arc::clone(questions),
+            "s1".into(),
+            stream,
+            eliciting(),
+            CancellationToken::new(),
+        );
         asker.ask("elicitation/create", Value::Null, timeout).await
     }
 
@@ -294,7 +345,13 @@ mod tests {
         assert_eq!(questions.waiting(), 0);
         // A client that goes away while the question waits: the wait ends then.
         let (stream, mut lines) = RequestStream::new();
-        let asker = Asker::new(Arc::clone(&questions), "s1".into(), stream, eliciting());
+        let asker = Asker::new(
+            Arc::clone(&questions),
+            "s1".into(),
+            stream,
+            eliciting(),
+            CancellationToken::new(),
+        );
         let asked = asker.ask("elicitation/create", Value::Null, Duration::from_secs(600));
         let leave = async move {
             let _question = lines.next().await;
@@ -305,29 +362,85 @@ mod tests {
         assert_eq!(questions.waiting(), 0);
     }
 
-    #[tokio::test]
-    async fn a_question_its_asker_cancels_is_given_up_and_the_agent_told() {
+    /// Gives a question up: given the server's token and the call's.
+    type GiveUp = fn(&CancellationToken, &CancellationToken);
+
+    /// Asks one question on a fresh stream, gives it up with `give_up` once the agent has
+    /// read it, and returns how the question ended and what the agent was told next.
+    async fn given_up(
+        timeout: Duration,
+        give_up: impl FnOnce(&CancellationToken, &CancellationToken),
+    ) -> (Result<Value, AskFailed>, Value, Option<Value>) {
         let questions = Arc::new(Questions::default());
         let (stream, mut lines) = RequestStream::new();
-        let asker = Asker::new(Arc::clone(&questions), "s1".into(), stream, eliciting());
-        let cancel = CancellationToken::new();
-        let asked = asker.ask_until(
-            "sampling/createMessage",
-            Value::Null,
-            Duration::from_secs(600),
-            &cancel,
+        let call = CancellationToken::new();
+        let asker = Asker::new(
+            Arc::clone(&questions),
+            "s1".into(),
+            stream,
+            eliciting(),
+            call.clone(),
         );
-        let server_gives_up = async {
+        let server = CancellationToken::new();
+        let asked = asker.ask_until("sampling/createMessage", Value::Null, timeout, &server);
+        let read = async {
             let line = lines.next().await.expect("the question");
             let q: Value = serde_json::from_slice(&line).unwrap();
-            cancel.cancel();
+            give_up(&server, &call);
             q["id"].clone()
         };
-        let (got, id) = tokio::join!(asked, server_gives_up);
-        assert!(matches!(got, Err(AskFailed::Cancelled)), "{got:?}");
+        let (got, id) = tokio::join!(asked, read);
         assert_eq!(questions.waiting(), 0);
-        let note: Value = serde_json::from_slice(&lines.next().await.unwrap()).unwrap();
-        assert_eq!(note["method"], "notifications/cancelled");
-        assert_eq!(note["params"]["requestId"], id);
+        drop(asker);
+        let told = lines
+            .next()
+            .await
+            .map(|l| serde_json::from_slice::<Value>(&l).unwrap());
+        (got, id, told)
+    }
+
+    #[tokio::test]
+    async fn a_question_given_up_after_it_was_sent_is_withdrawn_from_the_agent() {
+        let long = Duration::from_secs(600);
+        // The server that asked withdrew its request; the call the question serves was
+        // cancelled; no answer came in time: each ends the wait, and the agent is told.
+        let cases: [(&str, Duration, GiveUp); 3] = [
+            ("withdrawn", long, |server, _| server.cancel()),
+            ("call cancelled", long, |_, call| call.cancel()),
+            ("timed out", Duration::from_millis(20), |_, _| {}),
+        ];
+        for (case, timeout, give_up) in cases {
+            let (got, id, told) = given_up(timeout, give_up).await;
+            let expected = if case == "timed out" {
+                matches!(got, Err(AskFailed::Timeout(_)))
+            } else {
+                matches!(got, Err(AskFailed::Cancelled))
+            };
+            assert!(expected, "{case}: {got:?}");
+            let told = told.unwrap_or_else(|| panic!("{case}: the agent was told nothing"));
+            assert_eq!(told["method"], "notifications/cancelled", "{case}");
+            assert_eq!(told["params"]["requestId"], id, "{case}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_question_never_sent_is_not_withdrawn() {
+        let questions = Arc::new(Questions::default());
+        let (stream, mut lines) = RequestStream::new();
+        for _ in 0..crate::gateway::agent::request_stream::BACKLOG {
+            stream.offer(b"{}".to_vec());
+        }
+        let call = CancellationToken::new();
+        let asker = Asker::new(questions, "s1".into(), stream, eliciting(), call.clone());
+        call.cancel();
+        let got = asker.ask("elicitation/create", Value::Null, Duration::from_secs(600));
+        assert!(matches!(got.await, Err(AskFailed::Cancelled)));
+        drop(asker);
+        let mut told = 0;
+        while let Some(line) = lines.next().await {
+            assert_eq!(line, b"{}", "only the notes queued before");
+            told += 1;
+        }
+        assert_eq!(told, crate::gateway::agent::request_stream::BACKLOG);
     }
 }

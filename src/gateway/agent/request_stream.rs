@@ -9,9 +9,9 @@
 //! The owner of the stream puts the sending end in the request's extensions
 //! (`RequestContext::extensions`); the progress target of the call (`UpTarget::of`) picks it
 //! up. Never: let an agent that does not read hold a server's reader (notifications beyond
-//! `BACKLOG` are dropped; only the answer waits for room), or keep the body open once the
-//! answer is written (a sender still held elsewhere does not matter: the stream ends at the
-//! answer).
+//! `BACKLOG` are dropped; only the answer and questions wait for room), or keep the body
+//! open once the request has ended (a sender still held elsewhere does not matter: the
+//! stream ends at the answer, or at `end` when the request ends without one).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,8 +24,15 @@ use tokio::sync::mpsc;
 /// are dropped (progress is advisory).
 pub const BACKLOG: usize = 64;
 
-/// One line for the stream, and whether it is the request's answer (the last).
-type Item = (Vec<u8>, bool);
+/// What goes on the stream.
+enum Item {
+    /// A notification or a question: more may follow.
+    Line(Vec<u8>),
+    /// The request's answer: the stream ends after it.
+    Last(Vec<u8>),
+    /// The request ended with no answer (the agent cancelled it).
+    End,
+}
 
 /// The sending end, cheap to clone.
 #[derive(Clone)]
@@ -36,8 +43,8 @@ pub struct RequestStream {
     dropped: Arc<AtomicU64>,
 }
 
-/// The receiving end: the lines in order, ending after the answer (or when every sender has
-/// gone without one).
+/// The receiving end: the lines in order, ending after the answer, at `end`, or when every
+/// sender has gone.
 pub struct Lines {
     rx: mpsc::Receiver<Item>,
     ended: bool,
@@ -55,7 +62,7 @@ impl RequestStream {
 
     /// Queues a notification's line; dropped when the agent is not keeping up or has gone.
     pub fn offer(&self, line: Vec<u8>) {
-        match self.tx.try_send((line, false)) {
+        match self.tx.try_send(Item::Line(line)) {
             Ok(()) => {}
             // The body is gone: the call is being cancelled; nothing to tell.
             Err(mpsc::error::TrySendError::Closed(_)) => {}
@@ -79,7 +86,19 @@ impl RequestStream {
     /// Queues a request to the agent (a question, `agent/asking.rs`), waiting for room: a
     /// question, unlike a notification, is never dropped. False when the client has gone.
     pub async fn ask(&self, line: Vec<u8>) -> bool {
-        self.tx.send((line, false)).await.is_ok()
+        self.tx.send(Item::Line(line)).await.is_ok()
+    }
+
+    /// Queues a line that must not be dropped (a question's withdrawal) without waiting for
+    /// it: when the backlog is full, it waits for room on a task of its own, which ends with
+    /// the stream.
+    pub fn tell(&self, line: Vec<u8>) {
+        if let Err(mpsc::error::TrySendError::Full(item)) = self.tx.try_send(Item::Line(line)) {
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                let _ = tx.send(item).await;
+            });
+        }
     }
 
     /// Resolves when the client has gone (the body was dropped): a question waiting for
@@ -90,7 +109,13 @@ impl RequestStream {
 
     /// Queues the request's answer, waiting for room; the stream ends after it.
     pub async fn finish(self, line: Vec<u8>) {
-        let _ = self.tx.send((line, true)).await;
+        let _ = self.tx.send(Item::Last(line)).await;
+    }
+
+    /// Ends the stream with no answer (JSON-RPC gives a cancelled request none), though a
+    /// sender may still be held elsewhere: a question of the request's, given up meanwhile.
+    pub async fn end(self) {
+        let _ = self.tx.send(Item::End).await;
     }
 }
 
@@ -102,11 +127,12 @@ impl futures::Stream for Lines {
             return Poll::Ready(None);
         }
         match self.rx.poll_recv(cx) {
-            Poll::Ready(Some((line, last))) => {
-                self.ended = last;
+            Poll::Ready(Some(Item::Line(line))) => Poll::Ready(Some(line)),
+            Poll::Ready(Some(Item::Last(line))) => {
+                self.ended = true;
                 Poll::Ready(Some(line))
             }
-            Poll::Ready(None) => {
+            Poll::Ready(Some(Item::End) | None) => {
                 self.ended = true;
                 Poll::Ready(None)
             }
@@ -147,6 +173,35 @@ mod tests {
         answer.await.unwrap();
         assert_eq!(got.len(), BACKLOG + 1);
         assert_eq!(got.last().map(Vec::as_slice), Some(&b"answer"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_request_ended_without_an_answer_ends_its_stream_though_a_sender_is_held() {
+        let (tx, mut lines) = RequestStream::new();
+        let held = tx.clone();
+        tx.offer(b"note".to_vec());
+        tx.end().await;
+        held.tell(b"late".to_vec());
+        assert_eq!(lines.next().await.as_deref(), Some(&b"note"[..]));
+        assert_eq!(lines.next().await, None);
+    }
+
+    #[tokio::test]
+    async fn a_line_told_past_the_backlog_waits_for_room_instead_of_being_dropped() {
+        let (tx, mut lines) = RequestStream::new();
+        for _ in 0..BACKLOG {
+            tx.offer(b"note".to_vec());
+        }
+        tx.tell(b"withdrawn".to_vec());
+        tx.offer(b"dropped".to_vec());
+        assert_eq!(tx.dropped(), 1);
+        drop(tx);
+        let mut got = Vec::new();
+        while let Some(line) = lines.next().await {
+            got.push(line);
+        }
+        assert_eq!(got.len(), BACKLOG + 1);
+        assert_eq!(got.last().map(Vec::as_slice), Some(&b"withdrawn"[..]));
     }
 
     #[tokio::test]

@@ -5,11 +5,12 @@
 //! principal's cap until it has been handed to the connection.
 
 use std::future::Future;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use rmcp::model::ErrorCode;
 use tokio_util::sync::CancellationToken;
 
@@ -17,6 +18,12 @@ use crate::gateway::agent::request_stream::{Lines, RequestStream};
 
 use super::super::modern;
 use super::reading::Era;
+
+/// How long a stream stays quiet before it gets a comment, as rmcp's streams do: a proxy
+/// with an idle timeout would otherwise cut a call waiting on a human's answer.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// The comment (an SSE line a client skips).
+const KEEP_ALIVE_EVENT: &[u8] = b":\n\n";
 
 /// What a finished call gives: its response line and its error's code if it is an error;
 /// `None` when the agent cancelled it (JSON-RPC: no answer, the body ends without one).
@@ -81,14 +88,30 @@ pub(super) async fn streamed(
         };
         match answered {
             Some((line, _)) => stream.finish(line).await,
-            None => drop(stream),
+            // Ended though a question of the call's may still hold a sender.
+            None => stream.end().await,
         }
     });
-    let events = futures::stream::iter(first).chain(lines).map(move |line| {
+    let lines = futures::stream::iter(first).chain(lines);
+    let events = kept_alive(lines, KEEP_ALIVE).map(move |event| {
         let _kept = (&cancel_on_drop, &held);
-        Ok::<_, std::convert::Infallible>(one_event(&line))
+        Ok::<_, std::convert::Infallible>(event)
     });
     sse(Body::from_stream(events), None)
+}
+
+/// `lines` as SSE events, with a comment after every `quiet` without one.
+fn kept_alive(
+    lines: impl Stream<Item = Vec<u8>> + Unpin,
+    quiet: Duration,
+) -> impl Stream<Item = Vec<u8>> {
+    futures::stream::unfold(lines, move |mut lines| async move {
+        tokio::select! {
+            biased;
+            line = lines.next() => line.map(|line| (one_event(&line), lines)),
+            () = tokio::time::sleep(quiet) => Some((KEEP_ALIVE_EVENT.to_vec(), lines)),
+        }
+    })
 }
 
 /// The status rmcp gives an answer that is not 200: a 2026-07-28 request's error of a kind
@@ -121,11 +144,13 @@ fn json(status: StatusCode, line: Vec<u8>, held: impl Send + 'static) -> Respons
         .into_response()
 }
 
-/// A 200 SSE response with `body`, of `length` when it is known.
+/// A 200 SSE response with `body`, of `length` when it is known; headed as rmcp heads its
+/// own (nginx buffers a response unless told not to).
 fn sse(body: Body, length: Option<usize>) -> Response {
     let head = [
         (header::CONTENT_TYPE, "text/event-stream"),
         (header::CACHE_CONTROL, "no-cache"),
+        (header::HeaderName::from_static("x-accel-buffering"), "no"),
     ];
     match length {
         Some(length) => (
@@ -185,6 +210,27 @@ fn one_event(line: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_stream_gets_a_comment_and_a_busy_one_none() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
+        let mut events = Box::pin(kept_alive(tokio_stream_of(rx), Duration::from_secs(15)));
+        tx.send(b"{}".to_vec()).await.unwrap();
+        assert_eq!(events.next().await.unwrap(), one_event(b"{}"));
+        let quiet = tokio::time::Instant::now();
+        assert_eq!(events.next().await.unwrap(), KEEP_ALIVE_EVENT);
+        assert_eq!(quiet.elapsed(), Duration::from_secs(15));
+        tx.send(b"[]".to_vec()).await.unwrap();
+        assert_eq!(events.next().await.unwrap(), one_event(b"[]"));
+        drop(tx);
+        assert_eq!(events.next().await, None, "the stream ends with its lines");
+    }
+
+    fn tokio_stream_of(
+        mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    ) -> impl Stream<Item = Vec<u8>> + Unpin {
+        Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+    }
 
     #[test]
     fn the_answer_is_one_sse_event() {

@@ -351,13 +351,14 @@ async fn run(
         asks,
         ..
     } = call;
-    // A call that may ask its agent asks on its own stream.
+    // A call that may ask its agent asks on its own stream, for no longer than it runs.
     let asker = match (asks, &stream, session) {
         (Some(Asks(caps)), Some(stream), Some(session)) => Some(Arc::new(Asker::new(
             questions,
             session,
             stream.clone(),
             caps,
+            ct.clone(),
         ))),
         _ => None,
     };
