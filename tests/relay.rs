@@ -296,6 +296,33 @@ fn server_everything_sampling_and_elicitation_reach_the_agent_attributed_and_aud
     );
 }
 
+// A server's request while several calls of the one stdio session are open to it goes to that
+// session: every call there is the same agent's, so there is nothing to tell apart (only
+// requests of different sessions are refused as unattributable).
+#[test]
+fn a_servers_request_during_several_calls_of_one_session_reaches_it() {
+    let run = Run::new();
+    let seen = run.drive(
+        json!({"everything": everything(Some(json!({"sampling": true})))}),
+        json!([
+            {"tool": "everything__trigger-long-running-operation", "args": {"duration": 3, "steps": 1}},
+            {"tool": "everything__trigger-sampling-request", "args": {"prompt": "while another runs", "maxTokens": 5}},
+        ]),
+        &[("RELAY_TOGETHER", "1")],
+    );
+    let long = seen.call("everything__trigger-long-running-operation");
+    assert_eq!(long["error"], false, "{long}");
+    let s = seen.call("everything__trigger-sampling-request");
+    assert!(
+        s["text"]
+            .as_str()
+            .unwrap()
+            .contains("canned-by-relay-client"),
+        "{s}"
+    );
+    assert_eq!(seen.sampling.len(), 1, "{:?}", seen.sampling);
+}
+
 #[test]
 fn a_flood_is_cut_at_the_rate_limit_and_undeclared_features_never_pass() {
     let run = Run::new();

@@ -6,7 +6,8 @@ CALLS_JSON is [{"tool": NAME, "args": {...}}]. Prints one JSON object: {"tools":
 "calls": [{"tool", "error", "text"}], "sampling": [prompt texts seen], "elicitation":
 [messages seen], "cancelled": [prompts whose sampling was cancelled while the client
 answered]}. A prompt starting with "hang" is answered only after 60 s, unless cancelled;
-with RELAY_WAIT_CANCEL=1 the client waits (up to 30 s) after its calls until one was.
+with RELAY_WAIT_CANCEL=1 the client waits (up to 30 s) after its calls until one was. With
+RELAY_TOGETHER=1 the calls are made at once, each started 0.3 s after the one before.
 """
 
 import asyncio
@@ -48,7 +49,14 @@ async def main():
         kw = {"sampling_callback": on_sampling, "elicitation_callback": on_elicitation}
     async with session(command_after_dashes(), "RELAY_ERRLOG", "w", init_timeout=90, **kw) as s:
         names = await tool_names(s)
-        out = await call_each(s, calls)
+        if os.environ.get("RELAY_TOGETHER") == "1":
+            async def later(i, c):
+                await anyio.sleep(0.3 * i)
+                return await call_each(s, [c])
+            each = await asyncio.gather(*(later(i, c) for i, c in enumerate(calls)))
+            out = [r for rs in each for r in rs]
+        else:
+            out = await call_each(s, calls)
         if os.environ.get("RELAY_WAIT_CANCEL") == "1":
             with anyio.move_on_after(30):
                 while not seen["cancelled"]:

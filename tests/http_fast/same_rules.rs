@@ -217,6 +217,56 @@ fn cancelling_a_call_ends_the_question_waiting_on_its_stream() {
     assert!(given_up, "{err}");
 }
 
+// A server's request while calls of two sessions are open to it could be either's: it is
+// refused with the reason, never put to the one session whose call could carry it. Session B's
+// call is a long operation on its own stream (B may be asked); session A, which cannot be
+// asked, triggers a sampling request meanwhile. (Before, only calls that could carry a
+// request counted, so the request went to B's stream: B was asked about A's prompt.)
+#[test]
+fn a_servers_request_that_could_be_either_sessions_is_refused_not_guessed() {
+    let ws = Workspace::new();
+    let (front, audit) = sampling_front(&ws);
+    let a = front.session(json!({}));
+    let b = front.session(json!({"sampling": {}}));
+    let long = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                      "params": {"name": "everything__trigger-long-running-operation",
+                                 "arguments": {"duration": 4, "steps": 4},
+                                 "_meta": {"progressToken": "b9"}}});
+    let conn = front.open_post(ALICE, Some(&b), &[], &long.to_string());
+    let mut b_stream = std::io::BufReader::new(conn);
+    // B's call is running once its first progress has come.
+    let first = next_messages(&mut b_stream, 1);
+    let a_answer = front.call(
+        &a,
+        5,
+        "everything__trigger-sampling-request",
+        json!({"prompt": "for A only", "maxTokens": 5}),
+    );
+    let mut b_saw = first;
+    while !b_saw.last().is_some_and(|m| m.contains("\"result\"")) {
+        b_saw.extend(next_messages(&mut b_stream, 1));
+    }
+    let err = ws.stderr_text();
+    front.stop();
+    assert!(
+        b_saw.iter().all(|m| !m.contains("sampling/createMessage")),
+        "B was asked about A's call: {b_saw:?}"
+    );
+    assert!(
+        a_answer.message.contains("cannot tell which one"),
+        "{a_answer:?}\n{err}"
+    );
+    let records = support::read_jsonl(&audit);
+    assert!(
+        records.iter().any(|r| r["kind"] == "sampling"
+            && r["result"]["status"] == "denied"
+            && r["result"]["error"]
+                .as_str()
+                .is_some_and(|why| why.contains("cannot tell"))),
+        "the refusal is audited: {records:?}"
+    );
+}
+
 /// A front whose server-everything may ask for sampling; its audit log.
 fn sampling_front(ws: &Workspace) -> (Front, std::path::PathBuf) {
     let audit = ws.path().join("audit.jsonl");

@@ -118,29 +118,7 @@ impl UpstreamLink {
         cancel: Option<&CancellationToken>,
     ) -> Result<ClientResult, UpstreamError> {
         let peer = self.get().ok_or(UpstreamError::NotConnected)?;
-        let handle = peer
-            .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
-            .await
-            .map_err(|e| map_err(e, timeout))?;
-        let id = handle.id.clone();
-        let Some(ct) = cancel else {
-            return handle
-                .await_response()
-                .await
-                .map_err(|e| map_err(e, timeout));
-        };
-        tokio::select! {
-            r = handle.await_response() => r.map_err(|e| map_err(e, timeout)),
-            _ = ct.cancelled() => {
-                let _ = peer
-                    .notify_cancelled(CancelledNotificationParam::new(
-                        Some(id),
-                        Some("cancelled by the server that asked".into()),
-                    ))
-                    .await;
-                Err(UpstreamError::Cancelled)
-            }
-        }
+        request_of(&peer, request, timeout, cancel).await
     }
 
     /// The agent's peer and a share of the relay budget for a notification of about
@@ -183,5 +161,38 @@ fn map_err(e: ServiceError, timeout: Duration) -> UpstreamError {
 impl std::fmt::Debug for UpstreamLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("UpstreamLink")
+    }
+}
+
+/// Sends `request` to the agent of session `peer` with `timeout`; when `cancel` fires first,
+/// tells the agent with `notifications/cancelled` and gives up.
+pub async fn request_of(
+    peer: &Peer<RoleServer>,
+    request: ServerRequest,
+    timeout: Duration,
+    cancel: Option<&CancellationToken>,
+) -> Result<ClientResult, UpstreamError> {
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+        .await
+        .map_err(|e| map_err(e, timeout))?;
+    let id = handle.id.clone();
+    let Some(ct) = cancel else {
+        return handle
+            .await_response()
+            .await
+            .map_err(|e| map_err(e, timeout));
+    };
+    tokio::select! {
+        r = handle.await_response() => r.map_err(|e| map_err(e, timeout)),
+        _ = ct.cancelled() => {
+            let _ = peer
+                .notify_cancelled(CancelledNotificationParam::new(
+                    Some(id),
+                    Some("cancelled by the server that asked".into()),
+                ))
+                .await;
+            Err(UpstreamError::Cancelled)
+        }
     }
 }

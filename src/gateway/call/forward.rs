@@ -15,6 +15,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 
+use crate::gateway::agent::open_calls::Carrier;
 use crate::gateway::call::widen;
 use crate::gateway::server::handler::UpTarget;
 use crate::gateway::server::request::{Connection, ForwardError};
@@ -136,10 +137,8 @@ pub(super) async fn widen_and_forward(
         .filter(|_| slot.egress_allowed())
         .map(|p| p.subscribe());
     out.server_protocol = Some(conn.info.protocol_version.as_str().to_string());
-    // A call that can carry its server's requests to its agent (a 2026-07-28 call's next
-    // round, a fast call's own stream) stays findable while it runs.
-    use crate::gateway::agent::open_calls::OpenCalls;
-    let _open = OpenCalls::current().map(|c| shared.open_calls.open(&slot.name, c));
+    // A request the server sends meanwhile finds its way to this call's agent.
+    let _open = shared.open_calls.open(&slot.name, None, Carrier::of(ctx));
     let (answer, received) = forward(shared, &conn, tool, params, ctx).await;
     if let Some(rx) = events.as_mut() {
         out.network_refusals = crate::gateway::network::drain(rx, &slot.name);

@@ -60,6 +60,13 @@ pub async fn handle(
             params.insert("_meta".into(), m);
         }
     }
+    // A request the server sends meanwhile (one naming this task, while `tasks/result`
+    // waits for it) finds its way to this request's agent.
+    let _open = shared.open_calls.open(
+        &conn.server,
+        Some(&entry.inner),
+        crate::gateway::agent::open_calls::Carrier::of(ctx),
+    );
     // `tasks/result` waits for the task to finish: as long as a call may take.
     let answer = conn
         .send(

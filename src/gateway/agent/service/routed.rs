@@ -28,6 +28,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::audit::RecordKind;
+use crate::gateway::agent::open_calls::Carrier;
 use crate::gateway::call::as_sent::{self, Named, Rename};
 use crate::gateway::call::pipeline::forwarded_meta;
 use crate::gateway::raw_json::RawJson;
@@ -93,6 +94,11 @@ impl Upstream {
             .get_progress_token()
             .map(|token| UpTarget::of(ctx, token));
         let timeout = self.shared.limits.call_timeout;
+        // A request the server sends meanwhile finds its way to this request's agent.
+        let _open = self
+            .shared
+            .open_calls
+            .open(&slot.name, None, Carrier::of(ctx));
         let answer = match out.sent {
             Some((text, rename)) => {
                 live.conn

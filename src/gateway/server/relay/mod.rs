@@ -34,13 +34,14 @@ use rmcp::model::{
     ElicitRequestParams, ElicitResult, ElicitationAction, ErrorCode, RequestMetaObject,
     ServerRequest,
 };
-use rmcp::ErrorData;
+use rmcp::service::Peer;
+use rmcp::{ErrorData, RoleServer};
 use serde_json::{json, Map, Value};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::gateway::agent::asking::{AskFailed, Asker};
-use crate::gateway::agent::link::{UpstreamError, UpstreamLink};
-use crate::gateway::agent::open_calls::{Carrier, OpenCalls};
+use crate::gateway::agent::link::{request_of, UpstreamError, UpstreamLink};
+use crate::gateway::agent::open_calls::{Carrier, OpenCalls, Untold};
 use crate::gateway::stages::{
     request_id_string, AuditSink, CallOutcome, CallRecord, Decision, PolicyVerdict,
 };
@@ -48,6 +49,8 @@ use crate::sandbox::launch::Enforcement;
 
 /// Characters of a prompt or question kept in the audit record.
 const EXCERPT: usize = 500;
+/// The `_meta` key with which a task's requests name their task (MCP tasks).
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 /// The `_meta` key naming the server a relayed request comes from.
 pub const META_SERVER: &str = "palisade/server";
 
@@ -75,23 +78,41 @@ pub struct Relayer {
     pub open_calls: Arc<OpenCalls>,
 }
 
-/// Where a relayed request goes: the agent's session, the next round of its 2026-07-28
-/// call to this server, or the stream of its session's call to this server (the HTTP fast
-/// path's).
+/// Where a relayed request goes: the next round of its 2026-07-28 call to this server, the
+/// stream of its session's call (the HTTP fast path's), or the session of the request it
+/// serves.
 enum Road {
-    Session,
+    Session(Peer<RoleServer>),
     Round(Arc<crate::gateway::agent::mrtr::Round>),
     Stream(Arc<Asker>),
-    None(&'static str),
+    /// Nowhere, and why: no agent can be told apart (`Several`), or the one there is can be
+    /// asked only within a 2026-07-28 call (`sessionless`).
+    None {
+        why: &'static str,
+        sessionless: bool,
+    },
 }
 
 impl Road {
-    fn caps(&self, upstream: &UpstreamLink) -> Option<rmcp::model::ClientCapabilities> {
+    /// A session's road, unless the session cannot be asked: a 2026-07-28 client's
+    /// connection opened with no `initialize`, and is asked only in its calls' rounds.
+    fn session(peer: Peer<RoleServer>) -> Road {
+        if peer.peer_info().is_some() {
+            Road::Session(peer)
+        } else {
+            Road::None {
+                why: "it is asked only within a call, and no call to this server is in flight",
+                sessionless: true,
+            }
+        }
+    }
+
+    fn caps(&self) -> Option<rmcp::model::ClientCapabilities> {
         match self {
-            Road::Session => upstream.client_capabilities(),
+            Road::Session(peer) => peer.peer_info().map(|i| i.capabilities.clone()),
             Road::Round(r) => r.caps.clone(),
             Road::Stream(asker) => asker.caps(),
-            Road::None(_) => None,
+            Road::None { .. } => None,
         }
     }
 }
@@ -109,20 +130,32 @@ impl Relayer {
         &self.gate.server
     }
 
-    /// The one call in flight to this server that can carry the request takes it: a
-    /// 2026-07-28 call into its next round (stdio and HTTP alike: over HTTP a 2026-07-28
-    /// agent has no session to be asked in), a session's fast call onto its own stream (to
-    /// the client that made the call, as the spec has a request's requests ride its stream);
-    /// otherwise the agent's session, if it has one.
-    fn road(&self) -> Road {
-        match self.open_calls.only(self.server()) {
+    /// The request in flight to this server that the server's request `meta` serves takes
+    /// it (`agent/open_calls.rs`): a 2026-07-28 call into its next round (stdio and HTTP
+    /// alike: over HTTP a 2026-07-28 agent has no session to be asked in), a session's fast
+    /// call onto its own stream (to the client that made the call, as the spec has a
+    /// request's requests ride its stream), any other to its own session. With none in
+    /// flight, the agent's session, if it has one; with several of different agents, none.
+    fn road(&self, meta: Option<&RequestMetaObject>) -> Road {
+        let task = meta
+            .and_then(|m| m.0.get(RELATED_TASK))
+            .and_then(|t| t.get("taskId"))
+            .and_then(Value::as_str);
+        match self.open_calls.only(self.server(), task) {
             Ok(Carrier::Round(round)) => Road::Round(round),
             Ok(Carrier::Stream(asker)) => Road::Stream(asker),
-            // No session to ask in (a 2026-07-28 agent, or none over HTTP): say why.
-            Err(why) if self.upstream.get().is_none() || self.upstream.is_sessionless() => {
-                Road::None(why)
-            }
-            Err(_) => Road::Session,
+            Ok(Carrier::Session(peer)) => Road::session(peer),
+            Err(Untold::NoCall) => match self.upstream.get() {
+                Some(peer) => Road::session(peer),
+                None => Road::None {
+                    why: "no MCP client is connected to the gateway",
+                    sessionless: false,
+                },
+            },
+            Err(why @ Untold::Several) => Road::None {
+                why: why.text(),
+                sessionless: false,
+            },
         }
     }
 
@@ -130,17 +163,15 @@ impl Relayer {
     async fn ask(
         &self,
         road: &Road,
+        kind: Kind,
         request: ServerRequest,
         cancel: &tokio_util::sync::CancellationToken,
     ) -> Result<Value, UpstreamError> {
+        let as_json = |r| serde_json::to_value(r).map_err(|e| UpstreamError::Other(e.to_string()));
         match road {
-            Road::Session => self
-                .upstream
-                .request(request, self.timeout, Some(cancel))
+            Road::Session(peer) => request_of(peer, request, self.timeout, Some(cancel))
                 .await
-                .and_then(|r| {
-                    serde_json::to_value(r).map_err(|e| UpstreamError::Other(e.to_string()))
-                }),
+                .and_then(as_json),
             Road::Round(round) => {
                 let request = serde_json::to_value(&request)
                     .map_err(|e| UpstreamError::Other(e.to_string()))?;
@@ -150,19 +181,18 @@ impl Relayer {
                     .map_err(UpstreamError::Round)
             }
             Road::Stream(asker) => {
-                let mut request = serde_json::to_value(&request)
-                    .map_err(|e| UpstreamError::Other(e.to_string()))?;
-                let method = request["method"].as_str().unwrap_or_default().to_string();
-                let params = request
-                    .get_mut("params")
-                    .map(Value::take)
-                    .unwrap_or_default();
+                let params = match &request {
+                    ServerRequest::CreateMessageRequest(r) => serde_json::to_value(&r.params),
+                    ServerRequest::ElicitRequest(r) => serde_json::to_value(&r.params),
+                    _ => return Err(UpstreamError::Other("not a relayed request".into())),
+                };
+                let params = params.map_err(|e| UpstreamError::Other(e.to_string()))?;
                 asker
-                    .ask_until(&method, params, self.timeout, cancel)
+                    .ask_until(kind.method(), params, self.timeout, cancel)
                     .await
                     .map_err(stream_error)
             }
-            Road::None(why) => Err(UpstreamError::Other((*why).to_string())),
+            Road::None { why, .. } => Err(UpstreamError::Other((*why).to_string())),
         }
     }
 
@@ -176,7 +206,7 @@ impl Relayer {
         let kind = Kind::Sampling;
         let undeclared = (params.tools.is_some() || params.tool_choice.is_some())
             .then_some("sampling with tools or toolChoice");
-        let road = self.road();
+        let road = self.road(params.meta.as_ref());
         let _permit = match self.check(kind, undeclared, &road) {
             Ok(p) => p,
             Err(refusal) => {
@@ -189,7 +219,7 @@ impl Relayer {
         params.include_context = None;
         params.meta = Some(self.meta());
         let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
-        let answer = self.ask(&road, request, &ctx.ct).await;
+        let answer = self.ask(&road, kind, request, &ctx.ct).await;
         let result = match answer {
             Ok(v) => {
                 serde_json::from_value::<CreateMessageResult>(v).map_err(|e| unexpected(kind, &e))
@@ -214,12 +244,12 @@ impl Relayer {
     ) -> Result<ElicitResult, ErrorData> {
         let started = Instant::now();
         let kind = Kind::Elicitation;
-        let (message, requested_schema) = match params {
+        let (message, requested_schema, meta) = match params {
             ElicitRequestParams::FormElicitationParams {
                 message,
                 requested_schema,
-                ..
-            } => (message, requested_schema),
+                meta,
+            } => (message, requested_schema, meta),
             ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
                 let args = || elicitation_summary(&message, Some(&url), None);
                 let what = "URL elicitation (a server could send the user to any page)";
@@ -237,7 +267,7 @@ impl Relayer {
                 serde_json::to_value(&requested_schema).ok().as_ref(),
             )
         };
-        let road = self.road();
+        let road = self.road(meta.as_ref());
         let _permit = match self.check(kind, None, &road) {
             Ok(p) => p,
             Err(refusal) => return Err(self.refuse(kind, ctx, args, refusal)),
@@ -249,7 +279,7 @@ impl Relayer {
             requested_schema,
         };
         let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
-        let answer = self.ask(&road, request, &ctx.ct).await;
+        let answer = self.ask(&road, kind, request, &ctx.ct).await;
         let result = match answer {
             Ok(v) => serde_json::from_value::<ElicitResult>(v).map_err(|e| unexpected(kind, &e)),
             Err(e) => Err(upstream_error(kind, e)),
@@ -284,12 +314,19 @@ impl Relayer {
             kind,
             self.gate.policy(),
             self.server(),
-            road.caps(&self.upstream).as_ref(),
+            road.caps().as_ref(),
         )
-        .map_err(|r| match (r, road) {
-            // The agent's capabilities are unknown because there is no call to carry it.
-            (Refusal::NoAgent { kind }, Road::None(why)) => Refusal::NoRound { kind, why },
-            (r, _) => r,
+        .map_err(|r| {
+            match (r, road) {
+                // The agent's capabilities are unknown because there is no telling the agent.
+                (Refusal::NoAgent { kind }, &Road::None { why, sessionless }) => {
+                    match sessionless {
+                        true => Refusal::NoRound { kind, why },
+                        false => Refusal::Untold { kind, why },
+                    }
+                }
+                (r, _) => r,
+            }
         })?;
         if let Some(what) = undeclared {
             return Err(Refusal::Unsupported { what });
@@ -306,7 +343,7 @@ impl Relayer {
         what: &'static str,
     ) -> ErrorData {
         let kind = Kind::Elicitation;
-        let agent = self.road().caps(&self.upstream);
+        let agent = self.road(None).caps();
         let refusal = match admit(kind, self.gate.policy(), self.server(), agent.as_ref()) {
             Err(r @ Refusal::NotAllowed { .. }) => r,
             _ => Refusal::Unsupported { what },
@@ -483,7 +520,6 @@ fn unexpected(kind: Kind, e: &serde_json::Error) -> ErrorData {
     )
 }
 
-/// The agent's own JSON-RPC error passes through; the gateway's failures say what happened.
 /// Why a question on a call's own stream got no result, as the session's road says it (the
 /// agent's own error is passed on as it sent it, when it reads as one).
 fn stream_error(e: AskFailed) -> UpstreamError {
@@ -500,6 +536,7 @@ fn stream_error(e: AskFailed) -> UpstreamError {
     }
 }
 
+/// The agent's own JSON-RPC error passes through; the gateway's failures say what happened.
 fn upstream_error(kind: Kind, e: UpstreamError) -> ErrorData {
     match e {
         UpstreamError::Client(err) => err,

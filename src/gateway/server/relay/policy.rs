@@ -138,6 +138,9 @@ pub enum Refusal {
     /// A 2026-07-28 agent is asked in a call's next round; this request has no call to go in.
     #[error("palisade cannot relay {} to a 2026-07-28 client: {why}", kind.method())]
     NoRound { kind: Kind, why: &'static str },
+    /// No one request in flight is the one this request serves.
+    #[error("palisade cannot relay {}: {why}", kind.method())]
+    Untold { kind: Kind, why: &'static str },
     #[error(
         "palisade refused {method} from server `{server}`: more than {per_minute} relayed \
          requests per minute. Raise mcpServers.{server}.relay.perMinute if this is expected",
