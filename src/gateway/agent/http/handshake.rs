@@ -31,14 +31,16 @@ pub(super) fn is_initialize(posted: &super::fast::Posted<'_>, body: &[u8]) -> bo
     has_initialize_method(body)
 }
 
-/// Whether a body is one object whose `method` is `initialize`, whatever else it holds.
+/// Whether a body is one object whose `method` is `initialize`, whatever else it holds and
+/// however the method is spelt (`"initiali\u007ae"` is `initialize` to rmcp too).
 fn has_initialize_method(body: &[u8]) -> bool {
     #[derive(Deserialize)]
     struct Method<'a> {
         #[serde(borrow)]
-        method: Option<&'a str>,
+        method: Option<std::borrow::Cow<'a, str>>,
     }
-    serde_json::from_slice::<Method<'_>>(body).is_ok_and(|m| m.method == Some("initialize"))
+    serde_json::from_slice::<Method<'_>>(body)
+        .is_ok_and(|m| m.method.as_deref() == Some("initialize"))
 }
 
 /// rmcp's answer to `initialize` with `tasks` put into its capabilities; as it came when it
@@ -151,6 +153,14 @@ mod tests {
         ));
         assert!(is(
             br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{},"x":1}"#
+        ));
+        // The method written with escapes is the same method, with or without a member the
+        // front does not read.
+        assert!(is(
+            br#"{"jsonrpc":"2.0","id":0,"method":"initiali\u007ae","params":{}}"#
+        ));
+        assert!(is(
+            br#"{"jsonrpc":"2.0","id":0,"method":"initiali\u007ae","params":{},"x":1}"#
         ));
         assert!(!is(br#"{"jsonrpc":"2.0","id":0,"method":"tools/list"}"#));
         assert!(!is(br#"[{"method":"initialize"}]"#));
