@@ -267,6 +267,55 @@ fn a_servers_request_that_could_be_either_sessions_is_refused_not_guessed() {
     );
 }
 
+// A routed request of a session whose client a relaying server may ask stays on the fast path
+// (before, it went through rmcp's, whose typed models re-encode what they pass); a server's
+// request during it goes to that session, on its own stream (its GET), as on rmcp's path, not
+// to the principal's most recent session; the session's answer reaches the server.
+#[test]
+fn a_routed_request_of_an_agent_that_may_be_asked_stays_fast_and_its_session_is_asked() {
+    let ws = Workspace::new();
+    let config = ws.config(
+        json!({"faulty": {"command": support::python(),
+                          "args": [support::repo("tests/servers/faulty_server.py")],
+                          "env": {"FAULTY_ECHO_LINES": "1"},
+                          "relay": {"sampling": true}}}),
+        json!({}),
+    );
+    let front = Front::start(&ws, &config);
+    let caller = front.session(json!({"sampling": {}}));
+    let most_recent = front.session(json!({"sampling": {}}));
+    let mut caller_get = front.open_get(&caller);
+    let _other_get = front.open_get(&most_recent);
+    let body = json!({"jsonrpc": "2.0", "id": 4, "method": "prompts/get",
+                      "params": {"name": "faulty__sampling"}});
+    let mut conn = front.open_post(ALICE, Some(&caller), &[], &body.to_string());
+    let asked: Value = serde_json::from_str(&next_messages(&mut caller_get, 1)[0]).unwrap();
+    assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+    let reply = front.post(
+        Some(&caller),
+        &[],
+        &json!({"jsonrpc": "2.0", "id": asked["id"],
+                "result": {"role": "assistant", "model": "canned",
+                           "content": {"type": "text", "text": "sampled-for-the-prompt"}}}),
+    );
+    let mut raw = String::new();
+    let read = conn.read_to_string(&mut raw);
+    let answer = Answer::parse(&raw);
+    let err = ws.stderr_text();
+    front.stop();
+    assert!(read.is_ok(), "{read:?}");
+    assert_eq!(reply.status, 202, "{reply:?}");
+    assert!(
+        answer.fast(),
+        "not answered by the fast path: {answer:?}\n{err}"
+    );
+    assert!(
+        answer.message.contains("sampled-for-the-prompt"),
+        "the server got the session's answer: {answer:?}\n{err}"
+    );
+    assert_eq!(served(&ws, "prompts/get"), 1, "{err}");
+}
+
 /// A front whose server-everything may ask for sampling; its audit log.
 fn sampling_front(ws: &Workspace) -> (Front, std::path::PathBuf) {
     let audit = ws.path().join("audit.jsonl");

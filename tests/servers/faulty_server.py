@@ -37,7 +37,8 @@ The handshake and `tools/list` are correct; each tool then triggers one fault on
 With FAULTY_ECHO_LINES set it also serves one prompt (`request_line`), one resource
 (`line://request`) and completions, and answers `prompts/get`, `resources/read`,
 `resources/subscribe`, `resources/unsubscribe` and `completion/complete` with the request's
-line as it read it (in the message's text, the resource's text, the first completion value;
+line as it read it (the prompt `sampling` instead asks its client for a sampling first and
+answers with what it got) (in the message's text, the resource's text, the first completion value;
 a subscription's answer carries it in `_meta.line`). An extension's request (`x.example/*`)
 is answered with its line in `line`, and an `x.example/ping` notification with an
 `x.example/pong` notification carrying its line.
@@ -234,6 +235,15 @@ def run_tool(req_id, name: str, args: dict) -> None:
               "error": {"code": -32602, "message": f"unknown tool {name}"}})
 
 
+def sampled_prompt(req_id) -> None:
+    """The prompt `sampling`: asks the client for a sampling, answers with what came back."""
+    resp = ask("sampling/createMessage", {
+        "messages": [{"role": "user", "content": {"type": "text", "text": "for a prompt"}}],
+        "maxTokens": 10})
+    send({"jsonrpc": "2.0", "id": req_id, "result": {"messages": [
+        {"role": "user", "content": {"type": "text", "text": json.dumps(resp)}}]}})
+
+
 def handle(msg, raw: bytes) -> None:
     method = msg.get("method")
     req_id = msg.get("id")
@@ -262,12 +272,14 @@ def handle(msg, raw: bytes) -> None:
             "serverInfo": {"name": "faulty", "version": "0.0.1"}}})
     elif echo_lines and method == "prompts/list":
         send({"jsonrpc": "2.0", "id": req_id, "result": {"prompts": [
-            {"name": "request_line", "arguments": [{"name": "path"}]}]}})
+            {"name": "request_line", "arguments": [{"name": "path"}]}, {"name": "sampling"}]}})
     elif echo_lines and method == "resources/list":
         send({"jsonrpc": "2.0", "id": req_id, "result": {"resources": [
             {"uri": "line://request", "name": "request_line"}]}})
     elif echo_lines and method == "resources/templates/list":
         send({"jsonrpc": "2.0", "id": req_id, "result": {"resourceTemplates": []}})
+    elif echo_lines and method == "prompts/get" and msg["params"].get("name") == "sampling":
+        threading.Thread(target=sampled_prompt, args=(req_id,), daemon=True).start()
     elif echo_lines and method == "prompts/get":
         send({"jsonrpc": "2.0", "id": req_id, "result": {"messages": [
             {"role": "user", "content": {"type": "text", "text": line}}]}})

@@ -199,23 +199,19 @@ impl FastPath {
             return None;
         }
         let peer = self.sessions.get(session)?;
-        if !is_list && !self.enabled {
+        // A list asks no one anything.
+        if is_list {
+            return Some(planned(Some(session.to_string()), peer, None, None));
+        }
+        if !self.enabled {
             return None;
         }
-        // A list asks no one anything. A call that may ask its agent something (its
-        // approval's question, a server's request relayed) is answered on a stream of its
-        // own, which the question goes on (`agent/asking.rs`, `agent/open_calls.rs`). A
-        // routed request or a task has no such stream: a server's request relayed during it
-        // goes on the session's, which only rmcp's path routes.
-        let relays_to = |p: &Peer<RoleServer>| asks_the_agent(&self.shared, p);
-        let may_relay = relays_to(&peer);
-        if !is_list
-            && !is_call
-            && (may_relay || self.shared.upstream.get().is_some_and(|p| relays_to(&p)))
-        {
-            return None;
-        }
-        let asks = (is_call && (self.approver_asks || may_relay))
+        // A call that may ask its agent something (its approval's question, a server's
+        // request relayed) is answered on a stream of its own, which the question goes on
+        // (`agent/asking.rs`, `agent/open_calls.rs`). A routed request or a task has no such
+        // stream: a server's request relayed during it goes to its session, on the session's
+        // own stream, as on rmcp's path (`Carrier::Session`).
+        let asks = (is_call && (self.approver_asks || asks_the_agent(&self.shared, &peer)))
             .then(|| Asks(peer.peer_info().map(|i| i.capabilities.clone())));
         Some(planned(Some(session.to_string()), peer, None, asks))
     }
