@@ -154,7 +154,8 @@ fn a_servers_request_during_a_call_goes_on_that_calls_own_stream() {
     let (front, audit) = sampling_front(&ws);
     let caller = front.session(json!({"sampling": {}}));
     let most_recent = front.session(json!({"sampling": {}}));
-    let (mut stream, id) = sampling_asked_of(&front, &caller);
+    let (mut stream, asked) = sampling_asked_of(&front, &caller);
+    let id = asked["id"].clone();
     let answer_with = |text: &str| {
         json!({"jsonrpc": "2.0", "id": id,
                "result": {"role": "assistant", "model": "canned",
@@ -177,28 +178,35 @@ fn a_servers_request_during_a_call_goes_on_that_calls_own_stream() {
     );
     assert_eq!(served(&ws, "tools/call"), 1, "{err}");
     assert!(sampling_recorded(&audit, "success"), "{err}");
+    // The server's params as it wrote them (rmcp's typed view read `temperature` as an f32:
+    // 0.7 reached the agent as 0.699999988079071), with the server named in `_meta`.
+    assert_eq!(asked["params"]["temperature"], json!(0.7), "{asked}");
+    assert_eq!(
+        asked["params"]["_meta"]["palisade/server"], "everything",
+        "{asked}"
+    );
 }
 
 // The agent cancelling a call whose server's question waits on the call's stream ends both:
-// the stream closes with no answer at once, and the question is given up and audited. (Before,
-// the question held the stream open, and with it the principal's request slot, until
-// `callTimeout`, 60 s here.)
+// the question is withdrawn from the agent (`notifications/cancelled` naming it), the stream
+// closes with no answer, and the question is audited as given up. (Before, the question held
+// the stream open, and with it the principal's request slot, until `callTimeout`, 60 s here.)
 #[test]
 fn cancelling_a_call_ends_the_question_waiting_on_its_stream() {
     let ws = Workspace::new();
     let (front, audit) = sampling_front(&ws);
     let caller = front.session(json!({"sampling": {}}));
-    let (mut stream, _id) = sampling_asked_of(&front, &caller);
+    let (mut stream, asked) = sampling_asked_of(&front, &caller);
     let cancel = front.post(
         Some(&caller),
         &[],
         &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": 5}}),
     );
-    // Well short of the 60 s the question would otherwise wait.
+    // Shorter than the stream's keep-alive (15 s), so that a stream left open fails the read.
     stream
         .get_ref()
-        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
     let mut rest = String::new();
     let ended = stream.read_to_string(&mut rest);
@@ -214,6 +222,14 @@ fn cancelling_a_call_ends_the_question_waiting_on_its_stream() {
         !rest.contains("\"result\""),
         "a cancelled call gets no answer: {rest}"
     );
+    let withdrawn = rest
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .any(|m| {
+            m["method"] == "notifications/cancelled" && m["params"]["requestId"] == asked["id"]
+        });
+    assert!(withdrawn, "the question was not withdrawn: {rest}");
     assert!(given_up, "{err}");
 }
 
@@ -316,6 +332,47 @@ fn a_routed_request_of_an_agent_that_may_be_asked_stays_fast_and_its_session_is_
     assert_eq!(served(&ws, "prompts/get"), 1, "{err}");
 }
 
+// Requests of two sessions open to one server, neither with a stream of its own: a server's
+// request meanwhile could be either's, so it is refused, not sent to one of the sessions.
+// Session B (which cannot be asked) has a slow call open; session A's prompt makes the server
+// ask for sampling.
+#[test]
+fn a_servers_request_during_requests_of_two_sessions_is_refused() {
+    let ws = Workspace::new();
+    let config = ws.config(
+        json!({"faulty": {"command": support::python(),
+                          "args": [support::repo("tests/servers/faulty_server.py")],
+                          "env": {"FAULTY_ECHO_LINES": "1"},
+                          "relay": {"sampling": true}}}),
+        json!({}),
+    );
+    let front = std::sync::Arc::new(Front::start(&ws, &config));
+    let b = front.session(json!({}));
+    let slow = {
+        let front = front.clone();
+        std::thread::spawn(move || front.call(&b, 7, "faulty__sleep", json!({"after": 3.0})))
+    };
+    let started = wait_until(&|| ws.stderr_text().contains("sleep: started"));
+    let a = front.session(json!({"sampling": {}}));
+    let prompt = front.post(
+        Some(&a),
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "prompts/get",
+                "params": {"name": "faulty__sampling"}}),
+    );
+    let slow = slow.join().unwrap();
+    let err = ws.stderr_text();
+    std::sync::Arc::try_unwrap(front)
+        .unwrap_or_else(|_| panic!("the front is still shared"))
+        .stop();
+    assert!(started, "{err}");
+    assert_eq!(slow.status, 200, "{slow:?}");
+    assert!(
+        prompt.message.contains("cannot tell which one"),
+        "the server's request was not refused as unattributable: {prompt:?}\n{err}"
+    );
+}
+
 /// A front whose server-everything may ask for sampling; its audit log.
 fn sampling_front(ws: &Workspace) -> (Front, std::path::PathBuf) {
     let audit = ws.path().join("audit.jsonl");
@@ -326,8 +383,8 @@ fn sampling_front(ws: &Workspace) -> (Front, std::path::PathBuf) {
 }
 
 /// Session `caller` calls (id 5) a tool whose server asks for sampling; the call's stream,
-/// read up to that request, and the request's id.
-fn sampling_asked_of(front: &Front, caller: &str) -> (std::io::BufReader<TcpStream>, String) {
+/// read up to that request, and the request.
+fn sampling_asked_of(front: &Front, caller: &str) -> (std::io::BufReader<TcpStream>, Value) {
     use std::io::BufRead;
     let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
                       "params": {"name": "everything__trigger-sampling-request",
@@ -343,8 +400,8 @@ fn sampling_asked_of(front: &Front, caller: &str) -> (std::io::BufReader<TcpStre
     );
     let asked: Value = serde_json::from_str(&next_messages(&mut stream, 1)[0]).unwrap();
     assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
-    let id = asked["id"].as_str().expect("a string id").to_string();
-    (stream, id)
+    assert!(asked["id"].is_string(), "{asked}");
+    (stream, asked)
 }
 
 /// Whether the audit log has a relayed sampling record with `status`.

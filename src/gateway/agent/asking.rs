@@ -189,6 +189,9 @@ impl Asker {
         if !sent {
             return Err(AskFailed::Closed);
         }
+        // Open until answered or withdrawn: a stream ending with its call waits for this
+        // question's withdrawal to go first.
+        let _open = self.stream.question_open();
         let answered = tokio::select! {
             answered = rx => answered.map_err(|_| AskFailed::Closed)?,
             // A client gone cannot answer: the wait ends with it, not at the timeout.
@@ -421,6 +424,36 @@ mod tests {
             assert_eq!(told["method"], "notifications/cancelled", "{case}");
             assert_eq!(told["params"]["requestId"], id, "{case}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_call_ended_without_an_answer_withdraws_its_question_before_its_stream_ends() {
+        let questions = Arc::new(Questions::default());
+        let (stream, mut lines) = RequestStream::new();
+        let call = CancellationToken::new();
+        let asker = Asker::new(
+            questions,
+            "s1".into(),
+            stream.clone(),
+            eliciting(),
+            call.clone(),
+        );
+        let asked = asker.ask("elicitation/create", Value::Null, Duration::from_secs(600));
+        let end_the_call = async {
+            let _question = lines.next().await;
+            // The call is cancelled, and its stream ended as the fast path ends it.
+            call.cancel();
+            stream.end().await;
+            let mut rest = Vec::new();
+            while let Some(line) = lines.next().await {
+                rest.push(serde_json::from_slice::<Value>(&line).unwrap());
+            }
+            rest
+        };
+        let (got, rest) = tokio::join!(asked, end_the_call);
+        assert!(matches!(got, Err(AskFailed::Cancelled)), "{got:?}");
+        assert_eq!(rest.len(), 1, "{rest:?}");
+        assert_eq!(rest[0]["method"], "notifications/cancelled", "{rest:?}");
     }
 
     #[tokio::test]

@@ -3,7 +3,8 @@
 //! session's call on the HTTP fast path on its own stream (`asking`), any other in its
 //! session. A server's sampling or elicitation request (`server/relay/`) comes with no mark
 //! of the request it serves (only a task's requests name their task), so it goes to the one
-//! request open to its server; with several from different agents, there is no telling.
+//! request open to its server, or to the one agent all of them came from; with requests of
+//! several agents open, there is no telling.
 //!
 //! Never: guess between requests of different agents (a question could reach another
 //! client's agent), or forget a request in flight because it cannot carry a question (it
@@ -19,6 +20,10 @@ use rmcp::RoleServer;
 use super::asking::Asker;
 use super::mrtr::Round;
 
+tokio::task_local! {
+    static CALLER: Caller;
+}
+
 /// How an open request reaches its agent.
 #[derive(Clone)]
 pub enum Carrier {
@@ -26,32 +31,92 @@ pub enum Carrier {
     Round(Arc<Round>),
     /// A session's call answered on a stream of its own: the request goes on it.
     Stream(Arc<Asker>),
-    /// A request with neither: the server's request goes to the session it came in (the
-    /// stdio agent's, or an HTTP session's stream for requests outside a POST).
+    /// A request with neither, in a session: the server's request goes to that session (the
+    /// stdio agent's connection, or an HTTP session's own stream).
     Session(Peer<RoleServer>),
+    /// A request with neither and no session (a 2026-07-28 HTTP request other than a call):
+    /// its agent cannot be asked.
+    Sessionless,
 }
 
-impl Carrier {
-    /// The carrier of the request the current task serves with `ctx`: its 2026-07-28 round,
+/// Which agent made a request: the one agent of the stdio front, an HTTP session's, or one
+/// of its own (a 2026-07-28 HTTP request, with no session to share).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Agent {
+    Stdio,
+    Session(String),
+    Alone,
+}
+
+impl Agent {
+    fn same(&self, other: &Agent) -> bool {
+        self == other && *self != Agent::Alone
+    }
+}
+
+/// The HTTP session a request served by the fast path came in (`None`: a 2026-07-28
+/// request, in no session), put in its context's extensions; rmcp's path puts the HTTP
+/// request's parts there instead.
+#[derive(Clone)]
+pub struct InSession(pub Option<String>);
+
+/// A request's agent and how it is reached.
+#[derive(Clone)]
+pub struct Caller {
+    pub carrier: Carrier,
+    pub agent: Agent,
+    /// The session's peer (a 2026-07-28 HTTP request's own, when it has none).
+    peer: Peer<RoleServer>,
+}
+
+impl Caller {
+    /// The caller of the request the current task serves with `ctx`: its 2026-07-28 round,
     /// its own stream, else its session.
-    pub fn of(ctx: &RequestContext<RoleServer>) -> Carrier {
-        super::mrtr::current()
+    pub fn of(ctx: &RequestContext<RoleServer>) -> Caller {
+        let agent = agent_of(ctx);
+        let carrier = super::mrtr::current()
             .map(Carrier::Round)
             .or_else(|| super::asking::current().map(Carrier::Stream))
-            .unwrap_or_else(|| Carrier::Session(ctx.peer.clone()))
-    }
-
-    /// Whether two carriers reach the same agent the same way: both a session's, the same
-    /// session (its `initialize`, kept once per session, is the one record they share).
-    fn same_session(&self, other: &Carrier) -> bool {
-        match (self, other) {
-            (Carrier::Session(a), Carrier::Session(b)) => match (a.peer_info(), b.peer_info()) {
-                (Some(a), Some(b)) => Arc::ptr_eq(&a, &b),
-                _ => false,
-            },
-            _ => false,
+            .unwrap_or_else(|| match agent {
+                Agent::Alone => Carrier::Sessionless,
+                _ => Carrier::Session(ctx.peer.clone()),
+            });
+        Caller {
+            carrier,
+            agent,
+            peer: ctx.peer.clone(),
         }
     }
+
+    fn carries_itself(&self) -> bool {
+        matches!(self.carrier, Carrier::Round(_) | Carrier::Stream(_))
+    }
+}
+
+/// Which agent made the request of `ctx`: the fast path says which session it came in, rmcp's
+/// path leaves the HTTP request's head, and the stdio front neither.
+fn agent_of(ctx: &RequestContext<RoleServer>) -> Agent {
+    if let Some(InSession(session)) = ctx.extensions.get::<InSession>() {
+        return session.clone().map_or(Agent::Alone, Agent::Session);
+    }
+    match ctx.extensions.get::<axum::http::request::Parts>() {
+        Some(parts) => parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map_or(Agent::Alone, |id| Agent::Session(id.to_string())),
+        None => Agent::Stdio,
+    }
+}
+
+/// Runs `fut` (an approval) with `caller` as the way to its agent.
+pub async fn scope<F: std::future::Future>(caller: Caller, fut: F) -> F::Output {
+    CALLER.scope(caller, fut).await
+}
+
+/// The caller of the approval this task runs, if one was given (`scope`).
+pub fn current() -> Option<Caller> {
+    CALLER.try_with(Clone::clone).ok()
 }
 
 /// Why a server's request cannot be told to one open request.
@@ -69,18 +134,18 @@ impl Untold {
         match self {
             Untold::NoCall => "no request to this server is in flight to carry it to the client",
             Untold::Several => {
-                "several requests to this server from different clients are in flight, so \
-                 palisade cannot tell which one it belongs to"
+                "several requests to this server are in flight, so palisade cannot tell which \
+                 one it belongs to"
             }
         }
     }
 }
 
-/// One open request: its key, the server's id of the task it reads (`tasks/*`), its carrier.
+/// One open request: its key, the server's id of the task it reads (`tasks/*`), its caller.
 struct OpenCall {
     id: u64,
     task: Option<String>,
-    carrier: Carrier,
+    caller: Caller,
 }
 
 /// The open requests, by server.
@@ -110,9 +175,9 @@ impl Drop for Open {
 }
 
 impl OpenCalls {
-    /// Registers a request to `server` (reading the server's task `task`, if any) reaching
-    /// its agent by `carrier`, until the `Open` is dropped.
-    pub fn open(self: &Arc<Self>, server: &str, task: Option<&str>, carrier: Carrier) -> Open {
+    /// Registers a request to `server` (reading the server's task `task`, if any) made by
+    /// `caller`, until the `Open` is dropped.
+    pub fn open(self: &Arc<Self>, server: &str, task: Option<&str>, caller: Caller) -> Open {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         lock(&self.map)
             .entry(server.to_string())
@@ -120,7 +185,7 @@ impl OpenCalls {
             .push(OpenCall {
                 id,
                 task: task.map(str::to_string),
-                carrier,
+                caller,
             });
         Open {
             calls: self.clone(),
@@ -129,21 +194,40 @@ impl OpenCalls {
         }
     }
 
-    /// The carrier a request from `server` goes by: its one open request's (a request naming
-    /// its task `task` considers only those reading that task), or the one session all of
-    /// them came in. With none, or several of different agents, there is no telling.
+    /// How a request from `server` reaches the agent it serves. Only the requests reading
+    /// its task `task` are considered when there are any; then the one request open takes it,
+    /// or, when all of them are one agent's, the one of them that carries its own questions,
+    /// else that agent's session. With none, or requests of several agents, there is no
+    /// telling.
     pub fn only(&self, server: &str, task: Option<&str>) -> Result<Carrier, Untold> {
         let map = lock(&self.map);
-        let mut open = map
-            .get(server)
-            .into_iter()
-            .flatten()
-            .filter(|call| task.is_none() || call.task.as_deref() == task);
-        let first = open.next().ok_or(Untold::NoCall)?;
-        if open.all(|call| call.carrier.same_session(&first.carrier)) {
-            Ok(first.carrier.clone())
-        } else {
-            Err(Untold::Several)
+        let all = map.get(server).map(Vec::as_slice).unwrap_or_default();
+        let reading: Vec<&OpenCall> = all
+            .iter()
+            .filter(|call| task.is_some() && call.task.as_deref() == task)
+            .collect();
+        let open: Vec<&OpenCall> = match reading.is_empty() {
+            true => all.iter().collect(),
+            false => reading,
+        };
+        let (first, rest) = open.split_first().ok_or(Untold::NoCall)?;
+        if rest.is_empty() {
+            return Ok(first.caller.carrier.clone());
+        }
+        if !rest
+            .iter()
+            .all(|c| c.caller.agent.same(&first.caller.agent))
+        {
+            return Err(Untold::Several);
+        }
+        let mut own = open.iter().filter(|c| c.caller.carries_itself());
+        match (own.next(), own.next()) {
+            (Some(one), None) => Ok(one.caller.carrier.clone()),
+            // One agent's, each of which could be the one: its session, when it has one.
+            _ if first.caller.peer.peer_info().is_some() => {
+                Ok(Carrier::Session(first.caller.peer.clone()))
+            }
+            _ => Err(Untold::Several),
         }
     }
 }
@@ -156,34 +240,120 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rmcp::model::InitializeRequestParams;
+    use rmcp::service::RunningService;
+
+    /// A service that never hears from anyone: only its peer is used.
+    #[derive(Clone)]
+    struct Quiet;
+    impl rmcp::ServerHandler for Quiet {}
+
+    /// A session's peer (with the `initialize` a session keeps, unless `sessionless`), and
+    /// what keeps it open.
+    fn session(sessionless: bool) -> (Peer<RoleServer>, RunningService<RoleServer, Quiet>) {
+        let (ours, _theirs) = tokio::io::duplex(64);
+        let info = (!sessionless).then(InitializeRequestParams::default);
+        let running = rmcp::service::serve_directly(Quiet, ours, info);
+        (running.peer().clone(), running)
+    }
+
+    fn caller(carrier: Carrier, agent: Agent, peer: &Peer<RoleServer>) -> Caller {
+        Caller {
+            carrier,
+            agent,
+            peer: peer.clone(),
+        }
+    }
 
     fn round() -> Carrier {
         Carrier::Round(Arc::new(Round::new(None, None)))
     }
 
-    #[test]
-    fn a_request_goes_to_the_one_open_request_of_its_server_and_never_guesses() {
+    fn is_round(c: &Result<Carrier, Untold>) -> bool {
+        matches!(c, Ok(Carrier::Round(_)))
+    }
+
+    fn is_session(c: &Result<Carrier, Untold>) -> bool {
+        matches!(c, Ok(Carrier::Session(_)))
+    }
+
+    #[tokio::test]
+    async fn a_request_goes_to_the_one_open_request_or_its_one_agent_and_never_guesses() {
+        let (a, _a) = session(false);
+        let (b, _b) = session(false);
         let calls = Arc::new(OpenCalls::default());
+        let sa = || caller(Carrier::Session(a.clone()), Agent::Session("a".into()), &a);
+        let sb = || caller(Carrier::Session(b.clone()), Agent::Session("b".into()), &b);
         assert_eq!(calls.only("fs", None).err(), Some(Untold::NoCall));
-        let first = calls.open("fs", None, round());
-        let _other_server = calls.open("git", None, round());
-        assert!(calls.only("fs", None).is_ok());
-        let second = calls.open("fs", None, round());
+        let first = calls.open("fs", None, sa());
+        let _other_server = calls.open("git", None, sb());
+        assert!(is_session(&calls.only("fs", None)));
+        // Two requests of session a: a's.
+        let second = calls.open("fs", None, sa());
+        assert!(is_session(&calls.only("fs", None)));
+        // One of them carries its own questions: it takes them.
+        let own = calls.open("fs", None, caller(round(), Agent::Session("a".into()), &a));
+        assert!(is_round(&calls.only("fs", None)));
+        // A request of session b too: no telling.
+        let of_b = calls.open("fs", None, sb());
         assert_eq!(calls.only("fs", None).err(), Some(Untold::Several));
-        drop(first);
-        assert!(calls.only("fs", None).is_ok());
-        drop(second);
+        drop((of_b, own, second, first));
         assert_eq!(calls.only("fs", None).err(), Some(Untold::NoCall));
     }
 
-    #[test]
-    fn a_request_naming_its_task_goes_only_to_a_request_reading_that_task() {
+    #[tokio::test]
+    async fn agents_of_their_own_are_never_one_and_a_session_is_needed_to_share() {
+        let (lone, _lone) = session(false);
+        let (stdio, _stdio) = session(true);
         let calls = Arc::new(OpenCalls::default());
-        let _call = calls.open("fs", None, round());
-        assert_eq!(calls.only("fs", Some("t1")).err(), Some(Untold::NoCall));
-        let _result = calls.open("fs", Some("t1"), round());
-        assert!(calls.only("fs", Some("t1")).is_ok());
-        // One that names no task could be either's.
+        // Two 2026-07-28 HTTP requests: each its own agent.
+        let one = calls.open(
+            "fs",
+            None,
+            caller(Carrier::Sessionless, Agent::Alone, &lone),
+        );
+        let two = calls.open(
+            "fs",
+            None,
+            caller(Carrier::Sessionless, Agent::Alone, &lone),
+        );
         assert_eq!(calls.only("fs", None).err(), Some(Untold::Several));
+        drop((one, two));
+        // A 2026-07-28 stdio agent's two calls: one agent, but two rounds and no session.
+        let one = calls.open("fs", None, caller(round(), Agent::Stdio, &stdio));
+        let two = calls.open("fs", None, caller(round(), Agent::Stdio, &stdio));
+        assert_eq!(calls.only("fs", None).err(), Some(Untold::Several));
+        drop(two);
+        // Its call and a routed request: the call's round.
+        let _routed = calls.open(
+            "fs",
+            None,
+            caller(Carrier::Session(stdio.clone()), Agent::Stdio, &stdio),
+        );
+        assert!(is_round(&calls.only("fs", None)));
+        drop(one);
+    }
+
+    #[tokio::test]
+    async fn a_request_naming_its_task_goes_to_a_request_reading_it_else_as_any_other() {
+        let (a, _a) = session(false);
+        let (b, _b) = session(false);
+        let calls = Arc::new(OpenCalls::default());
+        let _call_of_b = calls.open(
+            "fs",
+            None,
+            caller(Carrier::Session(b.clone()), Agent::Session("b".into()), &b),
+        );
+        // Nobody reads task t1: the open requests decide (b's alone: b).
+        assert!(is_session(&calls.only("fs", Some("t1"))));
+        let _result_of_a = calls.open(
+            "fs",
+            Some("t1"),
+            caller(round(), Agent::Session("a".into()), &a),
+        );
+        assert!(is_round(&calls.only("fs", Some("t1"))));
+        // Naming no task, or one nobody reads, it could be either's.
+        assert_eq!(calls.only("fs", None).err(), Some(Untold::Several));
+        assert_eq!(calls.only("fs", Some("t2")).err(), Some(Untold::Several));
     }
 }

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 /// How many notifications a request's stream holds for an agent not reading; beyond, they
 /// are dropped (progress is advisory).
@@ -34,10 +34,16 @@ enum Item {
     End,
 }
 
+/// How long a stream ended without an answer waits for its open questions to be withdrawn
+/// (their askers give up as the request ends, and tell the agent) before it ends.
+const WITHDRAWAL_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The sending end, cheap to clone.
 #[derive(Clone)]
 pub struct RequestStream {
     tx: mpsc::Sender<Item>,
+    /// How many questions sent on this stream still wait for their answer.
+    open_questions: Arc<watch::Sender<usize>>,
     /// Notifications dropped so far on this stream, told in the log at the first and every
     /// 10,000th (as the agent link's relay budget does), not once per drop.
     dropped: Arc<AtomicU64>,
@@ -55,6 +61,7 @@ impl RequestStream {
         let (tx, rx) = mpsc::channel(BACKLOG);
         let stream = RequestStream {
             tx,
+            open_questions: Arc::new(watch::Sender::new(0)),
             dropped: Arc::default(),
         };
         (stream, Lines { rx, ended: false })
@@ -112,10 +119,29 @@ impl RequestStream {
         let _ = self.tx.send(Item::Last(line)).await;
     }
 
+    /// Counts a question sent on this stream as open until the guard is dropped (once it is
+    /// answered or withdrawn).
+    pub fn question_open(&self) -> OpenQuestion {
+        self.open_questions.send_modify(|n| *n += 1);
+        OpenQuestion(Arc::clone(&self.open_questions))
+    }
+
     /// Ends the stream with no answer (JSON-RPC gives a cancelled request none), though a
-    /// sender may still be held elsewhere: a question of the request's, given up meanwhile.
+    /// sender may still be held elsewhere: a question of the request's, given up meanwhile,
+    /// whose withdrawal goes first.
     pub async fn end(self) {
+        let mut open = self.open_questions.subscribe();
+        let _ = tokio::time::timeout(WITHDRAWAL_WAIT, open.wait_for(|n| *n == 0)).await;
         let _ = self.tx.send(Item::End).await;
+    }
+}
+
+/// A question open on a stream (`RequestStream::question_open`).
+pub struct OpenQuestion(Arc<watch::Sender<usize>>);
+
+impl Drop for OpenQuestion {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 

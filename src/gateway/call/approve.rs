@@ -10,6 +10,7 @@ use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
 use crate::approval::RememberScope;
+use crate::gateway::agent::open_calls::{self, Caller};
 use crate::gateway::call::{remembered, widen};
 use crate::gateway::stages::{Approval, ApprovalOutcome, CallInfo, PolicyVerdict};
 use crate::gateway::state::{Shared, Slot};
@@ -85,11 +86,16 @@ pub(super) async fn approve(
         // The agent may cancel while a person is being asked: rmcp only cancels the
         // request's token, so stop asking (the approver's question is withdrawn as its
         // future is dropped) rather than keep a person answering for nobody.
-        let approval = tokio::select! {
-            approval = shared
+        // An approver that asks the agent asks the one that made this call.
+        let asking = open_calls::scope(
+            Caller::of(ctx),
+            shared
                 .stages
                 .approver
-                .approve_offering(call, verdict, offer.as_ref(), &grants) => approval,
+                .approve_offering(call, verdict, offer.as_ref(), &grants),
+        );
+        let approval = tokio::select! {
+            approval = asking => approval,
             _ = ctx.ct.cancelled() => Approval {
                 remember: false,
                 outcome: ApprovalOutcome::Denied {

@@ -15,7 +15,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 
-use crate::gateway::agent::open_calls::Carrier;
+use crate::gateway::agent::open_calls::Caller;
 use crate::gateway::call::widen;
 use crate::gateway::server::handler::UpTarget;
 use crate::gateway::server::request::{Connection, ForwardError};
@@ -138,7 +138,7 @@ pub(super) async fn widen_and_forward(
         .map(|p| p.subscribe());
     out.server_protocol = Some(conn.info.protocol_version.as_str().to_string());
     // A request the server sends meanwhile finds its way to this call's agent.
-    let _open = shared.open_calls.open(&slot.name, None, Carrier::of(ctx));
+    let _open = shared.open_calls.open(&slot.name, None, Caller::of(ctx));
     let (answer, received) = forward(shared, &conn, tool, params, ctx).await;
     if let Some(rx) = events.as_mut() {
         out.network_refusals = crate::gateway::network::drain(rx, &slot.name);

@@ -65,7 +65,7 @@ pub async fn handle(
     let _open = shared.open_calls.open(
         &conn.server,
         Some(&entry.inner),
-        crate::gateway::agent::open_calls::Carrier::of(ctx),
+        crate::gateway::agent::open_calls::Caller::of(ctx),
     );
     // `tasks/result` waits for the task to finish: as long as a call may take.
     let answer = conn

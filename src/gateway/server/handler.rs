@@ -12,14 +12,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use rmcp::model::{
-    ClientCapabilities, CreateMessageRequestParams, ElicitRequestParams, ElicitationCapability,
-    ErrorCode, FormElicitationCapability, Implementation, ListRootsResult,
-    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-    RequestId, ResourceUpdatedNotificationParam,
+    ClientCapabilities, ElicitationCapability, ErrorCode, FormElicitationCapability,
+    Implementation, ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, RequestId, ResourceUpdatedNotificationParam,
 };
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -261,11 +259,6 @@ fn client_info() -> Value {
         .unwrap_or_default()
 }
 
-fn view<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, ErrorData> {
-    let text = params.map_or("{}", RawValue::get);
-    serde_json::from_str(text).map_err(|e| ErrorData::invalid_params(e.to_string(), None))
-}
-
 fn to_value<T: serde::Serialize>(v: Result<T, ErrorData>) -> Result<Value, ErrorData> {
     v.and_then(|v| {
         serde_json::to_value(v).map_err(|e| ErrorData::internal_error(e.to_string(), None))
@@ -285,14 +278,8 @@ impl Inbound for DownstreamHandler {
             match method {
                 "roots/list" => to_value(Ok(self.list_roots())),
                 "ping" => Ok(Value::Object(Map::new())),
-                "sampling/createMessage" => {
-                    let p: CreateMessageRequestParams = view(params)?;
-                    to_value(self.relay.sampling(p, &ctx).await)
-                }
-                "elicitation/create" => {
-                    let p: ElicitRequestParams = view(params)?;
-                    to_value(self.relay.elicitation(p, &ctx).await)
-                }
+                "sampling/createMessage" => self.relay.sampling(params, &ctx).await,
+                "elicitation/create" => self.relay.elicitation(params, &ctx).await,
                 other => Err(ErrorData::new(
                     ErrorCode::METHOD_NOT_FOUND,
                     other.to_string(),

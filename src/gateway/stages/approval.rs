@@ -11,12 +11,15 @@ use futures::future::BoxFuture;
 use rmcp::model::{
     ClientResult, ElicitRequest, ElicitRequestParams, ElicitationAction, ServerRequest,
 };
+use rmcp::service::Peer;
+use rmcp::RoleServer;
 
 use crate::approval::{
     ApprovalChain, ApproverKind, ElicitError, ElicitOutcome, Elicitor, EscalationRequest,
     RememberScope,
 };
-use crate::gateway::agent::link::UpstreamLink;
+use crate::gateway::agent::link::{request_of, UpstreamError, UpstreamLink};
+use crate::gateway::agent::open_calls::{self, Carrier};
 use crate::gateway::stages::{Approval, ApprovalOutcome, ApprovalStage, CallInfo, PolicyVerdict};
 
 impl ApprovalStage for ApprovalChain {
@@ -86,11 +89,23 @@ impl UpstreamElicitor {
     }
 }
 
+impl UpstreamElicitor {
+    /// The session of the call being approved (`open_calls::scope`), when it is a session's
+    /// without a stream of its own; else the agent's link (the stdio front's one agent).
+    fn session(&self) -> Option<Peer<RoleServer>> {
+        match open_calls::current().map(|c| c.carrier) {
+            Some(Carrier::Session(peer)) => Some(peer),
+            Some(Carrier::Sessionless) => None,
+            _ => self.link.get(),
+        }
+    }
+}
+
 impl Elicitor for UpstreamElicitor {
     fn supports_elicitation(&self) -> bool {
-        self.link
-            .client_capabilities()
-            .is_some_and(|caps| caps.elicitation.is_some())
+        self.session()
+            .and_then(|p| p.peer_info())
+            .is_some_and(|info| info.capabilities.elicitation.is_some())
     }
 
     fn unavailable(&self) -> Option<String> {
@@ -102,7 +117,8 @@ impl Elicitor for UpstreamElicitor {
             // A session's call on the HTTP fast path: asked on its own stream.
             return (!asker.elicits()).then(|| "the client did not declare elicitation".into());
         }
-        if self.link.is_sessionless() {
+        let sessionless = self.session().is_none_or(|p| p.peer_info().is_none());
+        if sessionless && self.link.get().is_some() {
             return Some(
                 "the client speaks MCP 2026-07-28, which can be asked only in a tool call's \
                  rounds (input-required results), and this request is not one; use a dir:, \
@@ -145,13 +161,12 @@ impl Elicitor for UpstreamElicitor {
                     .map_err(|e| ElicitError::Request(Box::new(e)))?;
                 return answered(answer);
             }
-            let answer = self
-                .link
-                .request(
-                    ServerRequest::ElicitRequest(ElicitRequest::new(params)),
-                    timeout,
-                    None,
-                )
+            // The session of the call being approved, not the principal's most recent.
+            let peer = self
+                .session()
+                .ok_or_else(|| ElicitError::Request(Box::new(UpstreamError::NotConnected)))?;
+            let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+            let answer = request_of(&peer, request, timeout, None)
                 .await
                 .map_err(|e| ElicitError::Request(Box::new(e)))?;
             match answer {

@@ -28,7 +28,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::audit::RecordKind;
-use crate::gateway::agent::open_calls::Carrier;
+use crate::gateway::agent::open_calls::Caller;
 use crate::gateway::call::as_sent::{self, Named, Rename};
 use crate::gateway::call::pipeline::forwarded_meta;
 use crate::gateway::raw_json::RawJson;
@@ -98,7 +98,7 @@ impl Upstream {
         let _open = self
             .shared
             .open_calls
-            .open(&slot.name, None, Carrier::of(ctx));
+            .open(&slot.name, None, Caller::of(ctx));
         let answer = match out.sent {
             Some((text, rename)) => {
                 live.conn

@@ -30,12 +30,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequest,
-    ElicitRequestParams, ElicitResult, ElicitationAction, ErrorCode, RequestMetaObject,
-    ServerRequest,
+    CreateMessageRequestParams, CreateMessageResult, CustomRequest, ElicitRequestParams,
+    ElicitResult, ElicitationAction, ErrorCode, RequestMetaObject, ServerRequest,
 };
 use rmcp::service::Peer;
 use rmcp::{ErrorData, RoleServer};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -145,6 +145,10 @@ impl Relayer {
             Ok(Carrier::Round(round)) => Road::Round(round),
             Ok(Carrier::Stream(asker)) => Road::Stream(asker),
             Ok(Carrier::Session(peer)) => Road::session(peer),
+            Ok(Carrier::Sessionless) => Road::None {
+                why: "it is asked only within a tool call, and the request in flight is not one",
+                sessionless: true,
+            },
             Err(Untold::NoCall) => match self.upstream.get() {
                 Some(peer) => Road::session(peer),
                 None => Road::None {
@@ -159,51 +163,52 @@ impl Relayer {
         }
     }
 
-    /// Sends `request` to the agent by `road`; the answer as JSON.
+    /// Sends `method` with `params` to the agent by `road`; the answer as the agent sent it.
     async fn ask(
         &self,
         road: &Road,
         kind: Kind,
-        request: ServerRequest,
+        params: Map<String, Value>,
         cancel: &tokio_util::sync::CancellationToken,
     ) -> Result<Value, UpstreamError> {
-        let as_json = |r| serde_json::to_value(r).map_err(|e| UpstreamError::Other(e.to_string()));
+        let method = kind.method();
         match road {
-            Road::Session(peer) => request_of(peer, request, self.timeout, Some(cancel))
+            Road::Session(peer) => {
+                // As an extension's request, so that rmcp passes the params as they are.
+                let request = ServerRequest::CustomRequest(CustomRequest::new(
+                    method,
+                    Some(Value::Object(params)),
+                ));
+                let answer = request_of(peer, request, self.timeout, Some(cancel)).await?;
+                serde_json::to_value(answer).map_err(|e| UpstreamError::Other(e.to_string()))
+            }
+            Road::Round(round) => round
+                .ask_agent(
+                    json!({"method": method, "params": params}),
+                    self.timeout,
+                    cancel,
+                )
                 .await
-                .and_then(as_json),
-            Road::Round(round) => {
-                let request = serde_json::to_value(&request)
-                    .map_err(|e| UpstreamError::Other(e.to_string()))?;
-                round
-                    .ask_agent(request, self.timeout, cancel)
-                    .await
-                    .map_err(UpstreamError::Round)
-            }
-            Road::Stream(asker) => {
-                let params = match &request {
-                    ServerRequest::CreateMessageRequest(r) => serde_json::to_value(&r.params),
-                    ServerRequest::ElicitRequest(r) => serde_json::to_value(&r.params),
-                    _ => return Err(UpstreamError::Other("not a relayed request".into())),
-                };
-                let params = params.map_err(|e| UpstreamError::Other(e.to_string()))?;
-                asker
-                    .ask_until(kind.method(), params, self.timeout, cancel)
-                    .await
-                    .map_err(stream_error)
-            }
+                .map_err(UpstreamError::Round),
+            Road::Stream(asker) => asker
+                .ask_until(method, Value::Object(params), self.timeout, cancel)
+                .await
+                .map_err(stream_error),
             Road::None { why, .. } => Err(UpstreamError::Other((*why).to_string())),
         }
     }
 
-    /// Relays a server's `sampling/createMessage`.
+    /// Relays a server's `sampling/createMessage`: its params as the server wrote them, but
+    /// for `includeContext` (dropped) and the name of the server in `_meta`; the agent's
+    /// answer as it wrote it, once it reads as a sampling result.
     pub async fn sampling(
         &self,
-        mut params: CreateMessageRequestParams,
+        raw: Option<&RawValue>,
         ctx: &FromServer,
-    ) -> Result<CreateMessageResult, ErrorData> {
+    ) -> Result<Value, ErrorData> {
         let started = Instant::now();
         let kind = Kind::Sampling;
+        let (params, mut fields) = views::<CreateMessageRequestParams>(raw)?;
         let undeclared = (params.tools.is_some() || params.tool_choice.is_some())
             .then_some("sampling with tools or toolChoice");
         let road = self.road(params.meta.as_ref());
@@ -216,14 +221,13 @@ impl Relayer {
         let args = sampling_summary(&params);
         // Undeclared downstream (no `sampling.context`): never let a server pull in what
         // the agent's model saw from other servers.
-        params.include_context = None;
-        params.meta = Some(self.meta());
-        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
-        let answer = self.ask(&road, kind, request, &ctx.ct).await;
+        fields.remove("includeContext");
+        self.name_the_server(&mut fields);
+        let answer = self.ask(&road, kind, fields, &ctx.ct).await;
         let result = match answer {
-            Ok(v) => {
-                serde_json::from_value::<CreateMessageResult>(v).map_err(|e| unexpected(kind, &e))
-            }
+            Ok(v) => serde_json::from_value::<CreateMessageResult>(v.clone())
+                .map(|_| v)
+                .map_err(|e| unexpected(kind, &e)),
             Err(e) => Err(upstream_error(kind, e)),
         };
         let outcome = match &result {
@@ -236,14 +240,16 @@ impl Relayer {
         result
     }
 
-    /// Relays a server's form `elicitation/create`, its message attributed to the server.
+    /// Relays a server's form `elicitation/create`, its message attributed to the server,
+    /// the rest as the server wrote it; the agent's answer as it wrote it.
     pub async fn elicitation(
         &self,
-        params: ElicitRequestParams,
+        raw: Option<&RawValue>,
         ctx: &FromServer,
-    ) -> Result<ElicitResult, ErrorData> {
+    ) -> Result<Value, ErrorData> {
         let started = Instant::now();
         let kind = Kind::Elicitation;
+        let (params, mut fields) = views::<ElicitRequestParams>(raw)?;
         let (message, requested_schema, meta) = match params {
             ElicitRequestParams::FormElicitationParams {
                 message,
@@ -273,19 +279,20 @@ impl Relayer {
             Err(refusal) => return Err(self.refuse(kind, ctx, args, refusal)),
         };
         let args = args();
-        let params = ElicitRequestParams::FormElicitationParams {
-            meta: Some(self.meta()),
-            message: attribute(self.server(), &message),
-            requested_schema,
-        };
-        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
-        let answer = self.ask(&road, kind, request, &ctx.ct).await;
+        fields.insert(
+            "message".into(),
+            Value::String(attribute(self.server(), &message)),
+        );
+        self.name_the_server(&mut fields);
+        let answer = self.ask(&road, kind, fields, &ctx.ct).await;
         let result = match answer {
-            Ok(v) => serde_json::from_value::<ElicitResult>(v).map_err(|e| unexpected(kind, &e)),
+            Ok(v) => serde_json::from_value::<ElicitResult>(v.clone())
+                .map(|r| (r.action, v))
+                .map_err(|e| unexpected(kind, &e)),
             Err(e) => Err(upstream_error(kind, e)),
         };
         let outcome = match &result {
-            Ok(r) => match r.action {
+            Ok((action, _)) => match action {
                 ElicitationAction::Accept => CallOutcome::Success,
                 ElicitationAction::Decline => CallOutcome::Error {
                     error: "the user declined".into(),
@@ -299,7 +306,7 @@ impl Relayer {
             },
         };
         self.audit_relayed(kind, ctx, args, outcome, started)?;
-        result
+        result.map(|(_, v)| v)
     }
 
     /// Every check, cheapest first; a slot held for the request's lifetime when admitted.
@@ -351,11 +358,18 @@ impl Relayer {
         self.refuse(kind, ctx, args, refusal)
     }
 
-    fn meta(&self) -> RequestMetaObject {
-        let mut m = Map::new();
-        m.insert(META_SERVER.into(), Value::String(self.server().to_string()));
-        // A one-key object always converts; the default is an empty `_meta`.
-        serde_json::from_value(Value::Object(m)).unwrap_or_default()
+    /// Puts the name of the server that asks into the request's `_meta`, which the agent
+    /// then knows it by (`META_SERVER`); whatever else the server put there stays.
+    fn name_the_server(&self, fields: &mut Map<String, Value>) {
+        let meta = fields
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !meta.is_object() {
+            *meta = Value::Object(Map::new());
+        }
+        if let Value::Object(meta) = meta {
+            meta.insert(META_SERVER.into(), Value::String(self.server().to_string()));
+        }
     }
 
     /// The error for a refused request; audited and logged within the refusal budget
@@ -444,6 +458,18 @@ impl Relayer {
             .enforced(self.enforcement.clone())
         }
     }
+}
+
+/// A request's params as a typed view (for the checks and the audit record) and as the
+/// fields the server wrote (what is relayed).
+fn views<T: serde::de::DeserializeOwned>(
+    raw: Option<&RawValue>,
+) -> Result<(T, Map<String, Value>), ErrorData> {
+    let text = raw.map_or("{}", RawValue::get);
+    let invalid = |e: serde_json::Error| ErrorData::invalid_params(e.to_string(), None);
+    let typed = serde_json::from_str(text).map_err(invalid)?;
+    let fields = serde_json::from_str(text).map_err(invalid)?;
+    Ok((typed, fields))
 }
 
 /// The message the user sees, naming the server that asks.

@@ -73,6 +73,7 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::asking::{self, Asker, Questions};
+use crate::gateway::agent::open_calls::InSession;
 use crate::gateway::agent::request_stream::RequestStream;
 use crate::gateway::agent::service::Upstream;
 use crate::gateway::agent::{front, running, versions};
@@ -347,6 +348,7 @@ async fn run(
         asks,
         ..
     } = call;
+    let session_of_call = session.clone();
     // A call that may ask its agent asks on its own stream, for no longer than it runs.
     let asker = match (asks, &stream, session) {
         (Some(Asks(caps)), Some(stream), Some(session)) => Some(Arc::new(Asker::new(
@@ -360,6 +362,8 @@ async fn run(
     };
     let mut ctx = RequestContext::new(id, peer);
     ctx.ct = ct;
+    // Which agent made it, for a server's request during it (`open_calls`).
+    ctx.extensions.insert(InSession(session_of_call));
     if let Some(stream) = stream {
         ctx.extensions.insert(stream);
     }
