@@ -373,6 +373,58 @@ fn a_servers_request_during_requests_of_two_sessions_is_refused() {
     );
 }
 
+// An `elicit` approver's question for a call that rmcp's path serves (the fast path leaves it a
+// body with a top-level member it does not read) goes to the session whose call it is (rmcp
+// puts it on that call's own stream), not to the principal's most recent session; its answer
+// approves the call. (Before, it went to the most recent session, whose GET stream got it.)
+#[test]
+fn an_approval_question_for_a_call_on_rmcps_path_goes_to_its_own_session() {
+    use std::io::BufRead;
+    let ws = Workspace::new();
+    let policy = ws.path().join("compiled-policy.json");
+    support::write_policy(
+        &policy,
+        json!([
+            {"name": "ask-about-echo", "description": "echo asks", "principle": "test",
+             "if": {"server": ["faulty"], "tool": ["echo"]},
+             "then": "escalate", "reason": "echo needs a yes"},
+            {"name": "allow-the-rest", "description": "the rest", "principle": "test",
+             "if": {}, "then": "allow", "reason": "test"}
+        ]),
+    );
+    let config = faulty_config(
+        &ws,
+        json!({"policy": policy, "escalation": "elicit", "escalationTimeout": 30}),
+    );
+    let front = Front::start(&ws, &config);
+    let caller = front.session(json!({"elicitation": {}}));
+    let most_recent = front.session(json!({"elicitation": {}}));
+    let _other_get = front.open_get(&most_recent);
+    let body = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                      "params": {"name": "faulty__echo", "arguments": {"text": "mine"}},
+                      "x.example/route": 1});
+    let conn = front.open_post(ALICE, Some(&caller), &[], &body.to_string());
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut stream = std::io::BufReader::new(conn);
+    let mut head = String::new();
+    while stream.read_line(&mut head).unwrap() > 2 && !head.ends_with("\r\n\r\n") {}
+    let asked: Value = serde_json::from_str(&next_messages(&mut stream, 1)[0]).unwrap();
+    let reply = front.post(
+        Some(&caller),
+        &[],
+        &json!({"jsonrpc": "2.0", "id": asked["id"],
+                "result": {"action": "accept", "content": {"approve": true}}}),
+    );
+    let answer = next_messages(&mut stream, 1).remove(0);
+    let err = ws.stderr_text();
+    front.stop();
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    assert_eq!(reply.status, 202, "{reply:?}");
+    assert!(answer.contains("echo: mine"), "{answer}\n{err}");
+    assert_eq!(served(&ws, "tools/call"), 0, "rmcp's path served it: {err}");
+}
+
 /// A front whose server-everything may ask for sampling; its audit log.
 fn sampling_front(ws: &Workspace) -> (Front, std::path::PathBuf) {
     let audit = ws.path().join("audit.jsonl");

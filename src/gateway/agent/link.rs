@@ -186,12 +186,12 @@ pub async fn request_of(
     tokio::select! {
         r = handle.await_response() => r.map_err(|e| map_err(e, timeout)),
         _ = ct.cancelled() => {
-            let _ = peer
-                .notify_cancelled(CancelledNotificationParam::new(
-                    Some(id),
-                    Some("cancelled by the server that asked".into()),
-                ))
-                .await;
+            // Bounded: an agent that does not read must not hold the relay's slot.
+            let note = peer.notify_cancelled(CancelledNotificationParam::new(
+                Some(id),
+                Some("cancelled by the server that asked".into()),
+            ));
+            let _ = tokio::time::timeout(timeout, note).await;
             Err(UpstreamError::Cancelled)
         }
     }

@@ -97,8 +97,8 @@ impl RequestStream {
     }
 
     /// Queues a line that must not be dropped (a question's withdrawal) without waiting for
-    /// it: when the backlog is full, it waits for room on a task of its own, which ends with
-    /// the stream.
+    /// it: when the backlog is full, it waits for room on a task of its own. (Not dropped
+    /// while the stream lasts: once it has ended, nobody reads it.)
     pub fn tell(&self, line: Vec<u8>) {
         if let Err(mpsc::error::TrySendError::Full(item)) = self.tx.try_send(Item::Line(line)) {
             let tx = self.tx.clone();

@@ -145,6 +145,12 @@ async fn list(shared: &Shared, ctx: &RequestContext<RoleServer>) -> Result<Value
         if !lists {
             continue;
         }
+        // A request the server sends meanwhile counts this one among those it may serve.
+        let _open = shared.open_calls.open(
+            &slot.name,
+            None,
+            crate::gateway::agent::open_calls::Caller::of(ctx),
+        );
         let answer = live
             .conn
             .send(

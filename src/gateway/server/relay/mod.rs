@@ -1,7 +1,8 @@
 //! Relay of a downstream server's `sampling/createMessage` and form `elicitation/create`
 //! requests to the agent. Sits in the downstream client (`server/handler.rs`): what the server
-//! asks comes in there, is admitted or refused here, goes up through the shared upstream
-//! plumbing (`UpstreamLink::request`, with a timeout and cancellation) and comes back.
+//! asks comes in there, is admitted or refused here, goes to the agent of the request it
+//! serves (`agent/open_calls.rs`: that request's 2026-07-28 round, its own stream, or its
+//! session), with a timeout and cancellation, and comes back.
 //!
 //! Relaying is opt-in per server (`relay` in its config or profile): a compromised server
 //! could otherwise spend the agent's model or put leading questions to the user. Each
@@ -73,8 +74,8 @@ pub struct Relayer {
     pub timeout: Duration,
     /// The server's enforcement in this start, for the audit record.
     pub enforcement: Option<Enforcement>,
-    /// Where a request finds the call it serves, when that call can carry it to its own
-    /// agent (`agent/open_calls.rs`).
+    /// The requests in flight to each server, and how each reaches its agent: where a
+    /// server's request finds the agent it serves (`agent/open_calls.rs`).
     pub open_calls: Arc<OpenCalls>,
 }
 
@@ -100,10 +101,15 @@ impl Road {
         if peer.peer_info().is_some() {
             Road::Session(peer)
         } else {
-            Road::None {
-                why: "it is asked only within a call, and no call to this server is in flight",
-                sessionless: true,
-            }
+            Road::sessionless()
+        }
+    }
+
+    fn sessionless() -> Road {
+        Road::None {
+            why: "it is asked only within a tool call's rounds, and no request in flight to \
+                  this server is a tool call",
+            sessionless: true,
         }
     }
 
@@ -145,10 +151,7 @@ impl Relayer {
             Ok(Carrier::Round(round)) => Road::Round(round),
             Ok(Carrier::Stream(asker)) => Road::Stream(asker),
             Ok(Carrier::Session(peer)) => Road::session(peer),
-            Ok(Carrier::Sessionless) => Road::None {
-                why: "it is asked only within a tool call, and the request in flight is not one",
-                sessionless: true,
-            },
+            Ok(Carrier::Sessionless) => Road::sessionless(),
             Err(Untold::NoCall) => match self.upstream.get() {
                 Some(peer) => Road::session(peer),
                 None => Road::None {

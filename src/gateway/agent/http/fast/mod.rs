@@ -27,11 +27,10 @@
 //! `notifications/initialized`; a body that is one JSON-RPC request object with only
 //! `jsonrpc`, `id`, `method` and `params`; a list's params with only a string `cursor` and
 //! a `_meta`, any request's `_meta`
-//! without a 2026-07-28 envelope and with a progress token (if any) that rmcp reads as one;
-//! and, for a routed request or a task, neither this session's client nor the principal's
-//! linked client declaring elicitation or sampling that a server's relay is turned on for (a
-//! server's request relayed during one goes on the session's stream, which only rmcp routes).
-//! A session's call that may ask its agent something (under an `elicit` approver, or when a
+//! without a 2026-07-28 envelope and with a progress token (if any) that rmcp reads as one.
+//! A server's request relayed during a routed request or a task goes to its session's own
+//! stream (`agent/open_calls.rs`), as on rmcp's path. A session's call that may ask its agent
+//! something (under an `elicit` approver, or when a
 //! server may relay a request to this client) is taken and answered on a stream of its own,
 //! which the question goes on (`agent/asking.rs`; a server's request finds the call by
 //! `agent/open_calls.rs`; the agent's answer, a response POST on the session, is handed back
