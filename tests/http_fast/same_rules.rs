@@ -458,10 +458,7 @@ fn sampling_asked_of(front: &Front, caller: &str) -> (std::io::BufReader<TcpStre
 
 /// Whether the audit log has a relayed sampling record with `status`.
 fn sampling_recorded(audit: &std::path::Path, status: &str) -> bool {
-    audit.exists()
-        && support::read_jsonl(audit)
-            .iter()
-            .any(|r| r["kind"] == "sampling" && r["result"]["status"] == status)
+    support::relay_recorded(audit, "sampling", status)
 }
 
 // The Python `mcp` SDK's Streamable HTTP client works against the fast path's JSON answers.

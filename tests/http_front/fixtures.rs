@@ -77,6 +77,13 @@ pub fn faulty_echo_escalated_to_elicit(ws: &Workspace) -> (PathBuf, PathBuf) {
     (config, audit)
 }
 
+/// How many `tools/call` the fast path served, by the gateway's log.
+pub fn fast_calls(ws: &Workspace) -> usize {
+    ws.stderr_text()
+        .matches("tools/call served on the fast path")
+        .count()
+}
+
 pub fn sleep_call(id: u64, after: f64) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
            "params": {"name": "faulty__sleep", "arguments": {"after": after}}})

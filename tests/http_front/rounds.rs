@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use crate::fixtures::{faulty_echo_escalated_to_elicit, tokens_file, ALICE, BOB};
+use crate::fixtures::{fast_calls, faulty_echo_escalated_to_elicit, tokens_file, ALICE, BOB};
 use crate::front::Front;
 use crate::support::{self, Workspace};
 
@@ -48,11 +48,7 @@ fn elicit_approvals_reach_the_agent_of_the_principal_whose_call_escalated() {
     }
     assert!(status.success(), "{status}\n{err}");
     // Both calls kept the fast path: each question went on its own call's stream.
-    let fast = ws
-        .stderr_text()
-        .matches("tools/call served on the fast path")
-        .count();
-    assert_eq!(fast, 2, "calls served on the fast path");
+    assert_eq!(fast_calls(&ws), 2, "calls served on the fast path");
 }
 
 // `--escalation elicit` over HTTP for a 2026-07-28 agent: no session, so the question comes
@@ -91,12 +87,12 @@ fn a_2026_agent_over_http_approves_an_escalation_by_input_required_rounds() {
         assert!(status.success(), "{mode}: {status}\n{err}");
         // A 2026-07-28 call and its retry are answered by the fast path (the server's own
         // JSON); so is a legacy agent's call, its question put on the call's own stream.
-        let fast = ws
-            .stderr_text()
-            .matches("tools/call served on the fast path")
-            .count();
         let expected = if mode == "legacy" { 1 } else { 2 };
-        assert_eq!(fast, expected, "{mode}: calls served on the fast path");
+        assert_eq!(
+            fast_calls(&ws),
+            expected,
+            "{mode}: calls served on the fast path"
+        );
     }
 }
 
@@ -137,21 +133,19 @@ fn a_servers_sampling_reaches_an_http_agent_in_both_eras() {
         );
         let prompts = r["prompts"].as_array().unwrap();
         assert_eq!(prompts.len(), 1, "{mode}: {r}");
-        let records = support::read_jsonl(&audit);
         assert!(
-            records
-                .iter()
-                .any(|rec| rec["kind"] == "sampling" && rec["result"]["status"] == "success"),
-            "{mode}: {records:?}"
+            support::relay_recorded(&audit, "sampling", "success"),
+            "{mode}: {:?}",
+            support::read_jsonl(&audit)
         );
         assert!(status.success(), "{mode}: {status}\n{err}");
-        let fast = ws
-            .stderr_text()
-            .matches("tools/call served on the fast path")
-            .count();
         // The 2026-07-28 call and its retry; the legacy call.
         let expected = if mode == "legacy" { 1 } else { 2 };
-        assert_eq!(fast, expected, "{mode}: calls served on the fast path");
+        assert_eq!(
+            fast_calls(&ws),
+            expected,
+            "{mode}: calls served on the fast path"
+        );
     }
 }
 

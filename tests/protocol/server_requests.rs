@@ -97,12 +97,10 @@ fn the_python_sdk_answers_a_servers_sampling_in_both_eras() {
             prompts[0].as_str().unwrap().contains("relay me"),
             "{mode}: {out}"
         );
-        let records = support::read_jsonl(&audit);
         assert!(
-            records
-                .iter()
-                .any(|r| r["kind"] == "sampling" && r["result"]["status"] == "success"),
-            "{mode}: {records:?}"
+            support::relay_recorded(&audit, "sampling", "success"),
+            "{mode}: {:?}",
+            support::read_jsonl(&audit)
         );
     }
 }

@@ -139,6 +139,14 @@ pub fn read_jsonl(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// Whether the audit log at `audit` holds a relayed `kind` (`sampling`, `elicitation`) record
+/// whose result has `status`.
+pub fn relay_recorded(audit: &Path, kind: &str, status: &str) -> bool {
+    read_jsonl(audit)
+        .iter()
+        .any(|r| r["kind"] == kind && r["result"]["status"] == status)
+}
+
 /// The strings of a JSON array of strings.
 pub fn names(v: &Value) -> Vec<String> {
     v.as_array()
