@@ -62,6 +62,14 @@ impl Seen {
             .unwrap_or_else(|| panic!("no call of {tool} in {:?}", self.calls))
     }
 
+    /// Asserts that `tool` succeeded with the client's canned sampling answer.
+    fn sampled_by_the_client(&self, tool: &str) {
+        let c = self.call(tool);
+        assert_eq!(c["error"], false, "{c}");
+        let text = c["text"].as_str().unwrap_or_default();
+        assert!(text.contains("canned-by-relay-client"), "{c}");
+    }
+
     /// The JSON a relay_server.py tool returned.
     fn answer(&self, tool: &str) -> Value {
         let c = self.call(tool);
@@ -251,15 +259,7 @@ fn server_everything_sampling_and_elicitation_reach_the_agent_attributed_and_aud
         ]),
         &[],
     );
-    let s = seen.call("everything__trigger-sampling-request");
-    assert_eq!(s["error"], false, "{s}");
-    assert!(
-        s["text"]
-            .as_str()
-            .unwrap()
-            .contains("canned-by-relay-client"),
-        "{s}"
-    );
+    seen.sampled_by_the_client("everything__trigger-sampling-request");
     let e = seen.call("everything__trigger-elicitation-request");
     assert_eq!(e["error"], false, "{e}");
     assert!(e["text"].as_str().unwrap().contains("canned-name"), "{e}");
@@ -312,14 +312,7 @@ fn a_servers_request_during_several_calls_of_one_session_reaches_it() {
     );
     let long = seen.call("everything__trigger-long-running-operation");
     assert_eq!(long["error"], false, "{long}");
-    let s = seen.call("everything__trigger-sampling-request");
-    assert!(
-        s["text"]
-            .as_str()
-            .unwrap()
-            .contains("canned-by-relay-client"),
-        "{s}"
-    );
+    seen.sampled_by_the_client("everything__trigger-sampling-request");
     assert_eq!(seen.sampling.len(), 1, "{:?}", seen.sampling);
 }
 

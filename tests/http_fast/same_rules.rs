@@ -11,16 +11,7 @@ use std::net::TcpStream;
 fn fast_calls_keep_policy_sandbox_blocked_and_the_principal() {
     let ws = Workspace::new();
     let policy = ws.path().join("compiled-policy.json");
-    support::write_policy(
-        &policy,
-        json!([
-            {"name": "no-listing", "description": "no listing", "principle": "test",
-             "if": {"server": ["fs"], "tool": ["list"]},
-             "then": "deny", "reason": "listing is not for you"},
-            {"name": "allow-the-rest", "description": "the rest", "principle": "test",
-             "if": {}, "then": "allow", "reason": "test"}
-        ]),
-    );
+    support::write_one_rule_policy(&policy, "fs", "list", "deny", "listing is not for you");
     let (config, audit) = fs_config(&ws, json!({"policy": policy, "sandboxPolicy": "enforce"}));
     // A write-protected directory inside alice's writable sandbox dir (it must exist at launch).
     let home = ws.canonical().join("sandbox/principals/alice");
@@ -60,7 +51,7 @@ fn fast_calls_keep_policy_sandbox_blocked_and_the_principal() {
         assert_eq!(r["principal"], "alice", "{r}");
     }
     assert_eq!(
-        records[1]["policyDecision"]["rule"], "no-listing",
+        records[1]["policyDecision"]["rule"], "deny-list",
         "{}",
         records[1]
     );
@@ -290,13 +281,7 @@ fn a_servers_request_that_could_be_either_sessions_is_refused_not_guessed() {
 #[test]
 fn a_routed_request_of_an_agent_that_may_be_asked_stays_fast_and_its_session_is_asked() {
     let ws = Workspace::new();
-    let config = ws.config(
-        json!({"faulty": {"command": support::python(),
-                          "args": [support::repo("tests/servers/faulty_server.py")],
-                          "env": {"FAULTY_ECHO_LINES": "1"},
-                          "relay": {"sampling": true}}}),
-        json!({}),
-    );
+    let config = relaying_faulty_config(&ws);
     let front = Front::start(&ws, &config);
     let caller = front.session(json!({"sampling": {}}));
     let most_recent = front.session(json!({"sampling": {}}));
@@ -339,13 +324,7 @@ fn a_routed_request_of_an_agent_that_may_be_asked_stays_fast_and_its_session_is_
 #[test]
 fn a_servers_request_during_requests_of_two_sessions_is_refused() {
     let ws = Workspace::new();
-    let config = ws.config(
-        json!({"faulty": {"command": support::python(),
-                          "args": [support::repo("tests/servers/faulty_server.py")],
-                          "env": {"FAULTY_ECHO_LINES": "1"},
-                          "relay": {"sampling": true}}}),
-        json!({}),
-    );
+    let config = relaying_faulty_config(&ws);
     let front = std::sync::Arc::new(Front::start(&ws, &config));
     let b = front.session(json!({}));
     let slow = {
@@ -382,16 +361,7 @@ fn an_approval_question_for_a_call_on_rmcps_path_goes_to_its_own_session() {
     use std::io::BufRead;
     let ws = Workspace::new();
     let policy = ws.path().join("compiled-policy.json");
-    support::write_policy(
-        &policy,
-        json!([
-            {"name": "ask-about-echo", "description": "echo asks", "principle": "test",
-             "if": {"server": ["faulty"], "tool": ["echo"]},
-             "then": "escalate", "reason": "echo needs a yes"},
-            {"name": "allow-the-rest", "description": "the rest", "principle": "test",
-             "if": {}, "then": "allow", "reason": "test"}
-        ]),
-    );
+    support::write_one_rule_policy(&policy, "faulty", "echo", "escalate", "echo needs a yes");
     let config = faulty_config(
         &ws,
         json!({"policy": policy, "escalation": "elicit", "escalationTimeout": 30}),
@@ -423,6 +393,17 @@ fn an_approval_question_for_a_call_on_rmcps_path_goes_to_its_own_session() {
     assert_eq!(reply.status, 202, "{reply:?}");
     assert!(answer.contains("echo: mine"), "{answer}\n{err}");
     assert_eq!(served(&ws, "tools/call"), 0, "rmcp's path served it: {err}");
+}
+
+/// The faulty server, with its prompts (`sampling` asks its client) and its sampling relayed.
+fn relaying_faulty_config(ws: &Workspace) -> std::path::PathBuf {
+    ws.config(
+        json!({"faulty": {"command": support::python(),
+                          "args": [support::repo("tests/servers/faulty_server.py")],
+                          "env": {"FAULTY_ECHO_LINES": "1"},
+                          "relay": {"sampling": true}}}),
+        json!({}),
+    )
 }
 
 /// A front whose server-everything may ask for sampling; its audit log.

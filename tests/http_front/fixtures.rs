@@ -59,16 +59,7 @@ pub fn faulty_config(ws: &Workspace, http: Value) -> (PathBuf, PathBuf, String) 
 /// allowed); its audit log's path.
 pub fn faulty_echo_escalated_to_elicit(ws: &Workspace) -> (PathBuf, PathBuf) {
     let policy = ws.path().join("compiled-policy.json");
-    support::write_policy(
-        &policy,
-        json!([
-            {"name": "ask-about-echo", "description": "echo asks", "principle": "test",
-             "if": {"server": ["faulty"], "tool": ["echo"]},
-             "then": "escalate", "reason": "echo needs a yes"},
-            {"name": "allow-the-rest", "description": "the rest", "principle": "test",
-             "if": {}, "then": "allow", "reason": "test"}
-        ]),
-    );
+    support::write_one_rule_policy(&policy, "faulty", "echo", "escalate", "echo needs a yes");
     let (config, audit, _) = faulty_config(ws, json!({}));
     support::merge_settings(
         &config,

@@ -121,6 +121,20 @@ pub fn write_policy(path: &Path, rules: Value) {
     write_json(path, &serde_json::json!({ "rules": rules }));
 }
 
+/// Writes a compiled policy to `path` whose one rule gives `then` (`deny`, `escalate`) for
+/// `tool` of `server`, saying `reason`, and allows everything else.
+pub fn write_one_rule_policy(path: &Path, server: &str, tool: &str, then: &str, reason: &str) {
+    write_policy(
+        path,
+        serde_json::json!([
+            {"name": format!("{then}-{tool}"), "description": reason, "principle": "test",
+             "if": {"server": [server], "tool": [tool]}, "then": then, "reason": reason},
+            {"name": "allow-the-rest", "description": "the rest", "principle": "test",
+             "if": {}, "then": "allow", "reason": "test"}
+        ]),
+    );
+}
+
 /// Merges `settings` into the `palisade` block of the config file at `config`.
 pub fn merge_settings(config: &Path, settings: Value) {
     let mut cfg: Value = serde_json::from_slice(&std::fs::read(config).unwrap()).unwrap();

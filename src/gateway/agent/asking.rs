@@ -280,13 +280,7 @@ mod tests {
     async fn a_question_goes_on_the_stream_and_its_answer_comes_back_by_session_and_id() {
         let questions = Arc::new(Questions::default());
         let (stream, mut lines) = RequestStream::new();
-        let asker = Asker::new(
-            Arc::clone(&questions),
-            "s1".into(),
-            stream,
-            eliciting(),
-            CancellationToken::new(),
-        );
+        let asker = asker_on(&questions, stream, CancellationToken::new());
         let asked = asker.ask(
             "elicitation/create",
             serde_json::json!({"message": "m"}),
@@ -308,19 +302,28 @@ mod tests {
         assert_eq!(questions.waiting(), 0);
     }
 
+    /// An asker for session `s1` on `stream`, ending with `call`.
+    fn asker_on(
+        questions: &Arc<Questions>,
+        stream: RequestStream,
+        call: CancellationToken,
+    ) -> Asker {
+        Asker::new(
+            Arc::clone(questions),
+            "s1".into(),
+            stream,
+            eliciting(),
+            call,
+        )
+    }
+
     /// One question of session `s1` on `stream`, waited for at most `timeout`.
     async fn ask(
         questions: &Arc<Questions>,
         stream: RequestStream,
         timeout: Duration,
     ) -> Result<Value, AskFailed> {
-        let asker = Asker::new(
-            Arc::clone(questions),
-            "s1".into(),
-            stream,
-            eliciting(),
-            CancellationToken::new(),
-        );
+        let asker = asker_on(questions, stream, CancellationToken::new());
         asker.ask("elicitation/create", Value::Null, timeout).await
     }
 
@@ -348,13 +351,7 @@ mod tests {
         assert_eq!(questions.waiting(), 0);
         // A client that goes away while the question waits: the wait ends then.
         let (stream, mut lines) = RequestStream::new();
-        let asker = Asker::new(
-            Arc::clone(&questions),
-            "s1".into(),
-            stream,
-            eliciting(),
-            CancellationToken::new(),
-        );
+        let asker = asker_on(&questions, stream, CancellationToken::new());
         let asked = asker.ask("elicitation/create", Value::Null, Duration::from_secs(600));
         let leave = async move {
             let _question = lines.next().await;
@@ -377,13 +374,7 @@ mod tests {
         let questions = Arc::new(Questions::default());
         let (stream, mut lines) = RequestStream::new();
         let call = CancellationToken::new();
-        let asker = Asker::new(
-            Arc::clone(&questions),
-            "s1".into(),
-            stream,
-            eliciting(),
-            call.clone(),
-        );
+        let asker = asker_on(&questions, stream, call.clone());
         let server = CancellationToken::new();
         let asked = asker.ask_until("sampling/createMessage", Value::Null, timeout, &server);
         let read = async {
@@ -431,13 +422,7 @@ mod tests {
         let questions = Arc::new(Questions::default());
         let (stream, mut lines) = RequestStream::new();
         let call = CancellationToken::new();
-        let asker = Asker::new(
-            questions,
-            "s1".into(),
-            stream.clone(),
-            eliciting(),
-            call.clone(),
-        );
+        let asker = asker_on(&questions, stream.clone(), call.clone());
         let asked = asker.ask("elicitation/create", Value::Null, Duration::from_secs(600));
         let end_the_call = async {
             let _question = lines.next().await;
@@ -464,7 +449,7 @@ mod tests {
             stream.offer(b"{}".to_vec());
         }
         let call = CancellationToken::new();
-        let asker = Asker::new(questions, "s1".into(), stream, eliciting(), call.clone());
+        let asker = asker_on(&questions, stream, call.clone());
         call.cancel();
         let got = asker.ask("elicitation/create", Value::Null, Duration::from_secs(600));
         assert!(matches!(got.await, Err(AskFailed::Cancelled)));
