@@ -52,6 +52,8 @@ struct Seen {
     elicitation: Vec<String>,
     /// Prompts whose relayed sampling was cancelled while the client was answering.
     cancelled: Vec<String>,
+    /// The mode of each elicitation the client saw.
+    modes: Vec<String>,
 }
 
 impl Seen {
@@ -131,6 +133,7 @@ impl Run {
             sampling: v["sampling"].as_array().cloned().unwrap_or_default(),
             elicitation: strings("elicitation"),
             cancelled: strings("cancelled"),
+            modes: strings("modes"),
         }
     }
 
@@ -294,6 +297,26 @@ fn server_everything_sampling_and_elicitation_reach_the_agent_attributed_and_aud
         ],
         "{recs:?}"
     );
+}
+
+// A server cannot pass a URL elicitation off as a form: its request names `mode` twice,
+// "form" then "url", with a `url`. The form is what palisade checks, so the form is what the
+// client gets: written anew, no URL in it. (Before, the check read the typed view, a form,
+// and the server's own fields went on: the client got a URL elicitation.)
+#[test]
+fn a_url_elicitation_written_as_a_form_reaches_the_client_as_a_form() {
+    let run = Run::new();
+    let faulty = json!({"command": python(), "args": [repo("tests/servers/faulty_server.py")],
+                        "relay": {"elicitation": true}});
+    let seen = run.drive(
+        json!({"faulty": faulty}),
+        json!([{"tool": "faulty__url_in_form", "args": {}}]),
+        &[],
+    );
+    assert_eq!(seen.modes, ["form"], "{:?}", seen.elicitation);
+    let answer = seen.call("faulty__url_in_form");
+    let text = answer["text"].as_str().unwrap_or_default();
+    assert!(text.starts_with("result:"), "{answer}");
 }
 
 // A server's request while several calls of the one stdio session are open to it goes to that

@@ -5,7 +5,7 @@ request that reaches it. Usage:
 CALLS_JSON is [{"tool": NAME, "args": {...}}]. Prints one JSON object: {"tools": [...],
 "calls": [{"tool", "error", "text"}], "sampling": [prompt texts seen], "elicitation":
 [messages seen], "cancelled": [prompts whose sampling was cancelled while the client
-answered]}. A prompt starting with "hang" is answered only after 60 s, unless cancelled;
+answered], "modes": [the mode of each elicitation seen]}. A prompt starting with "hang" is answered only after 60 s, unless cancelled;
 with RELAY_WAIT_CANCEL=1 the client waits (up to 30 s) after its calls until one was. With
 RELAY_TOGETHER=1 the calls are made at once, each started 0.3 s after the one before.
 """
@@ -20,7 +20,7 @@ from mcp import types
 
 from common import call_each, command_after_dashes, sampled, session, tool_names
 
-seen = {"sampling": [], "elicitation": [], "cancelled": []}
+seen = {"sampling": [], "elicitation": [], "cancelled": [], "modes": []}
 
 
 async def on_sampling(context, params):
@@ -39,6 +39,7 @@ async def on_sampling(context, params):
 
 async def on_elicitation(context, params):
     seen["elicitation"].append(params.message)
+    seen["modes"].append(getattr(params, "mode", None) or "form")
     return types.ElicitResult(action="accept", content={"answer": "canned-answer", "name": "canned-name"})
 
 

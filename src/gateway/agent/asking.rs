@@ -192,21 +192,45 @@ impl Asker {
         // Open until answered or withdrawn: a stream ending with its call waits for this
         // question's withdrawal to go first.
         let _open = self.stream.question_open();
+        // Withdrawn however the wait ends without an answer, this future dropped included
+        // (an approval raced against the call's cancellation), and before `_open` goes.
+        let mut withdraw = Withdrawal {
+            stream: &self.stream,
+            id: &id,
+            reason: Some(GaveUp::CallEnded.reason()),
+        };
         let answered = tokio::select! {
-            answered = rx => answered.map_err(|_| AskFailed::Closed)?,
+            answered = rx => answered.map_err(|_| AskFailed::Closed),
             // A client gone cannot answer: the wait ends with it, not at the timeout.
-            () = self.stream.closed() => return Err(AskFailed::Closed),
+            () = self.stream.closed() => Err(AskFailed::Closed),
             why = &mut give_up => {
-                self.stream.tell(line(&serde_json::json!({
-                    "jsonrpc": "2.0", "method": "notifications/cancelled",
-                    "params": {"requestId": id, "reason": why.reason()},
-                })));
+                withdraw.reason = Some(why.reason());
                 return Err(why.failed(timeout));
             }
         };
-        match answered {
+        // Answered, or nobody left to tell.
+        withdraw.reason = None;
+        match answered? {
             Answered::Result(v) => Ok(v),
             Answered::Error(e) => Err(AskFailed::Refused(e)),
+        }
+    }
+}
+
+/// A sent question's withdrawal, told the agent when dropped with a reason.
+struct Withdrawal<'a> {
+    stream: &'a RequestStream,
+    id: &'a str,
+    reason: Option<&'static str>,
+}
+
+impl Drop for Withdrawal<'_> {
+    fn drop(&mut self) {
+        if let Some(reason) = self.reason {
+            self.stream.tell(line(&serde_json::json!({
+                "jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": self.id, "reason": reason},
+            })));
         }
     }
 }
@@ -439,6 +463,27 @@ mod tests {
         assert!(matches!(got, Err(AskFailed::Cancelled)), "{got:?}");
         assert_eq!(rest.len(), 1, "{rest:?}");
         assert_eq!(rest[0]["method"], "notifications/cancelled", "{rest:?}");
+    }
+
+    #[tokio::test]
+    async fn a_question_dropped_unanswered_is_withdrawn() {
+        let questions = Arc::new(Questions::default());
+        let (stream, mut lines) = RequestStream::new();
+        let asker = asker_on(&questions, stream, CancellationToken::new());
+        {
+            let asked = asker.ask("elicitation/create", Value::Null, Duration::from_secs(600));
+            tokio::pin!(asked);
+            // Sent, then the asking future is dropped (an approval raced against its call).
+            tokio::select! {
+                biased;
+                _ = &mut asked => panic!("answered with nobody answering"),
+                line = lines.next() => assert!(line.is_some()),
+            }
+        }
+        drop(asker);
+        let told: Value = serde_json::from_slice(&lines.next().await.unwrap()).unwrap();
+        assert_eq!(told["method"], "notifications/cancelled", "{told}");
+        assert_eq!(questions.waiting(), 0);
     }
 
     #[tokio::test]

@@ -10,7 +10,7 @@
 //! client's agent), or forget a request in flight because it cannot carry a question (it
 //! is still a request the question may belong to).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -94,12 +94,15 @@ impl Caller {
 }
 
 /// Which agent made the request of `ctx`: the fast path says which session it came in, rmcp's
-/// path leaves the HTTP request's head, and the stdio front neither.
+/// path leaves the HTTP request's head, and the stdio front neither. rmcp checks a session id
+/// only for the requests it serves in that session: a 2026-07-28 request's header is
+/// whatever its client wrote, so it names no session.
 fn agent_of(ctx: &RequestContext<RoleServer>) -> Agent {
     if let Some(InSession(session)) = ctx.extensions.get::<InSession>() {
         return session.clone().map_or(Agent::Alone, Agent::Session);
     }
     match ctx.extensions.get::<axum::http::request::Parts>() {
+        Some(_) if super::versions::is_modern(&ctx.meta) => Agent::Alone,
         Some(parts) => parts
             .headers
             .get("mcp-session-id")
@@ -148,11 +151,23 @@ struct OpenCall {
     caller: Caller,
 }
 
-/// The open requests, by server.
+/// How many tasks' makers are remembered (the oldest forgotten first): a task's own requests
+/// go to the agent that made it.
+const TASK_OWNERS: usize = 4096;
+
+/// The open requests, by server; and who made each task, by server and the server's task id.
 #[derive(Default)]
 pub struct OpenCalls {
     map: Mutex<HashMap<String, Vec<OpenCall>>>,
     next: AtomicU64,
+    owners: Mutex<TaskOwners>,
+}
+
+/// The agents that made the tasks, oldest first.
+#[derive(Default)]
+struct TaskOwners {
+    by_task: HashMap<(String, String), Caller>,
+    order: VecDeque<(String, String)>,
 }
 
 /// Keeps a request registered as open; dropping it closes the request.
@@ -194,41 +209,89 @@ impl OpenCalls {
         }
     }
 
-    /// How a request from `server` reaches the agent it serves. Only the requests reading
-    /// its task `task` are considered when there are any; then the one request open takes it,
-    /// or, when all of them are one agent's, the one of them that carries its own questions,
-    /// else that agent's session. With none, or requests of several agents, there is no
-    /// telling.
+    /// Remembers that `caller` made task `task` of `server` (the server's id): the task's
+    /// own requests go to that agent.
+    pub fn task_made(&self, server: &str, task: &str, caller: &Caller) {
+        let key = (server.to_string(), task.to_string());
+        let made = Caller {
+            // The call that made it has ended: the agent is reached in its session.
+            carrier: match caller.agent {
+                Agent::Alone => Carrier::Sessionless,
+                _ => Carrier::Session(caller.peer.clone()),
+            },
+            agent: caller.agent.clone(),
+            peer: caller.peer.clone(),
+        };
+        let mut owners = lock(&self.owners);
+        if owners.by_task.insert(key.clone(), made).is_none() {
+            owners.order.push_back(key);
+        }
+        while owners.order.len() > TASK_OWNERS {
+            if let Some(oldest) = owners.order.pop_front() {
+                owners.by_task.remove(&oldest);
+            }
+        }
+    }
+
+    /// How a request from `server` reaches the agent it serves. A request naming its task
+    /// `task` goes to a request reading that task, else to the agent that made the task (one
+    /// of its open requests by the rules below, else its session); a task palisade did not
+    /// see made is as good as none named. Otherwise the one request open takes it, or, when
+    /// all of them are one agent's, the one of them that carries its own questions, else that
+    /// agent's session. With none, or requests of several agents, there is no telling.
     pub fn only(&self, server: &str, task: Option<&str>) -> Result<Carrier, Untold> {
+        let owner = task.and_then(|t| {
+            lock(&self.owners)
+                .by_task
+                .get(&(server.to_string(), t.to_string()))
+                .cloned()
+        });
         let map = lock(&self.map);
         let all = map.get(server).map(Vec::as_slice).unwrap_or_default();
         let reading: Vec<&OpenCall> = all
             .iter()
             .filter(|call| task.is_some() && call.task.as_deref() == task)
             .collect();
-        let open: Vec<&OpenCall> = match reading.is_empty() {
-            true => all.iter().collect(),
-            false => reading,
-        };
-        let (first, rest) = open.split_first().ok_or(Untold::NoCall)?;
-        if rest.is_empty() {
-            return Ok(first.caller.carrier.clone());
+        if !reading.is_empty() {
+            return one_agents(&reading);
         }
-        if !rest
-            .iter()
-            .all(|c| c.caller.agent.same(&first.caller.agent))
-        {
-            return Err(Untold::Several);
-        }
-        let mut own = open.iter().filter(|c| c.caller.carries_itself());
-        match (own.next(), own.next()) {
-            (Some(one), None) => Ok(one.caller.carrier.clone()),
-            // One agent's, each of which could be the one: its session, when it has one.
-            _ if first.caller.peer.peer_info().is_some() => {
-                Ok(Carrier::Session(first.caller.peer.clone()))
+        match owner {
+            Some(owner) => {
+                let its: Vec<&OpenCall> = all
+                    .iter()
+                    .filter(|call| call.caller.agent.same(&owner.agent))
+                    .collect();
+                match one_agents(&its) {
+                    Err(Untold::NoCall) => Ok(owner.carrier),
+                    told => told,
+                }
             }
-            _ => Err(Untold::Several),
+            None => one_agents(&all.iter().collect::<Vec<_>>()),
         }
+    }
+}
+
+/// The carrier of `open` by the rules of `OpenCalls::only`.
+fn one_agents(open: &[&OpenCall]) -> Result<Carrier, Untold> {
+    let (first, rest) = open.split_first().ok_or(Untold::NoCall)?;
+    if rest.is_empty() {
+        return Ok(first.caller.carrier.clone());
+    }
+    if !rest
+        .iter()
+        .all(|c| c.caller.agent.same(&first.caller.agent))
+    {
+        return Err(Untold::Several);
+    }
+    // One agent's requests, any of which it may serve: the one of them whose own stream or
+    // round the agent is reading, when there is one; else its session.
+    let mut own = open.iter().filter(|c| c.caller.carries_itself());
+    match (own.next(), own.next()) {
+        (Some(one), None) => Ok(one.caller.carrier.clone()),
+        _ if first.caller.peer.peer_info().is_some() && first.caller.agent != Agent::Alone => {
+            Ok(Carrier::Session(first.caller.peer.clone()))
+        }
+        _ => Err(Untold::Several),
     }
 }
 
@@ -275,6 +338,58 @@ mod tests {
 
     fn is_session(c: &Result<Carrier, Untold>) -> bool {
         matches!(c, Ok(Carrier::Session(_)))
+    }
+
+    #[tokio::test]
+    async fn the_agent_of_a_request_is_told_by_where_it_came_from() {
+        let (peer, _running) = session(false);
+        let ctx = |extend: &dyn Fn(&mut RequestContext<RoleServer>)| {
+            let mut ctx = RequestContext::new(rmcp::model::NumberOrString::Number(1), peer.clone());
+            extend(&mut ctx);
+            agent_of(&ctx)
+        };
+        let head = |session: &str| {
+            axum::http::Request::builder()
+                .header("mcp-session-id", session)
+                .body(())
+                .unwrap()
+                .into_parts()
+                .0
+        };
+        let modern: rmcp::model::RequestMetaObject = serde_json::from_value(serde_json::json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28"
+        }))
+        .unwrap();
+        // The stdio front: neither mark.
+        assert_eq!(ctx(&|_| {}), Agent::Stdio);
+        // The fast path says.
+        assert_eq!(
+            ctx(&|c| {
+                c.extensions.insert(InSession(Some("s1".into())));
+            }),
+            Agent::Session("s1".into())
+        );
+        assert_eq!(
+            ctx(&|c| {
+                c.extensions.insert(InSession(None));
+            }),
+            Agent::Alone
+        );
+        // rmcp's path: the session it served the request in.
+        assert_eq!(
+            ctx(&|c| {
+                c.extensions.insert(head("s2"));
+            }),
+            Agent::Session("s2".into())
+        );
+        // A 2026-07-28 request naming a session it is not served in names none.
+        assert_eq!(
+            ctx(&|c| {
+                c.extensions.insert(head("s2"));
+                c.meta = modern.clone();
+            }),
+            Agent::Alone
+        );
     }
 
     #[tokio::test]
@@ -335,24 +450,29 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_request_naming_its_task_goes_to_a_request_reading_it_else_as_any_other() {
+    async fn a_request_naming_its_task_goes_to_a_request_reading_it_else_to_its_maker() {
         let (a, _a) = session(false);
         let (b, _b) = session(false);
         let calls = Arc::new(OpenCalls::default());
-        let _call_of_b = calls.open(
-            "fs",
-            None,
-            caller(Carrier::Session(b.clone()), Agent::Session("b".into()), &b),
+        let of_a = || caller(Carrier::Session(a.clone()), Agent::Session("a".into()), &a);
+        let of_b = || caller(Carrier::Session(b.clone()), Agent::Session("b".into()), &b);
+        calls.task_made("fs", "t1", &of_a());
+        let _call_of_b = calls.open("fs", None, of_b());
+        // Nobody reads task t1 and only b has a request open: a's task goes to a's session,
+        // never to b.
+        let told = calls.only("fs", Some("t1"));
+        assert!(
+            matches!(&told, Ok(Carrier::Session(p)) if p.peer_info().is_some_and(|i| Arc::ptr_eq(&i, &a.peer_info().unwrap()))),
+            "a task's request went elsewhere than its maker"
         );
-        // Nobody reads task t1: the open requests decide (b's alone: b).
-        assert!(is_session(&calls.only("fs", Some("t1"))));
+        // A request of a's open: the rules among a's requests.
         let _result_of_a = calls.open(
             "fs",
             Some("t1"),
             caller(round(), Agent::Session("a".into()), &a),
         );
         assert!(is_round(&calls.only("fs", Some("t1"))));
-        // Naming no task, or one nobody reads, it could be either's.
+        // Naming no task, or one palisade did not see made, it could be either's.
         assert_eq!(calls.only("fs", None).err(), Some(Untold::Several));
         assert_eq!(calls.only("fs", Some("t2")).err(), Some(Untold::Several));
     }

@@ -21,6 +21,7 @@ use rmcp::model::{CallToolRequestParams, RequestMetaObject};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 
+use crate::gateway::agent::open_calls::Caller;
 use crate::gateway::call::tasks::TaskEntry;
 use crate::gateway::raw_json::RawJson;
 use crate::gateway::registry::Route;
@@ -211,7 +212,8 @@ impl InFlight<'_> {
                     created: Instant::now(),
                     audited: false,
                 };
-                remember_task(self.shared, slot, handle, entry)
+                let made_by = Caller::of(self.ctx);
+                remember_task(self.shared, slot, handle, entry, &made_by)
             }
             other => other,
         };
@@ -273,7 +275,13 @@ fn not_annotated() -> ErrorData {
 
 /// Remembers the task a call created and gives the agent its namespaced id; a handle with
 /// no id, or one the table cannot take, becomes the call's error.
-fn remember_task(shared: &Shared, slot: &Slot, mut handle: Value, mut entry: TaskEntry) -> Answer {
+fn remember_task(
+    shared: &Shared,
+    slot: &Slot,
+    mut handle: Value,
+    mut entry: TaskEntry,
+    made_by: &Caller,
+) -> Answer {
     let Some(inner) = handle
         .pointer("/task/taskId")
         .and_then(Value::as_str)
@@ -288,6 +296,8 @@ fn remember_task(shared: &Shared, slot: &Slot, mut handle: Value, mut entry: Tas
         ));
     };
     let outer = crate::gateway::call::tasks::outer_id(&slot.name, slot.filters.unprefixed, &inner);
+    // The task's own requests (sampling, elicitation naming it) go to the agent that made it.
+    shared.open_calls.task_made(&slot.name, &inner, made_by);
     entry.inner = inner;
     if let Err(e) = shared.tasks.insert(outer.clone(), entry) {
         return Answer::Error(ErrorData::internal_error(e.to_string(), None));

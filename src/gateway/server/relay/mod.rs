@@ -50,6 +50,17 @@ use crate::sandbox::launch::Enforcement;
 
 /// Characters of a prompt or question kept in the audit record.
 const EXCERPT: usize = 500;
+/// The fields of a plain sampling request (MCP 2025-11-25), relayed as the server wrote
+/// them; `_meta` is palisade's own (`name_the_server`).
+const SAMPLING_FIELDS: &[&str] = &[
+    "messages",
+    "modelPreferences",
+    "systemPrompt",
+    "temperature",
+    "maxTokens",
+    "stopSequences",
+    "metadata",
+];
 /// The `_meta` key with which a task's requests name their task (MCP tasks).
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 /// The `_meta` key naming the server a relayed request comes from.
@@ -201,8 +212,8 @@ impl Relayer {
         }
     }
 
-    /// Relays a server's `sampling/createMessage`: its params as the server wrote them, but
-    /// for `includeContext` (dropped) and the name of the server in `_meta`; the agent's
+    /// Relays a server's `sampling/createMessage`: the fields of a plain request as the
+    /// server wrote them (`SAMPLING_FIELDS`), the name of the server in `_meta`; the agent's
     /// answer as it wrote it, once it reads as a sampling result.
     pub async fn sampling(
         &self,
@@ -222,9 +233,10 @@ impl Relayer {
             }
         };
         let args = sampling_summary(&params);
-        // Undeclared downstream (no `sampling.context`): never let a server pull in what
-        // the agent's model saw from other servers.
-        fields.remove("includeContext");
+        // Only the fields of a plain sampling request go on, as the server wrote them: not
+        // `includeContext` (undeclared downstream: a server must not pull in what the agent's
+        // model saw from other servers), not a `task`, not the server's own `_meta`.
+        fields.retain(|k, _| SAMPLING_FIELDS.contains(&k.as_str()));
         self.name_the_server(&mut fields);
         let answer = self.ask(&road, kind, fields, &ctx.ct).await;
         let result = match answer {
@@ -243,8 +255,8 @@ impl Relayer {
         result
     }
 
-    /// Relays a server's form `elicitation/create`, its message attributed to the server,
-    /// the rest as the server wrote it; the agent's answer as it wrote it.
+    /// Relays a server's form `elicitation/create`, its message attributed to the server;
+    /// the agent's answer as it wrote it.
     pub async fn elicitation(
         &self,
         raw: Option<&RawValue>,
@@ -252,7 +264,7 @@ impl Relayer {
     ) -> Result<Value, ErrorData> {
         let started = Instant::now();
         let kind = Kind::Elicitation;
-        let (params, mut fields) = views::<ElicitRequestParams>(raw)?;
+        let params: ElicitRequestParams = typed(raw)?;
         let (message, requested_schema, meta) = match params {
             ElicitRequestParams::FormElicitationParams {
                 message,
@@ -282,10 +294,19 @@ impl Relayer {
             Err(refusal) => return Err(self.refuse(kind, ctx, args, refusal)),
         };
         let args = args();
-        fields.insert(
-            "message".into(),
-            Value::String(attribute(self.server(), &message)),
-        );
+        // Built from the typed view, not passed on: the mode and fields it checked are the
+        // ones the agent gets (a server's duplicate `mode` must not turn a form into a URL).
+        let params = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: attribute(self.server(), &message),
+            requested_schema,
+        };
+        let Ok(Value::Object(mut fields)) = serde_json::to_value(&params) else {
+            return Err(ErrorData::internal_error(
+                "palisade could not write the elicitation",
+                None,
+            ));
+        };
         self.name_the_server(&mut fields);
         let answer = self.ask(&road, kind, fields, &ctx.ct).await;
         let result = match answer {
@@ -361,18 +382,11 @@ impl Relayer {
         self.refuse(kind, ctx, args, refusal)
     }
 
-    /// Puts the name of the server that asks into the request's `_meta`, which the agent
-    /// then knows it by (`META_SERVER`); whatever else the server put there stays.
+    /// Gives the request a `_meta` of palisade's own, naming the server that asks
+    /// (`META_SERVER`): the server's own keys (a progress token, an envelope) are not the
+    /// agent's business.
     fn name_the_server(&self, fields: &mut Map<String, Value>) {
-        let meta = fields
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !meta.is_object() {
-            *meta = Value::Object(Map::new());
-        }
-        if let Value::Object(meta) = meta {
-            meta.insert(META_SERVER.into(), Value::String(self.server().to_string()));
-        }
+        fields.insert("_meta".into(), json!({ META_SERVER: self.server() }));
     }
 
     /// The error for a refused request; audited and logged within the refusal budget
@@ -464,15 +478,23 @@ impl Relayer {
 }
 
 /// A request's params as a typed view (for the checks and the audit record) and as the
-/// fields the server wrote (what is relayed).
+/// fields the server wrote (what is relayed, once the typed view has passed it: a field named
+/// twice fails the typed read, so the two cannot disagree).
 fn views<T: serde::de::DeserializeOwned>(
     raw: Option<&RawValue>,
 ) -> Result<(T, Map<String, Value>), ErrorData> {
     let text = raw.map_or("{}", RawValue::get);
-    let invalid = |e: serde_json::Error| ErrorData::invalid_params(e.to_string(), None);
-    let typed = serde_json::from_str(text).map_err(invalid)?;
     let fields = serde_json::from_str(text).map_err(invalid)?;
-    Ok((typed, fields))
+    Ok((typed(raw)?, fields))
+}
+
+/// A request's params as a typed view.
+fn typed<T: serde::de::DeserializeOwned>(raw: Option<&RawValue>) -> Result<T, ErrorData> {
+    serde_json::from_str(raw.map_or("{}", RawValue::get)).map_err(invalid)
+}
+
+fn invalid(e: serde_json::Error) -> ErrorData {
+    ErrorData::invalid_params(e.to_string(), None)
 }
 
 /// The message the user sees, naming the server that asks.
