@@ -28,7 +28,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::request_stream::RequestStream;
+use super::request_stream::{OpenQuestion, RequestStream};
 
 /// The prefix of the ids Palisade gives its questions (rmcp's own are numbers).
 const ID_PREFIX: &str = "palisade-question-";
@@ -189,15 +189,14 @@ impl Asker {
         if !sent {
             return Err(AskFailed::Closed);
         }
-        // Open until answered or withdrawn: a stream ending with its call waits for this
-        // question's withdrawal to go first.
-        let _open = self.stream.question_open();
         // Withdrawn however the wait ends without an answer, this future dropped included
-        // (an approval raced against the call's cancellation), and before `_open` goes.
+        // (an approval raced against the call's cancellation). Counted open until answered or
+        // its withdrawal is queued: a stream ending with its call waits for that.
         let mut withdraw = Withdrawal {
             stream: &self.stream,
             id: &id,
             reason: Some(GaveUp::CallEnded.reason()),
+            open: Some(self.stream.question_open()),
         };
         let answered = tokio::select! {
             answered = rx => answered.map_err(|_| AskFailed::Closed),
@@ -217,20 +216,24 @@ impl Asker {
     }
 }
 
-/// A sent question's withdrawal, told the agent when dropped with a reason.
+/// A sent question's withdrawal, told the agent when dropped with a reason; the question
+/// counts as open until then.
 struct Withdrawal<'a> {
     stream: &'a RequestStream,
     id: &'a str,
     reason: Option<&'static str>,
+    open: Option<OpenQuestion>,
 }
 
 impl Drop for Withdrawal<'_> {
     fn drop(&mut self) {
+        let open = self.open.take();
         if let Some(reason) = self.reason {
-            self.stream.tell(line(&serde_json::json!({
+            let note = line(&serde_json::json!({
                 "jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": self.id, "reason": reason},
-            })));
+            }));
+            self.stream.tell(note, open);
         }
     }
 }

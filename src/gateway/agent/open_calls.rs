@@ -102,7 +102,7 @@ fn agent_of(ctx: &RequestContext<RoleServer>) -> Agent {
         return session.clone().map_or(Agent::Alone, Agent::Session);
     }
     match ctx.extensions.get::<axum::http::request::Parts>() {
-        Some(_) if super::versions::is_modern(&ctx.meta) => Agent::Alone,
+        Some(_) if served_sessionless(ctx) => Agent::Alone,
         Some(parts) => parts
             .headers
             .get("mcp-session-id")
@@ -110,6 +110,17 @@ fn agent_of(ctx: &RequestContext<RoleServer>) -> Agent {
             .map_or(Agent::Alone, |id| Agent::Session(id.to_string())),
         None => Agent::Stdio,
     }
+}
+
+/// Whether rmcp serves this request outside any session, as it serves a request whose `_meta`
+/// carries a protocol envelope (a 2026-07-28 one, or any version with the client's
+/// capabilities): its `Mcp-Session-Id` header is then whatever its client wrote.
+fn served_sessionless(ctx: &RequestContext<RoleServer>) -> bool {
+    super::versions::is_modern(&ctx.meta)
+        || ctx
+            .meta
+            .0
+            .contains_key("io.modelcontextprotocol/clientCapabilities")
 }
 
 /// Runs `fut` (an approval) with `caller` as the way to its agent.
@@ -129,6 +140,8 @@ pub enum Untold {
     NoCall,
     #[error("{}", self.text())]
     Several,
+    #[error("{}", self.text())]
+    UnknownTask,
 }
 
 impl Untold {
@@ -139,6 +152,10 @@ impl Untold {
             Untold::Several => {
                 "several requests to this server are in flight, so palisade cannot tell which \
                  one it belongs to"
+            }
+            Untold::UnknownTask => {
+                "it names a task palisade does not know the maker of, so palisade cannot tell \
+                 whose it is"
             }
         }
     }
@@ -234,39 +251,43 @@ impl OpenCalls {
     }
 
     /// How a request from `server` reaches the agent it serves. A request naming its task
-    /// `task` goes to a request reading that task, else to the agent that made the task (one
-    /// of its open requests by the rules below, else its session); a task palisade did not
-    /// see made is as good as none named. Otherwise the one request open takes it, or, when
-    /// all of them are one agent's, the one of them that carries its own questions, else that
-    /// agent's session. With none, or requests of several agents, there is no telling.
+    /// `task` goes to the agent that made the task: a request of that agent reading the task,
+    /// else one of its open requests (by the rules below), else its session; a task palisade
+    /// does not know the maker of is refused. Otherwise the one request open takes it, or,
+    /// when all of them are one agent's, the one of them that carries its own questions, else
+    /// that agent's session. With none, or requests of several agents, there is no telling.
     pub fn only(&self, server: &str, task: Option<&str>) -> Result<Carrier, Untold> {
-        let owner = task.and_then(|t| {
-            lock(&self.owners)
-                .by_task
-                .get(&(server.to_string(), t.to_string()))
-                .cloned()
-        });
         let map = lock(&self.map);
         let all = map.get(server).map(Vec::as_slice).unwrap_or_default();
+        let Some(task) = task else {
+            return one_agents(&all.iter().collect::<Vec<_>>());
+        };
+        let owner = lock(&self.owners)
+            .by_task
+            .get(&(server.to_string(), task.to_string()))
+            .cloned()
+            .ok_or(Untold::UnknownTask)?;
+        // A 2026-07-28 HTTP maker is an agent of its own: its later requests cannot be told
+        // from another's, so only the requests reading the task are taken as its.
+        let its = |call: &&OpenCall| match owner.agent {
+            Agent::Alone => call.caller.agent == Agent::Alone,
+            _ => call.caller.agent.same(&owner.agent),
+        };
         let reading: Vec<&OpenCall> = all
             .iter()
-            .filter(|call| task.is_some() && call.task.as_deref() == task)
+            .filter(|call| call.task.as_deref() == Some(task))
+            .filter(its)
             .collect();
         if !reading.is_empty() {
             return one_agents(&reading);
         }
-        match owner {
-            Some(owner) => {
-                let its: Vec<&OpenCall> = all
-                    .iter()
-                    .filter(|call| call.caller.agent.same(&owner.agent))
-                    .collect();
-                match one_agents(&its) {
-                    Err(Untold::NoCall) => Ok(owner.carrier),
-                    told => told,
-                }
-            }
-            None => one_agents(&all.iter().collect::<Vec<_>>()),
+        let others: Vec<&OpenCall> = match owner.agent {
+            Agent::Alone => Vec::new(),
+            _ => all.iter().filter(its).collect(),
+        };
+        match one_agents(&others) {
+            Err(Untold::NoCall) => Ok(owner.carrier),
+            told => told,
         }
     }
 }
@@ -450,30 +471,41 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_request_naming_its_task_goes_to_a_request_reading_it_else_to_its_maker() {
+    async fn a_request_naming_its_task_goes_to_its_maker_only() {
         let (a, _a) = session(false);
         let (b, _b) = session(false);
         let calls = Arc::new(OpenCalls::default());
         let of_a = || caller(Carrier::Session(a.clone()), Agent::Session("a".into()), &a);
         let of_b = || caller(Carrier::Session(b.clone()), Agent::Session("b".into()), &b);
+        let is_as = |told: &Result<Carrier, Untold>| {
+            matches!(told, Ok(Carrier::Session(p))
+                if p.peer_info().is_some_and(|i| Arc::ptr_eq(&i, &a.peer_info().unwrap())))
+        };
         calls.task_made("fs", "t1", &of_a());
+        // Only b has requests open, one of them reading a's task: a's task still goes to a.
         let _call_of_b = calls.open("fs", None, of_b());
-        // Nobody reads task t1 and only b has a request open: a's task goes to a's session,
-        // never to b.
-        let told = calls.only("fs", Some("t1"));
-        assert!(
-            matches!(&told, Ok(Carrier::Session(p)) if p.peer_info().is_some_and(|i| Arc::ptr_eq(&i, &a.peer_info().unwrap()))),
-            "a task's request went elsewhere than its maker"
+        let _b_reads = calls.open(
+            "fs",
+            Some("t1"),
+            caller(round(), Agent::Session("b".into()), &b),
         );
-        // A request of a's open: the rules among a's requests.
-        let _result_of_a = calls.open(
+        assert!(
+            is_as(&calls.only("fs", Some("t1"))),
+            "went elsewhere than a"
+        );
+        // A request of a's reading it takes it.
+        let _a_reads = calls.open(
             "fs",
             Some("t1"),
             caller(round(), Agent::Session("a".into()), &a),
         );
         assert!(is_round(&calls.only("fs", Some("t1"))));
-        // Naming no task, or one palisade did not see made, it could be either's.
+        // A task palisade did not see made: whose it is cannot be told.
+        assert_eq!(
+            calls.only("fs", Some("t2")).err(),
+            Some(Untold::UnknownTask)
+        );
+        // Naming no task, it could be either's.
         assert_eq!(calls.only("fs", None).err(), Some(Untold::Several));
-        assert_eq!(calls.only("fs", Some("t2")).err(), Some(Untold::Several));
     }
 }

@@ -97,13 +97,19 @@ impl RequestStream {
     }
 
     /// Queues a line that must not be dropped (a question's withdrawal) without waiting for
-    /// it: when the backlog is full, it waits for room on a task of its own. (Not dropped
-    /// while the stream lasts: once it has ended, nobody reads it.)
-    pub fn tell(&self, line: Vec<u8>) {
-        if let Err(mpsc::error::TrySendError::Full(item)) = self.tx.try_send(Item::Line(line)) {
+    /// it, keeping `held` until it is queued: when the backlog is full, it waits for room on
+    /// a task of its own. (Not dropped while the stream lasts: once it has ended, nobody
+    /// reads it.)
+    pub fn tell(&self, line: Vec<u8>, held: impl Send + 'static) {
+        let Err(mpsc::error::TrySendError::Full(item)) = self.tx.try_send(Item::Line(line)) else {
+            return;
+        };
+        // Outside a runtime (a drop at shutdown) there is no one left to tell.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let tx = self.tx.clone();
-            tokio::spawn(async move {
+            runtime.spawn(async move {
                 let _ = tx.send(item).await;
+                drop(held);
             });
         }
     }
@@ -207,7 +213,7 @@ mod tests {
         let held = tx.clone();
         tx.offer(b"note".to_vec());
         tx.end().await;
-        held.tell(b"late".to_vec());
+        held.tell(b"late".to_vec(), ());
         assert_eq!(lines.next().await.as_deref(), Some(&b"note"[..]));
         assert_eq!(lines.next().await, None);
     }
@@ -218,7 +224,7 @@ mod tests {
         for _ in 0..BACKLOG {
             tx.offer(b"note".to_vec());
         }
-        tx.tell(b"withdrawn".to_vec());
+        tx.tell(b"withdrawn".to_vec(), ());
         tx.offer(b"dropped".to_vec());
         assert_eq!(tx.dropped(), 1);
         drop(tx);

@@ -296,12 +296,12 @@ fn remember_task(
         ));
     };
     let outer = crate::gateway::call::tasks::outer_id(&slot.name, slot.filters.unprefixed, &inner);
-    // The task's own requests (sampling, elicitation naming it) go to the agent that made it.
-    shared.open_calls.task_made(&slot.name, &inner, made_by);
-    entry.inner = inner;
+    entry.inner = inner.clone();
     if let Err(e) = shared.tasks.insert(outer.clone(), entry) {
         return Answer::Error(ErrorData::internal_error(e.to_string(), None));
     }
+    // The task's own requests (sampling, elicitation naming it) go to the agent that made it.
+    shared.open_calls.task_made(&slot.name, &inner, made_by);
     crate::gateway::call::tasks::rewrite_ids(&mut handle, &mut |_| Some(outer.clone()));
     Answer::Task(handle)
 }

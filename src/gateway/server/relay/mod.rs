@@ -170,7 +170,7 @@ impl Relayer {
                     sessionless: false,
                 },
             },
-            Err(why @ Untold::Several) => Road::None {
+            Err(why @ (Untold::Several | Untold::UnknownTask)) => Road::None {
                 why: why.text(),
                 sessionless: false,
             },
@@ -223,8 +223,9 @@ impl Relayer {
         let started = Instant::now();
         let kind = Kind::Sampling;
         let (params, mut fields) = views::<CreateMessageRequestParams>(raw)?;
-        let undeclared = (params.tools.is_some() || params.tool_choice.is_some())
-            .then_some("sampling with tools or toolChoice");
+        let undeclared = uses_tools(&params).then_some(
+            "sampling with tools (tools, toolChoice, or tool_use/tool_result in its messages)",
+        );
         let road = self.road(params.meta.as_ref());
         let _permit = match self.check(kind, undeclared, &road) {
             Ok(p) => p,
@@ -477,6 +478,20 @@ impl Relayer {
     }
 }
 
+/// Whether a sampling request involves tools, which palisade never declares downstream: a
+/// list of them, a choice among them, or a message that uses one or answers one (a made-up
+/// tool history would have the agent's model act on the server's say).
+fn uses_tools(p: &CreateMessageRequestParams) -> bool {
+    use rmcp::model::{SamplingContent, SamplingMessageContentBlock as Block};
+    let tool_block = |b: &Block| matches!(b, Block::ToolUse(_) | Block::ToolResult(_));
+    p.tools.is_some()
+        || p.tool_choice.is_some()
+        || p.messages.iter().any(|m| match &m.content {
+            SamplingContent::Single(b) => tool_block(b),
+            SamplingContent::Multiple(bs) => bs.iter().any(tool_block),
+        })
+}
+
 /// A request's params as a typed view (for the checks and the audit record) and as the
 /// fields the server wrote (what is relayed, once the typed view has passed it: a field named
 /// twice fails the typed read, so the two cannot disagree).
@@ -601,6 +616,28 @@ fn upstream_error(kind: Kind, e: UpstreamError) -> ErrorData {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sampling_with_tools_anywhere_is_told_apart() {
+        let params = |extra: Value, content: Value| -> CreateMessageRequestParams {
+            let mut v = json!({"messages": [{"role": "assistant", "content": content}],
+                               "maxTokens": 5});
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            serde_json::from_value(v).unwrap()
+        };
+        let text = json!({"type": "text", "text": "hi"});
+        let tool_use = json!({"type": "tool_use", "id": "u1", "name": "fs__write",
+                              "input": {"path": "/x"}});
+        assert!(!uses_tools(&params(json!({}), text.clone())));
+        assert!(uses_tools(&params(
+            json!({"tools": [{"name": "t", "inputSchema": {"type": "object"}}]}),
+            text.clone()
+        )));
+        assert!(uses_tools(&params(json!({}), tool_use.clone())));
+        assert!(uses_tools(&params(json!({}), json!([text, tool_use]))));
+    }
 
     #[test]
     fn summaries_keep_sizes_and_excerpts_and_elicitations_name_the_server() {
