@@ -11,8 +11,6 @@ use futures::future::BoxFuture;
 use rmcp::model::{
     ClientResult, ElicitRequest, ElicitRequestParams, ElicitationAction, ServerRequest,
 };
-use rmcp::service::Peer;
-use rmcp::RoleServer;
 
 use crate::approval::{
     ApprovalChain, ApproverKind, ElicitError, ElicitOutcome, Elicitor, EscalationRequest,
@@ -87,46 +85,41 @@ impl UpstreamElicitor {
     pub fn new(link: UpstreamLink) -> Self {
         UpstreamElicitor { link }
     }
-}
 
-impl UpstreamElicitor {
-    /// The session of the call being approved (`open_calls::scope`), when it is a session's
-    /// without a stream of its own; else the agent's link (the stdio front's one agent).
-    fn session(&self) -> Option<Peer<RoleServer>> {
-        match open_calls::current().map(|c| c.carrier) {
-            Some(Carrier::Session(peer)) => Some(peer),
-            Some(Carrier::Sessionless) => None,
-            _ => self.link.get(),
-        }
+    /// How the agent of the call being approved is reached (`open_calls::scope`): its
+    /// 2026-07-28 round, its own stream, its session, or not at all. Outside a call (never
+    /// in `serve`, which scopes every approval), the agent's link.
+    fn carrier(&self) -> Option<Carrier> {
+        open_calls::current()
+            .map(|c| c.carrier)
+            .or_else(|| self.link.get().map(Carrier::Session))
     }
 }
+
+/// A 2026-07-28 agent reached by no round: it has no session to be asked in.
+const NOT_IN_A_ROUND: &str = "the client speaks MCP 2026-07-28, which can be asked only in a tool \
+     call's rounds (input-required results), and this request is not one; use a dir:, exec: or \
+     tty approver for it";
+const NOT_DECLARED: &str = "the client did not declare elicitation";
 
 impl Elicitor for UpstreamElicitor {
     fn supports_elicitation(&self) -> bool {
-        self.session()
-            .and_then(|p| p.peer_info())
-            .is_some_and(|info| info.capabilities.elicitation.is_some())
+        self.unavailable().is_none()
     }
 
     fn unavailable(&self) -> Option<String> {
-        if let Some(round) = crate::gateway::agent::mrtr::current() {
-            // A 2026-07-28 call: asked through an input-required result.
-            return (!round.elicits()).then(|| "the client did not declare elicitation".into());
-        }
-        if let Some(asker) = crate::gateway::agent::asking::current() {
-            // A session's call on the HTTP fast path: asked on its own stream.
-            return (!asker.elicits()).then(|| "the client did not declare elicitation".into());
-        }
-        let sessionless = self.session().is_none_or(|p| p.peer_info().is_none());
-        if sessionless && self.link.get().is_some() {
-            return Some(
-                "the client speaks MCP 2026-07-28, which can be asked only in a tool call's \
-                 rounds (input-required results), and this request is not one; use a dir:, \
-                 exec: or tty approver for it"
-                    .into(),
-            );
-        }
-        (!self.supports_elicitation()).then(|| "the client did not declare elicitation".into())
+        let declared = match self.carrier() {
+            Some(Carrier::Round(round)) => round.elicits(),
+            Some(Carrier::Stream(asker)) => asker.elicits(),
+            Some(Carrier::Session(peer)) => match peer.peer_info() {
+                Some(info) => info.capabilities.elicitation.is_some(),
+                // A session that never initialized: a 2026-07-28 client's.
+                None => return Some(NOT_IN_A_ROUND.into()),
+            },
+            Some(Carrier::Sessionless) => return Some(NOT_IN_A_ROUND.into()),
+            None => return Some("no client is connected to ask".into()),
+        };
+        (!declared).then(|| NOT_DECLARED.into())
     }
 
     fn elicit<'a>(
@@ -136,7 +129,8 @@ impl Elicitor for UpstreamElicitor {
         timeout: Duration,
     ) -> BoxFuture<'a, Result<ElicitOutcome, ElicitError>> {
         Box::pin(async move {
-            if let Some(round) = crate::gateway::agent::mrtr::current() {
+            let carrier = self.carrier();
+            if let Some(Carrier::Round(round)) = &carrier {
                 return match round.take_answer() {
                     Some(answer) => answered(answer),
                     None => {
@@ -152,19 +146,20 @@ impl Elicitor for UpstreamElicitor {
                 message,
                 requested_schema,
             };
-            if let Some(asker) = crate::gateway::agent::asking::current() {
-                // The form as rmcp would write it, on the call's own stream.
-                let params = serde_json::to_value(&params).map_err(ElicitError::Unwritable)?;
-                let answer = asker
-                    .ask("elicitation/create", params, timeout)
-                    .await
-                    .map_err(|e| ElicitError::Request(Box::new(e)))?;
-                return answered(answer);
-            }
-            // The session of the call being approved, not the principal's most recent.
-            let peer = self
-                .session()
-                .ok_or_else(|| ElicitError::Request(Box::new(UpstreamError::NotConnected)))?;
+            let peer = match carrier {
+                Some(Carrier::Stream(asker)) => {
+                    // The form as rmcp would write it, on the call's own stream.
+                    let params = serde_json::to_value(&params).map_err(ElicitError::Unwritable)?;
+                    let answer = asker
+                        .ask("elicitation/create", params, timeout)
+                        .await
+                        .map_err(|e| ElicitError::Request(Box::new(e)))?;
+                    return answered(answer);
+                }
+                // The session of the call being approved, not the principal's most recent.
+                Some(Carrier::Session(peer)) => peer,
+                _ => return Err(ElicitError::Request(Box::new(UpstreamError::NotConnected))),
+            };
             let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
             let answer = request_of(&peer, request, timeout, None)
                 .await
