@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, Tool};
 
-use crate::gateway::server::request::Connection;
+use crate::gateway::server::request::{Connection, OnBehalf};
 use crate::gateway::server::roots::RootsCell;
 
 /// How long a roots consumer gets to ask `roots/list` after `list_changed`.
@@ -146,7 +146,7 @@ async fn report(conn: &Connection, intro: Introspection) -> Vec<PathBuf> {
         intro.tool(),
     )));
     let result = conn
-        .request(req, PROBE_TIMEOUT, None, None)
+        .request(req, PROBE_TIMEOUT, OnBehalf::palisade())
         .await
         .and_then(|raw| {
             crate::gateway::server::request::parse::<CallToolResult>(

@@ -15,10 +15,9 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 
-use crate::gateway::agent::open_calls::Caller;
 use crate::gateway::call::widen;
 use crate::gateway::server::handler::UpTarget;
-use crate::gateway::server::request::{Connection, ForwardError};
+use crate::gateway::server::request::{Connection, ForwardError, OnBehalf};
 use crate::gateway::server::roots::RootSet;
 use crate::gateway::stages::PolicyVerdict;
 use crate::gateway::state::Shared;
@@ -137,8 +136,6 @@ pub(super) async fn widen_and_forward(
         .filter(|_| slot.egress_allowed())
         .map(|p| p.subscribe());
     out.server_protocol = Some(conn.info.protocol_version.as_str().to_string());
-    // A request the server sends meanwhile finds its way to this call's agent.
-    let _open = shared.open_calls.open(&slot.name, None, Caller::of(ctx));
     let (answer, received) = forward(shared, &conn, tool, params, ctx).await;
     if let Some(rx) = events.as_mut() {
         out.network_refusals = crate::gateway::network::drain(rx, &slot.name);
@@ -171,8 +168,7 @@ async fn forward(
                 text.get(),
                 as_sent::Rename::Top(tool),
                 timeout,
-                Some(&ctx.ct),
-                progress_to,
+                OnBehalf::of(ctx).progress_to(progress_to),
             )
             .await
         }
@@ -185,8 +181,7 @@ async fn forward(
             conn.request_raw(
                 request,
                 timeout,
-                Some(&ctx.ct),
-                progress_to,
+                OnBehalf::of(ctx).progress_to(progress_to),
                 with_meta,
                 &sent.extra,
             )

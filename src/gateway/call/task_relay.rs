@@ -16,7 +16,7 @@ use rmcp::RoleServer;
 
 use crate::gateway::call::pipeline::forwarded_meta;
 use crate::gateway::call::tasks::{self, TaskEntry};
-use crate::gateway::server::request::{Connection, ForwardError};
+use crate::gateway::server::request::{Connection, ForwardError, OnBehalf};
 use crate::gateway::stages::{CallOutcome, CallRecord};
 use crate::gateway::state::Shared;
 
@@ -60,21 +60,15 @@ pub async fn handle(
             params.insert("_meta".into(), m);
         }
     }
-    // A request the server sends meanwhile (one naming this task, while `tasks/result`
-    // waits for it) finds its way to this request's agent.
-    let _open = shared.open_calls.open(
-        &conn.server,
-        Some(&entry.inner),
-        crate::gateway::agent::open_calls::Caller::of(ctx),
-    );
-    // `tasks/result` waits for the task to finish: as long as a call may take.
+    // `tasks/result` waits for the task to finish: as long as a call may take. A request
+    // the server sends meanwhile (one naming this task, while `tasks/result` waits for it)
+    // finds its way to this request's agent.
     let answer = conn
         .send(
             method,
             params,
             shared.limits.call_timeout,
-            Some(&ctx.ct),
-            None,
+            OnBehalf::of(ctx).reading_task(&entry.inner),
         )
         .await;
     let server = conn.server.clone();
@@ -145,20 +139,13 @@ async fn list(shared: &Shared, ctx: &RequestContext<RoleServer>) -> Result<Value
         if !lists {
             continue;
         }
-        // A request the server sends meanwhile counts this one among those it may serve.
-        let _open = shared.open_calls.open(
-            &slot.name,
-            None,
-            crate::gateway::agent::open_calls::Caller::of(ctx),
-        );
         let answer = live
             .conn
             .send(
                 "tasks/list",
                 Map::new(),
                 shared.limits.call_timeout,
-                Some(&ctx.ct),
-                None,
+                OnBehalf::of(ctx),
             )
             .await;
         let mut v: Value = match answer.map(|raw| serde_json::from_str(raw.get())) {

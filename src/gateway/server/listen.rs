@@ -15,7 +15,7 @@ use std::time::Duration;
 use rmcp::model::ServerCapabilities;
 use serde_json::{Map, Value};
 
-use crate::gateway::server::request::{Connection, ForwardError};
+use crate::gateway::server::request::{Connection, ForwardError, OnBehalf};
 
 /// How long one listen request stays open before it is cancelled and opened again.
 const RENEW: Duration = Duration::from_secs(300);
@@ -60,8 +60,7 @@ pub fn spawn(conn: &Connection) {
                     "subscriptions/listen",
                     params.clone(),
                     RENEW,
-                    Some(&ended),
-                    None,
+                    OnBehalf::palisade().cancelled_by(&ended),
                 )
                 .await;
             match outcome {

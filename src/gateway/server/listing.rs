@@ -17,7 +17,7 @@ use rmcp::model::{
 
 use crate::gateway::registry::{JsonObject, RawItems, ServerLists};
 use crate::gateway::server::handler::ListKind;
-use crate::gateway::server::request::{parse, Connection, ForwardError};
+use crate::gateway::server::request::{parse, Connection, ForwardError, OnBehalf};
 
 /// Why a listing failed.
 #[derive(Debug, thiserror::Error)]
@@ -167,18 +167,18 @@ async fn list_all(
                 }),
             };
             let left = budget.left(&conn.server, what)?;
-            let result =
-                conn.request(req, left, None, None)
-                    .await
-                    .map_err(|source| match source {
-                        // Timed out at the listing's deadline: say so, not "one page".
-                        ForwardError::Timeout { .. }
-                            if tokio::time::Instant::now() >= budget.deadline =>
-                        {
-                            ListBudget::over(&conn.server, what, budget.late())
-                        }
-                        source => ListError { what, source },
-                    })?;
+            let result = conn
+                .request(req, left, OnBehalf::palisade())
+                .await
+                .map_err(|source| match source {
+                    // Timed out at the listing's deadline: say so, not "one page".
+                    ForwardError::Timeout { .. }
+                        if tokio::time::Instant::now() >= budget.deadline =>
+                    {
+                        ListBudget::over(&conn.server, what, budget.late())
+                    }
+                    source => ListError { what, source },
+                })?;
             let server = conn.server.as_str();
             raw.add(what, &result);
             let next = match what {

@@ -1,22 +1,28 @@
 //! A live connection's request side (`Connection`): the helper every forward to a server
-//! goes through. A timeout on every request, the agent's cancellation passed on, progress
-//! tokens mapped, params as Palisade built them or as the agent wrote them (`call::as_sent`),
+//! goes through. A timeout on every request; for a request on an agent's behalf
+//! (`OnBehalf`), the agent's cancellation passed on, progress tokens mapped and the request
+//! counted open while it runs (a server's request meanwhile finds its agent by it,
+//! `agent/open_calls.rs`); params as Palisade built them or as the agent wrote them (`call::as_sent`),
 //! a 2026-07-28 server's input requests answered and the request retried. The wire is
 //! `peer/`: results come back as the bytes the server sent.
 //!
 //! Never: send a request without a timeout (a silent server would hang the call forever);
-//! forward a server's progress under its own token (the agent only knows its own).
+//! forward a server's progress under its own token (the agent only knows its own); send a
+//! request on an agent's behalf without counting it open (a server's request during it could
+//! then be taken for another agent's).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{ClientRequest, InitializeResult, RequestId, RequestMetaObject};
-use rmcp::ErrorData;
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer};
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::gateway::agent::open_calls::{Caller, OpenCalls};
 use crate::gateway::call::as_sent;
 use crate::gateway::raw_json::RawJson;
 use crate::gateway::server::era::{self, Era};
@@ -60,6 +66,60 @@ pub struct Connection {
     /// What answers the server's questions: its standalone requests (through the peer) and,
     /// on a 2026-07-28 connection, the input requests inside its results (here).
     pub inbound: Arc<dyn Inbound>,
+    /// The requests in flight on agents' behalf, every server's (`agent/open_calls.rs`).
+    pub open_calls: Arc<OpenCalls>,
+}
+
+/// Whom a request is sent for. An agent's request carried on: the request is cancelled
+/// with it, the server's progress goes to it, and a request the server sends meanwhile goes
+/// to its agent. Or Palisade's own (listings, probes, listen streams).
+pub struct OnBehalf<'a> {
+    cancel: Option<&'a CancellationToken>,
+    progress_to: Option<UpTarget>,
+    /// The agent, when it is an agent's request.
+    caller: Option<Caller>,
+    /// The server's task the request reads (`tasks/*`): that task's requests go to its maker.
+    task: Option<&'a str>,
+}
+
+impl<'a> OnBehalf<'a> {
+    /// The agent's request the current task serves with `ctx`.
+    pub fn of(ctx: &'a RequestContext<RoleServer>) -> Self {
+        OnBehalf {
+            cancel: Some(&ctx.ct),
+            progress_to: None,
+            caller: Some(Caller::of(ctx)),
+            task: None,
+        }
+    }
+
+    /// Palisade's own request: no agent waits for it.
+    pub fn palisade() -> Self {
+        OnBehalf {
+            cancel: None,
+            progress_to: None,
+            caller: None,
+            task: None,
+        }
+    }
+
+    /// Cancelled downstream when `token` fires.
+    pub fn cancelled_by(mut self, token: &'a CancellationToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+
+    /// With the server's progress sent to `target` (the agent's token), when given.
+    pub fn progress_to(mut self, target: Option<UpTarget>) -> Self {
+        self.progress_to = target;
+        self
+    }
+
+    /// Reading the server's task `task`.
+    pub fn reading_task(mut self, task: &'a str) -> Self {
+        self.task = Some(task);
+        self
+    }
 }
 
 /// What a request to a server carries as its params.
@@ -99,16 +159,15 @@ pub fn parse_text<T: DeserializeOwned>(
 }
 
 impl Connection {
-    /// Sends one request with `timeout`; cancels it downstream when `cancel` fires; routes its
-    /// progress to `progress_to` while it runs. The result comes back as the server sent it.
+    /// Sends one request with `timeout`, for `by`. The result comes back as the server sent
+    /// it.
     pub async fn request(
         &self,
         request: ClientRequest,
         timeout: Duration,
-        cancel: Option<&CancellationToken>,
-        progress_to: Option<UpTarget>,
+        by: OnBehalf<'_>,
     ) -> Result<Box<RawValue>, ForwardError> {
-        self.request_raw(request, timeout, cancel, progress_to, None, &Map::new())
+        self.request_raw(request, timeout, by, None, &Map::new())
             .await
             .map(RawJson::into_raw_value)
     }
@@ -121,8 +180,7 @@ impl Connection {
         &self,
         request: ClientRequest,
         timeout: Duration,
-        cancel: Option<&CancellationToken>,
-        progress_to: Option<UpTarget>,
+        by: OnBehalf<'_>,
         meta: Option<RequestMetaObject>,
         extra: &Map<String, Value>,
     ) -> Result<RawJson, ForwardError> {
@@ -147,8 +205,7 @@ impl Connection {
                 }
             }
         }
-        self.send(&method, params, timeout, cancel, progress_to)
-            .await
+        self.send(&method, params, timeout, by).await
     }
 
     /// Whether a call's params may go to this server as the agent wrote them: not to a
@@ -166,27 +223,23 @@ impl Connection {
         text: &str,
         rename: as_sent::Rename<'_>,
         timeout: Duration,
-        cancel: Option<&CancellationToken>,
-        progress_to: Option<UpTarget>,
+        by: OnBehalf<'_>,
     ) -> Result<RawJson, ForwardError> {
         let params = Params::AsSent { text, rename };
-        self.send_params(method, params, timeout, cancel, progress_to)
-            .await
+        self.send_params(method, params, timeout, by).await
     }
 
-    /// Sends `method` with `params` (a `progressToken` is added to its `_meta` when
-    /// `progress_to` is given).
+    /// Sends `method` with `params` (a `progressToken` is added to its `_meta` when the agent
+    /// it is sent for wants progress).
     pub async fn send(
         &self,
         method: &str,
         params: Map<String, Value>,
         timeout: Duration,
-        cancel: Option<&CancellationToken>,
-        progress_to: Option<UpTarget>,
+        by: OnBehalf<'_>,
     ) -> Result<RawJson, ForwardError> {
         let params = Params::Fields(params);
-        self.send_params(method, params, timeout, cancel, progress_to)
-            .await
+        self.send_params(method, params, timeout, by).await
     }
 
     /// `send` for either kind of params: the agent's text goes on with its name and progress
@@ -196,9 +249,16 @@ impl Connection {
         method: &str,
         params: Params<'_>,
         timeout: Duration,
-        cancel: Option<&CancellationToken>,
-        progress_to: Option<UpTarget>,
+        by: OnBehalf<'_>,
     ) -> Result<RawJson, ForwardError> {
+        let OnBehalf {
+            cancel,
+            progress_to,
+            caller,
+            task,
+        } = by;
+        // Open until this returns: a request the server sends meanwhile is this agent's.
+        let _open = caller.map(|caller| self.open_calls.open(&self.server, task, caller));
         if self.peer.is_closed() {
             return Err(self.stopped(self.server.clone()).await);
         }

@@ -28,12 +28,11 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::audit::RecordKind;
-use crate::gateway::agent::open_calls::Caller;
 use crate::gateway::call::as_sent::{self, Named, Rename};
 use crate::gateway::call::pipeline::forwarded_meta;
 use crate::gateway::raw_json::RawJson;
 use crate::gateway::server::handler::UpTarget;
-use crate::gateway::server::request::ForwardError;
+use crate::gateway::server::request::{ForwardError, OnBehalf};
 
 use super::Upstream;
 
@@ -94,11 +93,6 @@ impl Upstream {
             .get_progress_token()
             .map(|token| UpTarget::of(ctx, token));
         let timeout = self.shared.limits.call_timeout;
-        // A request the server sends meanwhile finds its way to this request's agent.
-        let _open = self
-            .shared
-            .open_calls
-            .open(&slot.name, None, Caller::of(ctx));
         let answer = match out.sent {
             Some((text, rename)) => {
                 live.conn
@@ -107,8 +101,7 @@ impl Upstream {
                         text.get(),
                         rename,
                         timeout,
-                        Some(&ctx.ct),
-                        progress_to,
+                        OnBehalf::of(ctx).progress_to(progress_to),
                     )
                     .await
             }
@@ -117,8 +110,7 @@ impl Upstream {
                     .request_raw(
                         out.request,
                         timeout,
-                        Some(&ctx.ct),
-                        progress_to,
+                        OnBehalf::of(ctx).progress_to(progress_to),
                         forwarded_meta(ctx),
                         &Map::new(),
                     )

@@ -170,6 +170,7 @@ pub(super) async fn start(shared: &Shared, slot: &Slot) -> Result<Running, Start
         faults: faults.clone(),
         era: Arc::new(era),
         inbound,
+        open_calls: shared.open_calls.clone(),
     };
     // A 2026-07-28 server's list changes come only on a listen stream: opened before the
     // first listing, so a change racing it is heard.
