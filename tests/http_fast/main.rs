@@ -23,6 +23,7 @@ mod support;
 mod client;
 
 mod as_written;
+mod attribution;
 mod malformed;
 mod refused_in_kind;
 mod same_rules;
