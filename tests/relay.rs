@@ -108,13 +108,27 @@ impl Run {
         });
         let config = self.path("config.json");
         write_json(&config, &cfg);
+        let serve = [palisade().into(), "serve".into(), "--config".into(), config];
+        self.drive_command(&serve, calls, env)
+    }
+
+    /// Runs the client against `server` itself, with nothing between them: a control showing
+    /// what the client sees of the server's requests unprotected.
+    fn drive_direct(&self, server: &Value, calls: Value) -> Seen {
+        let mut argv = vec![PathBuf::from(server["command"].as_str().unwrap())];
+        for a in server["args"].as_array().into_iter().flatten() {
+            argv.push(a.as_str().unwrap().into());
+        }
+        self.drive_command(&argv, calls, &[])
+    }
+
+    /// Runs the client against the MCP server `argv` starts and makes `calls`.
+    fn drive_command(&self, argv: &[PathBuf], calls: Value, env: &[(&str, &str)]) -> Seen {
         let log = self.path("serve-stderr.log");
         let mut cmd = driver("tests/clients/relay_drive.py");
         cmd.arg(calls.to_string())
             .arg("--")
-            .arg(palisade())
-            .args(["serve", "--config"])
-            .arg(&config)
+            .args(argv)
             .env("RELAY_ERRLOG", &log)
             .env("RUST_LOG", "info,rmcp=error")
             .envs(env.iter().copied());
@@ -302,12 +316,16 @@ fn server_everything_sampling_and_elicitation_reach_the_agent_attributed_and_aud
 // A server cannot pass a URL elicitation off as a form: its request names `mode` twice,
 // "form" then "url", with a `url`. The form is what palisade checks, so the form is what the
 // client gets: written anew, no URL in it. (Before, the check read the typed view, a form,
-// and the server's own fields went on: the client got a URL elicitation.)
+// and the server's own fields went on: the client got a URL elicitation.) The control: the
+// same request with nothing between server and client reaches the client as a URL
+// elicitation.
 #[test]
 fn a_url_elicitation_written_as_a_form_reaches_the_client_as_a_form() {
     let run = Run::new();
     let faulty = json!({"command": python(), "args": [repo("tests/servers/faulty_server.py")],
                         "relay": {"elicitation": true}});
+    let direct = run.drive_direct(&faulty, json!([{"tool": "url_in_form", "args": {}}]));
+    assert_eq!(direct.modes, ["url"], "{:?}", direct.elicitation);
     let seen = run.drive(
         json!({"faulty": faulty}),
         json!([{"tool": "faulty__url_in_form", "args": {}}]),
