@@ -9,9 +9,13 @@
 //!   relayed as an extension's;
 //! - `refused_in_kind`: a 2026-07-28 error gets the status and kind rmcp gives it;
 //! - `same_rules`: policy, the kernel's refusals and the audit's `principal` hold on it; an
-//!   unknown session still gets rmcp's 404; a call that may need the session's stream
-//!   (progress, an agent that can be asked) still goes through rmcp; cancellation; the
-//!   Python SDK's client.
+//!   unknown session still gets rmcp's 404; a call that asks for progress or may ask its
+//!   agent gets a stream of its own; cancellation; slots; the Python SDK's client;
+//! - `attribution`: whose a server's request is: a call's own stream, a routed request's
+//!   session, refused when it could be either of two sessions'; an approval asks its call's
+//!   session;
+//! - `tasks`: a call's `task` reaches the server, and `tasks/*` reach the server that owns
+//!   the task;
 //!
 //! The harness (`client`): the running front and its raw HTTP client, and server-everything
 //! direct.

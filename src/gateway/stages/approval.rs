@@ -96,10 +96,11 @@ impl UpstreamElicitor {
     }
 }
 
-/// A 2026-07-28 agent reached by no round: it has no session to be asked in.
-const NOT_IN_A_ROUND: &str = "the client speaks MCP 2026-07-28, which can be asked only in a tool \
-     call's rounds (input-required results), and this request is not one; use a dir:, exec: or \
-     tty approver for it";
+/// An agent reached neither by a round nor in a session (a 2026-07-28 client, or a request
+/// that carries its client's capabilities in `_meta` and so is served outside any session).
+const NOT_IN_A_ROUND: &str = "this request reaches its client in no session and in no tool \
+     call's rounds (input-required results, how an MCP 2026-07-28 client is asked); use a dir:, \
+     exec: or tty approver for it";
 const NOT_DECLARED: &str = "the client did not declare elicitation";
 
 impl Elicitor for UpstreamElicitor {
