@@ -1,7 +1,8 @@
 //! Whose a server's request is on the fast path: a sampling request during a call goes on
 //! that call's own stream, one during a routed request to its session's own stream, one that
 //! could be either of two sessions' is refused, never guessed; an approval question goes to
-//! the call's own session; a call's end withdraws the question waiting on its stream.
+//! the call's own session, and a call served in no session and no round is denied, not
+//! asked of another; a call's end withdraws the question waiting on its stream.
 
 use super::client::*;
 use super::*;
@@ -268,6 +269,93 @@ fn an_approval_question_for_a_call_on_rmcps_path_goes_to_its_own_session() {
     assert_eq!(reply.status, 202, "{reply:?}");
     assert!(answer.contains("echo: mine"), "{answer}\n{err}");
     assert_eq!(served(&ws, "tools/call"), 0, "rmcp's path served it: {err}");
+}
+
+// A call whose `_meta` carries its client's capabilities is served outside any session (rmcp
+// ignores its session header), and one of a version before 2026-07-28 has no round either:
+// an `elicit` approver has no way to ask its client, so the call is denied, the reason said
+// and audited, and the server never reached. The reason names what is missing; it does not
+// tell an older client it speaks 2026-07-28 (as it did while any session was connected, as
+// here). The control: a session's call on the same front and policy is asked, and approved.
+#[test]
+fn an_approval_for_a_call_with_no_session_and_no_round_is_denied_with_the_reason() {
+    use std::io::BufRead;
+    let ws = Workspace::new();
+    let policy = ws.path().join("compiled-policy.json");
+    support::write_one_rule_policy(&policy, "faulty", "echo", "escalate", "echo needs a yes");
+    let audit = ws.path().join("audit.jsonl");
+    let config = faulty_config(
+        &ws,
+        json!({"policy": policy, "escalation": "elicit", "escalationTimeout": 30,
+               "auditLog": audit}),
+    );
+    let front = Front::start(&ws, &config);
+    let session = front.session(json!({"elicitation": {}}));
+    let echo = |id: u64, text: &str, meta: Option<Value>| {
+        let mut params = json!({"name": "faulty__echo", "arguments": {"text": text}});
+        if let Some(meta) = meta {
+            params["_meta"] = meta;
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+    };
+    // Served outside the session although it names it: its `_meta` says who its client is.
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2025-11-25",
+                      "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+    let sessionless = front.post(
+        Some(&session),
+        &[("MCP-Protocol-Version", "2025-11-25")],
+        &echo(7, "unasked", Some(meta)),
+    );
+    // The control: the session's own call is asked on its stream, and approved.
+    let conn = front.open_post(
+        ALICE,
+        Some(&session),
+        &[],
+        &echo(8, "asked", None).to_string(),
+    );
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut stream = std::io::BufReader::new(conn);
+    let mut head = String::new();
+    while stream.read_line(&mut head).unwrap() > 2 && !head.ends_with("\r\n\r\n") {}
+    let asked: Value = serde_json::from_str(&next_messages(&mut stream, 1)[0]).unwrap();
+    front.post(
+        Some(&session),
+        &[],
+        &json!({"jsonrpc": "2.0", "id": asked["id"],
+                "result": {"action": "accept", "content": {"approve": true}}}),
+    );
+    let approved = next_messages(&mut stream, 1).remove(0);
+    let err = ws.stderr_text();
+    front.stop();
+
+    let refused: Value = serde_json::from_str(&sessionless.message)
+        .unwrap_or_else(|e| panic!("{e}: {sessionless:?}\n{err}"));
+    let text = refused["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert!(
+        text.starts_with("ESCALATION REQUIRED: echo needs a yes. Denied:")
+            && text.contains("reaches its client in no session and in no tool call's rounds"),
+        "{text}"
+    );
+    assert!(!text.contains("speaks MCP 2026-07-28"), "{text}");
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    assert!(approved.contains("echo: asked"), "{approved}\n{err}");
+    let records: Vec<Value> = support::read_jsonl(&audit)
+        .into_iter()
+        .filter(|r| r["toolName"] == "echo")
+        .collect();
+    let outcome = |text: &str| {
+        records
+            .iter()
+            .find(|r| r["arguments"]["text"] == text)
+            .map(|r| r["escalationResult"].clone())
+            .unwrap_or_else(|| panic!("no record of {text}: {records:?}"))
+    };
+    assert_eq!(outcome("unasked"), "denied", "{records:?}");
+    assert_eq!(outcome("asked"), "approved", "{records:?}");
 }
 
 /// The faulty server, with its prompts (`sampling` asks its client) and its sampling relayed.
