@@ -234,35 +234,15 @@ fn a_servers_request_during_requests_of_two_sessions_is_refused() {
 // approves the call. (Before, it went to the most recent session, whose GET stream got it.)
 #[test]
 fn an_approval_question_for_a_call_on_rmcps_path_goes_to_its_own_session() {
-    use std::io::BufRead;
     let ws = Workspace::new();
-    let policy = ws.path().join("compiled-policy.json");
-    support::write_one_rule_policy(&policy, "faulty", "echo", "escalate", "echo needs a yes");
-    let config = faulty_config(
-        &ws,
-        json!({"policy": policy, "escalation": "elicit", "escalationTimeout": 30}),
-    );
-    let front = Front::start(&ws, &config);
+    let front = Front::start(&ws, &escalating_echo_config(&ws, json!({})));
     let caller = front.session(json!({"elicitation": {}}));
     let most_recent = front.session(json!({"elicitation": {}}));
     let _other_get = front.open_get(&most_recent);
     let body = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
                       "params": {"name": "faulty__echo", "arguments": {"text": "mine"}},
                       "x.example/route": 1});
-    let conn = front.open_post(ALICE, Some(&caller), &[], &body.to_string());
-    conn.set_read_timeout(Some(std::time::Duration::from_secs(20)))
-        .unwrap();
-    let mut stream = std::io::BufReader::new(conn);
-    let mut head = String::new();
-    while stream.read_line(&mut head).unwrap() > 2 && !head.ends_with("\r\n\r\n") {}
-    let asked: Value = serde_json::from_str(&next_messages(&mut stream, 1)[0]).unwrap();
-    let reply = front.post(
-        Some(&caller),
-        &[],
-        &json!({"jsonrpc": "2.0", "id": asked["id"],
-                "result": {"action": "accept", "content": {"approve": true}}}),
-    );
-    let answer = next_messages(&mut stream, 1).remove(0);
+    let (asked, reply, answer) = approved_on_its_stream(&front, &caller, &body);
     let err = ws.stderr_text();
     front.stop();
     assert_eq!(asked["method"], "elicitation/create", "{asked}");
@@ -279,17 +259,12 @@ fn an_approval_question_for_a_call_on_rmcps_path_goes_to_its_own_session() {
 // here). The control: a session's call on the same front and policy is asked, and approved.
 #[test]
 fn an_approval_for_a_call_with_no_session_and_no_round_is_denied_with_the_reason() {
-    use std::io::BufRead;
     let ws = Workspace::new();
-    let policy = ws.path().join("compiled-policy.json");
-    support::write_one_rule_policy(&policy, "faulty", "echo", "escalate", "echo needs a yes");
     let audit = ws.path().join("audit.jsonl");
-    let config = faulty_config(
+    let front = Front::start(
         &ws,
-        json!({"policy": policy, "escalation": "elicit", "escalationTimeout": 30,
-               "auditLog": audit}),
+        &escalating_echo_config(&ws, json!({"auditLog": audit})),
     );
-    let front = Front::start(&ws, &config);
     let session = front.session(json!({"elicitation": {}}));
     let echo = |id: u64, text: &str, meta: Option<Value>| {
         let mut params = json!({"name": "faulty__echo", "arguments": {"text": text}});
@@ -307,25 +282,7 @@ fn an_approval_for_a_call_with_no_session_and_no_round_is_denied_with_the_reason
         &echo(7, "unasked", Some(meta)),
     );
     // The control: the session's own call is asked on its stream, and approved.
-    let conn = front.open_post(
-        ALICE,
-        Some(&session),
-        &[],
-        &echo(8, "asked", None).to_string(),
-    );
-    conn.set_read_timeout(Some(std::time::Duration::from_secs(20)))
-        .unwrap();
-    let mut stream = std::io::BufReader::new(conn);
-    let mut head = String::new();
-    while stream.read_line(&mut head).unwrap() > 2 && !head.ends_with("\r\n\r\n") {}
-    let asked: Value = serde_json::from_str(&next_messages(&mut stream, 1)[0]).unwrap();
-    front.post(
-        Some(&session),
-        &[],
-        &json!({"jsonrpc": "2.0", "id": asked["id"],
-                "result": {"action": "accept", "content": {"approve": true}}}),
-    );
-    let approved = next_messages(&mut stream, 1).remove(0);
+    let (asked, _, approved) = approved_on_its_stream(&front, &session, &echo(8, "asked", None));
     let err = ws.stderr_text();
     front.stop();
 
@@ -356,6 +313,39 @@ fn an_approval_for_a_call_with_no_session_and_no_round_is_denied_with_the_reason
     };
     assert_eq!(outcome("unasked"), "denied", "{records:?}");
     assert_eq!(outcome("asked"), "approved", "{records:?}");
+}
+
+/// The faulty server behind an `elicit` approver, its `echo` escalated ("echo needs a yes"),
+/// with `settings` added.
+fn escalating_echo_config(ws: &Workspace, mut settings: Value) -> std::path::PathBuf {
+    let policy = ws.path().join("compiled-policy.json");
+    support::write_one_rule_policy(&policy, "faulty", "echo", "escalate", "echo needs a yes");
+    settings["policy"] = json!(policy);
+    settings["escalation"] = json!("elicit");
+    settings["escalationTimeout"] = json!(30);
+    faulty_config(ws, settings)
+}
+
+/// Posts the call `body` in `session`, reads the approval question off the call's own
+/// stream and approves it; the question, the status of the approving POST, and the call's
+/// answer.
+fn approved_on_its_stream(front: &Front, session: &str, body: &Value) -> (Value, Answer, String) {
+    use std::io::BufRead;
+    let conn = front.open_post(ALICE, Some(session), &[], &body.to_string());
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut stream = std::io::BufReader::new(conn);
+    let mut head = String::new();
+    while stream.read_line(&mut head).unwrap() > 2 && !head.ends_with("\r\n\r\n") {}
+    let asked: Value = serde_json::from_str(&next_messages(&mut stream, 1)[0]).unwrap();
+    let reply = front.post(
+        Some(session),
+        &[],
+        &json!({"jsonrpc": "2.0", "id": asked["id"],
+                "result": {"action": "accept", "content": {"approve": true}}}),
+    );
+    let answer = next_messages(&mut stream, 1).remove(0);
+    (asked, reply, answer)
 }
 
 /// The faulty server, with its prompts (`sampling` asks its client) and its sampling relayed.
