@@ -242,7 +242,7 @@ fn an_approval_question_for_a_call_on_rmcps_path_goes_to_its_own_session() {
     let body = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
                       "params": {"name": "faulty__echo", "arguments": {"text": "mine"}},
                       "x.example/route": 1});
-    let (asked, reply, answer) = approved_on_its_stream(&front, &caller, &body);
+    let (asked, reply, answer) = approved_on_its_stream(&front, &caller, &[], &body);
     let err = ws.stderr_text();
     front.stop();
     assert_eq!(asked["method"], "elicitation/create", "{asked}");
@@ -282,7 +282,8 @@ fn an_approval_for_a_call_with_no_session_and_no_round_is_denied_with_the_reason
         &echo(7, "unasked", Some(meta)),
     );
     // The control: the session's own call is asked on its stream, and approved.
-    let (asked, _, approved) = approved_on_its_stream(&front, &session, &echo(8, "asked", None));
+    let (asked, _, approved) =
+        approved_on_its_stream(&front, &session, &[], &echo(8, "asked", None));
     let err = ws.stderr_text();
     front.stop();
 
@@ -315,6 +316,28 @@ fn an_approval_for_a_call_with_no_session_and_no_round_is_denied_with_the_reason
     assert_eq!(outcome("asked"), "approved", "{records:?}");
 }
 
+// rmcp serves a call in its session when its `_meta` has the client's capabilities but no
+// protocol version (`versions::served_sessionless`), so its approval question goes on the
+// call's own stream like any session call's. Before, the capabilities alone made such a call
+// sessionless to Palisade, which denied it as having no way to its client.
+#[test]
+fn an_approval_for_a_call_whose_meta_has_capabilities_but_no_version_is_asked_in_its_session() {
+    let ws = Workspace::new();
+    let front = Front::start(&ws, &escalating_echo_config(&ws, json!({})));
+    let session = front.session(json!({"elicitation": {}}));
+    let meta = json!({"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                      "params": {"name": "faulty__echo", "arguments": {"text": "in session"},
+                                 "_meta": meta}});
+    let version = [("MCP-Protocol-Version", "2025-11-25")];
+    let (asked, reply, answer) = approved_on_its_stream(&front, &session, &version, &body);
+    let err = ws.stderr_text();
+    front.stop();
+    assert_eq!(asked["method"], "elicitation/create", "{asked}\n{err}");
+    assert_eq!(reply.status, 202, "{reply:?}");
+    assert!(answer.contains("echo: in session"), "{answer}\n{err}");
+}
+
 /// The faulty server behind an `elicit` approver, its `echo` escalated ("echo needs a yes"),
 /// with `settings` added.
 fn escalating_echo_config(ws: &Workspace, mut settings: Value) -> std::path::PathBuf {
@@ -326,12 +349,17 @@ fn escalating_echo_config(ws: &Workspace, mut settings: Value) -> std::path::Pat
     faulty_config(ws, settings)
 }
 
-/// Posts the call `body` in `session`, reads the approval question off the call's own
+/// Posts the call `body` in `session` (with `headers` besides), reads the approval question off the call's own
 /// stream and approves it; the question, the status of the approving POST, and the call's
 /// answer.
-fn approved_on_its_stream(front: &Front, session: &str, body: &Value) -> (Value, Answer, String) {
+fn approved_on_its_stream(
+    front: &Front,
+    session: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> (Value, Answer, String) {
     use std::io::BufRead;
-    let conn = front.open_post(ALICE, Some(session), &[], &body.to_string());
+    let conn = front.open_post(ALICE, Some(session), headers, &body.to_string());
     conn.set_read_timeout(Some(std::time::Duration::from_secs(20)))
         .unwrap();
     let mut stream = std::io::BufReader::new(conn);

@@ -95,32 +95,22 @@ impl Caller {
 
 /// Which agent made the request of `ctx`: the fast path says which session it came in, rmcp's
 /// path leaves the HTTP request's head, and the stdio front neither. rmcp checks a session id
-/// only for the requests it serves in that session: a 2026-07-28 request's header is
-/// whatever its client wrote, so it names no session.
+/// only for the requests it serves in that session: one it serves outside any
+/// (`versions::served_sessionless`) names none, whatever its header says.
 fn agent_of(ctx: &RequestContext<RoleServer>) -> Agent {
     if let Some(InSession(session)) = ctx.extensions.get::<InSession>() {
         return session.clone().map_or(Agent::Alone, Agent::Session);
     }
     match ctx.extensions.get::<axum::http::request::Parts>() {
-        Some(_) if served_sessionless(ctx) => Agent::Alone,
-        Some(parts) => parts
-            .headers
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .map_or(Agent::Alone, |id| Agent::Session(id.to_string())),
+        Some(parts) => {
+            let header = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
+            if super::versions::served_sessionless(&ctx.meta, header("mcp-protocol-version")) {
+                return Agent::Alone;
+            }
+            header("mcp-session-id").map_or(Agent::Alone, |id| Agent::Session(id.to_string()))
+        }
         None => Agent::Stdio,
     }
-}
-
-/// Whether rmcp serves this request outside any session, as it serves a request whose `_meta`
-/// carries a protocol envelope (a 2026-07-28 one, or any version with the client's
-/// capabilities): its `Mcp-Session-Id` header is then whatever its client wrote.
-fn served_sessionless(ctx: &RequestContext<RoleServer>) -> bool {
-    super::versions::is_modern(&ctx.meta)
-        || ctx
-            .meta
-            .0
-            .contains_key("io.modelcontextprotocol/clientCapabilities")
 }
 
 /// Runs `fut` (an approval) with `caller` as the way to its agent.

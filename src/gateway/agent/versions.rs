@@ -44,6 +44,29 @@ pub fn is_modern(meta: &RequestMetaObject) -> bool {
         .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
 }
 
+/// Whether rmcp's HTTP transport serves a request (other than `initialize`, always in its
+/// session) outside any session, whatever `Mcp-Session-Id` it names. rmcp 3.9's rule
+/// (`is_legacy_request`, negated): the request's `_meta` carries a protocol version and the
+/// client's capabilities, each as rmcp reads them (of any version: the per-request
+/// envelope), or the version it speaks, its `_meta`'s else its `MCP-Protocol-Version`
+/// header's, has no `initialize` (2026-07-28 and later). A request whose `_meta` has
+/// capabilities but no version is served in its session.
+pub fn served_sessionless(meta: &RequestMetaObject, header: Option<&str>) -> bool {
+    let version = meta.protocol_version();
+    let envelope = version.is_some() && meta.client_capabilities().is_some();
+    let speaks = version.as_ref().map(ProtocolVersion::as_str).or(header);
+    envelope || speaks.is_some_and(|v| v >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+/// Whether a request's `_meta` has any key of the per-request envelope
+/// (`io.modelcontextprotocol/...`). rmcp reads these keys, checks them against the
+/// `MCP-Protocol-Version` header and may then serve the request outside its session
+/// (`served_sessionless`), so a session request carrying one is left to rmcp's path.
+pub fn carries_envelope(meta: &RequestMetaObject) -> bool {
+    meta.keys()
+        .any(|k| k.starts_with("io.modelcontextprotocol/"))
+}
+
 /// A 2026-07-28 request must carry its whole envelope; the error names what is missing.
 /// (rmcp checks this for the requests it answers; Palisade checks the ones it relays.)
 pub fn check_envelope(meta: &RequestMetaObject) -> Result<(), ErrorData> {
@@ -183,6 +206,67 @@ mod tests {
         assert!(!is_modern(&meta(
             json!({"io.modelcontextprotocol/protocolVersion": "2025-11-25"})
         )));
+    }
+
+    /// rmcp's rule, case by case, and the fast path's rule never keeping in a session a
+    /// request rmcp serves outside one: with no header or one before 2026-07-28 (a session
+    /// request's), `served_sessionless` implies `carries_envelope`.
+    #[test]
+    fn a_request_is_sessionless_where_rmcp_serves_it_so() {
+        let caps = json!({"elicitation": {}});
+        let cases = [
+            (json!({}), None, false),
+            (json!({}), Some("2025-11-25"), false),
+            (json!({"progressToken": 1}), Some("2026-07-28"), true),
+            (modern(), Some("2026-07-28"), true),
+            // The envelope of an older version: still outside the session.
+            (
+                json!({"io.modelcontextprotocol/protocolVersion": "2025-11-25",
+                       "io.modelcontextprotocol/clientCapabilities": caps}),
+                Some("2025-11-25"),
+                true,
+            ),
+            // Capabilities without a version, or a version without capabilities: in it.
+            (
+                json!({"io.modelcontextprotocol/clientCapabilities": caps}),
+                Some("2025-11-25"),
+                false,
+            ),
+            (
+                json!({"io.modelcontextprotocol/clientCapabilities": caps}),
+                None,
+                false,
+            ),
+            (
+                json!({"io.modelcontextprotocol/protocolVersion": "2025-11-25"}),
+                Some("2025-11-25"),
+                false,
+            ),
+            // Capabilities rmcp cannot read are none.
+            (
+                json!({"io.modelcontextprotocol/protocolVersion": "2025-11-25",
+                       "io.modelcontextprotocol/clientCapabilities": "all"}),
+                Some("2025-11-25"),
+                false,
+            ),
+            // The `_meta` version first, then the header's.
+            (
+                json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"}),
+                Some("2025-11-25"),
+                true,
+            ),
+            // A bare `protocolVersion` is an ordinary `_meta` key.
+            (json!({"protocolVersion": "2026-07-28"}), None, false),
+        ];
+        for (m, header, want) in cases {
+            let m = meta(m);
+            assert_eq!(served_sessionless(&m, header), want, "{m:?} {header:?}");
+            let a_session_requests = header.is_none_or(|h| h < "2026-07-28");
+            if want && a_session_requests {
+                assert!(carries_envelope(&m), "{m:?}");
+            }
+        }
+        assert!(!carries_envelope(&meta(json!({"protocolVersion": "x"}))));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::gateway::agent::asking::Answered;
 use crate::gateway::agent::service::READ_RAW;
-use crate::gateway::agent::{front, tasks_v2};
+use crate::gateway::agent::{front, tasks_v2, versions};
 use crate::gateway::call::as_sent::{self, AsSent};
 
 use super::super::limits;
@@ -310,13 +310,12 @@ pub(super) fn headers_fit(headers: &HeaderMap) -> Option<Era> {
 }
 
 /// Whether a request's `_meta` is the fast path's to serve: a progress token, if any, that
-/// reads as one (else rmcp's path says why), and, in a session, no 2026-07-28 envelope
-/// (rmcp's checks; a 2026-07-28 request's envelope is read by `modern::fits`).
+/// reads as one (else rmcp's path says why), and, in a session, no key of the per-request
+/// envelope (`versions::carries_envelope`: rmcp checks those and may serve the request
+/// outside the session; a 2026-07-28 request's envelope is read by `modern::fits`).
 fn meta_fits(era: Era, meta: Option<&RequestMetaObject>) -> bool {
     meta.is_none_or(|m| {
-        let sessionless = m.contains_key("protocolVersion")
-            || m.keys().any(|k| k.starts_with("io.modelcontextprotocol/"));
-        (era == Era::Modern || !sessionless)
+        (era == Era::Modern || !versions::carries_envelope(m))
             && (!m.contains_key("progressToken") || m.get_progress_token().is_some())
     })
 }
@@ -510,8 +509,15 @@ mod tests {
         assert!(!fits(
             r#"{"name":"fs__stat","_meta":{"progressToken":[1]}}"#
         ));
-        // A 2026-07-28 call is driven in rounds.
+        // A 2026-07-28 call is driven in rounds, and any envelope key is rmcp's to check.
         assert!(!fits(
+            r#"{"name":"fs__stat","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#
+        ));
+        assert!(!fits(
+            r#"{"name":"fs__stat","_meta":{"io.modelcontextprotocol/clientCapabilities":{}}}"#
+        ));
+        // A bare `protocolVersion` is no envelope key: an ordinary `_meta` member.
+        assert!(fits(
             r#"{"name":"fs__stat","_meta":{"protocolVersion":"2026-07-28"}}"#
         ));
         // A task-augmented call, or a field Palisade does not know.
