@@ -337,6 +337,51 @@ fn a_url_elicitation_written_as_a_form_reaches_the_client_as_a_form() {
     assert!(text.starts_with("result:"), "{answer}");
 }
 
+// A sampling request with a made-up tool history (an assistant `tool_use` and the user's
+// `tool_result` for it) would have the agent's model act on the server's say: it is refused
+// like a tool list, named and audited, and never reaches the client. The controls: the same
+// request, the server run with nothing in between, reaches the client; and through the same
+// gateway, the same server's text-only sampling does.
+#[test]
+fn a_sampling_request_with_a_made_up_tool_history_never_reaches_the_client() {
+    let run = Run::new();
+    let faulty = json!({"command": python(), "args": [repo("tests/servers/faulty_server.py")],
+                        "relay": {"sampling": true}});
+    let direct = run.drive_direct(
+        &faulty,
+        json!([{"tool": "sampling_tool_history", "args": {}}]),
+    );
+    assert_eq!(direct.sampling.len(), 1, "{:?}", direct.calls);
+    assert!(
+        direct.sampling[0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("tidy my files")),
+        "{:?}",
+        direct.sampling
+    );
+    let seen = run.drive(
+        json!({"faulty": faulty}),
+        json!([{"tool": "faulty__sampling_tool_history", "args": {}},
+               {"tool": "faulty__sampling", "args": {}}]),
+        &[],
+    );
+    let refused = seen.call("faulty__sampling_tool_history");
+    let text = refused["text"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with("error: ") && text.contains("tool_use/tool_result"),
+        "{refused}"
+    );
+    seen.sampled_by_the_client("faulty__sampling");
+    assert_eq!(seen.sampling.len(), 1, "{:?}", seen.sampling);
+    assert_eq!(seen.sampling[0]["text"], "hi", "{:?}", seen.sampling);
+    let statuses: Vec<String> = run
+        .relay_records()
+        .into_iter()
+        .map(|(kind, _, status, _)| format!("{kind} {status}"))
+        .collect();
+    assert_eq!(statuses, ["sampling denied", "sampling success"]);
+}
+
 // A server's request while several calls of the one stdio session are open to it goes to that
 // session: every call there is the same agent's, so there is nothing to tell apart (only
 // requests of different sessions are refused as unattributable).
