@@ -70,7 +70,7 @@ pub(super) fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &LineOut, runnin
     // Boxed: a call's future is about 11 KB (each stage's state nested in the one before), and
     // tokio moves a spawned future into its task and writes the task's stage over it when it
     // ends; in a box each of those copies a pointer, not the whole future (docs/benchmarks.md,
-    // "Calls spawned boxed").
+    // "Calls spawned boxed"). tokio boxes a future itself only above 16 KB.
     tokio::spawn(Box::pin(async move {
         let answer = match shared.upstream.get() {
             None => Err(ErrorData::invalid_request(

@@ -247,15 +247,13 @@ impl FastPath {
             .map_or_else(CancellationToken::new, running::Started::token);
         let era = call.era;
         let streamed = (call.progress || call.asks.is_some()).then(RequestStream::new);
-        // Boxed, as the stdio front's calls are (`front::answer::relay`): the call's future
-        // is over 20 KB, which tokio would copy into its task and over again when it ends.
-        let task = tokio::spawn(Box::pin(run(
+        let task = tokio::spawn(run(
             Arc::clone(&self.shared),
             call,
             ct.clone(),
             streamed.as_ref().map(|(stream, _)| stream.clone()),
             Arc::clone(&self.questions),
-        )));
+        ));
         let finished = {
             let (cut, ct) = (cut.clone(), ct.clone());
             async move {
