@@ -336,6 +336,7 @@ fn an_approval_for_a_call_whose_meta_has_capabilities_but_no_version_is_asked_in
     assert_eq!(asked["method"], "elicitation/create", "{asked}\n{err}");
     assert_eq!(reply.status, 202, "{reply:?}");
     assert!(answer.contains("echo: in session"), "{answer}\n{err}");
+    assert_eq!(served(&ws, "tools/call"), 0, "rmcp's path served it: {err}");
 }
 
 /// The faulty server behind an `elicit` approver, its `echo` escalated ("echo needs a yes"),

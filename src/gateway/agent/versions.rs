@@ -50,7 +50,8 @@ pub fn is_modern(meta: &RequestMetaObject) -> bool {
 /// client's capabilities, each as rmcp reads them (of any version: the per-request
 /// envelope), or the version it speaks, its `_meta`'s else its `MCP-Protocol-Version`
 /// header's, has no `initialize` (2026-07-28 and later). A request whose `_meta` has
-/// capabilities but no version is served in its session.
+/// capabilities but no version is served in its session. This is the rule of the transport
+/// as `http::principals::transport_config` sets it up (sessions kept, no session store).
 pub fn served_sessionless(meta: &RequestMetaObject, header: Option<&str>) -> bool {
     let version = meta.protocol_version();
     let envelope = version.is_some() && meta.client_capabilities().is_some();

@@ -97,7 +97,8 @@ impl UpstreamElicitor {
 }
 
 /// An agent reached neither by a round nor in a session (a 2026-07-28 client, or a request
-/// that carries its client's capabilities in `_meta` and so is served outside any session).
+/// whose `_meta` carries its protocol version and its client's capabilities, which rmcp
+/// serves outside any session: `versions::served_sessionless`).
 const NOT_IN_A_ROUND: &str = "this request reaches its client in no session and in no tool \
      call's rounds (input-required results, how an MCP 2026-07-28 client is asked); use a dir:, \
      exec: or tty approver for it";

@@ -158,12 +158,7 @@ pub(super) async fn start_principal(front: &Front, name: &str) -> Result<Arc<Pri
         front.http.fast_calls,
         front.http.approver_for.is_some(),
     );
-    let config = StreamableHttpServerConfig::default()
-        .with_cancellation_token(sessions.clone())
-        .with_max_request_body_bytes(front.http.max_body_bytes)
-        // Origin and Host are checked before authentication, by `origin::check`.
-        .disable_allowed_origins()
-        .disable_allowed_hosts();
+    let config = transport_config(sessions.clone(), front.http.max_body_bytes);
     let service = StreamableHttpService::new(
         move || {
             Ok(Upstream {
@@ -235,5 +230,30 @@ impl AuditSink for PrincipalAudit {
         rec.principal = Some(self.principal.clone());
         self.metrics.record(&rec);
         self.inner.record(&rec)
+    }
+}
+
+/// rmcp's transport settings for a principal. They keep sessions (`legacy_session_mode`, no
+/// session store to restore one from): which requests rmcp then serves outside a session is
+/// `versions::served_sessionless`, and `open_calls` trusts a request's `Mcp-Session-Id`
+/// only for the others, so a change to either setting changes that rule (the test below).
+fn transport_config(sessions: CancellationToken, max_body: usize) -> StreamableHttpServerConfig {
+    StreamableHttpServerConfig::default()
+        .with_cancellation_token(sessions)
+        .with_max_request_body_bytes(max_body)
+        // Origin and Host are checked before authentication, by `origin::check`.
+        .disable_allowed_origins()
+        .disable_allowed_hosts()
+}
+
+#[cfg(test)]
+mod transport_tests {
+    use super::*;
+
+    #[test]
+    fn the_transport_keeps_the_sessions_served_sessionless_is_written_for() {
+        let config = transport_config(CancellationToken::new(), 1024);
+        assert!(config.legacy_session_mode);
+        assert!(config.session_store.is_none());
     }
 }
