@@ -242,13 +242,7 @@ fn an_approval_question_for_a_call_on_rmcps_path_goes_to_its_own_session() {
     let body = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
                       "params": {"name": "faulty__echo", "arguments": {"text": "mine"}},
                       "x.example/route": 1});
-    let (asked, reply, answer) = approved_on_its_stream(&front, &caller, &[], &body);
-    let err = ws.stderr_text();
-    front.stop();
-    assert_eq!(asked["method"], "elicitation/create", "{asked}");
-    assert_eq!(reply.status, 202, "{reply:?}");
-    assert!(answer.contains("echo: mine"), "{answer}\n{err}");
-    assert_eq!(served(&ws, "tools/call"), 0, "rmcp's path served it: {err}");
+    asked_and_approved_on_rmcps_path(&ws, front, &caller, &[], &body, "echo: mine");
 }
 
 // A call whose `_meta` carries its client's capabilities is served outside any session (rmcp
@@ -330,13 +324,7 @@ fn an_approval_for_a_call_whose_meta_has_capabilities_but_no_version_is_asked_in
                       "params": {"name": "faulty__echo", "arguments": {"text": "in session"},
                                  "_meta": meta}});
     let version = [("MCP-Protocol-Version", "2025-11-25")];
-    let (asked, reply, answer) = approved_on_its_stream(&front, &session, &version, &body);
-    let err = ws.stderr_text();
-    front.stop();
-    assert_eq!(asked["method"], "elicitation/create", "{asked}\n{err}");
-    assert_eq!(reply.status, 202, "{reply:?}");
-    assert!(answer.contains("echo: in session"), "{answer}\n{err}");
-    assert_eq!(served(&ws, "tools/call"), 0, "rmcp's path served it: {err}");
+    asked_and_approved_on_rmcps_path(&ws, front, &session, &version, &body, "echo: in session");
 }
 
 /// The faulty server behind an `elicit` approver, its `echo` escalated ("echo needs a yes"),
@@ -375,6 +363,26 @@ fn approved_on_its_stream(
     );
     let answer = next_messages(&mut stream, 1).remove(0);
     (asked, reply, answer)
+}
+
+/// Asserts that the call `body` (posted in `session` with `headers`) went through rmcp's path,
+/// that its approval question came on its own stream and was approved (202), and that its
+/// answer then holds `answered`; stops the front.
+fn asked_and_approved_on_rmcps_path(
+    ws: &Workspace,
+    front: Front,
+    session: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+    answered: &str,
+) {
+    let (asked, reply, answer) = approved_on_its_stream(&front, session, headers, body);
+    let err = ws.stderr_text();
+    front.stop();
+    assert_eq!(asked["method"], "elicitation/create", "{asked}\n{err}");
+    assert_eq!(reply.status, 202, "{reply:?}");
+    assert!(answer.contains(answered), "{answer}\n{err}");
+    assert_eq!(served(ws, "tools/call"), 0, "rmcp's path served it: {err}");
 }
 
 /// The faulty server, with its prompts (`sampling` asks its client) and its sampling relayed.
