@@ -1,6 +1,7 @@
 //! The chain's anchor: the last record's `seq` and `hash`, kept in a file of its own next to
 //! the log (`<log>.head`), rewritten after every record in place, as one write of a fixed
-//! size (the JSON padded with blanks), so a reader sees the old head or the new one. Not by
+//! size (the JSON padded with blanks) through a descriptor the writer keeps open, so a
+//! reader sees the old head or the new one. Not by
 //! rename: the kernel drops a mount whose file is replaced from another mount namespace, so
 //! a rename would remove the mask that hides the head file inside a sandbox. A write cut by
 //! a crash leaves a head that does not parse, which is refused (fail closed).
@@ -54,10 +55,51 @@ pub fn read(head: &Path) -> std::io::Result<Option<ChainState>> {
 /// Every head file has this size: room for the JSON with any `seq`, padded with blanks.
 const HEAD_SIZE: usize = 128;
 
-/// Rewrites the head file with `state`: one positioned write of `HEAD_SIZE` bytes at offset
-/// 0 of the same file (created 0600 when missing), flushed to disk with `sync`.
-pub fn write(head: &Path, state: &ChainState, sync: bool) -> std::io::Result<()> {
-    use std::os::unix::fs::FileExt;
+/// A head file held open by its log's writer: each record rewrites it through the same
+/// descriptor, one positioned write, so a record costs no path lookup and no open or close.
+pub struct Head {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl Head {
+    /// Opens the head file at `path` for writing (created 0600 when missing), cut to
+    /// `HEAD_SIZE` when it is longer: a file this module did not write keeps no stale tail.
+    pub fn open(path: &Path) -> std::io::Result<Head> {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)?;
+        if file.metadata()?.len() > HEAD_SIZE as u64 {
+            file.set_len(HEAD_SIZE as u64)?;
+        }
+        Ok(Head {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Rewrites the head with `state`: one positioned write of `HEAD_SIZE` bytes at offset 0,
+    /// flushed to disk with `sync`.
+    pub fn write(&self, state: &ChainState, sync: bool) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(&encode(state)?, 0)?;
+        if sync {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+}
+
+/// The head file's bytes for `state`: its JSON padded with blanks to `HEAD_SIZE`, ending in
+/// a newline.
+fn encode(state: &ChainState) -> std::io::Result<Vec<u8>> {
     let mut body = serde_json::to_vec(&HeadFile {
         seq: state.seq,
         hash: state.hash.clone(),
@@ -71,21 +113,7 @@ pub fn write(head: &Path, state: &ChainState, sync: bool) -> std::io::Result<()>
     }
     body.resize(HEAD_SIZE - 1, b' ');
     body.push(b'\n');
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(head)?;
-    f.write_all_at(&body, 0)?;
-    // A longer file (not written by this module) keeps no stale tail.
-    if f.metadata()?.len() != HEAD_SIZE as u64 {
-        f.set_len(HEAD_SIZE as u64)?;
-    }
-    if sync {
-        f.sync_data()?;
-    }
-    Ok(())
+    Ok(body)
 }
 
 /// Why `last` (the state the log ends in) disagrees with `anchored`, if it does.
@@ -114,23 +142,32 @@ mod tests {
             seq: 1,
             hash: "a".repeat(64),
         };
-        write(&head, &s1, false).unwrap();
+        let writer = Head::open(&head).unwrap();
+        assert_eq!(writer.path(), head);
+        writer.write(&s1, false).unwrap();
         assert_eq!(read(&head).unwrap(), Some(s1.clone()));
         let s2 = ChainState {
             seq: 2,
             hash: "b".repeat(64),
         };
-        write(&head, &s2, true).unwrap();
+        writer.write(&s2, true).unwrap();
         assert_eq!(read(&head).unwrap(), Some(s2.clone()));
         assert!(disagreement(&s2, &s2).is_none());
         assert!(disagreement(&s1, &s2).unwrap().contains("seq 1"));
         // Rewritten in place (the same file: a mask bound over it stays), at a fixed size.
         use std::os::unix::fs::MetadataExt;
         let ino = std::fs::metadata(&head).unwrap().ino();
-        write(&head, &s1, false).unwrap();
+        writer.write(&s1, false).unwrap();
         assert_eq!(std::fs::metadata(&head).unwrap().ino(), ino);
         assert_eq!(std::fs::metadata(&head).unwrap().len(), HEAD_SIZE as u64);
-        assert_eq!(read(&head).unwrap(), Some(s1));
+        assert_eq!(read(&head).unwrap(), Some(s1.clone()));
+        // A longer head file (not written here) is cut to size when opened, so the next
+        // write leaves no stale tail after the padding.
+        drop(writer);
+        std::fs::write(&head, vec![b'x'; 3 * HEAD_SIZE]).unwrap();
+        Head::open(&head).unwrap().write(&s2, false).unwrap();
+        assert_eq!(std::fs::metadata(&head).unwrap().len(), HEAD_SIZE as u64);
+        assert_eq!(read(&head).unwrap(), Some(s2));
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
     }
 }

@@ -68,7 +68,7 @@ struct Writer {
     /// Locked exclusively for the life of the log (released when it is closed).
     file: Flock<File>,
     /// The head file, for a log that is a regular file.
-    head: Option<PathBuf>,
+    head: Option<super::anchor::Head>,
     state: ChainState,
     poisoned: bool,
 }
@@ -120,22 +120,28 @@ impl AuditLog {
         };
         let state = last_state(&mut file, path)?;
         let regular = file.metadata().map_err(io)?.is_file();
-        let head = regular.then(|| super::anchor::head_path(path));
-        if let Some(head) = &head {
-            let anchored = super::anchor::read(head).map_err(io)?;
-            match anchored {
-                Some(a) => {
-                    if let Some(detail) = super::anchor::disagreement(&state, &a) {
-                        return Err(AuditError::Anchor {
-                            path: path.to_path_buf(),
-                            detail,
-                        });
-                    }
+        let head = match regular {
+            true => {
+                let head = super::anchor::head_path(path);
+                let anchored = super::anchor::read(&head).map_err(io)?;
+                if let Some(detail) = anchored
+                    .as_ref()
+                    .and_then(|a| super::anchor::disagreement(&state, a))
+                {
+                    return Err(AuditError::Anchor {
+                        path: path.to_path_buf(),
+                        detail,
+                    });
                 }
+                let head = super::anchor::Head::open(&head).map_err(io)?;
                 // A new log, or one written before logs were anchored: anchored from here.
-                None => super::anchor::write(head, &state, options.sync_each).map_err(io)?,
+                if anchored.is_none() {
+                    head.write(&state, options.sync_each).map_err(io)?;
+                }
+                Some(head)
             }
-        }
+            false => None,
+        };
         Ok(AuditLog {
             path: path.to_path_buf(),
             options,
@@ -150,11 +156,6 @@ impl AuditLog {
 
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// The head file that anchors the chain (`None` for a log that is not a regular file).
-    pub fn head_path(&self) -> Option<PathBuf> {
-        self.inner.lock().ok().and_then(|w| w.head.clone())
     }
 
     /// Redacts, seals and writes one record; returns only after the line reached the kernel
@@ -184,7 +185,7 @@ impl AuditLog {
                 }
             })
             .and_then(|()| match &w.head {
-                Some(head) => super::anchor::write(head, &next, self.options.sync_each),
+                Some(head) => head.write(&next, self.options.sync_each),
                 None => Ok(()),
             });
         match result {
