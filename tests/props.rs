@@ -462,7 +462,7 @@ fn said(kind: &palisade::gateway::server::envelope::Kind<'_>) -> String {
 /// the same response (same id, same result bytes); the classification with the scanner in
 /// front is serde's classification.
 fn scanner_agrees(line: &str) -> Result<(), TestCaseError> {
-    use palisade::gateway::server::envelope::{classify_serde, classify_text, response};
+    use palisade::gateway::server::envelope::{classify_serde, classify_text, response, LineText};
     let serde = classify_serde(line);
     if let Some(spans) = response(line) {
         prop_assert_eq!(
@@ -473,6 +473,13 @@ fn scanner_agrees(line: &str) -> Result<(), TestCaseError> {
         );
     }
     prop_assert_eq!(said(&classify_text(line)), said(&serde), "{}", line);
+    // As the peer reads a line: a printable one skips the control-byte pass, the answer
+    // stays serde's.
+    let read = LineText::new(line.as_bytes().to_vec());
+    prop_assert!(read.is_ok(), "a str is UTF-8: {}", line);
+    if let Ok(read) = read {
+        prop_assert_eq!(said(&read.classify()), said(&serde), "{}", line);
+    }
     Ok(())
 }
 

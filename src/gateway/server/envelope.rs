@@ -22,7 +22,7 @@ use rmcp::model::ErrorData;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::gateway::json_scan::{has_control, object_members};
+use crate::gateway::json_scan::{has_control, object_members, printable_ascii};
 
 /// What one line is, once its envelope is read. Spans borrow the line.
 #[derive(Debug)]
@@ -55,12 +55,68 @@ pub fn classify(line: &[u8]) -> Kind<'_> {
 
 /// Classifies a line known to be UTF-8: the scanner first, serde where it is not sure.
 pub fn classify_text(text: &str) -> Kind<'_> {
-    match response(text) {
+    kind_of(text, response(text))
+}
+
+/// A response read by the scanner (`spans`), else what serde makes of `text`.
+fn kind_of(text: &str, spans: Option<ResponseSpans>) -> Kind<'_> {
+    match spans {
         Some(spans) => Kind::Response {
             id: &text[spans.id],
             reply: Ok(&text[spans.result]),
         },
         None => classify_serde(text),
+    }
+}
+
+/// A server's line as text, checked for UTF-8 once. Most lines are printable ASCII before
+/// their newline, which one pass shows (`json_scan::printable_ascii`): such a line is UTF-8
+/// and holds no control byte, so neither `str::from_utf8` nor the scanner's control-byte
+/// pass walks it again. A 1 MiB result was walked by both (docs/benchmarks.md).
+#[derive(Debug)]
+pub struct LineText {
+    text: String,
+    /// Printable ASCII before the newline: no control byte for `response` to look for.
+    printable: bool,
+}
+
+impl LineText {
+    /// The line as text; `Err` gives it back when it is not UTF-8.
+    pub fn new(line: Vec<u8>) -> Result<LineText, Vec<u8>> {
+        if printable_ascii(line.strip_suffix(b"\n").unwrap_or(&line)) {
+            // SAFETY: every byte was just checked to be below 0x80 (the newline too), and
+            // ASCII is UTF-8.
+            let text = unsafe { String::from_utf8_unchecked(line) };
+            return Ok(LineText {
+                text,
+                printable: true,
+            });
+        }
+        match String::from_utf8(line) {
+            Ok(text) => Ok(LineText {
+                text,
+                printable: false,
+            }),
+            Err(e) => Err(e.into_bytes()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn into_string(self) -> String {
+        self.text
+    }
+
+    /// What the line is, as [`classify_text`] says, without its control-byte pass when the
+    /// line is printable.
+    pub fn classify(&self) -> Kind<'_> {
+        let spans = match self.printable {
+            true => response_members(&self.text),
+            false => response(&self.text),
+        };
+        kind_of(&self.text, spans)
     }
 }
 
@@ -139,6 +195,12 @@ pub fn response(line: &str) -> Option<ResponseSpans> {
     if has_control(body) {
         return None;
     }
+    response_members(line)
+}
+
+/// [`response`] for a line already known to hold no control byte before its newline.
+fn response_members(line: &str) -> Option<ResponseSpans> {
+    let b = line.as_bytes();
     let (mut jsonrpc, mut id, mut params, mut result) = (false, None, false, None);
     object_members(b, |key, span| {
         let value = &b[span.clone()];

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use super::{Inbound, Reply, ServerPeer};
 use crate::gateway::raw_json::RawJson;
-use crate::gateway::server::envelope::{classify_text, Kind};
+use crate::gateway::server::envelope::{Kind, LineText};
 
 /// The id we gave a request, from the id the server echoes (a number, or its decimal string).
 fn our_id(text: &str) -> Option<u64> {
@@ -41,11 +41,13 @@ pub(super) struct Dispatch {
 impl crate::gateway::server::tap::LineSink for Dispatch {
     async fn line(&self, line: Vec<u8>) {
         // Checked once here; the text (and a result's span of it) moves on as it is.
-        let Ok(text) = String::from_utf8(line) else {
+        let Ok(line) = LineText::new(line) else {
             tracing::debug!(server = %self.peer.server, "unreadable message ignored: not UTF-8");
             return;
         };
-        match classify_text(&text) {
+        let kind = line.classify();
+        let text = line.as_str();
+        match kind {
             Kind::Response { id, reply } => {
                 let Some(id) = our_id(id) else {
                     tracing::debug!(server = %self.peer.server, "response to an id we never sent: {id}");
@@ -56,8 +58,8 @@ impl crate::gateway::server::tap::LineSink for Dispatch {
                     return;
                 };
                 let reply = match reply {
-                    Ok(result) => Reply::Result(match span_in(&text, result) {
-                        Some(span) => RawJson::received(text, span),
+                    Ok(result) => Reply::Result(match span_in(text, result) {
+                        Some(span) => RawJson::received(line.into_string(), span),
                         // Not a slice of the line (never, from the scanner or serde): a copy.
                         None => RawJson::received(result.to_string(), 0..result.len()),
                     }),
