@@ -1,7 +1,7 @@
 //! The chain's anchor: the last record's `seq` and `hash`, kept in a file of its own next to
 //! the log (`<log>.head`), rewritten after every record in place, as one write of a fixed
-//! size (the JSON padded with blanks) through a descriptor the writer keeps open, so a
-//! reader sees the old head or the new one. Not by
+//! size (the JSON padded with blanks) through a descriptor the writer keeps open while its
+//! path still names that file (see `Head`), so a reader sees the old head or the new one. Not by
 //! rename: the kernel drops a mount whose file is replaced from another mount namespace, so
 //! a rename would remove the mask that hides the head file inside a sandbox. A write cut by
 //! a crash leaves a head that does not parse, which is refused (fail closed).
@@ -55,40 +55,54 @@ pub fn read(head: &Path) -> std::io::Result<Option<ChainState>> {
 /// Every head file has this size: room for the JSON with any `seq`, padded with blanks.
 const HEAD_SIZE: usize = 128;
 
-/// A head file held open by its log's writer: each record rewrites it through the same
-/// descriptor, one positioned write, so a record costs no path lookup and no open or close.
+/// A head file held open by its log's writer. Each record checks that the path still names
+/// the file held (one `stat`) and rewrites it through the kept descriptor (one positioned
+/// write): no open or close per record. A head deleted, replaced or moved away behind the
+/// gateway's back is opened again by its path and overwritten with the true state, as when
+/// every record opened it, so the change is caught; a path that no longer resolves (the
+/// log's directory removed or moved) fails the record, and the log with it.
 pub struct Head {
     path: PathBuf,
     file: std::fs::File,
+    /// The held file's device and inode.
+    id: (u64, u64),
 }
 
 impl Head {
-    /// Opens the head file at `path` for writing (created 0600 when missing), cut to
-    /// `HEAD_SIZE` when it is longer: a file this module did not write keeps no stale tail.
+    /// Opens the head file at `path` for writing (created 0600 when missing). A longer file
+    /// (not written by this module) is cut to `HEAD_SIZE`; the caller writes the head next.
     pub fn open(path: &Path) -> std::io::Result<Head> {
+        use std::os::unix::fs::MetadataExt;
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
             .mode(0o600)
             .open(path)?;
-        if file.metadata()?.len() > HEAD_SIZE as u64 {
+        let meta = file.metadata()?;
+        if meta.len() > HEAD_SIZE as u64 {
             file.set_len(HEAD_SIZE as u64)?;
         }
         Ok(Head {
             path: path.to_path_buf(),
             file,
+            id: (meta.dev(), meta.ino()),
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Rewrites the head with `state`: one positioned write of `HEAD_SIZE` bytes at offset 0,
-    /// flushed to disk with `sync`.
-    pub fn write(&self, state: &ChainState, sync: bool) -> std::io::Result<()> {
-        use std::os::unix::fs::FileExt;
+    /// Rewrites the head with `state`: one positioned write of `HEAD_SIZE` bytes at offset 0
+    /// of the file the path names (opened again when it is no longer the one held), flushed
+    /// to disk with `sync`.
+    pub fn write(&mut self, state: &ChainState, sync: bool) -> std::io::Result<()> {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let named = match std::fs::metadata(&self.path) {
+            Ok(meta) => Some((meta.dev(), meta.ino())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        if named != Some(self.id) {
+            *self = Head::open(&self.path)?;
+        }
         self.file.write_all_at(&encode(state)?, 0)?;
         if sync {
             self.file.sync_data()?;
@@ -142,8 +156,7 @@ mod tests {
             seq: 1,
             hash: "a".repeat(64),
         };
-        let writer = Head::open(&head).unwrap();
-        assert_eq!(writer.path(), head);
+        let mut writer = Head::open(&head).unwrap();
         writer.write(&s1, false).unwrap();
         assert_eq!(read(&head).unwrap(), Some(s1.clone()));
         let s2 = ChainState {
@@ -161,6 +174,16 @@ mod tests {
         assert_eq!(std::fs::metadata(&head).unwrap().ino(), ino);
         assert_eq!(std::fs::metadata(&head).unwrap().len(), HEAD_SIZE as u64);
         assert_eq!(read(&head).unwrap(), Some(s1.clone()));
+        // Deleted behind the writer's back: the next write puts it back.
+        std::fs::remove_file(&head).unwrap();
+        writer.write(&s2, false).unwrap();
+        assert_eq!(read(&head).unwrap(), Some(s2.clone()));
+        // Replaced by another file: the next write overwrites the one the path names.
+        let forged = d.path().join("forged");
+        std::fs::write(&forged, b"{\"seq\":9,\"hash\":\"f\"}").unwrap();
+        std::fs::rename(&forged, &head).unwrap();
+        writer.write(&s1, false).unwrap();
+        assert_eq!(read(&head).unwrap(), Some(s1.clone()));
         // A longer head file (not written here) is cut to size when opened, so the next
         // write leaves no stale tail after the padding.
         drop(writer);
@@ -168,6 +191,13 @@ mod tests {
         Head::open(&head).unwrap().write(&s2, false).unwrap();
         assert_eq!(std::fs::metadata(&head).unwrap().len(), HEAD_SIZE as u64);
         assert_eq!(read(&head).unwrap(), Some(s2));
+        // The directory gone: the write fails (the log is then poisoned), nothing is
+        // written to a file no reader can find.
+        let gone = d.path().join("gone");
+        std::fs::create_dir(&gone).unwrap();
+        let mut lost = Head::open(&gone.join("audit.jsonl.head")).unwrap();
+        std::fs::remove_dir_all(&gone).unwrap();
+        assert!(lost.write(&s1, false).is_err());
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
     }
 }

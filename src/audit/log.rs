@@ -133,11 +133,10 @@ impl AuditLog {
                         detail,
                     });
                 }
-                let head = super::anchor::Head::open(&head).map_err(io)?;
-                // A new log, or one written before logs were anchored: anchored from here.
-                if anchored.is_none() {
-                    head.write(&state, options.sync_each).map_err(io)?;
-                }
+                // Written at every open: a new log (or one from before logs were anchored) is
+                // anchored from here, and a head cut to size by `open` is whole again.
+                let mut head = super::anchor::Head::open(&head).map_err(io)?;
+                head.write(&state, options.sync_each).map_err(io)?;
                 Some(head)
             }
             false => None,
@@ -184,7 +183,7 @@ impl AuditLog {
                     Ok(())
                 }
             })
-            .and_then(|()| match &w.head {
+            .and_then(|()| match &mut w.head {
                 Some(head) => head.write(&next, self.options.sync_each),
                 None => Ok(()),
             });
