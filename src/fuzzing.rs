@@ -61,6 +61,28 @@ pub fn is_progress(line: &[u8]) -> bool {
     tap::progress_params(line).is_some()
 }
 
+/// The peer's reading of a line (`envelope::LineText`) against UTF-8's and `classify`'s
+/// answers on any bytes: the same text, or none, and the same classification. Panics when
+/// they differ (a printable line skips two checks, so a wrong skip would show here).
+pub fn line_text_agrees(line: &[u8]) {
+    use crate::gateway::server::envelope::{classify, LineText};
+    let read = LineText::new(line.to_vec());
+    assert_eq!(
+        read.as_ref().ok().map(LineText::as_str),
+        std::str::from_utf8(line).ok(),
+        "text of {}",
+        String::from_utf8_lossy(line)
+    );
+    if let Ok(read) = read {
+        assert_eq!(
+            format!("{:?}", read.classify()),
+            format!("{:?}", classify(line)),
+            "{}",
+            String::from_utf8_lossy(line)
+        );
+    }
+}
+
 /// A reader that hands out `data` in pieces of the given sizes, in turn (cycling), so the
 /// fuzzer chooses every point where a pipe splits the stream.
 struct Pieces<'a> {

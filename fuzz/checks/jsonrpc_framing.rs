@@ -47,6 +47,7 @@ pub fn run(data: &[u8]) {
 fn decode(line: &[u8]) {
     let _ = serde_json::from_slice::<ServerJsonRpcMessage>(line);
     let _ = serde_json::from_slice::<ClientJsonRpcMessage>(line);
+    fuzzing::line_text_agrees(line);
     if fuzzing::is_progress(line) {
         // Taken out of the stream only when rmcp itself would read it as a progress
         // notification: otherwise the tap would forward what rmcp drops.

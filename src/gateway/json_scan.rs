@@ -6,8 +6,9 @@
 //!
 //! Strings are skipped with `memchr` from a quote or backslash to the next; every escape,
 //! number and literal is checked against JSON's grammar, so a value this finds the end of is
-//! one serde reads too, given that the text holds no control byte (`has_control`, checked
-//! once per line by the caller). `tests/props.rs` holds both users to serde's answer.
+//! one serde reads too, given that the text holds no control byte (`has_control`, or
+//! `printable_ascii` for a line that is all printable ASCII, checked once per line by the
+//! caller). `tests/props.rs` holds both users to serde's answer.
 //!
 //! Never: guess. Whatever the scan does not expect gives `None`, and the caller asks serde.
 
@@ -27,7 +28,7 @@ pub fn has_control(b: &[u8]) -> bool {
     hit(chunks.remainder())
 }
 
-/// True when every byte is printable ASCII (0x20 to 0x7F). Such text is UTF-8 and holds no
+/// True when every byte is printable ASCII (0x20 to 0x7F, DEL included). Such text is UTF-8 and holds no
 /// control byte, so this one pass answers both `str::from_utf8` and `has_control` for the
 /// lines most servers write (JSON escapes control characters, and many servers escape the
 /// rest). Vectorized like `has_control`: one wrapping subtraction and one comparison a byte.
@@ -357,6 +358,12 @@ mod tests {
                     assert!(std::str::from_utf8(&b).is_ok() && !has_control(&b));
                 }
             }
+        }
+        // A bad byte in the first chunk of a longer line.
+        for bad in [0x00, 0x1f, 0x80, 0xff] {
+            let mut b = vec![b'y'; 200];
+            b[3] = bad;
+            assert!(!printable_ascii(&b), "byte {bad:#x} early in 200");
         }
         assert!(printable_ascii(b""));
         assert!(

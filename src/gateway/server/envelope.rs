@@ -7,7 +7,8 @@
 //! (serde's string scan) was the largest user-space cost of relaying a large result. The
 //! scanner reads a plain response (`{"jsonrpc":"2.0","id":…,"result":…}`, members in any
 //! order, unknown members allowed) in one pass that checks the whole line is JSON as serde
-//! reads it: control bytes are looked for in one pass over the line, strings are skipped
+//! reads it: control bytes are looked for in one pass over the line (or ruled out with the
+//! UTF-8 check, for a printable line: `LineText`), strings are skipped
 //! with `memchr` from quote or backslash to the next, every escape is checked, numbers and
 //! literals follow the grammar. The scanning itself is `gateway/json_scan.rs`; `tests/props.rs` holds it to serde's answer.
 //!
@@ -76,7 +77,8 @@ fn kind_of(text: &str, spans: Option<ResponseSpans>) -> Kind<'_> {
 #[derive(Debug)]
 pub struct LineText {
     text: String,
-    /// Printable ASCII before the newline: no control byte for `response` to look for.
+    /// Printable ASCII (0x20 to 0x7F, DEL included, which JSON allows in strings) before
+    /// the newline: no control byte for `response` to look for.
     printable: bool,
 }
 
@@ -84,8 +86,8 @@ impl LineText {
     /// The line as text; `Err` gives it back when it is not UTF-8.
     pub fn new(line: Vec<u8>) -> Result<LineText, Vec<u8>> {
         if printable_ascii(line.strip_suffix(b"\n").unwrap_or(&line)) {
-            // SAFETY: every byte was just checked to be below 0x80 (the newline too), and
-            // ASCII is UTF-8.
+            // SAFETY: every byte but a final `\n` (0x0A, which `strip_suffix` matched) was
+            // just checked to be in 0x20..0x80; so every byte is ASCII, and ASCII is UTF-8.
             let text = unsafe { String::from_utf8_unchecked(line) };
             return Ok(LineText {
                 text,
