@@ -461,8 +461,20 @@ impl Gateway {
             );
         }
         self.shared.shutdown.cancel();
-        for handle in self.supervisors.drain(..) {
-            let _ = handle.await;
+        // A supervisor's stop is bounded (two grace periods, then SIGKILL); one that overruns
+        // is aborted, and dropping its server's process kills and reaps it (`kill_on_drop`),
+        // so one stuck server cannot hold the gateway's exit.
+        let bound = self.shared.limits.shutdown_grace * 2 + SUPERVISOR_SLACK;
+        for (idx, mut handle) in self.supervisors.drain(..).enumerate() {
+            if tokio::time::timeout(bound, &mut handle).await.is_err() {
+                let name = self.shared.slots.get(idx).map(|s| s.name.as_str());
+                tracing::warn!(
+                    server = name.unwrap_or("?"),
+                    "its supervisor had not stopped it {bound:?} after shutdown; aborted"
+                );
+                handle.abort();
+                let _ = handle.await;
+            }
         }
         if let Some(mut egress) = self.egress.take() {
             egress.shutdown();
@@ -479,6 +491,9 @@ impl Drop for Gateway {
 
 /// How long shutdown waits for calls in flight to finish (they have been cancelled).
 const CALLS_DRAIN: Duration = Duration::from_secs(5);
+/// Beyond its two grace periods, what a supervisor's stop gets (SIGKILL, reaping, releasing
+/// the sandbox) before shutdown aborts it.
+const SUPERVISOR_SLACK: Duration = Duration::from_secs(5);
 
 /// A server's configured output-rate limit (`sandbox.limits.outputBytesPerSecond`).
 fn output_rate(config: &GatewayConfig, name: &str) -> Option<u64> {

@@ -434,6 +434,11 @@ impl Shared {
     async fn notify(&self, changed: Changed) {
         // Listen streams (2026-07-28 agents) first; nobody listening is no error.
         let _ = self.list_events.send(changed);
+        // Servers leaving as the gateway stops are not news to the agent, and a session
+        // that no longer reads must not hold the stop.
+        if self.shutdown.is_cancelled() {
+            return;
+        }
         let Some(peer) = self.upstream.get() else {
             return;
         };
@@ -441,17 +446,26 @@ impl Shared {
         if self.upstream.is_sessionless() {
             return;
         }
-        if changed.tools {
-            let _ = peer.notify_tool_list_changed().await;
-        }
-        if changed.prompts {
-            let _ = peer.notify_prompt_list_changed().await;
-        }
-        if changed.resources {
-            let _ = peer.notify_resource_list_changed().await;
+        let sent = tokio::time::timeout(NOTIFY_BOUND, async {
+            if changed.tools {
+                let _ = peer.notify_tool_list_changed().await;
+            }
+            if changed.prompts {
+                let _ = peer.notify_prompt_list_changed().await;
+            }
+            if changed.resources {
+                let _ = peer.notify_resource_list_changed().await;
+            }
+        });
+        if sent.await.is_err() {
+            tracing::warn!("the agent did not take a list_changed notification within {NOTIFY_BOUND:?}; dropped");
         }
     }
 }
+
+/// How long the supervisor waits for the agent to take a `list_changed` notification (rmcp
+/// hands it to the session's stream; a stalled session must not hold a server's supervisor).
+const NOTIFY_BOUND: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {

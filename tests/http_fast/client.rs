@@ -19,6 +19,7 @@ pub const BOB: &str = "bob-token-fast-7a8b";
 pub struct Front {
     pub child: Child,
     pub addr: SocketAddr,
+    errlog: std::path::PathBuf,
 }
 
 impl Front {
@@ -53,7 +54,11 @@ impl Front {
             .stderr(std::fs::File::create(ws.errlog()).unwrap())
             .spawn()
             .unwrap();
-        let front = Front { child, addr };
+        let front = Front {
+            child,
+            addr,
+            errlog: ws.errlog(),
+        };
         for _ in 0..400 {
             if TcpStream::connect(addr).is_ok() {
                 return front;
@@ -189,7 +194,7 @@ impl Front {
             nix::sys::signal::Signal::SIGTERM,
         )
         .unwrap();
-        support::raw::wait_bounded(&mut self.child);
+        support::raw::wait_bounded_logged(&mut self.child, &self.errlog);
     }
 }
 

@@ -146,6 +146,18 @@ impl Serve {
 }
 
 pub fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
+    wait_or_show(child, None)
+}
+
+/// As `wait_bounded`, and a gateway that does not exit is shown by the end of its log.
+pub fn wait_bounded_logged(
+    child: &mut Child,
+    errlog: &std::path::Path,
+) -> std::process::ExitStatus {
+    wait_or_show(child, Some(errlog))
+}
+
+fn wait_or_show(child: &mut Child, errlog: Option<&std::path::Path>) -> std::process::ExitStatus {
     let deadline = std::time::Instant::now() + PATIENCE;
     loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -153,7 +165,18 @@ pub fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
-            panic!("palisade did not exit");
+            let log = errlog
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .unwrap_or_default();
+            let tail: String = log
+                .chars()
+                .rev()
+                .take(6000)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            panic!("palisade did not exit within {PATIENCE:?}; the end of its log:\n{tail}");
         }
         std::thread::sleep(Duration::from_millis(5));
     }
