@@ -63,9 +63,10 @@ pub fn is_progress(line: &[u8]) -> bool {
 
 /// The peer's reading of a line (`envelope::LineText`) against UTF-8's and `classify`'s
 /// answers on any bytes: the same text, or none, and the same classification. Panics when
-/// they differ (a printable line skips two checks, so a wrong skip would show here).
+/// they differ (a printable line skips two checks, so a wrong skip would show here), or when
+/// the result probe read with the envelope disagrees with serde's.
 pub fn line_text_agrees(line: &[u8]) {
-    use crate::gateway::server::envelope::{classify, LineText};
+    use crate::gateway::server::envelope::{classify, Kind, LineText};
     let read = LineText::new(line.to_vec());
     assert_eq!(
         read.as_ref().ok().map(LineText::as_str),
@@ -74,12 +75,27 @@ pub fn line_text_agrees(line: &[u8]) {
         String::from_utf8_lossy(line)
     );
     if let Ok(read) = read {
+        let kind = read.classify();
         assert_eq!(
-            format!("{:?}", read.classify()),
+            format!("{kind:?}"),
             format!("{:?}", classify(line)),
             "{}",
             String::from_utf8_lossy(line)
         );
+        // What the envelope's walk read of a result object is what serde reads of it.
+        if let Kind::Response {
+            reply: Ok(result),
+            said: Some(said),
+            ..
+        } = kind
+        {
+            assert_eq!(
+                Some(said),
+                crate::gateway::call::probe::serde_probe(result),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
     }
 }
 

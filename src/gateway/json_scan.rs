@@ -128,37 +128,52 @@ pub fn object_members(
     b: &[u8],
     mut visit: impl FnMut(&[u8], Range<usize>) -> Option<()>,
 ) -> Option<()> {
-    let mut i = skip_ws(b, 0);
-    if b.get(i) != Some(&b'{') {
+    let end = object_members_at(b, skip_ws(b, 0), |key, start| {
+        if key.contains(&b'\\') {
+            return None;
+        }
+        let end = value_end(b, start)?;
+        visit(key, start..end)?;
+        Some(end)
+    })?;
+    (skip_ws(b, end) == b.len()).then_some(())
+}
+
+/// Walks the object whose `{` is at `start`: for each member, `walk` gets its key's bytes as
+/// written (escapes included) and the index where its value starts, and answers the index
+/// just past that value, having walked it as it needs (`value_end`, or a walk of its own
+/// that reads inside it on the way). The index just past the closing `}`; `None` when the
+/// object is not surely valid or `walk` answers `None`.
+pub fn object_members_at(
+    b: &[u8],
+    start: usize,
+    mut walk: impl FnMut(&[u8], usize) -> Option<usize>,
+) -> Option<usize> {
+    if b.get(start) != Some(&b'{') {
         return None;
     }
-    i = skip_ws(b, i + 1);
-    if b.get(i) != Some(&b'}') {
-        loop {
-            if b.get(i) != Some(&b'"') {
-                return None;
-            }
-            let key_end = string_end(b, i)?;
-            let key = &b[i + 1..key_end - 1];
-            if key.contains(&b'\\') {
-                return None;
-            }
-            i = skip_ws(b, key_end);
-            if b.get(i) != Some(&b':') {
-                return None;
-            }
-            let start = skip_ws(b, i + 1);
-            let end = value_end(b, start)?;
-            visit(key, start..end)?;
-            i = skip_ws(b, end);
-            match b.get(i) {
-                Some(b',') => i = skip_ws(b, i + 1),
-                Some(b'}') => break,
-                _ => return None,
-            }
+    let mut i = skip_ws(b, start + 1);
+    if b.get(i) == Some(&b'}') {
+        return Some(i + 1);
+    }
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(b, i)?;
+        let key = &b[i + 1..key_end - 1];
+        i = skip_ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        let end = walk(key, skip_ws(b, i + 1))?;
+        i = skip_ws(b, end);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b'}') => return Some(i + 1),
+            _ => return None,
         }
     }
-    (skip_ws(b, i + 1) == b.len()).then_some(())
 }
 
 pub fn skip_ws(b: &[u8], mut i: usize) -> usize {

@@ -17,11 +17,16 @@ use std::ops::Range;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::gateway::call::probe::ResultProbe;
+
 /// One JSON value's text, possibly a slice of a larger owned buffer.
 #[derive(Clone)]
 pub struct RawJson {
     text: String,
     span: Range<usize>,
+    /// What the value, a result object, says of itself, when the envelope scanner read it
+    /// on its way (`server::envelope`); never set on text Palisade built.
+    said: Option<ResultProbe>,
 }
 
 impl RawJson {
@@ -36,7 +41,22 @@ impl RawJson {
     /// `server::envelope` or serde); the line is kept, not copied.
     pub(crate) fn received(line: String, span: Range<usize>) -> RawJson {
         debug_assert!(line.get(span.clone()).is_some());
-        RawJson { text: line, span }
+        RawJson {
+            text: line,
+            span,
+            said: None,
+        }
+    }
+
+    /// With what the envelope scanner read of it: the probe of exactly this value's text.
+    pub(crate) fn with_said(mut self, said: Option<ResultProbe>) -> RawJson {
+        self.said = said;
+        self
+    }
+
+    /// What the envelope scanner read of this result object's `isError` and `task`.
+    pub(crate) fn said(&self) -> Option<ResultProbe> {
+        self.said
     }
 
     /// The text of a value Palisade built.
@@ -48,7 +68,11 @@ impl RawJson {
 
     fn whole(text: String) -> RawJson {
         let span = 0..text.len();
-        RawJson { text, span }
+        RawJson {
+            text,
+            span,
+            said: None,
+        }
     }
 
     /// As serde's type, for the paths that keep one (a copy when this is a slice of a line,

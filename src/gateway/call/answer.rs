@@ -82,7 +82,11 @@ pub(in crate::gateway) fn received(
     asks_task: bool,
 ) -> Result<(Answer, Option<Received>), crate::gateway::server::request::ForwardError> {
     use crate::gateway::call::probe::{probe, serde_probe, ResultProbe};
-    let said = probe(raw.get()).or_else(|| serde_probe(raw.get()));
+    // Read with the envelope when the scanner read the line; else probed here.
+    let said = raw
+        .said()
+        .or_else(|| probe(raw.get()))
+        .or_else(|| serde_probe(raw.get()));
     match said {
         Some(ResultProbe { task: true, .. }) if asks_task => {
             let handle = serde_json::from_str::<Value>(raw.get()).map_err(|e| {

@@ -6,13 +6,14 @@
 //! `RawValue`), and a serde probe scans every byte of it again, strings included, which was
 //! the largest user-space cost of relaying a 1 MiB result (`docs/benchmarks.md`). The
 //! members are read with the envelope's scanner (`gateway/json_scan.rs`): strings are
-//! skipped with `memchr` from quote to quote, so a large text costs a memory scan.
+//! skipped with `memchr` from quote to quote, so a large text costs a memory scan. A
+//! server's response is probed as its envelope is read (`ProbeReader`), in that same walk.
 //!
 //! Never: guess. A key written with an escape (`"is\u0045rror"` is `isError` to a JSON
 //! decoder), a repeated key, an `isError` that is not `true`, `false` or `null`, or anything
 //! the scan does not expect gives `None`, and the caller asks serde, which decides as before.
 
-use crate::gateway::json_scan::object_members;
+use crate::gateway::json_scan::{object_members_at, skip_ws, value_end};
 
 /// What the scan found at the top level of a result object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -26,28 +27,63 @@ pub struct ResultProbe {
 /// Reads the top-level `isError` and `task` of a JSON object, or `None` when it cannot be sure.
 pub fn probe(object: &str) -> Option<ResultProbe> {
     let b = object.as_bytes();
-    let mut out = ResultProbe::default();
-    let (mut seen_error, mut seen_task) = (false, false);
-    object_members(b, |key, span| {
-        let value = &b[span];
+    let mut reader = ProbeReader::default();
+    let end = object_members_at(b, skip_ws(b, 0), |key, start| {
+        let end = value_end(b, start)?;
+        reader.member(key, &b[start..end]);
+        Some(end)
+    })?;
+    if skip_ws(b, end) != b.len() {
+        return None;
+    }
+    reader.finish()
+}
+
+/// [`probe`] one member at a time, for a walk that meets the result's members on its own
+/// way: the server's envelope is read that way (`server::envelope`), so a large result is
+/// walked once, not once for the envelope and again here.
+#[derive(Debug, Default)]
+pub struct ProbeReader {
+    said: ResultProbe,
+    seen_error: bool,
+    seen_task: bool,
+    /// A member the probe cannot be sure of: an escaped key, a repeat, an odd `isError`.
+    unsure: bool,
+}
+
+impl ProbeReader {
+    /// One top-level member: its key as written (escapes included) and its value's text.
+    pub fn member(&mut self, key: &[u8], value: &[u8]) {
+        if key.contains(&b'\\') {
+            self.unsure = true;
+            return;
+        }
         match key {
-            b"isError" if !std::mem::replace(&mut seen_error, true) => {
-                out.is_error = match value {
+            b"isError" if !std::mem::replace(&mut self.seen_error, true) => {
+                self.said.is_error = match value {
                     b"true" => Some(true),
                     b"false" => Some(false),
                     b"null" => None,
-                    _ => return None,
+                    _ => {
+                        self.unsure = true;
+                        None
+                    }
                 };
             }
             // serde reads `"task": null` as no task.
-            b"task" if !std::mem::replace(&mut seen_task, true) => out.task = value != b"null",
+            b"task" if !std::mem::replace(&mut self.seen_task, true) => {
+                self.said.task = value != b"null"
+            }
             // A repeated `isError` or `task`.
-            b"isError" | b"task" => return None,
+            b"isError" | b"task" => self.unsure = true,
             _ => {}
         }
-        Some(())
-    })?;
-    Some(out)
+    }
+
+    /// What the members said, when every one was read surely.
+    pub fn finish(self) -> Option<ResultProbe> {
+        (!self.unsure).then_some(self.said)
+    }
 }
 
 /// The same answer from serde, for what [`probe`] leaves open (and to check it against).

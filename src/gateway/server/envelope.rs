@@ -23,7 +23,10 @@ use rmcp::model::ErrorData;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::gateway::json_scan::{has_control, object_members, printable_ascii};
+use crate::gateway::call::probe::{ProbeReader, ResultProbe};
+use crate::gateway::json_scan::{
+    has_control, object_members_at, printable_ascii, skip_ws, value_end,
+};
 
 /// What one line is, once its envelope is read. Spans borrow the line.
 #[derive(Debug)]
@@ -33,6 +36,10 @@ pub enum Kind<'a> {
         id: &'a str,
         /// The raw `result` (a slice of the line), or the `error` as the envelope read it.
         reply: Result<&'a str, ErrorData>,
+        /// What a result object says of itself (`isError`, `task`), read in the same walk
+        /// as the envelope; `None` when the scanner did not read the line, the result is
+        /// no object, or the probe was unsure (the caller then probes the result itself).
+        said: Option<ResultProbe>,
     },
     Request {
         id: &'a RawValue,
@@ -65,6 +72,7 @@ fn kind_of(text: &str, spans: Option<ResponseSpans>) -> Kind<'_> {
         Some(spans) => Kind::Response {
             id: &text[spans.id],
             reply: Ok(&text[spans.result]),
+            said: spans.said,
         },
         None => classify_serde(text),
     }
@@ -166,10 +174,12 @@ pub fn classify_serde(text: &str) -> Kind<'_> {
                 (_, Some(e)) => Kind::Response {
                     id: id.get(),
                     reply: Err(e),
+                    said: None,
                 },
                 (Some(r), None) => Kind::Response {
                     id: id.get(),
                     reply: Ok(r.get()),
+                    said: None,
                 },
                 (None, None) => Kind::Invalid("a response with neither result nor error".into()),
             },
@@ -185,6 +195,8 @@ pub fn classify_serde(text: &str) -> Kind<'_> {
 pub struct ResponseSpans {
     pub id: Range<usize>,
     pub result: Range<usize>,
+    /// The result object's `isError` and `task`, when the probe was sure.
+    pub said: Option<ResultProbe>,
 }
 
 /// The spans of a plain response's `id` and `result`, when the whole line is surely valid
@@ -204,7 +216,32 @@ pub fn response(line: &str) -> Option<ResponseSpans> {
 fn response_members(line: &str) -> Option<ResponseSpans> {
     let b = line.as_bytes();
     let (mut jsonrpc, mut id, mut params, mut result) = (false, None, false, None);
-    object_members(b, |key, span| {
+    let mut said = None;
+    let end = object_members_at(b, skip_ws(b, 0), |key, start| {
+        if key.contains(&b'\\') {
+            return None;
+        }
+        let end = if key == b"result" {
+            // The result object's own members are read on the way (`ProbeReader`): a
+            // large result is walked once here, not again by `call::probe`.
+            let mut reader = ProbeReader::default();
+            let end = object_members_at(b, start, |k, at| {
+                let end = value_end(b, at)?;
+                reader.member(k, &b[at..end]);
+                Some(end)
+            });
+            match end {
+                Some(end) => {
+                    said = reader.finish();
+                    end
+                }
+                // Not an object (or not a valid one, which `value_end` then refuses).
+                None => value_end(b, start)?,
+            }
+        } else {
+            value_end(b, start)?
+        };
+        let span = start..end;
         let value = &b[span.clone()];
         match key {
             b"jsonrpc" if !jsonrpc && value == br#""2.0""# => jsonrpc = true,
@@ -215,14 +252,15 @@ fn response_members(line: &str) -> Option<ResponseSpans> {
             b"jsonrpc" | b"id" | b"params" | b"result" | b"method" | b"error" => return None,
             _ => {}
         }
-        Some(())
+        Some(end)
     })?;
-    if !jsonrpc {
+    if !jsonrpc || skip_ws(b, end) != b.len() {
         return None;
     }
     Some(ResponseSpans {
         id: id?,
         result: result?,
+        said,
     })
 }
 
@@ -292,7 +330,9 @@ mod tests {
         ] {
             let fast = spans(line).unwrap();
             match classify_serde(line) {
-                Kind::Response { id, reply: Ok(r) } => assert_eq!(fast, (id, r), "{line}"),
+                Kind::Response {
+                    id, reply: Ok(r), ..
+                } => assert_eq!(fast, (id, r), "{line}"),
                 other => panic!("serde read {line} as {other:?}"),
             }
         }

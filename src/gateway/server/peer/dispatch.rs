@@ -48,7 +48,7 @@ impl crate::gateway::server::tap::LineSink for Dispatch {
         let kind = line.classify();
         let text = line.as_str();
         match kind {
-            Kind::Response { id, reply } => {
+            Kind::Response { id, reply, said } => {
                 let Some(id) = our_id(id) else {
                     tracing::debug!(server = %self.peer.server, "response to an id we never sent: {id}");
                     return;
@@ -58,11 +58,14 @@ impl crate::gateway::server::tap::LineSink for Dispatch {
                     return;
                 };
                 let reply = match reply {
-                    Ok(result) => Reply::Result(match span_in(text, result) {
-                        Some(span) => RawJson::received(line.into_string(), span),
-                        // Not a slice of the line (never, from the scanner or serde): a copy.
-                        None => RawJson::received(result.to_string(), 0..result.len()),
-                    }),
+                    Ok(result) => Reply::Result(
+                        match span_in(text, result) {
+                            Some(span) => RawJson::received(line.into_string(), span),
+                            // Not a slice of the line (never, from the scanner or serde): a copy.
+                            None => RawJson::received(result.to_string(), 0..result.len()),
+                        }
+                        .with_said(said),
+                    ),
                     Err(e) => Reply::Error(e),
                 };
                 let _ = tx.send(reply);
