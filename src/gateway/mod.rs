@@ -464,18 +464,25 @@ impl Gateway {
         // A supervisor's stop is bounded (two grace periods, then SIGKILL); one that overruns
         // is aborted, and dropping its server's process kills and reaps it (`kill_on_drop`),
         // so one stuck server cannot hold the gateway's exit.
+        // The supervisors stop their servers side by side: one deadline for them all.
         let bound = self.shared.limits.shutdown_grace * 2 + SUPERVISOR_SLACK;
+        let deadline = tokio::time::Instant::now() + bound;
         for (idx, mut handle) in self.supervisors.drain(..).enumerate() {
-            if tokio::time::timeout(bound, &mut handle).await.is_err() {
+            if tokio::time::timeout_at(deadline, &mut handle)
+                .await
+                .is_err()
+            {
                 let name = self.shared.slots.get(idx).map(|s| s.name.as_str());
                 tracing::warn!(
                     server = name.unwrap_or("?"),
                     "its supervisor had not stopped it {bound:?} after shutdown; aborted"
                 );
                 handle.abort();
-                let _ = handle.await;
+                // A task inside synchronous code yields only when that code returns.
+                let _ = tokio::time::timeout(ABORT_BOUND, handle).await;
             }
         }
+        tracing::info!("every server of this gateway stopped");
         if let Some(mut egress) = self.egress.take() {
             egress.shutdown();
         }
@@ -494,6 +501,8 @@ const CALLS_DRAIN: Duration = Duration::from_secs(5);
 /// Beyond its two grace periods, what a supervisor's stop gets (SIGKILL, reaping, releasing
 /// the sandbox) before shutdown aborts it.
 const SUPERVISOR_SLACK: Duration = Duration::from_secs(5);
+/// How long an aborted supervisor gets to unwind.
+const ABORT_BOUND: Duration = Duration::from_secs(1);
 
 /// A server's configured output-rate limit (`sandbox.limits.outputBytesPerSecond`).
 fn output_rate(config: &GatewayConfig, name: &str) -> Option<u64> {

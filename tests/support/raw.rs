@@ -165,6 +165,7 @@ fn wait_or_show(child: &mut Child, errlog: Option<&std::path::Path>) -> std::pro
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
+            let _ = child.wait();
             let log = errlog
                 .and_then(|p| std::fs::read_to_string(p).ok())
                 .unwrap_or_default();

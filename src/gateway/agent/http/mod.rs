@@ -251,7 +251,11 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
             Ok(())
         }
     };
-    reaper.abort();
+    // The reaper ends at the drain's start; one stopping an idle principal then finishes
+    // that stop (bounded), rather than leaving its servers to the process's exit.
+    if tokio::time::timeout(REAPER_BOUND, reaper).await.is_err() {
+        tracing::warn!("the idle reaper had not ended {REAPER_BOUND:?} after shutdown");
+    }
     let all: Vec<Arc<Principal>> = front
         .principals
         .lock()
@@ -259,12 +263,13 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         .drain()
         .filter_map(|(_, c)| c.get().cloned())
         .collect();
-    for p in all {
-        p.stop().await;
-    }
+    tracing::info!("stopping {} principal(s)' servers", all.len());
+    futures::future::join_all(all.iter().map(|p| p.stop())).await;
     tracing::info!("every principal's servers stopped");
     served
 }
 
 /// After the drain, how long open connections (a client that keeps one open) get to close.
 const CONNECTIONS_BOUND: Duration = Duration::from_secs(3);
+/// How long shutdown waits for the idle reaper to finish a stop it began (itself bounded).
+const REAPER_BOUND: Duration = Duration::from_secs(20);

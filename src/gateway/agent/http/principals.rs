@@ -189,7 +189,11 @@ pub(super) async fn reap_idle(front: Arc<Front>) {
     let tick =
         (front.http.idle_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(10));
     loop {
-        tokio::time::sleep(tick).await;
+        tokio::select! {
+            _ = tokio::time::sleep(tick) => {}
+            // Shutdown stops every principal left; the reaper's work is over.
+            _ = front.stopping.cancelled() => return,
+        }
         let idle: Vec<(String, Arc<Principal>)> = {
             let mut map = front.principals.lock().await;
             let names: Vec<String> = map

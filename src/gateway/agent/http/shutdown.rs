@@ -55,10 +55,10 @@ pub(super) async fn drain(front: &Front) {
         while busy(&principals) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(DRAIN_POLL).await;
         }
-        for p in still {
-            p.stop().await;
-        }
+        // Side by side: each stop is bounded, and one principal's does not wait for another's.
+        futures::future::join_all(still.iter().map(|p| p.stop())).await;
     }
+    tracing::info!("drain over: sessions end");
     front.sessions_end.cancel();
 }
 

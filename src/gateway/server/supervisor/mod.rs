@@ -99,7 +99,11 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                     // slot's gate meanwhile, and the agent hears of a change only if the
                     // new process lists different tools.
                     slot.update(|s| s.live = None);
-                    shared.refresh_catalog().await;
+                    // At shutdown no one lists again: the server is stopped first, not
+                    // after a catalog refresh (pins file, serialised) that could hold it.
+                    if !shared.shutdown.is_cancelled() {
+                        shared.refresh_catalog().await;
+                    }
                 }
                 match end {
                     End::Shutdown => {

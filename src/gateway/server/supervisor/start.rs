@@ -182,11 +182,20 @@ pub(super) async fn start(shared: &Shared, slot: &Slot) -> Result<Running, Start
         roots_version: roots.version,
         faults,
     };
-    let lists = match fetch_lists(&running.conn, timeout).await {
-        Ok(l) => l,
-        Err(e) => {
+    // Shutdown does not wait for a slow first listing: the server is stopped politely.
+    let fetched = tokio::select! {
+        l = fetch_lists(&running.conn, timeout) => Some(l),
+        _ = shared.shutdown.cancelled() => None,
+    };
+    let lists = match fetched {
+        Some(Ok(l)) => l,
+        Some(Err(e)) => {
             let _ = stop(running, &shared.limits, &slot.name).await;
             return Err(e.into());
+        }
+        None => {
+            let _ = stop(running, &shared.limits, &slot.name).await;
+            return Err(StartError::Shutdown);
         }
     };
     // The server must work in its roots before any call reaches it (NOTES: re-fetched is
