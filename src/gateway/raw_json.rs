@@ -38,20 +38,15 @@ impl RawJson {
     }
 
     /// A span of a received line that has been checked to be one JSON value (by
-    /// `server::envelope` or serde); the line is kept, not copied.
-    pub(crate) fn received(line: String, span: Range<usize>) -> RawJson {
+    /// `server::envelope` or serde); the line is kept, not copied. `said`: what the
+    /// envelope scanner read of that value, a result object, on its way (`None` if not).
+    pub(crate) fn received(line: String, span: Range<usize>, said: Option<ResultProbe>) -> RawJson {
         debug_assert!(line.get(span.clone()).is_some());
         RawJson {
             text: line,
             span,
-            said: None,
+            said,
         }
-    }
-
-    /// With what the envelope scanner read of it: the probe of exactly this value's text.
-    pub(crate) fn with_said(mut self, said: Option<ResultProbe>) -> RawJson {
-        self.said = said;
-        self
     }
 
     /// What the envelope scanner read of this result object's `isError` and `task`.
@@ -128,7 +123,7 @@ mod tests {
     fn a_span_of_a_line_is_the_value_and_converts_whole() {
         let line = r#"{"jsonrpc":"2.0","id":1,"result":{"a":1.0}}"#.to_string();
         let start = line.find("{\"a\"").unwrap();
-        let raw = RawJson::received(line.clone(), start..line.len() - 1);
+        let raw = RawJson::received(line.clone(), start..line.len() - 1, None);
         assert_eq!(raw.get(), r#"{"a":1.0}"#);
         assert_eq!(raw.clone().into_raw_value().get(), r#"{"a":1.0}"#);
         let (buf, span) = raw.into_parts();

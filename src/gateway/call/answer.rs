@@ -83,6 +83,10 @@ pub(in crate::gateway) fn received(
 ) -> Result<(Answer, Option<Received>), crate::gateway::server::request::ForwardError> {
     use crate::gateway::call::probe::{probe, serde_probe, ResultProbe};
     // Read with the envelope when the scanner read the line; else probed here.
+    debug_assert!(
+        raw.said().is_none() || raw.said() == probe(raw.get()),
+        "the envelope's reading of a result is the probe's"
+    );
     let said = raw
         .said()
         .or_else(|| probe(raw.get()))

@@ -58,14 +58,11 @@ impl crate::gateway::server::tap::LineSink for Dispatch {
                     return;
                 };
                 let reply = match reply {
-                    Ok(result) => Reply::Result(
-                        match span_in(text, result) {
-                            Some(span) => RawJson::received(line.into_string(), span),
-                            // Not a slice of the line (never, from the scanner or serde): a copy.
-                            None => RawJson::received(result.to_string(), 0..result.len()),
-                        }
-                        .with_said(said),
-                    ),
+                    Ok(result) => Reply::Result(match span_in(text, result) {
+                        Some(span) => RawJson::received(line.into_string(), span, said),
+                        // Not a slice of the line (never, from the scanner or serde): a copy.
+                        None => RawJson::received(result.to_string(), 0..result.len(), said),
+                    }),
                     Err(e) => Reply::Error(e),
                 };
                 let _ = tx.send(reply);
