@@ -462,11 +462,12 @@ impl Gateway {
         }
         self.shared.shutdown.cancel();
         // A supervisor's stop is bounded (two grace periods, then SIGKILL); one that overruns
-        // is aborted, and dropping its server's process kills and reaps it (`kill_on_drop`),
-        // so one stuck server cannot hold the gateway's exit.
-        // The supervisors stop their servers side by side: one deadline for them all.
-        let bound = self.shared.limits.shutdown_grace * 2 + SUPERVISOR_SLACK;
+        // is aborted, and dropping its server's process kills it (`kill_on_drop`), so one
+        // stuck server cannot hold the gateway's exit. The supervisors stop their servers
+        // side by side: one deadline for them all, then one wait for those aborted.
+        let bound = supervisors_bound(&self.shared.limits);
         let deadline = tokio::time::Instant::now() + bound;
+        let mut overran = Vec::new();
         for (idx, mut handle) in self.supervisors.drain(..).enumerate() {
             if tokio::time::timeout_at(deadline, &mut handle)
                 .await
@@ -478,10 +479,11 @@ impl Gateway {
                     "its supervisor had not stopped it {bound:?} after shutdown; aborted"
                 );
                 handle.abort();
-                // A task inside synchronous code yields only when that code returns.
-                let _ = tokio::time::timeout(ABORT_BOUND, handle).await;
+                overran.push(handle);
             }
         }
+        // A task inside synchronous code yields only when that code returns.
+        let _ = tokio::time::timeout(ABORT_BOUND, futures::future::join_all(overran)).await;
         tracing::info!("every server of this gateway stopped");
         if let Some(mut egress) = self.egress.take() {
             egress.shutdown();
@@ -498,6 +500,16 @@ impl Drop for Gateway {
 
 /// How long shutdown waits for calls in flight to finish (they have been cancelled).
 const CALLS_DRAIN: Duration = Duration::from_secs(5);
+
+/// How long a gateway's supervisors get to stop their servers at shutdown.
+fn supervisors_bound(limits: &Limits) -> Duration {
+    limits.shutdown_grace * 2 + SUPERVISOR_SLACK
+}
+
+/// The longest [`Gateway::shutdown`] waits for what it can bound: calls, supervisors, aborts.
+pub(crate) fn shutdown_bound(limits: &Limits) -> Duration {
+    CALLS_DRAIN + supervisors_bound(limits) + ABORT_BOUND
+}
 /// Beyond its two grace periods, what a supervisor's stop gets (SIGKILL, reaping, releasing
 /// the sandbox) before shutdown aborts it.
 const SUPERVISOR_SLACK: Duration = Duration::from_secs(5);

@@ -251,10 +251,17 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
             Ok(())
         }
     };
-    // The reaper ends at the drain's start; one stopping an idle principal then finishes
-    // that stop (bounded), rather than leaving its servers to the process's exit.
-    if tokio::time::timeout(REAPER_BOUND, reaper).await.is_err() {
-        tracing::warn!("the idle reaper had not ended {REAPER_BOUND:?} after shutdown");
+    // The reaper ends at the drain's start; one stopping idle principals then finishes
+    // those stops (side by side, each bounded), rather than leaving their servers to the
+    // process's exit.
+    let reaper_bound = crate::gateway::shutdown_bound(&front.template.limits) + REAPER_SLACK;
+    let mut reaper = reaper;
+    if tokio::time::timeout(reaper_bound, &mut reaper)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the idle reaper had not ended {reaper_bound:?} after shutdown; aborted");
+        reaper.abort();
     }
     let all: Vec<Arc<Principal>> = front
         .principals
@@ -271,5 +278,6 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
 
 /// After the drain, how long open connections (a client that keeps one open) get to close.
 const CONNECTIONS_BOUND: Duration = Duration::from_secs(3);
-/// How long shutdown waits for the idle reaper to finish a stop it began (itself bounded).
-const REAPER_BOUND: Duration = Duration::from_secs(20);
+/// Beyond a gateway's own shutdown bound, what the idle reaper gets to finish the stops it
+/// began (the egress proxy's stop, scheduling).
+const REAPER_SLACK: Duration = Duration::from_secs(2);

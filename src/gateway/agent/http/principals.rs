@@ -190,9 +190,10 @@ pub(super) async fn reap_idle(front: Arc<Front>) {
         (front.http.idle_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(10));
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(tick) => {}
+            biased;
             // Shutdown stops every principal left; the reaper's work is over.
             _ = front.stopping.cancelled() => return,
+            _ = tokio::time::sleep(tick) => {}
         }
         let idle: Vec<(String, Arc<Principal>)> = {
             let mut map = front.principals.lock().await;
@@ -213,10 +214,11 @@ pub(super) async fn reap_idle(front: Arc<Front>) {
                 })
                 .collect()
         };
-        for (name, p) in idle {
+        // Side by side, so one pass takes one stop's time (which shutdown waits for).
+        for (name, _) in &idle {
             tracing::info!(principal = %name, "idle: stopping its servers");
-            p.stop().await;
         }
+        futures::future::join_all(idle.iter().map(|(_, p)| p.stop())).await;
     }
 }
 
