@@ -523,7 +523,7 @@ fn probe_read_with_envelope_agrees(
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
-    /// A result object probed as the envelope is read (`ProbeReader` inside the envelope's
+    /// A result object probed as the envelope is read (`probe_at` inside the envelope's
     /// walk) reads as the probe reads it alone and as serde reads it, whole, cut anywhere or
     /// with one byte changed.
     #[test]

@@ -7,7 +7,7 @@
 //! the largest user-space cost of relaying a 1 MiB result (`docs/benchmarks.md`). The
 //! members are read with the envelope's scanner (`gateway/json_scan.rs`): strings are
 //! skipped with `memchr` from quote to quote, so a large text costs a memory scan. A
-//! server's response is probed as its envelope is read (`ProbeReader`), in that same walk.
+//! server's response is probed as its envelope is read (`probe_at`), in that same walk.
 //!
 //! Never: guess. A key written with an escape (`"is\u0045rror"` is `isError` to a JSON
 //! decoder), a repeated key, an `isError` that is not `true`, `false` or `null`, or anything
@@ -27,23 +27,31 @@ pub struct ResultProbe {
 /// Reads the top-level `isError` and `task` of a JSON object, or `None` when it cannot be sure.
 pub fn probe(object: &str) -> Option<ResultProbe> {
     let b = object.as_bytes();
-    let mut reader = ProbeReader::default();
-    let end = object_members_at(b, skip_ws(b, 0), |key, start| {
-        let end = value_end(b, start)?;
-        reader.member(key, &b[start..end]);
-        Some(end)
-    })?;
+    let (end, said) = probe_at(b, skip_ws(b, 0))?;
     if skip_ws(b, end) != b.len() {
         return None;
     }
-    reader.finish()
+    said
 }
 
-/// [`probe`] one member at a time, for a walk that meets the result's members on its own
-/// way: the server's envelope is read that way (`server::envelope`), so a large result is
-/// walked once, not once for the envelope and again here.
+/// Walks the object whose `{` is at `start` in `b`, reading its top-level `isError` and
+/// `task` on the way: the index just past the object, and the reading (`None` when unsure).
+/// `None` when `b` holds no surely valid object there. The envelope scanner walks a
+/// response's result with it (`server::envelope`), so a large result is walked once, not
+/// once for the envelope and again by [`probe`].
+pub fn probe_at(b: &[u8], start: usize) -> Option<(usize, Option<ResultProbe>)> {
+    let mut reader = ProbeReader::default();
+    let end = object_members_at(b, start, |key, at| {
+        let end = value_end(b, at)?;
+        reader.member(key, &b[at..end]);
+        Some(end)
+    })?;
+    Some((end, reader.finish()))
+}
+
+/// The probe's reading, one top-level member at a time.
 #[derive(Debug, Default)]
-pub struct ProbeReader {
+struct ProbeReader {
     said: ResultProbe,
     seen_error: bool,
     seen_task: bool,
@@ -53,7 +61,7 @@ pub struct ProbeReader {
 
 impl ProbeReader {
     /// One top-level member: its key as written (escapes included) and its value's text.
-    pub fn member(&mut self, key: &[u8], value: &[u8]) {
+    fn member(&mut self, key: &[u8], value: &[u8]) {
         if key.contains(&b'\\') {
             self.unsure = true;
             return;
@@ -81,7 +89,7 @@ impl ProbeReader {
     }
 
     /// What the members said, when every one was read surely.
-    pub fn finish(self) -> Option<ResultProbe> {
+    fn finish(self) -> Option<ResultProbe> {
         (!self.unsure).then_some(self.said)
     }
 }

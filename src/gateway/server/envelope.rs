@@ -23,7 +23,7 @@ use rmcp::model::ErrorData;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::gateway::call::probe::{ProbeReader, ResultProbe};
+use crate::gateway::call::probe::{probe_at, ResultProbe};
 use crate::gateway::json_scan::{
     has_control, object_members_at, printable_ascii, skip_ws, value_end,
 };
@@ -221,25 +221,17 @@ fn response_members(line: &str) -> Option<ResponseSpans> {
         if key.contains(&b'\\') {
             return None;
         }
-        let end = if key == b"result" {
-            // The result object's own members are read on the way (`ProbeReader`): a
-            // large result is walked once here, not again by `call::probe`.
-            let mut reader = ProbeReader::default();
-            let end = object_members_at(b, start, |k, at| {
-                let end = value_end(b, at)?;
-                reader.member(k, &b[at..end]);
-                Some(end)
-            });
-            match end {
-                Some(end) => {
-                    said = reader.finish();
-                    end
-                }
-                // Not an object (or not a valid one, which `value_end` then refuses).
-                None => value_end(b, start)?,
+        // The result object's own members are read on the way (`probe_at`): a large
+        // result is walked once here, not again by `call::probe`.
+        let probed = (key == b"result").then(|| probe_at(b, start)).flatten();
+        let end = match probed {
+            Some((end, reading)) => {
+                said = reading;
+                end
             }
-        } else {
-            value_end(b, start)?
+            // Another member, or a result that is no object (or no valid one, which
+            // `value_end` then refuses).
+            None => value_end(b, start)?,
         };
         let span = start..end;
         let value = &b[span.clone()];
