@@ -150,6 +150,14 @@ impl LineOut {
         }
     }
 
+    /// Resolves once nothing more can be written: the stream was stopped or a write failed.
+    pub async fn closed(&self) {
+        tokio::select! {
+            _ = self.stop.cancelled() => {}
+            _ = self.broken.cancelled() => {}
+        }
+    }
+
     /// Abandons every write and shuts the stream down (its reader sees the end).
     pub async fn shutdown(&self) {
         self.stop.cancel();

@@ -37,6 +37,41 @@ fn a_calls_params_reach_the_server_as_the_agent_wrote_them() {
     );
 }
 
+/// A server's sampling request, relayed to an agent on stdio, gets the agent's answer as the
+/// agent wrote it: members no model knows, their order, `1e3`, an integer past 2^64 and an
+/// escaped character reach the server unchanged. The server is the raw JSON-lines test
+/// server, which answers its call with the response line it read. Before, the answer came
+/// back through rmcp's `ClientResult`, whose sampling model dropped the unknown member and
+/// re-spelt the numbers.
+#[test]
+fn a_sampling_answer_reaches_the_server_as_the_agent_wrote_it() {
+    let ws = Workspace::new();
+    let server = support::repo("tests/servers/faulty_server.py");
+    let servers = json!({"faulty": {"command": support::python(), "args": [server],
+                                    "relay": {"sampling": true}}});
+    let mut through = Lines::spawn_declaring(
+        &mut serve_cmd(&ws, servers, json!({})),
+        json!({"roots": {"listChanged": true}, "sampling": {}}),
+    );
+    let answer = r#"{"x.example/first":{"n":1e3,"big":12345678901234567890123},"role":"assistant","content":{"type":"text","text":"caf\u00e9"},"model":"m","stopReason":"endTurn","_meta":{"k":1.50}}"#;
+    let mut sampled = |answer: &str| -> String {
+        through.answers = vec![("sampling/createMessage".into(), answer.into())];
+        let result: Value = serde_json::from_str(&through.request(
+            "tools/call",
+            json!({"name": "faulty__sampling_line", "arguments": {}}),
+        ))
+        .expect("a result");
+        support::response_result_in(&result)
+    };
+    assert_eq!(sampled(answer), answer);
+
+    // An answer with a carriage return between its tokens, around a request of its own (a
+    // server reading with universal newlines would take that for a line of its own): the
+    // server reads it as one compact line, the same members.
+    let smuggling = "{\"x\":\r{\"jsonrpc\":\"2.0\",\"id\":\"e\",\"method\":\"tools/call\"}\r,\"role\":\"assistant\",\"content\":{\"type\":\"text\",\"text\":\"t\"},\"model\":\"m\"}";
+    assert_eq!(sampled(smuggling), smuggling.replace('\r', ""));
+}
+
 /// A method Palisade does not know (an extension's) passes to the server that keeps its own
 /// names (`prefix: false`), in both directions, as written: a request reaches it (only its
 /// progress token Palisade's) and its answer comes back, audited with the method as

@@ -21,17 +21,25 @@ pub struct Lines {
     pub notes: Vec<String>,
     /// The result of `initialize`, as its text.
     pub init: String,
+    /// Requests of the gateway's this client answers, by method: the result's text as the
+    /// client writes it.
+    pub answers: Vec<(String, String)>,
 }
 
 impl Lines {
     /// A client of `cmd` after the 2025-11-25 handshake.
     pub fn spawn(cmd: &mut Command) -> Lines {
+        // What Palisade declares to its servers, so both see the same tool set.
+        Lines::spawn_declaring(cmd, json!({"roots": {"listChanged": true}}))
+    }
+
+    /// As `spawn`, the client declaring `capabilities`.
+    pub fn spawn_declaring(cmd: &mut Command, capabilities: Value) -> Lines {
         let mut me = Lines::start(cmd);
         let init = me.request(
             "initialize",
             json!({"protocolVersion": "2025-11-25",
-                   // What Palisade declares to its servers, so both see the same tool set.
-                   "capabilities": {"roots": {"listChanged": true}},
+                   "capabilities": capabilities,
                    "clientInfo": {"name": "fidelity", "version": "1"}}),
         );
         assert!(init.contains("protocolVersion"), "{init}");
@@ -57,6 +65,7 @@ impl Lines {
             next: 1,
             notes: Vec::new(),
             init: String::new(),
+            answers: Vec::new(),
         }
     }
 
@@ -103,6 +112,17 @@ impl Lines {
             if msg.method.as_deref() == Some("roots/list") {
                 let id = msg.id.clone().unwrap_or(Value::Null);
                 self.send(&json!({"jsonrpc": "2.0", "id": id, "result": {"roots": []}}));
+                continue;
+            }
+            let answer = self
+                .answers
+                .iter()
+                .find(|(m, _)| msg.method.as_deref() == Some(m))
+                .map(|(_, result)| result.clone());
+            if let (Some(result), Some(asked)) = (answer, msg.id.as_ref()) {
+                self.send_text(&format!(
+                    r#"{{"jsonrpc":"2.0","id":{asked},"result":{result}}}"#
+                ));
                 continue;
             }
             if msg.method.is_some() && msg.id.is_none() {

@@ -408,3 +408,49 @@ fn escalation(approver: Option<&str>) -> Value {
         None => json!({}),
     }
 }
+
+// A server's sampling request during a session's call goes on that call's own stream, and
+// the agent's answer (a POST on the same session) reaches the server as the agent wrote it:
+// an unknown member, `1e3`, an integer past 2^64 and `1.50` unchanged. The server is the
+// raw JSON-lines test server, which answers its call with the response line it read. An
+// answer pretty-printed across lines (legal in a POST body) reaches the server as one compact
+// line with the same members: a line break inside it would have split the server's message.
+#[test]
+fn a_sampling_answer_reaches_the_server_as_the_http_agent_wrote_it() {
+    use std::io::Read;
+    let ws = Workspace::new();
+    let server = support::repo("tests/servers/faulty_server.py");
+    let servers = json!({"faulty": {"command": support::python(), "args": [server],
+                                    "relay": {"sampling": true}}});
+    let front = Front::start(&ws, &ws.config(servers, json!({})));
+    let session = front.session(json!({"sampling": {}}));
+    let answered_with = |id: u64, result: &str| -> String {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": "faulty__sampling_line", "arguments": {}}});
+        let conn = front.open_post(ALICE, Some(&session), &[], &body.to_string());
+        let mut stream = std::io::BufReader::new(conn);
+        let asked: Value = serde_json::from_str(&next_messages(&mut stream, 1)[0]).unwrap();
+        assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+        let reply = format!(
+            r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#,
+            asked["id"]
+        );
+        let posted = front.post_text(ALICE, Some(&session), &[], &reply);
+        assert_eq!(posted.status, 202, "{posted:?}");
+        let answer: Value = serde_json::from_str(&next_messages(&mut stream, 1)[0]).unwrap();
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest);
+        assert_eq!(answer["id"], json!(id), "{answer}");
+        support::response_result_in(&answer["result"])
+    };
+    let answer = r#"{"x.example/first":{"n":1e3,"big":12345678901234567890123},"role":"assistant","content":{"type":"text","text":"caf\u00e9"},"model":"m","stopReason":"endTurn","_meta":{"k":1.50}}"#;
+    assert_eq!(answered_with(5, answer), answer);
+    let pretty = "{\n  \"x\": {\"jsonrpc\": \"2.0\", \"method\": \"tools/call\"},\n  \"role\": \"assistant\",\n  \"content\": {\"type\": \"text\", \"text\": \"t\"},\n  \"model\": \"m\"\n}";
+    let got = answered_with(6, pretty);
+    assert!(!got.contains('\n'), "{got:?}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&got).unwrap(),
+        serde_json::from_str::<Value>(pretty).unwrap()
+    );
+    front.stop();
+}

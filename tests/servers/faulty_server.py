@@ -13,6 +13,8 @@ The handshake and `tools/list` are correct; each tool then triggers one fault on
 - unknown_ids {count}: count responses to ids the gateway never sent, then a normal answer.
 - sampling: sends `sampling/createMessage` to its client, waits up to 30 s for the reply
   and answers with what it got: "error: CODE MESSAGE" or "result: ...".
+- sampling_line: as `sampling`, answering with the response's line as this server read it
+  off its stdin (what the gateway wrote, byte for byte).
 - sampling_tool_history: as `sampling`, with a made-up tool history in its messages (an
   assistant `tool_use` block and the user's `tool_result` for it), which no client offered.
 - url_in_form: sends an `elicitation/create` whose `mode` is written twice, "form" then
@@ -64,7 +66,7 @@ import time
 
 OUT = sys.stdout.buffer
 LOCK = threading.Lock()
-PENDING = {}  # id of a request we sent -> [Event, response]
+PENDING = {}  # id of a request we sent -> [Event, response, response's line]
 NEXT_ID = [0]
 DEAF = threading.Event()  # set: the main loop stops reading stdin
 
@@ -91,22 +93,27 @@ def ask(method: str, params) -> dict:
 
 def ask_raw(method: str, params_text: str) -> dict:
     """`ask`, its params written as given (duplicate keys and all)."""
+    return ask_slot(method, params_text)[1]
+
+
+def ask_slot(method: str, params_text: str) -> list:
+    """`ask_raw`, returning the whole slot: the response parsed and as its line."""
     with LOCK:
         NEXT_ID[0] += 1
         rid = f"faulty-{NEXT_ID[0]}"
-    slot = [threading.Event(), None]
+    slot = [threading.Event(), None, None]
     PENDING[rid] = slot
     write_raw(('{"jsonrpc":"2.0","id":"%s","method":"%s","params":%s}\n'
                % (rid, method, params_text)).encode())
     slot[0].wait(30)
     PENDING.pop(rid, None)
-    return slot[1]
+    return slot
 
 
 TOOLS = ["echo", "garbage", "notify_flood", "stderr_flood", "invalid_json", "huge_line",
          "unknown_ids", "sampling", "roots_flood", "crash", "hang", "rate_flood", "hog", "spin", "roots_flood_deaf", "pid", "sleep",
          "request_line", "notify_lines", "progress_flood", "fail", "url_in_form",
-         "sampling_tool_history"]
+         "sampling_tool_history", "sampling_line"]
 
 
 # Every argument any tool takes, declared so that the gateway's policy knows each one.
@@ -125,6 +132,11 @@ def run_tool(req_id, name: str, args: dict) -> None:
         answer(req_id, "echo: " + str(args.get("text", "")))
     elif name == "pid":
         answer(req_id, str(os.getpid()))
+    elif name == "sampling_line":
+        slot = ask_slot("sampling/createMessage", json.dumps({
+            "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+            "maxTokens": 10}))
+        answer(req_id, slot[2] or "no reply")
     elif name == "garbage":
         line = b"this is not json " * 60 + b"\n"
         total = int(args.get("mb", 1)) * 1024 * 1024
@@ -211,7 +223,7 @@ def run_tool(req_id, name: str, args: dict) -> None:
             with LOCK:
                 NEXT_ID[0] += 1
                 rid = f"faulty-{NEXT_ID[0]}"
-            slot = [threading.Event(), None]
+            slot = [threading.Event(), None, None]
             PENDING[rid] = slot
             slots.append((rid, slot))
             send({"jsonrpc": "2.0", "id": rid, "method": "roots/list"})
@@ -280,6 +292,7 @@ def handle(msg, raw: bytes) -> None:
         slot = PENDING.get(req_id)
         if slot is not None:
             slot[1] = msg
+            slot[2] = raw.decode().rstrip("\n")
             slot[0].set()
         return
     echo_lines = bool(os.environ.get("FAULTY_ECHO_LINES"))

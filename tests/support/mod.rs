@@ -145,6 +145,22 @@ pub fn merge_settings(config: &Path, settings: Value) {
 }
 
 /// The records of a JSON-lines audit log, in log order; none when the file does not exist.
+/// The `result` of the JSON-RPC response line a tool result carries as its text (the test
+/// servers' `sampling_line`: the answer as the server read it), as its text.
+pub fn response_result_in(tool_result: &Value) -> String {
+    #[derive(serde::Deserialize)]
+    struct Response<'a> {
+        #[serde(borrow)]
+        result: &'a serde_json::value::RawValue,
+    }
+    let line = tool_result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {tool_result}"));
+    let response: Response<'_> =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not a response ({e}): {line:?}"));
+    response.result.get().to_string()
+}
+
 pub fn read_jsonl(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()

@@ -14,6 +14,12 @@
 //! The asker is the call task's (`scope`, `current`), as a 2026-07-28 call's round is
 //! (`mrtr`): the approval stage runs in the call's task and finds it there.
 //!
+//! An agent on a stream of lines (stdio) is asked the same way on that stream
+//! (`Asker::on_lines`): the front's reader hands back the answer to a question of Palisade's
+//! before rmcp's session sees it, so a server's relayed sampling or elicitation gets the
+//! agent's answer as the agent wrote it, where rmcp's `ClientResult` dropped what its
+//! models do not know and re-spelt numbers.
+//!
 //! Never: hand an answer to a question of another session (a question is found by its
 //! session and its id, which only Palisade makes), wait past the approver's timeout, or keep
 //! a question once its call has stopped waiting for it.
@@ -24,23 +30,28 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::ClientCapabilities;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::request_stream::{OpenQuestion, RequestStream};
+use crate::gateway::line_out::LineOut;
 
 /// The prefix of the ids Palisade gives its questions (rmcp's own are numbers).
 const ID_PREFIX: &str = "palisade-question-";
+
+/// The session key of the one agent on a stream of lines (stdio): it has no session id.
+pub const LINES_SESSION: &str = "";
 
 tokio::task_local! {
     static ASKER: Arc<Asker>;
 }
 
-/// What the agent sent back for a question.
+/// What the agent sent back for a question: its result as it wrote it, or its error.
 #[derive(Debug)]
 pub enum Answered {
-    Result(Value),
+    Result(Box<RawValue>),
     Error(Value),
 }
 
@@ -87,14 +98,95 @@ impl Questions {
     pub fn waiting(&self) -> usize {
         lock(&self.waiting).len()
     }
+
+    /// Ends the wait of every question of `session`: its agent has gone, so none will be
+    /// answered (each asker sees its stream closed).
+    pub fn forget_session(&self, session: &str) {
+        lock(&self.waiting).retain(|(s, _), _| s != session);
+    }
 }
+
+/// Where a call's questions go: the SSE body of the call's own POST, or the agent's one
+/// stream of lines.
+enum Way {
+    Stream(RequestStream),
+    /// The agent's stream of lines, and the token that fires when its reader has ended.
+    Lines(LineOut, CancellationToken),
+}
+
+impl Way {
+    /// Sends a question, waiting for room; false when the agent has gone.
+    async fn ask(&self, line: Vec<u8>) -> bool {
+        match self {
+            Way::Stream(stream) => stream.ask(line).await,
+            Way::Lines(out, ended) => !ended.is_cancelled() && out.send(line).await.is_ok(),
+        }
+    }
+
+    /// Sends a line that must not be dropped (a withdrawal) without waiting for it.
+    fn tell(&self, line: Vec<u8>, held: Option<OpenQuestion>) {
+        match self {
+            Way::Stream(stream) => stream.tell(line, held),
+            Way::Lines(out, _) => {
+                // Outside a runtime (a drop at shutdown) there is no one left to tell.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    let out = out.clone();
+                    runtime.spawn(async move {
+                        // Bounded: an agent that does not read must not keep this task.
+                        let _ = tokio::time::timeout(TELL_BOUND, out.send(line)).await;
+                    });
+                }
+            }
+        }
+    }
+
+    /// Resolves when the agent has gone.
+    async fn closed(&self) {
+        match self {
+            Way::Stream(stream) => stream.closed().await,
+            Way::Lines(out, ended) => {
+                tokio::select! {
+                    () = out.closed() => {}
+                    () = ended.cancelled() => {}
+                }
+            }
+        }
+    }
+
+    /// Counts a question as open on a request's stream, which waits for its withdrawal
+    /// before it ends; the agent's stream of lines outlives every question.
+    fn question_open(&self) -> Option<OpenQuestion> {
+        match self {
+            Way::Stream(stream) => Some(stream.question_open()),
+            Way::Lines(..) => None,
+        }
+    }
+
+    /// Whether a question whose send was abandoned may still reach the agent: a line half
+    /// written to a stream of lines is finished by another task (`LineOut`), while a request's
+    /// stream takes a line whole or not at all.
+    fn abandoned_may_arrive(&self) -> bool {
+        matches!(self, Way::Lines(..))
+    }
+
+    /// What the agent is told when a question is dropped unanswered.
+    fn dropped_reason(&self) -> &'static str {
+        match self {
+            Way::Stream(_) => GaveUp::CallEnded.reason(),
+            Way::Lines(..) => "palisade no longer needs the answer",
+        }
+    }
+}
+
+/// How long a withdrawal waits for an agent's stream of lines that does not read.
+const TELL_BOUND: Duration = Duration::from_secs(5);
 
 /// A call's way to its own agent: the session it came on, its stream, what the agent's
 /// client declared, and the call's own cancellation (a question ends with its call).
 pub struct Asker {
     questions: Arc<Questions>,
     session: String,
-    stream: RequestStream,
+    way: Way,
     caps: Option<ClientCapabilities>,
     call: CancellationToken,
 }
@@ -119,9 +211,27 @@ impl Asker {
         Asker {
             questions,
             session,
-            stream,
+            way: Way::Stream(stream),
             caps,
             call,
+        }
+    }
+
+    /// The way to the one agent on a stream of lines (stdio). Its questions end when the
+    /// agent goes (`Questions::forget_session`), not with a call: the server's request they
+    /// relay has its own cancellation.
+    pub fn on_lines(
+        questions: Arc<Questions>,
+        out: LineOut,
+        ended: CancellationToken,
+        caps: Option<ClientCapabilities>,
+    ) -> Asker {
+        Asker {
+            questions,
+            session: LINES_SESSION.to_string(),
+            way: Way::Lines(out, ended),
+            caps,
+            call: CancellationToken::new(),
         }
     }
 
@@ -142,7 +252,7 @@ impl Asker {
         method: &str,
         params: Value,
         timeout: Duration,
-    ) -> Result<Value, AskFailed> {
+    ) -> Result<Box<RawValue>, AskFailed> {
         self.ask_until(method, params, timeout, &CancellationToken::new())
             .await
     }
@@ -156,7 +266,7 @@ impl Asker {
         params: Value,
         timeout: Duration,
         cancel: &CancellationToken,
-    ) -> Result<Value, AskFailed> {
+    ) -> Result<Box<RawValue>, AskFailed> {
         let n = self.questions.next.fetch_add(1, Ordering::Relaxed);
         let id = format!("{ID_PREFIX}{n}");
         let (tx, rx) = oneshot::channel();
@@ -183,8 +293,14 @@ impl Asker {
             "jsonrpc": "2.0", "id": id, "method": method, "params": params,
         }));
         let sent = tokio::select! {
-            sent = self.stream.ask(question) => sent,
-            why = &mut give_up => return Err(why.failed(timeout)),
+            sent = self.way.ask(question) => sent,
+            why = &mut give_up => {
+                if self.way.abandoned_may_arrive() {
+                    // A cancellation of an id the agent never saw is harmless.
+                    self.way.tell(withdrawal(&id, why.reason()), None);
+                }
+                return Err(why.failed(timeout));
+            }
         };
         if !sent {
             return Err(AskFailed::Closed);
@@ -193,15 +309,15 @@ impl Asker {
         // (an approval raced against the call's cancellation). Counted open until answered or
         // its withdrawal is queued: a stream ending with its call waits for that.
         let mut withdraw = Withdrawal {
-            stream: &self.stream,
+            way: &self.way,
             id: &id,
-            reason: Some(GaveUp::CallEnded.reason()),
-            open: Some(self.stream.question_open()),
+            reason: Some(self.way.dropped_reason()),
+            open: self.way.question_open(),
         };
         let answered = tokio::select! {
             answered = rx => answered.map_err(|_| AskFailed::Closed),
             // A client gone cannot answer: the wait ends with it, not at the timeout.
-            () = self.stream.closed() => Err(AskFailed::Closed),
+            () = self.way.closed() => Err(AskFailed::Closed),
             why = &mut give_up => {
                 withdraw.reason = Some(why.reason());
                 return Err(why.failed(timeout));
@@ -219,7 +335,7 @@ impl Asker {
 /// A sent question's withdrawal, told the agent when dropped with a reason; the question
 /// counts as open until then.
 struct Withdrawal<'a> {
-    stream: &'a RequestStream,
+    way: &'a Way,
     id: &'a str,
     reason: Option<&'static str>,
     open: Option<OpenQuestion>,
@@ -229,11 +345,7 @@ impl Drop for Withdrawal<'_> {
     fn drop(&mut self) {
         let open = self.open.take();
         if let Some(reason) = self.reason {
-            let note = line(&serde_json::json!({
-                "jsonrpc": "2.0", "method": "notifications/cancelled",
-                "params": {"requestId": self.id, "reason": reason},
-            }));
-            self.stream.tell(note, open);
+            self.way.tell(withdrawal(self.id, reason), open);
         }
     }
 }
@@ -253,6 +365,14 @@ impl GaveUp {
             GaveUp::CallEnded => "the call this question served has ended",
         }
     }
+}
+
+/// The agent told that question `id` is withdrawn, as one line.
+fn withdrawal(id: &str, reason: &str) -> Vec<u8> {
+    line(&serde_json::json!({
+        "jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": id, "reason": reason},
+    }))
 }
 
 /// A JSON-RPC message as one line of the stream.
@@ -319,14 +439,19 @@ mod tests {
             assert_eq!(q["method"], "elicitation/create");
             let id = q["id"].as_str().unwrap().to_string();
             // Another session's answer, or an id Palisade did not give, is not taken.
-            assert!(!questions.answer("s2", &id, Answered::Result(Value::Null)));
-            assert!(!questions.answer("s1", "7", Answered::Result(Value::Null)));
-            let ok = serde_json::json!({"action": "accept"});
+            assert!(!questions.answer("s2", &id, Answered::Result(raw("null"))));
+            assert!(!questions.answer("s1", "7", Answered::Result(raw("null"))));
+            let ok = raw(r#"{"action":"accept","n":1e3}"#);
             assert!(questions.answer("s1", &id, Answered::Result(ok)));
         };
         let (got, ()) = tokio::join!(asked, answer);
-        assert_eq!(got.unwrap()["action"], "accept");
+        // As the agent wrote it: `1e3` not re-spelt.
+        assert_eq!(got.unwrap().get(), r#"{"action":"accept","n":1e3}"#);
         assert_eq!(questions.waiting(), 0);
+    }
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_string()).unwrap()
     }
 
     /// An asker for session `s1` on `stream`, ending with `call`.
@@ -349,7 +474,7 @@ mod tests {
         questions: &Arc<Questions>,
         stream: RequestStream,
         timeout: Duration,
-    ) -> Result<Value, AskFailed> {
+    ) -> Result<Box<RawValue>, AskFailed> {
         let asker = asker_on(questions, stream, CancellationToken::new());
         asker.ask("elicitation/create", Value::Null, timeout).await
     }
@@ -397,7 +522,7 @@ mod tests {
     async fn given_up(
         timeout: Duration,
         give_up: impl FnOnce(&CancellationToken, &CancellationToken),
-    ) -> (Result<Value, AskFailed>, Value, Option<Value>) {
+    ) -> (Result<Box<RawValue>, AskFailed>, Value, Option<Value>) {
         let questions = Arc::new(Questions::default());
         let (stream, mut lines) = RequestStream::new();
         let call = CancellationToken::new();
@@ -508,5 +633,78 @@ mod tests {
             told += 1;
         }
         assert_eq!(told, crate::gateway::agent::request_stream::BACKLOG);
+    }
+
+    /// An agent on a stream of lines (stdio): the question is written as a line, its answer
+    /// comes back as the agent wrote it; a question the server withdraws is withdrawn from
+    /// the agent on the same stream; and once the agent has gone (`forget_session`) a
+    /// waiting question ends at once, not at its timeout.
+    #[tokio::test]
+    async fn an_agent_on_lines_is_asked_on_its_stream_and_its_going_ends_the_wait() {
+        use tokio::io::{AsyncBufReadExt, BufReader};
+        let questions = Arc::new(Questions::default());
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let out = LineOut::new(Box::new(ours), CancellationToken::new());
+        let mut read = BufReader::new(theirs).lines();
+        let ended = CancellationToken::new();
+        let asker = Asker::on_lines(Arc::clone(&questions), out, ended.clone(), eliciting());
+        let next =
+            |line: Option<String>| -> Value { serde_json::from_str(&line.unwrap()).unwrap() };
+
+        let asked = asker.ask(
+            "sampling/createMessage",
+            Value::Null,
+            Duration::from_secs(600),
+        );
+        let answer = async {
+            let q = next(read.next_line().await.unwrap());
+            assert_eq!(q["method"], "sampling/createMessage");
+            let id = q["id"].as_str().unwrap().to_string();
+            assert!(!questions.answer("s1", &id, Answered::Result(raw("null"))));
+            assert!(questions.answer(LINES_SESSION, &id, Answered::Result(raw(r#"{"n":1e3}"#))));
+        };
+        let (got, ()) = tokio::join!(asked, answer);
+        assert_eq!(got.unwrap().get(), r#"{"n":1e3}"#);
+
+        let server = CancellationToken::new();
+        let asked = asker.ask_until(
+            "sampling/createMessage",
+            Value::Null,
+            Duration::from_secs(600),
+            &server,
+        );
+        let withdraw = async {
+            let q = next(read.next_line().await.unwrap());
+            server.cancel();
+            let told = next(read.next_line().await.unwrap());
+            assert_eq!(told["method"], "notifications/cancelled", "{told}");
+            assert_eq!(told["params"]["requestId"], q["id"], "{told}");
+        };
+        let (got, ()) = tokio::join!(asked, withdraw);
+        assert!(matches!(got, Err(AskFailed::Cancelled)), "{got:?}");
+
+        let asked = asker.ask(
+            "sampling/createMessage",
+            Value::Null,
+            Duration::from_secs(600),
+        );
+        let leave = async {
+            let _question = read.next_line().await.unwrap();
+            assert_eq!(questions.waiting(), 1);
+            questions.forget_session(LINES_SESSION);
+        };
+        let (got, ()) = tokio::join!(asked, leave);
+        assert!(matches!(got, Err(AskFailed::Closed)), "{got:?}");
+        assert_eq!(questions.waiting(), 0);
+
+        // Once the agent's reader has ended, a new question is not even sent.
+        ended.cancel();
+        let got = asker.ask(
+            "sampling/createMessage",
+            Value::Null,
+            Duration::from_secs(600),
+        );
+        assert!(matches!(got.await, Err(AskFailed::Closed)));
+        assert_eq!(questions.waiting(), 0);
     }
 }

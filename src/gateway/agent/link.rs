@@ -15,7 +15,9 @@
 //! An agent on a byte stream (stdio) also has its line writer here (`lines`): a server's
 //! notification is written to it as the server's own text (`server::note_line`), where rmcp's
 //! peer would re-encode it through its typed models. Over HTTP rmcp's session carries every
-//! notification (it knows which stream each belongs on).
+//! notification (it knows which stream each belongs on). Requests to such an agent go on
+//! the same stream as questions of Palisade's (`line_asker`, `agent/asking.rs`), whose
+//! answers the front hands back as the agent wrote them (`questions`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -27,6 +29,7 @@ use rmcp::{ErrorData, RoleServer, ServiceError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use crate::gateway::agent::asking::{Asker, Questions, LINES_SESSION};
 use crate::gateway::line_out::LineOut;
 
 /// Bytes of relayed notifications in flight to the agent at most (in units of `UNIT`).
@@ -40,6 +43,11 @@ pub struct UpstreamLink {
     dropped: Arc<AtomicU64>,
     /// The agent's stream, when it is a byte stream of lines (stdio).
     lines: Arc<OnceLock<LineOut>>,
+    /// Palisade's questions on that stream waiting for their answers.
+    questions: Arc<Questions>,
+    /// Fires when the agent's stream of lines has ended (its reader saw the end): no
+    /// question asked on it will be answered.
+    lines_ended: CancellationToken,
 }
 
 impl Default for UpstreamLink {
@@ -49,6 +57,8 @@ impl Default for UpstreamLink {
             relays: Arc::new(Semaphore::new(RELAY_BUDGET_UNITS as usize)),
             dropped: Arc::default(),
             lines: Arc::default(),
+            questions: Arc::default(),
+            lines_ended: CancellationToken::new(),
         }
     }
 }
@@ -89,6 +99,36 @@ impl UpstreamLink {
     pub fn lines(&self) -> Option<&LineOut> {
         self.get()?;
         self.lines.get()
+    }
+
+    /// The questions asked on the agent's stream of lines, for its reader to answer.
+    pub fn questions(&self) -> &Arc<Questions> {
+        &self.questions
+    }
+
+    /// The agent's stream of lines has ended: the questions waiting on it end now, and none
+    /// is asked on it any more (rmcp's session may not know yet that its transport closed).
+    pub fn lines_ended(&self) {
+        self.lines_ended.cancel();
+        self.questions.forget_session(LINES_SESSION);
+    }
+
+    /// A way to ask the agent on its stream of lines, as it wrote its answer: when the agent
+    /// is on one (stdio) and its session has been initialized (a 2026-07-28 agent has none:
+    /// it is asked only in a call's rounds).
+    pub fn line_asker(&self) -> Option<Arc<Asker>> {
+        if self.lines_ended.is_cancelled() {
+            return None;
+        }
+        let peer = self.get()?;
+        let caps = peer.peer_info()?.capabilities.clone();
+        let out = self.lines.get()?.clone();
+        Some(Arc::new(Asker::on_lines(
+            Arc::clone(&self.questions),
+            out,
+            self.lines_ended.clone(),
+            Some(caps),
+        )))
     }
 
     /// The agent's peer, when one is connected and its transport is open.

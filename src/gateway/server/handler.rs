@@ -259,10 +259,8 @@ fn client_info() -> Value {
         .unwrap_or_default()
 }
 
-fn to_value<T: serde::Serialize>(v: Result<T, ErrorData>) -> Result<Value, ErrorData> {
-    v.and_then(|v| {
-        serde_json::to_value(v).map_err(|e| ErrorData::internal_error(e.to_string(), None))
-    })
+fn to_raw<T: serde::Serialize>(v: &T) -> Result<Box<RawValue>, ErrorData> {
+    serde_json::value::to_raw_value(v).map_err(|e| ErrorData::internal_error(e.to_string(), None))
 }
 
 impl Inbound for DownstreamHandler {
@@ -272,12 +270,12 @@ impl Inbound for DownstreamHandler {
         params: Option<&'a RawValue>,
         id: RequestId,
         cancel: CancellationToken,
-    ) -> Pin<Box<dyn Future<Output = Result<Value, ErrorData>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Box<RawValue>, ErrorData>> + Send + 'a>> {
         Box::pin(async move {
             let ctx = crate::gateway::server::relay::FromServer { id, ct: cancel };
             match method {
-                "roots/list" => to_value(Ok(self.list_roots())),
-                "ping" => Ok(Value::Object(Map::new())),
+                "roots/list" => to_raw(&self.list_roots()),
+                "ping" => to_raw(&Map::new()),
                 "sampling/createMessage" => self.relay.sampling(params, &ctx).await,
                 "elicitation/create" => self.relay.elicitation(params, &ctx).await,
                 other => Err(ErrorData::new(

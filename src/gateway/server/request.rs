@@ -419,6 +419,13 @@ impl Connection {
             };
             match answer {
                 Ok(v) => {
+                    // The retry's params are re-encoded from values (a 2026-07-28 server's
+                    // retry is built by Palisade): the answer's members kept, in order.
+                    let v = serde_json::from_str(v.get()).map_err(|e| {
+                        other(format!(
+                            "the answer to its input request `{key}` is unreadable ({e})"
+                        ))
+                    })?;
                     answers.insert(key, v);
                 }
                 Err(e) => {

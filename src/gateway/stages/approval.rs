@@ -156,6 +156,8 @@ impl Elicitor for UpstreamElicitor {
                         .ask("elicitation/create", params, timeout)
                         .await
                         .map_err(|e| ElicitError::Request(Box::new(e)))?;
+                    let answer =
+                        serde_json::from_str(answer.get()).map_err(ElicitError::NotAResult)?;
                     return answered(answer);
                 }
                 // The session of the call being approved, not the principal's most recent.

@@ -18,6 +18,10 @@
 //!
 //! Never: write a line that is not a whole JSON-RPC message; answer a request twice; leave a
 //! relayed request running after the agent has gone.
+//!
+//! Palisade's own questions to the agent (a server's relayed sampling or elicitation) go on
+//! the same stream (`agent/asking.rs`), and the reader hands their answers back as the agent
+//! wrote them, before rmcp's session could re-type them.
 
 mod answer;
 mod lines;
@@ -34,7 +38,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::agent::tasks_v2;
+use crate::gateway::agent::{asking, tasks_v2};
 use crate::gateway::line_out::LineOut;
 use crate::gateway::state::Shared;
 
@@ -104,6 +108,15 @@ async fn read_lines<R: AsyncRead + Unpin>(
             tracing::debug!("ignoring an unparsable line from the agent");
             continue;
         };
+        if let Some((id, answered)) = head.answer() {
+            let questions = shared.upstream.questions();
+            if questions.answer(asking::LINES_SESSION, &id, answered) {
+                continue;
+            }
+            // A late answer (its question gave up): rmcp's session knows no such id either.
+            tracing::debug!("an answer from the agent to no open question ({id})");
+            continue;
+        }
         match route(head.method.as_deref(), head.id.is_some()) {
             // Before any session exists (a 2026-07-28 agent's first request), rmcp's session
             // takes the request: it is what opens the session.
@@ -140,8 +153,13 @@ async fn read_lines<R: AsyncRead + Unpin>(
             }
         }
     }
-    // The agent has gone: nothing it asked for is still wanted.
+    // The agent has gone: nothing it asked for is still wanted, and nothing Palisade asked
+    // it will be answered.
     running.cancel_all();
+    shared
+        .upstream
+        .questions()
+        .forget_session(asking::LINES_SESSION);
 }
 
 fn trim(buf: &[u8]) -> &[u8] {

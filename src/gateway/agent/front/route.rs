@@ -10,6 +10,7 @@ use rmcp::RoleServer;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::gateway::agent::asking::Answered;
 use crate::gateway::state::Shared;
 
 /// The parts of a line the front reads to decide where it goes.
@@ -21,6 +22,31 @@ pub(super) struct Head<'a> {
     pub method: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub params: Option<&'a RawValue>,
+    /// A response's: the agent answering a question of Palisade's (`agent/asking.rs`).
+    #[serde(borrow, default)]
+    pub result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub error: Option<&'a RawValue>,
+}
+
+impl Head<'_> {
+    /// The id and what the agent sent, when this line answers a question of Palisade's (a
+    /// response whose id Palisade gave; rmcp's own requests have number ids).
+    pub fn answer(&self) -> Option<(Cow<'_, str>, Answered)> {
+        if self.method.is_some() {
+            return None;
+        }
+        let id: Cow<'_, str> = serde_json::from_str(self.id?.get()).ok()?;
+        if !crate::gateway::agent::asking::is_question_id(&id) {
+            return None;
+        }
+        let answered = match (self.result, self.error) {
+            (Some(result), None) => Answered::Result(result.to_owned()),
+            (None, Some(error)) => Answered::Error(serde_json::from_str(error.get()).ok()?),
+            _ => return None,
+        };
+        Some((id, answered))
+    }
 }
 
 /// Where one line of the agent's goes.

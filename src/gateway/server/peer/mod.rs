@@ -68,7 +68,7 @@ pub trait Inbound: Send + Sync + 'static {
         params: Option<&'a RawValue>,
         id: RequestId,
         cancel: CancellationToken,
-    ) -> Pin<Box<dyn Future<Output = Result<Value, ErrorData>> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Result<Box<RawValue>, ErrorData>> + Send + 'a>>;
 
     /// A notification other than progress (which the reader routes itself, in order).
     fn notification<'a>(
@@ -136,7 +136,7 @@ struct OutResponse<'a> {
     jsonrpc: &'static str,
     id: &'a RequestId,
     #[serde(skip_serializing_if = "Option::is_none")]
-    result: Option<&'a Value>,
+    result: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a ErrorData>,
 }
@@ -361,9 +361,9 @@ impl ServerPeer {
         }
     }
 
-    async fn respond(&self, id: &RequestId, answer: Result<Value, ErrorData>) {
+    async fn respond(&self, id: &RequestId, answer: Result<Box<RawValue>, ErrorData>) {
         let (result, error) = match &answer {
-            Ok(v) => (Some(v), None),
+            Ok(v) => (Some(&**v), None),
             Err(e) => (None, Some(e)),
         };
         let line = encode(&OutResponse {
@@ -399,7 +399,7 @@ mod tests {
             _params: Option<&'a RawValue>,
             _id: RequestId,
             _cancel: CancellationToken,
-        ) -> Pin<Box<dyn Future<Output = Result<Value, ErrorData>> + Send + 'a>> {
+        ) -> Pin<Box<dyn Future<Output = Result<Box<RawValue>, ErrorData>> + Send + 'a>> {
             Box::pin(async move {
                 Err(ErrorData::new(
                     ErrorCode::METHOD_NOT_FOUND,

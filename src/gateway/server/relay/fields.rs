@@ -7,6 +7,9 @@ use rmcp::ErrorData;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use crate::gateway::call::as_sent::members_in;
+use crate::gateway::json_scan::{has_control, member_count};
+
 /// Characters of a prompt or question kept in the audit record.
 const EXCERPT: usize = 500;
 /// The fields of a plain sampling request (MCP 2025-11-25), relayed as the server wrote
@@ -121,9 +124,47 @@ pub(super) fn elicitation_summary(
     m
 }
 
+/// The agent's answer as the server that asked gets it: as the agent wrote it when it holds
+/// no control byte and repeats no key at any depth (counted against serde's reading, as a
+/// call's params are, `call/as_sent.rs`), else re-encoded, compact, from that reading.
+///
+/// Why: the server reads one message per line, and a raw line break between the answer's
+/// tokens (a pretty-printed POST body, a `\r` on stdio) would let an agent's answer smuggle a
+/// line of its own into the server's stdin; and of a key written twice, the server's decoder
+/// could keep the copy the relay's check did not read.
+pub(super) fn for_the_server(answer: Box<RawValue>) -> serde_json::Result<Box<RawValue>> {
+    let read: Value = serde_json::from_str(answer.get())?;
+    let b = answer.get().as_bytes();
+    if !has_control(b) && member_count(b) == Some(members_in(&read)) {
+        return Ok(answer);
+    }
+    serde_json::value::to_raw_value(&read)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_goes_to_the_server_as_written_unless_it_breaks_lines_or_repeats_a_key() {
+        let relayed = |text: &str| {
+            let raw = RawValue::from_string(text.to_string()).unwrap();
+            for_the_server(raw).unwrap().get().to_string()
+        };
+        let plain = r#"{"z":{"n":1e3},"role":"assistant","_meta":{"k":1.50}}"#;
+        assert_eq!(relayed(plain), plain);
+        // A line break between tokens: one compact line, the same members.
+        let broken = "{\"role\":\"assistant\",\r\n\"x\":{\"jsonrpc\":\"2.0\",\"method\":\"m\"}\t}";
+        let got = relayed(broken);
+        assert!(!has_control(got.as_bytes()), "{got:?}");
+        assert_eq!(
+            got,
+            r#"{"role":"assistant","x":{"jsonrpc":"2.0","method":"m"}}"#
+        );
+        // A key written twice at depth: one copy, the one serde read.
+        let twice = r#"{"role":"assistant","_meta":{"k":1,"k":2}}"#;
+        assert_eq!(relayed(twice), r#"{"role":"assistant","_meta":{"k":2}}"#);
+    }
 
     #[test]
     fn sampling_with_tools_anywhere_is_told_apart() {

@@ -25,7 +25,10 @@ mod gate;
 mod policy;
 
 pub use fields::attribute;
-use fields::{elicitation_summary, sampling_summary, typed, uses_tools, views, SAMPLING_FIELDS};
+use fields::{
+    elicitation_summary, for_the_server, sampling_summary, typed, uses_tools, views,
+    SAMPLING_FIELDS,
+};
 pub use gate::{RelayGate, TokenBucket, REFUSALS_AUDITED_PER_MINUTE};
 pub use policy::{
     admit, declared, Kind, Refusal, RelayPolicy, DEFAULT_MAX_CONCURRENT, DEFAULT_PER_MINUTE,
@@ -81,9 +84,9 @@ pub struct Relayer {
     pub open_calls: Arc<OpenCalls>,
 }
 
-/// Where a relayed request goes: the next round of its 2026-07-28 call to this server, the
-/// stream of its session's call (the HTTP fast path's), or the session of the request it
-/// serves.
+/// Where a relayed request goes: the next round of its 2026-07-28 call to this server, a
+/// stream Palisade writes its own questions on (the HTTP fast path's call's own, or the stdio
+/// agent's lines), or, over HTTP, rmcp's session of the request it serves.
 enum Road {
     Session(Peer<RoleServer>),
     Round(Arc<crate::gateway::agent::mrtr::Round>),
@@ -97,16 +100,6 @@ enum Road {
 }
 
 impl Road {
-    /// A session's road, unless the session cannot be asked: a 2026-07-28 client's
-    /// connection opened with no `initialize`, and is asked only in its calls' rounds.
-    fn session(peer: Peer<RoleServer>) -> Road {
-        if peer.peer_info().is_some() {
-            Road::Session(peer)
-        } else {
-            Road::sessionless()
-        }
-    }
-
     fn sessionless() -> Road {
         Road::None {
             why: "it is asked only within a tool call's rounds, and no request in flight to \
@@ -138,6 +131,20 @@ impl Relayer {
         &self.gate.server
     }
 
+    /// A session's road, unless the session cannot be asked: a 2026-07-28 client's
+    /// connection opened with no `initialize`, and is asked only in its calls' rounds. An
+    /// agent on a stream of lines (stdio) is asked on it by Palisade itself, so that its
+    /// answer reaches the server as it wrote it; over HTTP, rmcp's session asks.
+    fn session_road(&self, peer: Peer<RoleServer>) -> Road {
+        if peer.peer_info().is_none() {
+            return Road::sessionless();
+        }
+        match self.upstream.line_asker() {
+            Some(asker) => Road::Stream(asker),
+            None => Road::Session(peer),
+        }
+    }
+
     /// The request in flight to this server that the server's request `meta` serves takes
     /// it (`agent/open_calls.rs`): a 2026-07-28 call into its next round (stdio and HTTP
     /// alike: over HTTP a 2026-07-28 agent has no session to be asked in), a session's fast
@@ -152,10 +159,10 @@ impl Relayer {
         match self.open_calls.only(self.server(), task) {
             Ok(Carrier::Round(round)) => Road::Round(round),
             Ok(Carrier::Stream(asker)) => Road::Stream(asker),
-            Ok(Carrier::Session(peer)) => Road::session(peer),
+            Ok(Carrier::Session(peer)) => self.session_road(peer),
             Ok(Carrier::Sessionless) => Road::sessionless(),
             Err(Untold::NoCall) => match self.upstream.get() {
-                Some(peer) => Road::session(peer),
+                Some(peer) => self.session_road(peer),
                 None => Road::None {
                     why: "no MCP client is connected to the gateway",
                     sessionless: false,
@@ -168,14 +175,16 @@ impl Relayer {
         }
     }
 
-    /// Sends `method` with `params` to the agent by `road`; the answer as the agent sent it.
+    /// Sends `method` with `params` to the agent by `road`; the answer as the agent wrote it
+    /// where the road carries its text (a stream of its own, or of lines), else as rmcp or the
+    /// round read it.
     async fn ask(
         &self,
         road: &Road,
         kind: Kind,
         params: Map<String, Value>,
         cancel: &tokio_util::sync::CancellationToken,
-    ) -> Result<Value, UpstreamError> {
+    ) -> Result<Box<RawValue>, UpstreamError> {
         let method = kind.method();
         match road {
             Road::Session(peer) => {
@@ -185,16 +194,21 @@ impl Relayer {
                     Some(Value::Object(params)),
                 ));
                 let answer = request_of(peer, request, self.timeout, Some(cancel)).await?;
-                serde_json::to_value(answer).map_err(|e| UpstreamError::Other(e.to_string()))
+                serde_json::value::to_raw_value(&answer)
+                    .map_err(|e| UpstreamError::Other(e.to_string()))
             }
-            Road::Round(round) => round
-                .ask_agent(
-                    json!({"method": method, "params": params}),
-                    self.timeout,
-                    cancel,
-                )
-                .await
-                .map_err(UpstreamError::Round),
+            Road::Round(round) => {
+                let answer = round
+                    .ask_agent(
+                        json!({"method": method, "params": params}),
+                        self.timeout,
+                        cancel,
+                    )
+                    .await
+                    .map_err(UpstreamError::Round)?;
+                serde_json::value::to_raw_value(&answer)
+                    .map_err(|e| UpstreamError::Other(e.to_string()))
+            }
             Road::Stream(asker) => asker
                 .ask_until(method, Value::Object(params), self.timeout, cancel)
                 .await
@@ -210,7 +224,7 @@ impl Relayer {
         &self,
         raw: Option<&RawValue>,
         ctx: &FromServer,
-    ) -> Result<Value, ErrorData> {
+    ) -> Result<Box<RawValue>, ErrorData> {
         let started = Instant::now();
         let kind = Kind::Sampling;
         let (params, mut fields) = views::<CreateMessageRequestParams>(raw)?;
@@ -232,8 +246,8 @@ impl Relayer {
         self.name_the_server(&mut fields);
         let answer = self.ask(&road, kind, fields, &ctx.ct).await;
         let result = match answer {
-            Ok(v) => serde_json::from_value::<CreateMessageResult>(v.clone())
-                .map(|_| v)
+            Ok(v) => serde_json::from_str::<CreateMessageResult>(v.get())
+                .and_then(|_| for_the_server(v))
                 .map_err(|e| unexpected(kind, &e)),
             Err(e) => Err(upstream_error(kind, e)),
         };
@@ -253,7 +267,7 @@ impl Relayer {
         &self,
         raw: Option<&RawValue>,
         ctx: &FromServer,
-    ) -> Result<Value, ErrorData> {
+    ) -> Result<Box<RawValue>, ErrorData> {
         let started = Instant::now();
         let kind = Kind::Elicitation;
         let params: ElicitRequestParams = typed(raw)?;
@@ -302,8 +316,8 @@ impl Relayer {
         self.name_the_server(&mut fields);
         let answer = self.ask(&road, kind, fields, &ctx.ct).await;
         let result = match answer {
-            Ok(v) => serde_json::from_value::<ElicitResult>(v.clone())
-                .map(|r| (r.action, v))
+            Ok(v) => serde_json::from_str::<ElicitResult>(v.get())
+                .and_then(|r| Ok((r.action, for_the_server(v)?)))
                 .map_err(|e| unexpected(kind, &e)),
             Err(e) => Err(upstream_error(kind, e)),
         };

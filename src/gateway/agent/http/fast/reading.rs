@@ -182,7 +182,7 @@ pub(super) fn reply(body: &[u8]) -> Option<(String, Answered)> {
         jsonrpc: String,
         id: String,
         #[serde(default)]
-        result: Option<Value>,
+        result: Option<Box<RawValue>>,
         #[serde(default)]
         error: Option<Value>,
     }
