@@ -328,6 +328,10 @@ impl Gateway {
                 .with_pins(opts.pins)
                 .with_launcher(opts.launcher),
         );
+        // A start given up before it returns (an HTTP principal's first request whose client
+        // went away) leaves no Gateway to drop: its servers are stopped here instead, as a
+        // dropped Gateway stops them.
+        let stop_if_abandoned = shared.shutdown.clone().drop_guard();
         let mut supervisors = Vec::new();
         let mut settled = Vec::new();
         for idx in 0..shared.slots.len() {
@@ -361,6 +365,7 @@ impl Gateway {
                 late.join(", ")
             );
         }
+        let _ = stop_if_abandoned.disarm();
         Ok(Gateway {
             shared,
             supervisors,

@@ -102,3 +102,60 @@ fn sigterm_past_the_grace_ends_the_call_with_an_error_and_reaps_every_server() {
         "servers left running"
     );
 }
+
+// A principal's first request whose client goes away while the principal's servers are
+// still starting: the start is given up, and the servers it launched are stopped with it.
+// Before, nothing owned them once the request was dropped: they ran until palisade exited,
+// and the principal's next request launched a second set.
+#[test]
+fn a_principals_start_given_up_by_its_client_leaves_no_server_running() {
+    use std::io::Write;
+    let ws = Workspace::new();
+    let (config, _, tag) = faulty_config(&ws, json!({}));
+    // The server's listing takes 40 s, so the principal's start waits for it.
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    v["mcpServers"]["faulty"]["env"] = json!({"FAULTY_PAGES": "1", "FAULTY_PAGE_DELAY": "40"});
+    v["palisade"]["startupTimeout"] = json!(60);
+    support::write_json(&config, &v);
+    let tokens = tokens_file(&ws);
+    let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
+        {"protocolVersion": "2025-11-25", "capabilities": {},
+         "clientInfo": {"name": "gives-up", "version": "1"}}})
+    .to_string();
+    let mut conn = std::net::TcpStream::connect(front.addr).unwrap();
+    write!(
+        conn,
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {ALICE}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        front.addr,
+        body.len()
+    )
+    .unwrap();
+    let launched = wait_for(|| !processes_tagged(&tag).is_empty());
+    // The client goes away while the server is still listing.
+    conn.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(conn);
+    let stopped = wait_for(|| processes_tagged(&tag).is_empty());
+    let left = processes_tagged(&tag);
+    let status = front.stop();
+    let err = ws.stderr_text();
+    assert!(launched, "the server was launched: {err}");
+    assert!(
+        stopped,
+        "the given-up start's servers still run: {left:?}\n{err}"
+    );
+    assert!(status.success(), "exit {status}\n{err}");
+}
+
+/// Whether `what` came true within 30 s (a guard against a hang, never a timing assertion).
+fn wait_for(what: impl Fn() -> bool) -> bool {
+    (0..300).any(|_| {
+        let done = what();
+        if !done {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        done
+    })
+}
