@@ -144,7 +144,6 @@ pub fn merge_settings(config: &Path, settings: Value) {
     write_json(config, &cfg);
 }
 
-/// The records of a JSON-lines audit log, in log order; none when the file does not exist.
 /// The `result` of the JSON-RPC response line a tool result carries as its text (the test
 /// servers' `sampling_line`: the answer as the server read it), as its text.
 pub fn response_result_in(tool_result: &Value) -> String {
@@ -161,6 +160,7 @@ pub fn response_result_in(tool_result: &Value) -> String {
     response.result.get().to_string()
 }
 
+/// The records of a JSON-lines audit log, in log order; none when the file does not exist.
 pub fn read_jsonl(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()

@@ -178,8 +178,9 @@ impl Way {
     }
 }
 
-/// How long a withdrawal waits for an agent's stream of lines that does not read.
-const TELL_BOUND: Duration = Duration::from_secs(5);
+/// How long a withdrawal waits for an agent's stream of lines that does not read (behind a
+/// question still being written, which it must follow).
+const TELL_BOUND: Duration = Duration::from_secs(30);
 
 /// A call's way to its own agent: the session it came on, its stream, what the agent's
 /// client declared, and the call's own cancellation (a question ends with its call).

@@ -156,10 +156,7 @@ async fn read_lines<R: AsyncRead + Unpin>(
     // The agent has gone: nothing it asked for is still wanted, and nothing Palisade asked
     // it will be answered.
     running.cancel_all();
-    shared
-        .upstream
-        .questions()
-        .forget_session(asking::LINES_SESSION);
+    shared.upstream.lines_ended();
 }
 
 fn trim(buf: &[u8]) -> &[u8] {
