@@ -276,3 +276,46 @@ fn a_cpu_limit_kill_tells_the_in_flight_call_why() {
     assert_eq!(gw.finish(), Some(0));
     gw.audit_complete();
 }
+
+// A server that ignores both the end of its stdin and SIGTERM does not hold the gateway's
+// exit: when the agent leaves, palisade closes the server's stdin, waits its grace, asks
+// harder (SIGTERM to the sandbox), and on to SIGKILL if that is ignored too; every process
+// of the server is reaped and palisade exits 0. (The control is the same server answering a
+// call first: the environment marks its process, and it is found running before the stop.)
+#[test]
+fn a_server_that_ignores_its_stdins_end_and_sigterm_is_stopped_at_shutdown() {
+    let marker = format!("FAULTY_STUBBORN=stubborn-{}", std::process::id());
+    let (key, value) = marker.split_once('=').unwrap();
+    let mut gw = Gw::start_with(Value::Null, json!({}), json!({ key: value }), true);
+    gw.still_healthy("a stubborn server");
+    let running = processes_with_env(&marker);
+    assert_eq!(gw.finish(), Some(0), "palisade exits 0");
+    let log = gw.stderr_text();
+    assert!(!running.is_empty(), "the marked server ran: {log}");
+    assert!(
+        log.contains("did not exit after stdin closed; sent SIGTERM"),
+        "it was asked harder after its grace: {log}"
+    );
+    assert_eq!(
+        processes_with_env(&marker),
+        Vec::<i32>::new(),
+        "left running: {log}"
+    );
+}
+
+/// The processes whose environment holds `entry` (`KEY=VALUE`).
+fn processes_with_env(entry: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for dir in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = dir.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(dir.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|e| e == entry.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}

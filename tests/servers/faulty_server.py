@@ -54,12 +54,16 @@ is answered with its line in `line`, and an `x.example/ping` notification with a
 description of FAULTY_PAGE_BYTES bytes, default 10), each answered after FAULTY_PAGE_DELAY
 seconds, then a last page with the real tools (a slow or bloated listing).
 
+With FAULTY_STUBBORN set it ignores SIGTERM and keeps running after its stdin ends (a server
+that must be killed to stop).
+
 Requests are handled on their own threads (a hung call does not block the others); every
 write takes one lock so lines never interleave.
 """
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -396,8 +400,13 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stubborn = bool(os.environ.get("FAULTY_STUBBORN"))
+    if stubborn:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         main()
     except (BrokenPipeError, KeyboardInterrupt):
         pass
+    while stubborn:
+        time.sleep(60)
     os._exit(0)
