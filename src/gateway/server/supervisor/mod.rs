@@ -206,6 +206,15 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
             _ = shared.shutdown.cancelled() => break,
         }
     }
+    // A relaunch that shutdown interrupted before its new start: the process it replaces is
+    // still being stopped on its own task, and the supervisor ends only once it is reaped
+    // (the gateway's shutdown waits for the supervisors, not for their tasks).
+    if let Some(old) = retiring.take() {
+        let exit = old
+            .await
+            .unwrap_or_else(|e| format!("stop task failed: {e}"));
+        tracing::info!(server = %slot.name, "replaced process ended at shutdown ({exit})");
+    }
     slot.update(|s| {
         s.status = Status::Stopped;
         s.live = None;
