@@ -179,7 +179,19 @@ impl Gateway {
     /// Creates the sandbox dir, launches every server concurrently and waits until each
     /// has settled its first start (running, refused, or failed within the startup timeout).
     /// A server that fails does not fail the gateway.
-    pub async fn start(mut opts: GatewayOptions) -> Result<Gateway, GatewayError> {
+    pub async fn start(opts: GatewayOptions) -> Result<Gateway, GatewayError> {
+        let (gateway, _) = Gateway::start_until(opts, std::future::pending()).await?;
+        Ok(gateway)
+    }
+
+    /// As `start`, its wait for the servers cut short when `stop` resolves (SIGTERM while
+    /// servers start): the gateway is returned with its servers still starting, for the
+    /// caller to `shutdown`, which stops them politely and reaps them. The flag says whether
+    /// `stop` came first.
+    pub async fn start_until(
+        mut opts: GatewayOptions,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> Result<(Gateway, bool), GatewayError> {
         opts.sandbox_dir = create_private_dir(&opts.sandbox_dir)?;
         let home = std::env::var_os("HOME").map(PathBuf::from);
         // Probed once, off the runtime's threads (it runs a trial sandbox); every start and
@@ -351,8 +363,22 @@ impl Gateway {
             .limits
             .ready_timeout
             .unwrap_or(shared.limits.startup_timeout);
-        let all_settled = futures::future::join_all(settled);
-        if tokio::time::timeout(ready, all_settled).await.is_err() {
+        let all_settled = tokio::time::timeout(ready, futures::future::join_all(settled));
+        let waited = tokio::select! {
+            w = all_settled => Some(w),
+            () = stop => None,
+        };
+        let Some(waited) = waited else {
+            let _ = stop_if_abandoned.disarm();
+            tracing::info!("shutdown requested while the servers were starting");
+            let gateway = Gateway {
+                shared,
+                supervisors,
+                egress,
+            };
+            return Ok((gateway, true));
+        };
+        if waited.is_err() {
             let late: Vec<String> = shared
                 .slots
                 .iter()
@@ -366,11 +392,12 @@ impl Gateway {
             );
         }
         let _ = stop_if_abandoned.disarm();
-        Ok(Gateway {
+        let gateway = Gateway {
             shared,
             supervisors,
             egress,
-        })
+        };
+        Ok((gateway, false))
     }
 
     /// The state of every configured server, in config order.
@@ -439,8 +466,16 @@ impl Gateway {
 
     /// Serves MCP on stdin/stdout until stdin reaches EOF or SIGINT/SIGTERM arrives.
     pub async fn serve_stdio(self) -> Result<(), GatewayError> {
+        self.serve_stdio_until(termination()).await
+    }
+
+    /// Serves MCP on stdin/stdout until stdin reaches EOF or `stop` resolves.
+    pub async fn serve_stdio_until(
+        self,
+        stop: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<(), GatewayError> {
         let (reader, writer) = agent::stdio::upstream_stdio();
-        self.serve((reader, writer), termination()).await
+        self.serve((reader, writer), stop).await
     }
 
     /// Stops every server (close stdin, wait, SIGTERM, wait, SIGKILL) and waits until each

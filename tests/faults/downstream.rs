@@ -302,20 +302,3 @@ fn a_server_that_ignores_its_stdins_end_and_sigterm_is_stopped_at_shutdown() {
         "left running: {log}"
     );
 }
-
-/// The processes whose environment holds `entry` (`KEY=VALUE`).
-fn processes_with_env(entry: &str) -> Vec<i32> {
-    let mut found = Vec::new();
-    for dir in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = dir.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(env) = std::fs::read(dir.path().join("environ")) else {
-            continue;
-        };
-        if env.split(|b| *b == 0).any(|e| e == entry.as_bytes()) {
-            found.push(pid);
-        }
-    }
-    found
-}

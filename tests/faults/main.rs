@@ -118,3 +118,38 @@ fn alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// The processes whose environment holds `entry` (`KEY=VALUE`).
+pub(crate) fn processes_with_env(entry: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for dir in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = dir.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(dir.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|e| e == entry.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Whether `what` came true within `ANSWER_LIMIT` (a guard against a hang, never a timing
+/// assertion).
+fn wait_for(mut what: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + ANSWER_LIMIT;
+    while std::time::Instant::now() < deadline {
+        if what() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// A path inside the repository.
+fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}

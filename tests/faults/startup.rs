@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::gw::*;
+use crate::processes_with_env;
 
 /// Issue 23, finding 5 (regression: `serve` answered the agent's `initialize` only once every
 /// server was up, so one slow server held up the healthy ones). With `readyTimeout` 1 the
@@ -84,4 +85,68 @@ fn a_slow_or_bloated_listing_is_cut_at_one_deadline_and_a_cap() {
     let tools = gw.tools();
     assert!(tools.iter().any(|t| t == "faulty__page2"), "{tools:?}");
     gw.finish();
+}
+
+/// SIGTERM while a server is still starting (it answers `initialize` a minute late):
+/// palisade stops it politely and exits 0, leaving no process of it behind. Before, the
+/// signal handlers were installed only once every server had started, so SIGTERM killed
+/// palisade where it stood (exit by signal), its servers left to die with it and its
+/// sandbox scratch left behind.
+#[test]
+fn sigterm_while_servers_start_stops_them_and_exits_cleanly() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("FAULTY_SLOW_START=slow-{}", std::process::id());
+    let (key, value) = marker.split_once('=').unwrap();
+    let servers = json!({"faulty": {
+        "command": crate::deps().join("venv/bin/python"),
+        "args": [crate::faulty_server()],
+        "env": {"FAULTY_INIT_DELAY": "60", key: value},
+    }});
+    let settings = json!({
+        "sandboxDir": dir.path().join("sandbox"),
+        "sandboxPolicy": "warn",
+        "policy": crate::repo_path("tests/fixtures/allow-all-policy.json"),
+        "startupTimeout": 120,
+    });
+    let config = dir.path().join("config.json");
+    std::fs::write(
+        &config,
+        serde_json::to_vec(&json!({"mcpServers": servers, "palisade": settings})).unwrap(),
+    )
+    .unwrap();
+    let errlog = dir.path().join("serve-stderr.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "info,rmcp=warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&errlog).unwrap())
+        .spawn()
+        .unwrap();
+    let started = crate::wait_for(|| !processes_with_env(&marker).is_empty());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let exited = crate::wait_for(|| !matches!(child.try_wait(), Ok(None)));
+    if !exited {
+        let _ = child.kill();
+    }
+    let status = child.wait().unwrap();
+    let log = std::fs::read_to_string(&errlog).unwrap_or_default();
+    assert!(started, "the slow server was launched: {log}");
+    assert!(exited, "palisade did not exit after SIGTERM: {log}");
+    assert!(status.success(), "exit {status}: {log}");
+    assert!(
+        log.contains("shutdown requested while the servers were starting"),
+        "{log}"
+    );
+    assert_eq!(
+        processes_with_env(&marker),
+        Vec::<i32>::new(),
+        "left running: {log}"
+    );
 }

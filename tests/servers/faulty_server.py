@@ -54,6 +54,7 @@ is answered with its line in `line`, and an `x.example/ping` notification with a
 description of FAULTY_PAGE_BYTES bytes, default 10), each answered after FAULTY_PAGE_DELAY
 seconds, then a last page with the real tools (a slow or bloated listing).
 
+FAULTY_INIT_DELAY makes it answer `initialize` that many seconds late (a slow start).
 With FAULTY_STUBBORN set it ignores SIGTERM and keeps running after its stdin ends (a server
 that must be killed to stop).
 
@@ -308,6 +309,7 @@ def handle(msg, raw: bytes) -> None:
                       + json.dumps(line).encode() + b',"n":1e3}}\n')
         return  # notifications: initialized, cancelled, roots changed
     if method == "initialize":
+        time.sleep(float(os.environ.get("FAULTY_INIT_DELAY", "0")))
         caps = {"tools": {}, "logging": {}}
         if echo_lines:
             caps.update({"prompts": {}, "resources": {"subscribe": True}, "completions": {}})

@@ -219,13 +219,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // tokio's blocking pool; the HTTP front, with many agents, keeps the pool.
     let rt = super::runtime_on_one_thread()?;
     let outcome = rt.block_on(async {
-        let gateway = Gateway::start(opts)
+        // Installed before the servers start: SIGTERM while they start stops them politely
+        // (and leaves nothing behind) instead of killing palisade where it stands.
+        let stop = crate::gateway::termination();
+        tokio::pin!(stop);
+        let (gateway, stopped) = Gateway::start_until(opts, stop.as_mut())
             .await
             .context("cannot start the gateway")?;
+        if stopped {
+            gateway.shutdown().await;
+            return Ok(());
+        }
         for s in gateway.status() {
             tracing::info!(server = %s.name, "status: {:?}, {} tools", s.status, s.tools);
         }
-        gateway.serve_stdio().await.context("gateway failed")
+        gateway
+            .serve_stdio_until(stop)
+            .await
+            .context("gateway failed")
     });
     // Every child is reaped by now. A terminal or file stdin is read on a blocking thread that
     // a signal does not interrupt; do not let dropping the runtime wait for it (pipes and

@@ -21,7 +21,7 @@ use crate::gateway::server::spawn::SpawnError;
 use crate::gateway::state::{Live, Shared, Slot};
 use crate::sandbox::launch::LaunchError;
 
-use super::stop::{abandon, stop};
+use super::stop::{abandon, stop, stop_starting};
 use super::Running;
 
 /// Why one start attempt failed.
@@ -135,8 +135,7 @@ pub(super) async fn start(shared: &Shared, slot: &Slot) -> Result<Running, Start
     let init = tokio::select! {
         r = handshake(&peer, slot, &init_params, envelope, timeout) => r,
         _ = shared.shutdown.cancelled() => {
-            peer.close();
-            abandon(process, &slot.name).await;
+            stop_starting(process, &peer, &shared.limits, &slot.name).await;
             return Err(StartError::Shutdown);
         }
     };

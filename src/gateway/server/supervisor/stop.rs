@@ -24,6 +24,22 @@ pub(super) async fn stop(
     how
 }
 
+/// Stops a server whose handshake has not finished, as `stop` does a started one: its
+/// connection closed (its stdin with it), then asked harder each grace period. Shutdown
+/// during a start: the server may be fetching its package or writing a cache, and a kill
+/// out of the blue could leave that half done.
+pub(super) async fn stop_starting(
+    mut process: ServerProcess,
+    peer: &crate::gateway::server::peer::ServerPeer,
+    limits: &crate::gateway::state::Limits,
+    name: &str,
+) {
+    peer.close();
+    let how = ended(&mut process, limits, name).await;
+    tracing::debug!(server = %name, "stopped while starting ({how})");
+    release(process, name).await;
+}
+
 /// Waits for the server to end, asking harder each grace period; how it ended.
 async fn ended(
     process: &mut ServerProcess,
