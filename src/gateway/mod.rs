@@ -343,6 +343,17 @@ impl Gateway {
         // A start given up before it returns (an HTTP principal's first request whose client
         // went away) leaves no Gateway to drop: its servers are stopped here instead, as a
         // dropped Gateway stops them.
+        // A signal that came while the sandbox was probed: no server is launched at all.
+        tokio::pin!(stop);
+        if futures::FutureExt::now_or_never(stop.as_mut()).is_some() {
+            tracing::info!("shutdown requested before the servers started");
+            let gateway = Gateway {
+                shared,
+                supervisors: Vec::new(),
+                egress,
+            };
+            return Ok((gateway, true));
+        }
         let stop_if_abandoned = shared.shutdown.clone().drop_guard();
         let mut supervisors = Vec::new();
         let mut settled = Vec::new();

@@ -278,10 +278,12 @@ fn a_cpu_limit_kill_tells_the_in_flight_call_why() {
 }
 
 // A server that ignores both the end of its stdin and SIGTERM does not hold the gateway's
-// exit: when the agent leaves, palisade closes the server's stdin, waits its grace, asks
-// harder (SIGTERM to the sandbox), and on to SIGKILL if that is ignored too; every process
-// of the server is reaped and palisade exits 0. (The control is the same server answering a
-// call first: the environment marks its process, and it is found running before the stop.)
+// exit: when the agent leaves, palisade closes the server's stdin, waits its grace, then asks
+// harder with SIGTERM to the sandbox's process group; every process of the server is reaped
+// and palisade exits 0. (Under bubblewrap the sandbox's own process ends on SIGTERM and
+// takes the server with it, so the SIGKILL after a second grace is not reached here.) The
+// control is the same server answering a call first: the environment marks its process,
+// and it is found running before the stop.
 #[test]
 fn a_server_that_ignores_its_stdins_end_and_sigterm_is_stopped_at_shutdown() {
     let marker = format!("FAULTY_STUBBORN=stubborn-{}", std::process::id());

@@ -144,6 +144,12 @@ fn sigterm_while_servers_start_stops_them_and_exits_cleanly() {
         log.contains("shutdown requested while the servers were starting"),
         "{log}"
     );
+    // Politely: its stdin closed and a grace given before SIGTERM (it cannot read its
+    // stdin's end while it sleeps in `initialize`), not SIGKILLed at once.
+    assert!(
+        log.contains("did not exit after stdin closed; sent SIGTERM"),
+        "{log}"
+    );
     assert_eq!(
         processes_with_env(&marker),
         Vec::<i32>::new(),
