@@ -159,3 +159,43 @@ fn wait_for(what: impl Fn() -> bool) -> bool {
         done
     })
 }
+
+// SIGTERM while a principal's servers are still starting (its first request waits on a
+// listing that takes 40 s): the start is cut short, its servers are stopped politely (stdin
+// closed, then SIGTERM after the grace) within that request, which is answered 503, and
+// palisade exits 0 with no server left. Before, the start ran on past the drain, which does
+// not see a principal that has not started, and its servers were SIGKILLed when the process
+// ended.
+#[test]
+fn sigterm_while_a_principal_starts_stops_its_servers_politely() {
+    let ws = Workspace::new();
+    let (config, _, tag) = faulty_config(&ws, json!({}));
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    v["mcpServers"]["faulty"]["env"] = json!({"FAULTY_PAGES": "1", "FAULTY_PAGE_DELAY": "40"});
+    v["palisade"]["startupTimeout"] = json!(60);
+    support::write_json(&config, &v);
+    let tokens = tokens_file(&ws);
+    let mut front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let addr = front.addr;
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
+        {"protocolVersion": "2025-11-25", "capabilities": {},
+         "clientInfo": {"name": "waits", "version": "1"}}});
+    let first = std::thread::spawn(move || post(addr, ALICE, None, &init));
+    let launched = wait_for(|| !processes_tagged(&tag).is_empty());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(front.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let (status_code, text) = first.join().unwrap();
+    let status = support::raw::wait_bounded(&mut front.child);
+    let err = ws.stderr_text();
+    assert!(launched, "the server was launched: {err}");
+    assert_eq!(status_code, 503, "{text}\n{err}");
+    assert!(status.success(), "exit {status}\n{err}");
+    assert!(
+        err.contains("did not exit after stdin closed; sent SIGTERM"),
+        "stopped politely: {err}"
+    );
+    assert_eq!(processes_tagged(&tag), Vec::<String>::new(), "{err}");
+}

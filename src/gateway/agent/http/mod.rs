@@ -182,6 +182,9 @@ struct Front {
     /// gateways, and no other principal waits for them).
     principals: tokio::sync::Mutex<HashMap<String, Arc<Cell>>>,
     stopping: CancellationToken,
+    /// The principals' starts under way: shutdown cuts them short and waits for their
+    /// servers' stop, since a start's gateway is in no cell yet.
+    starts: tokio_util::task::TaskTracker,
     /// Parent of every principal's session token: cancelled when the drain is over.
     sessions_end: CancellationToken,
     /// Cancelled when `shutdownGrace` is over: responses still open end with an error.
@@ -215,6 +218,7 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         http,
         principals: Default::default(),
         stopping: CancellationToken::new(),
+        starts: tokio_util::task::TaskTracker::new(),
         sessions_end: CancellationToken::new(),
         cut: CancellationToken::new(),
         metrics: Arc::default(),
@@ -272,6 +276,21 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         .collect();
     tracing::info!("stopping {} principal(s)' servers", all.len());
     futures::future::join_all(all.iter().map(|p| p.stop())).await;
+    // A start under way when the drain began was cut short then and stops its servers in
+    // its own request; its connection's task still runs, so it finishes here, bounded.
+    front.starts.close();
+    if !front.starts.is_empty() {
+        tracing::info!(
+            "waiting for {} principal start(s) to stop their servers",
+            front.starts.len()
+        );
+    }
+    if tokio::time::timeout(reaper_bound, front.starts.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("principal starts still stopping {reaper_bound:?} after shutdown");
+    }
     tracing::info!("every principal's servers stopped");
     served
 }

@@ -136,16 +136,27 @@ pub(super) async fn start_principal(front: &Front, name: &str) -> Result<Arc<Pri
         principal: name.to_string(),
         metrics: Arc::clone(&front.metrics),
     });
-    let gateway = Gateway::start(opts).await.map_err(|e| {
-        tracing::error!(
-            principal = name,
-            "cannot start the principal's gateway: {e}"
-        );
-        refusal(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("cannot start your servers: {e}"),
-        )
-    })?;
+    // Counted until this start has returned, its servers stopped if shutdown cut it short.
+    let _start = front.starts.token();
+    let (gateway, stopped) = Gateway::start_until(opts, front.stopping.cancelled())
+        .await
+        .map_err(|e| {
+            tracing::error!(
+                principal = name,
+                "cannot start the principal's gateway: {e}"
+            );
+            refusal(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("cannot start your servers: {e}"),
+            )
+        })?;
+    if stopped {
+        gateway.shutdown().await;
+        return Err(refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "palisade is shutting down; your servers were stopped before they started",
+        ));
+    }
     let shared = Arc::clone(&gateway.shared);
     let sessions = front.sessions_end.child_token();
     let peers = Arc::new(super::sessions::SessionPeers::default());
