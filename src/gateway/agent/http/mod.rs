@@ -251,7 +251,7 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
     let served = tokio::select! {
         r = served => r.map_err(HttpError::Serve),
         _ = async { drained.cancelled().await; tokio::time::sleep(CONNECTIONS_BOUND).await } => {
-            tracing::warn!("connections still open {CONNECTIONS_BOUND:?} after the drain; closed");
+            tracing::warn!("connections still open {CONNECTIONS_BOUND:?} after the drain; no longer waited for");
             Ok(())
         }
     };
@@ -275,9 +275,8 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         .filter_map(|(_, c)| c.get().cloned())
         .collect();
     tracing::info!("stopping {} principal(s)' servers", all.len());
-    futures::future::join_all(all.iter().map(|p| p.stop())).await;
-    // A start under way when the drain began was cut short then and stops its servers in
-    // its own request; its connection's task still runs, so it finishes here, bounded.
+    // Starts under way when the drain began were cut short then and stop their own servers
+    // on their tasks; waited for beside the principals' stops, bounded.
     front.starts.close();
     if !front.starts.is_empty() {
         tracing::info!(
@@ -285,12 +284,18 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
             front.starts.len()
         );
     }
-    if tokio::time::timeout(reaper_bound, front.starts.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!("principal starts still stopping {reaper_bound:?} after shutdown");
-    }
+    let starts = async {
+        if tokio::time::timeout(reaper_bound, front.starts.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("principal starts still stopping {reaper_bound:?} after shutdown");
+        }
+    };
+    tokio::join!(
+        futures::future::join_all(all.iter().map(|p| p.stop())),
+        starts
+    );
     tracing::info!("every principal's servers stopped");
     served
 }

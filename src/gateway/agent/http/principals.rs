@@ -113,6 +113,42 @@ pub(super) async fn principal_entry(front: &Front, name: &str) -> Result<Arc<Pri
     }
 }
 
+/// Starts a principal's gateway on a task of the front's `starts`, so that neither shutdown
+/// nor a request dropped midway leaves its servers to the process's exit: the start is cut
+/// short when the front stops or the request that asked has gone, and then stops its servers
+/// itself, tracked, before it ends (`serve_http` waits for the starts). `None`: cut short.
+async fn start_tracked(
+    front: &Front,
+    opts: crate::gateway::GatewayOptions,
+) -> Option<Result<Gateway, crate::gateway::GatewayError>> {
+    let (mut tx, rx) = tokio::sync::oneshot::channel();
+    let stopping = front.stopping.clone();
+    front.starts.spawn(async move {
+        let gone = async {
+            tokio::select! {
+                () = stopping.cancelled() => {}
+                () = tx.closed() => {}
+            }
+        };
+        match Gateway::start_until(opts, gone).await {
+            Ok((gateway, true)) => {
+                gateway.shutdown().await;
+                let _ = tx.send(None);
+            }
+            Ok((gateway, false)) => {
+                if let Err(Some(Ok(gateway))) = tx.send(Some(Ok(gateway))) {
+                    // The request that asked went just as the start ended: no cell holds it.
+                    gateway.shutdown().await;
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Some(Err(e)));
+            }
+        }
+    });
+    rx.await.ok().flatten()
+}
+
 pub(super) async fn start_principal(front: &Front, name: &str) -> Result<Arc<Principal>, Response> {
     let mut opts = front.template.clone();
     opts.sandbox_dir = opts.sandbox_dir.join("principals").join(name);
@@ -136,27 +172,25 @@ pub(super) async fn start_principal(front: &Front, name: &str) -> Result<Arc<Pri
         principal: name.to_string(),
         metrics: Arc::clone(&front.metrics),
     });
-    // Counted until this start has returned, its servers stopped if shutdown cut it short.
-    let _start = front.starts.token();
-    let (gateway, stopped) = Gateway::start_until(opts, front.stopping.cancelled())
-        .await
-        .map_err(|e| {
+    let gateway = match start_tracked(front, opts).await {
+        Some(Ok(gateway)) => gateway,
+        Some(Err(e)) => {
             tracing::error!(
                 principal = name,
                 "cannot start the principal's gateway: {e}"
             );
-            refusal(
+            return Err(refusal(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("cannot start your servers: {e}"),
-            )
-        })?;
-    if stopped {
-        gateway.shutdown().await;
-        return Err(refusal(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "palisade is shutting down; your servers were stopped before they started",
-        ));
-    }
+            ));
+        }
+        None => {
+            return Err(refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "palisade is shutting down; your servers were stopped before they started",
+            ))
+        }
+    };
     let shared = Arc::clone(&gateway.shared);
     let sessions = front.sessions_end.child_token();
     let peers = Arc::new(super::sessions::SessionPeers::default());
