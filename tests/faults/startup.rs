@@ -126,6 +126,10 @@ fn sigterm_while_servers_start_stops_them_and_exits_cleanly() {
         .spawn()
         .unwrap();
     let started = crate::wait_for(|| !processes_with_env(&marker).is_empty());
+    // Once it sleeps in `initialize` (it cannot read its stdin's end then).
+    let delayed = crate::wait_for(|| {
+        std::fs::read_to_string(&errlog).is_ok_and(|l| l.contains("initialize: delayed"))
+    });
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -137,7 +141,7 @@ fn sigterm_while_servers_start_stops_them_and_exits_cleanly() {
     }
     let status = child.wait().unwrap();
     let log = std::fs::read_to_string(&errlog).unwrap_or_default();
-    assert!(started, "the slow server was launched: {log}");
+    assert!(started && delayed, "the slow server was launched: {log}");
     assert!(exited, "palisade did not exit after SIGTERM: {log}");
     assert!(status.success(), "exit {status}: {log}");
     assert!(

@@ -181,7 +181,8 @@ fn sigterm_while_a_principal_starts_stops_its_servers_politely() {
         {"protocolVersion": "2025-11-25", "capabilities": {},
          "clientInfo": {"name": "waits", "version": "1"}}});
     let first = std::thread::spawn(move || post(addr, ALICE, None, &init));
-    let launched = wait_for(|| !processes_tagged(&tag).is_empty());
+    // Once the server sleeps in its listing (it cannot read its stdin's end then).
+    let launched = wait_for(|| ws.stderr_text().contains("tools/list: delayed"));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(front.child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,

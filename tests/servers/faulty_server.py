@@ -309,7 +309,10 @@ def handle(msg, raw: bytes) -> None:
                       + json.dumps(line).encode() + b',"n":1e3}}\n')
         return  # notifications: initialized, cancelled, roots changed
     if method == "initialize":
-        time.sleep(float(os.environ.get("FAULTY_INIT_DELAY", "0")))
+        if os.environ.get("FAULTY_INIT_DELAY"):
+            sys.stderr.write("initialize: delayed\n")
+            sys.stderr.flush()
+            time.sleep(float(os.environ["FAULTY_INIT_DELAY"]))
         caps = {"tools": {}, "logging": {}}
         if echo_lines:
             caps.update({"prompts": {}, "resources": {"subscribe": True}, "completions": {}})
@@ -343,6 +346,8 @@ def handle(msg, raw: bytes) -> None:
         pages = int(os.environ.get("FAULTY_PAGES", "0"))
         page = int(((msg.get("params") or {}).get("cursor")) or 0)
         if page < pages:
+            sys.stderr.write("tools/list: delayed\n")
+            sys.stderr.flush()
             time.sleep(float(os.environ.get("FAULTY_PAGE_DELAY", "0")))
             filler = [{"name": f"page{page}", "description": "x" * int(os.environ.get("FAULTY_PAGE_BYTES", "10")),
                        "inputSchema": {"type": "object"}}]
