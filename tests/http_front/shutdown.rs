@@ -111,14 +111,7 @@ fn sigterm_past_the_grace_ends_the_call_with_an_error_and_reaps_every_server() {
 fn a_principals_start_given_up_by_its_client_leaves_no_server_running() {
     use std::io::Write;
     let ws = Workspace::new();
-    let (config, _, tag) = faulty_config(&ws, json!({}));
-    // The server's listing takes 40 s, so the principal's start waits for it.
-    let mut v: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
-    v["mcpServers"]["faulty"]["env"] = json!({"FAULTY_PAGES": "1", "FAULTY_PAGE_DELAY": "40"});
-    v["palisade"]["startupTimeout"] = json!(60);
-    support::write_json(&config, &v);
-    let tokens = tokens_file(&ws);
-    let front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let (front, tag) = front_whose_server_lists_slowly(&ws);
     let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
         {"protocolVersion": "2025-11-25", "capabilities": {},
          "clientInfo": {"name": "gives-up", "version": "1"}}})
@@ -149,6 +142,19 @@ fn a_principals_start_given_up_by_its_client_leaves_no_server_running() {
     assert!(status.success(), "exit {status}\n{err}");
 }
 
+/// A front whose faulty server (tagged with the returned tag) takes 40 s over its listing, so
+/// a principal's start waits for it.
+fn front_whose_server_lists_slowly(ws: &Workspace) -> (Front, String) {
+    let (config, _, tag) = faulty_config(ws, json!({}));
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    v["mcpServers"]["faulty"]["env"] = json!({"FAULTY_PAGES": "1", "FAULTY_PAGE_DELAY": "40"});
+    v["palisade"]["startupTimeout"] = json!(60);
+    support::write_json(&config, &v);
+    let tokens = tokens_file(ws);
+    let front = Front::start(ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    (front, tag)
+}
+
 /// Whether `what` came true within 30 s (a guard against a hang, never a timing assertion).
 fn wait_for(what: impl Fn() -> bool) -> bool {
     (0..300).any(|_| {
@@ -169,13 +175,7 @@ fn wait_for(what: impl Fn() -> bool) -> bool {
 #[test]
 fn sigterm_while_a_principal_starts_stops_its_servers_politely() {
     let ws = Workspace::new();
-    let (config, _, tag) = faulty_config(&ws, json!({}));
-    let mut v: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
-    v["mcpServers"]["faulty"]["env"] = json!({"FAULTY_PAGES": "1", "FAULTY_PAGE_DELAY": "40"});
-    v["palisade"]["startupTimeout"] = json!(60);
-    support::write_json(&config, &v);
-    let tokens = tokens_file(&ws);
-    let mut front = Front::start(&ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let (mut front, tag) = front_whose_server_lists_slowly(&ws);
     let addr = front.addr;
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
         {"protocolVersion": "2025-11-25", "capabilities": {},

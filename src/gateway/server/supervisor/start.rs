@@ -21,7 +21,7 @@ use crate::gateway::server::spawn::SpawnError;
 use crate::gateway::state::{Live, Shared, Slot};
 use crate::sandbox::launch::LaunchError;
 
-use super::stop::{abandon, stop, stop_starting};
+use super::stop::{abandon, stop, stop_process};
 use super::Running;
 
 /// Why one start attempt failed.
@@ -135,7 +135,8 @@ pub(super) async fn start(shared: &Shared, slot: &Slot) -> Result<Running, Start
     let init = tokio::select! {
         r = handshake(&peer, slot, &init_params, envelope, timeout) => r,
         _ = shared.shutdown.cancelled() => {
-            stop_starting(process, &peer, &shared.limits, &slot.name).await;
+            let how = stop_process(process, &peer, &shared.limits, &slot.name).await;
+            tracing::debug!(server = %slot.name, "stopped while starting ({how})");
             return Err(StartError::Shutdown);
         }
     };

@@ -7,37 +7,31 @@ use crate::gateway::state::Slot;
 
 use super::Running;
 
-/// Stops a started server: close its stdin (by closing rmcp's transport), wait, SIGTERM,
+/// Stops a started server: close its stdin (by closing its connection), wait, SIGTERM,
 /// wait, SIGKILL; always reaps. Returns how it ended, for the log.
 pub(super) async fn stop(
     running: Running,
     limits: &crate::gateway::state::Limits,
     name: &str,
 ) -> String {
-    let Running {
-        mut process, conn, ..
-    } = running;
-    // Closing the connection closes the child's stdin: a well-behaved server exits.
-    conn.peer.close();
-    let how = ended(&mut process, limits, name).await;
-    release(process, name).await;
-    how
+    let Running { process, conn, .. } = running;
+    stop_process(process, &conn.peer, limits, name).await
 }
 
-/// Stops a server whose handshake has not finished, as `stop` does a started one: its
-/// connection closed (its stdin with it), then asked harder each grace period. Shutdown
-/// during a start: the server may be fetching its package or writing a cache, and a kill
-/// out of the blue could leave that half done.
-pub(super) async fn stop_starting(
+/// `stop` for a server with or without a finished handshake: its connection closed (its
+/// stdin with it: a well-behaved server exits), then asked harder each grace period. Also
+/// used at shutdown during a start: the server may be fetching its package or writing a
+/// cache, and a kill out of the blue could leave that half done.
+pub(super) async fn stop_process(
     mut process: ServerProcess,
     peer: &crate::gateway::server::peer::ServerPeer,
     limits: &crate::gateway::state::Limits,
     name: &str,
-) {
+) -> String {
     peer.close();
     let how = ended(&mut process, limits, name).await;
-    tracing::debug!(server = %name, "stopped while starting ({how})");
     release(process, name).await;
+    how
 }
 
 /// Waits for the server to end, asking harder each grace period; how it ended.
