@@ -394,3 +394,49 @@ fn run_finds_a_script_given_relative_to_the_callers_directory() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+// Busy polling (`busyPollMicros`, on by default for an agent on stdio) is a setting a user
+// meets when a laptop's fan spins up: off at 0 the gateway still answers, and a spin past the
+// cap is refused at start, naming the field, the flag and the fix. (Its effect on latency is
+// a benchmark's to show: docs/benchmarks.md, "Busy polling before the thread sleeps".)
+#[test]
+fn busy_polling_turns_off_at_zero_and_a_spin_past_its_cap_is_refused() {
+    let ws = Workspace::new();
+    let root = ws.canonical().join("project");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "alpha").unwrap();
+    let off = fs_config(
+        &ws,
+        &root,
+        json!({"busyPollMicros": 0, "sandboxPolicy": "warn", "policy": null}),
+    );
+    let mut serve = Serve::start(&ws, &off, &[], &[]);
+    serve.initialize();
+    let r = serve.call(2, "fs__read", json!({"path": root.join("a.txt")}));
+    assert_eq!(text_of(&r), "alpha", "{r}");
+    let (status, err) = serve.finish();
+    assert!(status.success(), "{status}: {err}");
+
+    let too_long = fs_config(&ws, &root, json!({"busyPollMicros": 6000}));
+    for (config, extra) in [
+        (&too_long, vec![]),
+        (&off, vec!["--busy-poll-micros", "7000"]),
+    ] {
+        let out = Command::new(palisade())
+            .args(["serve", "--config"])
+            .arg(config)
+            .args(&extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(out.stdout.is_empty(), "nothing on the MCP channel");
+        assert!(err.contains("busyPollMicros is "), "{err}");
+        assert!(
+            err.contains("--busy-poll-micros"),
+            "the flag is named: {err}"
+        );
+        assert!(err.contains("0 turns busy polling off"), "the fix: {err}");
+    }
+}

@@ -44,11 +44,15 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// Builds a runtime that runs every task on the calling thread (blocking work still goes
-/// to tokio's blocking pool).
-pub fn runtime_on_one_thread() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
+/// to tokio's blocking pool), spinning with `busy` before it sleeps.
+pub fn runtime_on_one_thread(
+    busy: Option<&std::sync::Arc<crate::gateway::busy_poll::BusyPoll>>,
+) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    if let Some(busy) = busy {
+        busy.install(&mut builder);
+    }
+    Ok(builder.enable_all().build()?)
 }
 
 /// Maps a command's outcome to the process exit code, printing errors on stderr.

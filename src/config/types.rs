@@ -319,6 +319,10 @@ pub struct Settings {
     /// Per-request timeout towards downstream servers, in seconds.
     #[serde(default)]
     pub call_timeout: Option<u64>,
+    /// With an agent on stdio: the longest the gateway's thread spins watching its pipes
+    /// before it sleeps, in microseconds (default 200, 0 off; `crate::gateway::busy_poll`).
+    #[serde(default)]
+    pub busy_poll_micros: Option<u64>,
     /// Timeout for a downstream server's initialize handshake, in seconds.
     #[serde(default)]
     pub startup_timeout: Option<u64>,

@@ -23,6 +23,7 @@
 //! [`Gateway::shutdown`].
 
 pub mod agent;
+pub mod busy_poll;
 pub mod call;
 pub mod json_scan;
 pub mod line_out;
@@ -113,8 +114,14 @@ impl GatewayOptions {
             pins: None,
             refused: Vec::new(),
             protected: Vec::new(),
-            launcher: Arc::new(server::launcher::ProcessLauncher),
+            launcher: Arc::new(server::launcher::ProcessLauncher::default()),
         })
+    }
+
+    /// Has `busy` watch every server's stdout (with `Gateway::serve_stdio_until`, which
+    /// watches the agent's stdin).
+    pub fn watch_servers_with(&mut self, busy: Arc<busy_poll::BusyPoll>) {
+        self.launcher = Arc::new(server::launcher::ProcessLauncher::watched_by(busy));
     }
 }
 
@@ -432,8 +439,23 @@ impl Gateway {
     /// completes; then stops every server. Use `tokio::io::duplex` halves for in-process use.
     pub async fn serve<R, W>(
         self,
+        io: (R, W),
+        shutdown_signal: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<(), GatewayError>
+    where
+        R: tokio::io::AsyncRead + Send + Unpin + 'static,
+        W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        self.serve_watched(io, shutdown_signal, None).await
+    }
+
+    /// As [`Gateway::serve`]; `busy` (the runtime's busy polling, `busy_poll`) counts the
+    /// requests the front relays, so that it spins only while one at most is in flight.
+    async fn serve_watched<R, W>(
+        self,
         (reader, writer): (R, W),
         shutdown_signal: impl std::future::Future<Output = ()> + Send,
+        busy: Option<Arc<busy_poll::BusyPoll>>,
     ) -> Result<(), GatewayError>
     where
         R: tokio::io::AsyncRead + Send + Unpin + 'static,
@@ -442,7 +464,7 @@ impl Gateway {
         // The agent's messages are capped like rmcp caps them, but an over-long request is
         // answered with an error instead of being dropped unanswered.
         let reader = agent::frame::LineCap::new(reader, server::MAX_LINE);
-        let transport = agent::front::start(reader, writer, self.shared.clone());
+        let transport = agent::front::start(reader, writer, self.shared.clone(), busy);
         let handler = agent::relaying::RelayingService(agent::service::Upstream {
             shared: self.shared.clone(),
             sessions: None,
@@ -477,16 +499,19 @@ impl Gateway {
 
     /// Serves MCP on stdin/stdout until stdin reaches EOF or SIGINT/SIGTERM arrives.
     pub async fn serve_stdio(self) -> Result<(), GatewayError> {
-        self.serve_stdio_until(termination()).await
+        self.serve_stdio_until(termination(), None).await
     }
 
-    /// Serves MCP on stdin/stdout until stdin reaches EOF or `stop` resolves.
+    /// Serves MCP on stdin/stdout until stdin reaches EOF or `stop` resolves. `busy`, the
+    /// runtime's busy polling (`busy_poll`, installed by the caller on its runtime), watches
+    /// stdin and counts the requests in flight.
     pub async fn serve_stdio_until(
         self,
         stop: impl std::future::Future<Output = ()> + Send,
+        busy: Option<Arc<busy_poll::BusyPoll>>,
     ) -> Result<(), GatewayError> {
-        let (reader, writer) = agent::stdio::upstream_stdio();
-        self.serve((reader, writer), stop).await
+        let (reader, writer) = agent::stdio::upstream_stdio(busy.as_deref());
+        self.serve_watched((reader, writer), stop, busy).await
     }
 
     /// Stops every server (close stdin, wait, SIGTERM, wait, SIGKILL) and waits until each

@@ -303,7 +303,7 @@ impl Shared {
             upstream_roots: Default::default(),
             egress: None,
             caps: Arc::new(caps),
-            launcher: Arc::new(crate::gateway::server::launcher::ProcessLauncher),
+            launcher: Arc::new(crate::gateway::server::launcher::ProcessLauncher::default()),
             remembered: Default::default(),
             calls: tokio_util::task::TaskTracker::new(),
             pins: None,

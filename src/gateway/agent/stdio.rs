@@ -20,18 +20,27 @@ use std::os::fd::AsFd;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::gateway::busy_poll::{watch_with, BusyPoll};
+
 pub type UpstreamReader = Box<dyn AsyncRead + Send + Unpin>;
 pub type UpstreamWriter = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// The process's stdin and stdout for the upstream MCP session. Must be called inside the
-/// runtime (the pipes register with its reactor).
-pub fn upstream_stdio() -> (UpstreamReader, UpstreamWriter) {
+/// runtime (the pipes register with its reactor). `busy` watches stdin when it is on the
+/// reactor (a stdin read on a blocking thread wakes the runtime from there).
+pub fn upstream_stdio(busy: Option<&BusyPoll>) -> (UpstreamReader, UpstreamWriter) {
     let reader: UpstreamReader = match on_reactor(std::io::stdin().as_fd()) {
-        Ok(Reactor::Pipe(fd)) => match tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
-            Ok(pipe) => Box::new(pipe),
-            Err(e) => thread_backed_stdin(&e),
-        },
-        Ok(Reactor::Socket(s)) => Box::new(s),
+        Ok(Reactor::Pipe(fd)) => {
+            watch_with(busy, &fd);
+            match tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
+                Ok(pipe) => Box::new(pipe),
+                Err(e) => thread_backed_stdin(&e),
+            }
+        }
+        Ok(Reactor::Socket(s)) => {
+            watch_with(busy, &s);
+            Box::new(s)
+        }
         Err(e) => thread_backed_stdin(&e),
     };
     let writer: UpstreamWriter = match on_reactor(std::io::stdout().as_fd()) {

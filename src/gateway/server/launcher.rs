@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite, DuplexStream};
 use tokio::process::Child;
 use tokio::task::JoinHandle;
 
+use crate::gateway::busy_poll::BusyPoll;
 use crate::gateway::server::fault::ProcessFaults;
 use crate::gateway::server::spawn::{self, PreparedGuard, SpawnError};
 use crate::sandbox::capabilities::{Capabilities, Depth};
@@ -219,8 +220,27 @@ impl ServerProcess {
 }
 
 /// The production launcher: a child process, sandboxed as its launch request says.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ProcessLauncher;
+#[derive(Default, Clone)]
+pub struct ProcessLauncher {
+    /// Watches each server's stdout while the gateway's thread would sleep (`serve` on
+    /// stdio; `crate::gateway::busy_poll`).
+    watcher: Option<Arc<BusyPoll>>,
+}
+
+impl ProcessLauncher {
+    /// A launcher whose servers' stdouts `watcher` watches.
+    pub fn watched_by(watcher: Arc<BusyPoll>) -> ProcessLauncher {
+        ProcessLauncher {
+            watcher: Some(watcher),
+        }
+    }
+}
+
+impl std::fmt::Debug for ProcessLauncher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProcessLauncher")
+    }
+}
 
 impl Launcher for ProcessLauncher {
     fn launch(
@@ -230,6 +250,7 @@ impl Launcher for ProcessLauncher {
         faults: Arc<ProcessFaults>,
     ) -> Result<Launched, SpawnError> {
         let s = spawn::spawn_with_faults(req, caps, faults)?;
+        crate::gateway::busy_poll::watch_with(self.watcher.as_deref(), &s.stdout);
         Ok(Launched {
             stdout: Box::new(s.stdout),
             stdin: Box::new(s.stdin),

@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 use super::lines::{error_line, result_out};
 use super::route::{is_task_method, Head};
 use crate::gateway::agent::{mrtr, running, task_bridge, tasks_v2, versions};
+use crate::gateway::busy_poll::BusyPoll;
 use crate::gateway::call::as_sent::{self, AsSent};
 use crate::gateway::line_out::LineOut;
 use crate::gateway::raw_json::RawJson;
@@ -48,7 +49,13 @@ pub(super) fn cancel_relayed(params: Option<&RawValue>, running: &Running) -> bo
 }
 
 /// Starts one relayed request on its own task.
-pub(super) fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &LineOut, running: &Running) {
+pub(super) fn relay(
+    head: &Head<'_>,
+    shared: &Arc<Shared>,
+    out: &LineOut,
+    running: &Running,
+    busy: Option<&Arc<BusyPoll>>,
+) {
     let (Some(raw_id), Some(method)) = (head.id, head.method.as_deref()) else {
         return;
     };
@@ -66,6 +73,8 @@ pub(super) fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &LineOut, runnin
     let params: Option<Box<RawValue>> = head.params.map(ToOwned::to_owned);
     let shared = shared.clone();
     let started = running.start(id_key(&id));
+    // Counted until its answer is made: busy polling spins only while one at most is open.
+    let in_flight = busy.map(|b| b.request());
     let ct = started.token();
     // Boxed: a call's future is about 11 KB (each stage's state nested in the one before), and
     // tokio moves a spawned future into its task and writes the task's stage over it when it
@@ -84,6 +93,7 @@ pub(super) fn relay(head: &Head<'_>, shared: &Arc<Shared>, out: &LineOut, runnin
             }
         };
         drop(started);
+        drop(in_flight);
         let line = match answer {
             Ok(result) => result_out(raw_id.get(), result),
             Err(e) => error_line(raw_id.get(), &e).into(),

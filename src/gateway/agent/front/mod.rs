@@ -39,6 +39,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::{asking, tasks_v2};
+use crate::gateway::busy_poll::BusyPoll;
 use crate::gateway::line_out::LineOut;
 use crate::gateway::state::Shared;
 
@@ -64,7 +65,12 @@ pub struct FrontTransport {
 }
 
 /// Starts the reader task over the agent's stream.
-pub fn start<R, W>(reader: R, writer: W, shared: Arc<Shared>) -> FrontTransport
+pub fn start<R, W>(
+    reader: R,
+    writer: W,
+    shared: Arc<Shared>,
+    busy: Option<Arc<BusyPoll>>,
+) -> FrontTransport
 where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
@@ -72,7 +78,7 @@ where
     let out = LineOut::new(Box::new(writer), CancellationToken::new());
     shared.upstream.set_lines(out.clone());
     let (in_tx, in_rx) = mpsc::channel(RMCP_QUEUE);
-    tokio::spawn(read_lines(reader, in_tx, out.clone(), shared.clone()));
+    tokio::spawn(read_lines(reader, in_tx, out.clone(), shared.clone(), busy));
     FrontTransport {
         incoming: in_rx,
         out,
@@ -85,8 +91,10 @@ async fn read_lines<R: AsyncRead + Unpin>(
     to_session: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
     out: LineOut,
     shared: Arc<Shared>,
+    busy: Option<Arc<BusyPoll>>,
 ) {
     let running: Running = Running::default();
+    let busy = busy.as_ref();
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let mut buf = Vec::new();
     loop {
@@ -121,7 +129,7 @@ async fn read_lines<R: AsyncRead + Unpin>(
             // Before any session exists (a 2026-07-28 agent's first request), rmcp's session
             // takes the request: it is what opens the session.
             Route::Relay if shared.upstream.get().is_some() => {
-                relay(&head, &shared, &out, &running)
+                relay(&head, &shared, &out, &running, busy)
             }
             Route::Cancel if cancel_relayed(head.params, &running) => {}
             Route::Relay | Route::Cancel | Route::Session => {
@@ -129,7 +137,7 @@ async fn read_lines<R: AsyncRead + Unpin>(
                     // An extension's request, for the server that keeps its own names:
                     // relayed as written, as the others are.
                     Ok(msg) if is_extension(&msg) && extensions_relayed(&shared) => {
-                        relay(&head, &shared, &out, &running)
+                        relay(&head, &shared, &out, &running, busy)
                     }
                     Ok(msg) if is_extension_note(&msg) && extensions_relayed(&shared) => {
                         notify_extension(&head, &shared)
