@@ -418,9 +418,13 @@ fn busy_polling_turns_off_at_zero_and_a_spin_past_its_cap_is_refused() {
     assert!(status.success(), "{status}: {err}");
 
     let too_long = fs_config(&ws, &root, json!({"busyPollMicros": 6000}));
-    for (config, extra) in [
-        (&too_long, vec![]),
-        (&off, vec!["--busy-poll-micros", "7000"]),
+    for (config, extra, named) in [
+        (&too_long, vec![], "busyPollMicros (palisade block) is 6000"),
+        (
+            &off,
+            vec!["--busy-poll-micros", "7000"],
+            "--busy-poll-micros is 7000",
+        ),
     ] {
         let out = Command::new(palisade())
             .args(["serve", "--config"])
@@ -432,11 +436,8 @@ fn busy_polling_turns_off_at_zero_and_a_spin_past_its_cap_is_refused() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(out.stdout.is_empty(), "nothing on the MCP channel");
-        assert!(err.contains("busyPollMicros is "), "{err}");
-        assert!(
-            err.contains("--busy-poll-micros"),
-            "the flag is named: {err}"
-        );
+        assert!(err.contains(named), "the one given is named: {err}");
+        assert!(err.contains("at most 1000"), "the cap: {err}");
         assert!(err.contains("0 turns busy polling off"), "the fix: {err}");
     }
 }

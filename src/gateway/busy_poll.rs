@@ -17,16 +17,24 @@
 //!   has work waiting and the machine's CPUs are better left to the servers and the agent
 //!   (on two cores a spinning gateway cost 16 callers a quarter of their throughput);
 //! - the budget adapts, as KVM's halt polling does: a spin that expired although the wake-up
-//!   came soon after grows it, one that expired long before the wake-up halves it. An agent
-//!   that thinks for seconds between calls, or a server that takes milliseconds, soon
-//!   costs no spinning at all; a quick exchange keeps its budget.
+//!   came soon after grows it, one that expired long before the wake-up halves it, down to
+//!   nothing. There are two budgets, one for each thing the thread can be waiting for: the
+//!   agent's next request (nothing in flight) and a server's answer (one request in flight).
+//!   Kept apart, an agent that thinks for seconds between calls costs no spinning at all,
+//!   while the wait for a quick server keeps its budget; with one budget for both, each long
+//!   wait for the agent halved the budget below the server's answer time, and every spin
+//!   after it missed.
 //!
 //! The watch set is an epoll instance of its own, level-triggered, holding the same pipes the
 //! runtime's reactor reads: a line waiting in any of them ends the spin, and the reactor's
 //! own wait then returns at once (its edge-triggered event is still pending). A task woken
-//! from another thread (the blocking pool) ends it too. A closed pipe leaves the set by
-//! itself. Only the stdio front's current-thread runtime is hooked: the HTTP front's pool
-//! has many agents and no single line to wait for.
+//! from another thread (the blocking pool) ends it too. What the spin does not watch (a due
+//! timer, a signal, a pipe becoming writable, the main future woken from another thread) is
+//! not lost: tokio's park after the hook finds it pending and returns at once. It is only
+//! late, by the current budget at most. A server's pipe leaves the set when it closes; stdin
+//! stays in it until the process ends (fd 0 holds it open). Only the stdio front's
+//! current-thread runtime is hooked: the HTTP front's pool has many agents and no single
+//! line to wait for.
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -39,9 +47,10 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 /// takes here (fs-server `stat` direct: 110-240 µs round trip, most of it outside the server).
 pub const DEFAULT_MICROS: u64 = 200;
 
-/// The largest `busyPollMicros` accepted: past a few milliseconds a spin saves nothing a
-/// sleep would cost and only burns CPU.
-pub const MAX_MICROS: u64 = 5_000;
+/// The largest `busyPollMicros` accepted: a wake-up costs tens of microseconds, so a spin
+/// past a millisecond saves nothing a sleep would cost, burns CPU, and makes the events the
+/// spin does not watch (timers, signals) that much later.
+pub const MAX_MICROS: u64 = 1_000;
 
 /// The smallest budget a short wait grows an exhausted one back to.
 const REGROW: Duration = Duration::from_micros(10);
@@ -62,10 +71,11 @@ pub struct BusyPoll {
 /// contended; it keeps `BusyPoll` `Sync` for the hooks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Window {
-    budget: Duration,
-    /// When the last spin began, if it expired without a line: the wake-up that ends the
-    /// sleep after it says how long the wait really was.
-    expired_spin: Option<Instant>,
+    /// The budget of each wait, by requests in flight: 0 (for the agent), 1 (for a server).
+    budgets: [Duration; 2],
+    /// Which budget the last spin used and when it began, if it expired without a line: the
+    /// wake-up that ends the sleep after it says how long the wait really was.
+    expired_spin: Option<(usize, Instant)>,
 }
 
 /// How a spin ended.
@@ -88,7 +98,7 @@ impl BusyPoll {
             max,
             in_flight: AtomicUsize::new(0),
             window: Mutex::new(Window {
-                budget: max,
+                budgets: [max; 2],
                 expired_spin: None,
             }),
         }))
@@ -127,10 +137,11 @@ impl BusyPoll {
 
     /// The park hook: spins while the budget lasts and nothing is ready.
     pub fn before_sleep(&self) -> Spun {
-        if self.in_flight.load(Ordering::Relaxed) > 1 || self.max.is_zero() {
+        let waiting_for = self.in_flight.load(Ordering::Relaxed);
+        if waiting_for > 1 || self.max.is_zero() {
             return Spun::Skipped;
         }
-        let budget = self.window().budget;
+        let budget = self.window().budgets[waiting_for];
         let runtime = tokio::runtime::Handle::try_current().ok();
         let woken_remotely = || {
             runtime
@@ -151,15 +162,15 @@ impl BusyPoll {
             }
             std::hint::spin_loop();
         }
-        self.window().expired_spin = Some(start);
+        self.window().expired_spin = Some((waiting_for, start));
         Spun::Expired
     }
 
-    /// The unpark hook: after a spin that expired, adapts the budget to how long the wait was.
+    /// The unpark hook: after a spin that expired, adapts its budget to how long the wait was.
     pub fn after_wake(&self) {
         let mut window = self.window();
-        if let Some(start) = window.expired_spin.take() {
-            window.budget = next_budget(window.budget, start.elapsed(), self.max);
+        if let Some((which, start)) = window.expired_spin.take() {
+            window.budgets[which] = next_budget(window.budgets[which], start.elapsed(), self.max);
         }
     }
 
@@ -193,15 +204,21 @@ pub fn next_budget(budget: Duration, waited: Duration, max: Duration) -> Duratio
     }
 }
 
-/// `busyPollMicros` (or `--busy-poll-micros`) as a duration, or why it is refused.
-pub fn from_setting(micros: Option<u64>) -> Result<Duration, String> {
-    match micros.unwrap_or(DEFAULT_MICROS) {
-        m if m > MAX_MICROS => Err(format!(
-            "busyPollMicros is {m}: at most {MAX_MICROS} (a longer spin only burns CPU); \
-             0 turns busy polling off"
-        )),
-        m => Ok(Duration::from_micros(m)),
+/// The spin `--busy-poll-micros` or else `busyPollMicros` asks for, or why it is refused
+/// (naming the one that was given).
+pub fn from_setting(flag: Option<u64>, setting: Option<u64>) -> Result<Duration, String> {
+    let (micros, named) = match (flag, setting) {
+        (Some(m), _) => (m, "--busy-poll-micros"),
+        (None, Some(m)) => (m, "busyPollMicros (palisade block)"),
+        (None, None) => (DEFAULT_MICROS, "the default"),
+    };
+    if micros > MAX_MICROS {
+        return Err(format!(
+            "{named} is {micros}: at most {MAX_MICROS} microseconds (a longer spin only burns \
+             CPU); 0 turns busy polling off"
+        ));
     }
+    Ok(Duration::from_micros(micros))
 }
 
 /// Watches `fd` when there is a watcher.
@@ -238,14 +255,62 @@ mod tests {
     }
 
     #[test]
-    fn the_setting_defaults_and_refuses_a_spin_past_the_cap() {
+    fn the_setting_defaults_the_flag_wins_and_a_spin_past_the_cap_is_refused() {
+        let default = Duration::from_micros(DEFAULT_MICROS);
+        assert_eq!(from_setting(None, None), Ok(default));
+        assert_eq!(from_setting(Some(0), Some(100)), Ok(Duration::ZERO));
+        assert_eq!(from_setting(None, Some(0)), Ok(Duration::ZERO));
+        let refused = from_setting(None, Some(MAX_MICROS + 1)).unwrap_err();
+        assert!(refused.starts_with("busyPollMicros"), "{refused}");
+        let refused = from_setting(Some(MAX_MICROS + 1), Some(0)).unwrap_err();
+        assert!(refused.starts_with("--busy-poll-micros"), "{refused}");
+    }
+
+    #[test]
+    fn long_waits_for_the_agent_leave_the_budget_for_a_quick_server_alone() {
+        // Each call: a wait for the server (one request in flight) that a 1 ms spin misses by
+        // a little, then a wait for the agent that lasts far longer than any spin.
+        let busy = BusyPoll::new(Duration::from_millis(1)).unwrap();
+        for _ in 0..10 {
+            let call = busy.request();
+            busy.window().expired_spin = Some((1, Instant::now()));
+            busy.after_wake();
+            drop(call);
+            busy.window().expired_spin = Some((0, Instant::now() - Duration::from_secs(2)));
+            busy.after_wake();
+        }
+        let budgets = busy.window().budgets;
         assert_eq!(
-            from_setting(None),
-            Ok(Duration::from_micros(DEFAULT_MICROS))
+            budgets[1],
+            Duration::from_millis(1),
+            "the server's wait keeps its budget"
         );
-        assert_eq!(from_setting(Some(0)), Ok(Duration::ZERO));
-        let refused = from_setting(Some(MAX_MICROS + 1)).unwrap_err();
-        assert!(refused.contains("busyPollMicros"), "{refused}");
+        assert_eq!(budgets[0], Duration::ZERO, "the agent's wait spins no more");
+    }
+
+    #[test]
+    fn a_runtime_with_the_hooks_still_runs_its_timers_blocking_work_and_pipes() {
+        let busy = BusyPoll::new(Duration::from_micros(MAX_MICROS)).unwrap();
+        let mut builder = tokio::runtime::Builder::new_current_thread();
+        busy.install(&mut builder);
+        let rt = builder.enable_all().build().unwrap();
+        let (r, w) = std::os::unix::net::UnixStream::pair().unwrap();
+        busy.watch(r.as_fd());
+        let got = rt.block_on(async move {
+            use tokio::io::AsyncReadExt;
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            let blocking = tokio::task::spawn_blocking(|| 7).await.unwrap();
+            r.set_nonblocking(true).unwrap();
+            let mut r = tokio::net::UnixStream::from_std(r).unwrap();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(2));
+                (&w).write_all(b"x").unwrap();
+            });
+            let mut byte = [0u8; 1];
+            r.read_exact(&mut byte).await.unwrap();
+            (blocking, byte[0])
+        });
+        assert_eq!(got, (7, b'x'));
     }
 
     #[test]
@@ -275,13 +340,14 @@ mod tests {
 
     #[test]
     fn an_expired_spin_followed_by_a_long_sleep_shrinks_the_budget() {
-        let busy = BusyPoll::new(Duration::from_micros(40)).unwrap();
+        let max = Duration::from_micros(40);
+        let busy = BusyPoll::new(max).unwrap();
         assert_eq!(busy.before_sleep(), Spun::Expired);
         std::thread::sleep(Duration::from_millis(2));
         busy.after_wake();
-        assert_eq!(busy.window().budget, Duration::from_micros(20));
-        // A wake-up with no spin before it leaves the budget alone.
+        assert_eq!(busy.window().budgets, [Duration::from_micros(20), max]);
+        // A wake-up with no spin before it leaves the budgets alone.
         busy.after_wake();
-        assert_eq!(busy.window().budget, Duration::from_micros(20));
+        assert_eq!(busy.window().budgets, [Duration::from_micros(20), max]);
     }
 }

@@ -207,14 +207,17 @@ pub fn one_server_name(command: &str, args: &[String]) -> String {
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let settings = load_config(&args)?.settings;
     let http = http::http_options(&args, &settings)?;
-    let spin = crate::gateway::busy_poll::from_setting(
-        args.busy_poll_micros.or(settings.busy_poll_micros),
-    )
-    .map_err(|e| {
-        anyhow::anyhow!("{e} (--busy-poll-micros, or busyPollMicros in the palisade block)")
-    })?;
+    let spin =
+        crate::gateway::busy_poll::from_setting(args.busy_poll_micros, settings.busy_poll_micros);
+    let spin_asked = args.busy_poll_micros.is_some() || settings.busy_poll_micros.is_some();
     let mut opts = options(args)?;
     if let Some(http) = http {
+        if spin_asked {
+            tracing::warn!(
+                "busy polling is for an agent on stdio; the HTTP front does not spin \
+                 (--busy-poll-micros and busyPollMicros are ignored)"
+            );
+        }
         let rt = super::runtime()?;
         let outcome = rt.block_on(crate::gateway::agent::http::serve_http(opts, http));
         rt.shutdown_timeout(std::time::Duration::from_millis(20));
@@ -229,13 +232,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // tokio's blocking pool; the HTTP front, with many agents, keeps the pool.
     // Busy polling (crate::gateway::busy_poll): the thread watches stdin and the servers'
     // stdouts for a moment before it sleeps.
+    let spin = spin.map_err(|e| anyhow::anyhow!(e))?;
     let busy = if spin.is_zero() {
         None
     } else {
-        let busy = crate::gateway::busy_poll::BusyPoll::new(spin)
-            .context("cannot set up busy polling (busyPollMicros 0 turns it off)")?;
-        opts.watch_servers_with(busy.clone());
-        Some(busy)
+        match crate::gateway::busy_poll::BusyPoll::new(spin) {
+            Ok(busy) => {
+                opts.watch_servers_with(busy.clone());
+                Some(busy)
+            }
+            // Only latency is lost: the gateway sleeps and wakes as without it.
+            Err(e) => {
+                tracing::warn!("busy polling is off: cannot create its epoll set ({e})");
+                None
+            }
+        }
     };
     let rt = super::runtime_on_one_thread(busy.as_ref())?;
     let outcome = rt.block_on(async {

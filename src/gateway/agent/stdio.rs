@@ -30,13 +30,13 @@ pub type UpstreamWriter = Box<dyn AsyncWrite + Send + Unpin>;
 /// reactor (a stdin read on a blocking thread wakes the runtime from there).
 pub fn upstream_stdio(busy: Option<&BusyPoll>) -> (UpstreamReader, UpstreamWriter) {
     let reader: UpstreamReader = match on_reactor(std::io::stdin().as_fd()) {
-        Ok(Reactor::Pipe(fd)) => {
-            watch_with(busy, &fd);
-            match tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
-                Ok(pipe) => Box::new(pipe),
-                Err(e) => thread_backed_stdin(&e),
+        Ok(Reactor::Pipe(fd)) => match tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
+            Ok(pipe) => {
+                watch_with(busy, &pipe);
+                Box::new(pipe)
             }
-        }
+            Err(e) => thread_backed_stdin(&e),
+        },
         Ok(Reactor::Socket(s)) => {
             watch_with(busy, &s);
             Box::new(s)

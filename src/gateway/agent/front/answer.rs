@@ -74,7 +74,10 @@ pub(super) fn relay(
     let shared = shared.clone();
     let started = running.start(id_key(&id));
     // Counted until its answer is made: busy polling spins only while one at most is open.
-    let in_flight = busy.map(|b| b.request());
+    // A task request is not: `tasks/result` may stay open for as long as its task runs.
+    let in_flight = busy
+        .filter(|_| !is_task_method(&method))
+        .map(|b| b.request());
     let ct = started.token();
     // Boxed: a call's future is about 11 KB (each stage's state nested in the one before), and
     // tokio moves a spawned future into its task and writes the task's stage over it when it
