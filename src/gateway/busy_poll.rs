@@ -10,7 +10,9 @@
 //! (docs/benchmarks.md, "Busy polling before the thread sleeps"). A thread that is still
 //! running when the line arrives reads it at once.
 //!
-//! The cost is CPU: the thread spins while it waits. It is bounded three ways:
+//! The cost is CPU: the thread spins while it waits (yielding the CPU between looks, so a
+//! thread that shares it, such as a server just started on the gateway's CPU, is not held
+//! back). It is bounded three ways:
 //! - the spin lasts at most the current budget (at most `busyPollMicros`, default
 //!   [`DEFAULT_MICROS`]), then the thread sleeps as before;
 //! - it spins only while at most one relayed request is in flight: with more, the gateway
@@ -160,7 +162,10 @@ impl BusyPoll {
             if start.elapsed() >= budget {
                 break;
             }
-            std::hint::spin_loop();
+            // Not a pure spin: a thread that shares this CPU (a server just started on the
+            // gateway's CPU, before the scheduler spreads the load) would otherwise wait for
+            // the spin to end before it could write the very line the spin waits for.
+            let _ = nix::sched::sched_yield();
         }
         self.window().expired_spin = Some((waiting_for, start));
         Spun::Expired
