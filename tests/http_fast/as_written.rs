@@ -373,10 +373,13 @@ fn an_extensions_request_over_http_reaches_the_server_that_keeps_its_own_names()
 }
 
 // A server's log message and resource update reach an HTTP agent on its session's GET
-// stream with every member the server wrote, in its order; only the logger is made
-// Palisade's. rmcp's typed models dropped the unknown `future` and put the rest in their
-// own order. (On this stream rmcp's session writes the message, so a number not spelt as
-// serde_json writes it is spelt anew: `1e3`, `1.50`.)
+// stream as the server wrote them: every member in its order, and `1e3`, `1.50` and an
+// integer past 2^64 as spelt; only the logger is made Palisade's. Palisade writes them on
+// that stream itself, with no event id (rmcp reads a reconnecting agent's `Last-Event-ID` as
+// its own). Before, rmcp's session wrote them from its typed message: `1000.0`, `1.5`,
+// `1.2345678901234568e+22`. Sent while no GET is open, they go through rmcp's session,
+// which keeps them for the agent's next GET: they still arrive, re-spelt, with all their
+// members.
 #[test]
 fn a_servers_notifications_reach_an_http_agent_with_all_their_members() {
     let ws = Workspace::new();
@@ -385,7 +388,35 @@ fn a_servers_notifications_reach_an_http_agent_with_all_their_members() {
     let mut stream = front.open_get(&session);
     let sent = front.call(&session, 1, "faulty__notify_lines", json!({}));
     assert_eq!(sent.status, 200, "{sent:?}");
-    let messages = next_messages(&mut stream, 2);
+    let events = next_events(&mut stream, 2);
+    let messages: Vec<String> = events.iter().map(|(_, data)| data.clone()).collect();
+    assert_eq!(
+        notes_of(&messages, "notifications/message"),
+        [
+            r#"{"level":"info","logger":"faulty/x.y","data":{"n":1e3,"big":12345678901234567890123},"future":[1.50]}"#
+        ],
+        "{messages:?}"
+    );
+    assert_eq!(
+        notes_of(&messages, "notifications/resources/updated"),
+        [r#"{"uri":"line://request","future":{"q":2.50}}"#],
+        "{messages:?}"
+    );
+    assert!(
+        events.iter().all(|(id, _)| id.is_none()),
+        "no event id of Palisade's: {events:?}"
+    );
+
+    // No GET open: through rmcp's session, kept for the next GET.
+    drop(stream);
+    let quiet = front.session(json!({}));
+    let sent = front.call(&quiet, 2, "faulty__notify_lines", json!({}));
+    assert_eq!(sent.status, 200, "{sent:?}");
+    let mut later = front.open_get(&quiet);
+    let messages: Vec<String> = next_events(&mut later, 2)
+        .into_iter()
+        .map(|(_, data)| data)
+        .collect();
     assert_eq!(
         notes_of(&messages, "notifications/message"),
         [
@@ -393,12 +424,38 @@ fn a_servers_notifications_reach_an_http_agent_with_all_their_members() {
         ],
         "{messages:?}"
     );
-    assert_eq!(
-        notes_of(&messages, "notifications/resources/updated"),
-        [r#"{"uri":"line://request","future":{"q":2.5}}"#],
-        "{messages:?}"
-    );
     front.stop();
+}
+
+/// The next `count` SSE events carrying a JSON message on `stream`: each one's `id:` (if
+/// any) and its data.
+fn next_events(
+    stream: &mut std::io::BufReader<std::net::TcpStream>,
+    count: usize,
+) -> Vec<(Option<String>, String)> {
+    use std::io::BufRead;
+    let mut got = Vec::new();
+    let (mut id, mut data) = (None, None::<String>);
+    while got.len() < count {
+        let mut line = String::new();
+        let n = stream.read_line(&mut line).expect("the stream stays open");
+        assert!(n > 0, "the stream ended after {got:?}");
+        let line = line.trim_end();
+        if let Some(v) = line.strip_prefix("id:") {
+            id = Some(v.trim().to_string());
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data = Some(v.trim_start().to_string());
+        } else if line.is_empty() {
+            if let Some(d) = data
+                .take()
+                .filter(|d| serde_json::from_str::<Value>(d).is_ok())
+            {
+                got.push((id.take(), d));
+            }
+            id = None;
+        }
+    }
+    got
 }
 
 /// Settings with an approval chain (`escalation`), or none.

@@ -14,8 +14,10 @@
 //!
 //! An agent on a byte stream (stdio) also has its line writer here (`lines`): a server's
 //! notification is written to it as the server's own text (`server::note_line`), where rmcp's
-//! peer would re-encode it through its typed models. Over HTTP rmcp's session carries every
-//! notification (it knows which stream each belongs on). Requests to such an agent go on
+//! peer would re-encode it through its typed models. Over HTTP a server's notification goes
+//! the same way, as its own text, on the session's standalone stream (the agent's GET,
+//! `standalone`) while the agent holds one; with none open, rmcp's session carries it (and
+//! keeps it for a GET to come). Requests to an agent on a byte stream go on
 //! the same stream as questions of Palisade's (`line_asker`, `agent/asking.rs`), whose
 //! answers the front hands back as the agent wrote them (`questions`).
 
@@ -30,6 +32,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::agent::asking::{Asker, Questions, LINES_SESSION};
+use crate::gateway::agent::request_stream::{RequestStream, Standalone};
 use crate::gateway::line_out::LineOut;
 
 /// Bytes of relayed notifications in flight to the agent at most (in units of `UNIT`).
@@ -48,6 +51,17 @@ pub struct UpstreamLink {
     /// Fires when the agent's stream of lines has ended (its reader saw the end): no
     /// question asked on it will be answered.
     lines_ended: CancellationToken,
+    /// Over HTTP: the standalone stream of the session `peer` belongs to, once that session
+    /// is initialized.
+    standalone: Arc<RwLock<Option<Arc<Standalone>>>>,
+}
+
+/// Where a server's notification can go to the agent as the server's own text.
+pub enum RawOut {
+    /// The agent's stdout (stdio).
+    Lines(LineOut),
+    /// The open standalone stream of the agent's HTTP session.
+    Stream(RequestStream),
 }
 
 impl Default for UpstreamLink {
@@ -59,6 +73,7 @@ impl Default for UpstreamLink {
             lines: Arc::default(),
             questions: Arc::default(),
             lines_ended: CancellationToken::new(),
+            standalone: Arc::default(),
         }
     }
 }
@@ -86,19 +101,43 @@ pub enum UpstreamError {
 
 impl UpstreamLink {
     pub fn set(&self, peer: Peer<RoleServer>) {
-        *self.peer.write().unwrap_or_else(|e| e.into_inner()) = Some(peer);
+        let mut current = self.peer.write().unwrap_or_else(|e| e.into_inner());
+        *current = Some(peer);
+        // A new session: not initialized yet, so it has no standalone stream of its own.
+        *self.standalone.write().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// An initialized HTTP session: its peer, and its standalone stream (both under the
+    /// peer's lock, so that the stream written to is always the current peer's).
+    pub fn set_session(&self, peer: Peer<RoleServer>, standalone: Arc<Standalone>) {
+        let mut current = self.peer.write().unwrap_or_else(|e| e.into_inner());
+        *current = Some(peer);
+        *self.standalone.write().unwrap_or_else(|e| e.into_inner()) = Some(standalone);
+    }
+
+    /// Where a notification may be written as a line of its own: the agent's stream, when
+    /// it is one and an agent is connected to it. (Progress for a call on rmcp's HTTP path
+    /// belongs on that call's stream, which rmcp knows, not on the session's GET.)
+    pub fn lines(&self) -> Option<&LineOut> {
+        self.get()?;
+        self.lines.get()
+    }
+
+    /// Where a notification that belongs to no call may go as the server's text: the agent's stream of lines, or its
+    /// HTTP session's open standalone stream.
+    pub fn raw_out(&self) -> Option<RawOut> {
+        let peer = self.peer.read().unwrap_or_else(|e| e.into_inner());
+        peer.as_ref().filter(|p| !p.is_transport_closed())?;
+        if let Some(out) = self.lines.get() {
+            return Some(RawOut::Lines(out.clone()));
+        }
+        let standalone = self.standalone.read().unwrap_or_else(|e| e.into_inner());
+        standalone.as_ref()?.live().map(RawOut::Stream)
     }
 
     /// The agent's line writer (set once, by the stdio front).
     pub fn set_lines(&self, out: LineOut) {
         let _ = self.lines.set(out);
-    }
-
-    /// Where a notification may be written as a line of its own: the agent's stream, when
-    /// it is one and an agent is connected to it.
-    pub fn lines(&self) -> Option<&LineOut> {
-        self.get()?;
-        self.lines.get()
     }
 
     /// The questions asked on the agent's stream of lines, for its reader to answer.

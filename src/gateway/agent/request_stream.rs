@@ -114,6 +114,11 @@ impl RequestStream {
         }
     }
 
+    /// Whether the client has gone (the body was dropped).
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
     /// Resolves when the client has gone (the body was dropped): a question waiting for
     /// its answer stops waiting then.
     pub async fn closed(&self) {
@@ -139,6 +144,39 @@ impl RequestStream {
         let mut open = self.open_questions.subscribe();
         let _ = tokio::time::timeout(WITHDRAWAL_WAIT, open.wait_for(|n| *n == 0)).await;
         let _ = self.tx.send(Item::End).await;
+    }
+}
+
+/// An HTTP session's standalone stream (the agent's GET), for what a server sends the agent
+/// outside any call: its notifications go there as the server's own text, added to the
+/// events rmcp writes on the same response (`http::standalone`). rmcp gives a session one
+/// such stream at a time (a second GET while one is open gets a stream that stays idle), and
+/// so does this: the stream opened while none is live is the one written to.
+#[derive(Default)]
+pub struct Standalone(std::sync::Mutex<Option<RequestStream>>);
+
+impl Standalone {
+    /// The open stream, if the agent holds one.
+    pub fn live(&self) -> Option<RequestStream> {
+        self.slot().as_ref().filter(|s| !s.is_closed()).cloned()
+    }
+
+    /// A new stream to add to a GET's response, unless one is open already.
+    pub fn open(&self) -> Option<Lines> {
+        let mut slot = self.slot();
+        if slot.as_ref().is_some_and(|s| !s.is_closed()) {
+            return None;
+        }
+        let (stream, lines) = RequestStream::new();
+        *slot = Some(stream);
+        Some(lines)
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<RequestStream>> {
+        // Each change is one assignment: a panic elsewhere cannot leave it half-done.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -177,6 +215,24 @@ impl futures::Stream for Lines {
 mod tests {
     use super::*;
     use futures::StreamExt;
+
+    #[tokio::test]
+    async fn a_session_has_one_standalone_stream_at_a_time_and_a_new_one_once_it_is_gone() {
+        let standalone = Standalone::default();
+        assert!(standalone.live().is_none());
+        let mut first = standalone.open().expect("the first GET gets the stream");
+        assert!(
+            standalone.open().is_none(),
+            "a second GET while one is open gets none"
+        );
+        standalone.live().unwrap().offer(b"note".to_vec());
+        assert_eq!(first.next().await.as_deref(), Some(&b"note"[..]));
+        drop(first);
+        assert!(standalone.live().is_none(), "the agent's GET has gone");
+        let mut again = standalone.open().expect("a GET after it gets one");
+        standalone.live().unwrap().offer(b"later".to_vec());
+        assert_eq!(again.next().await.as_deref(), Some(&b"later"[..]));
+    }
 
     #[tokio::test]
     async fn the_stream_ends_at_the_answer_though_a_sender_is_still_held() {

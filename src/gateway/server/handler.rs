@@ -24,9 +24,8 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::agent::link::UpstreamLink;
+use crate::gateway::agent::link::{RawOut, UpstreamLink};
 use crate::gateway::agent::request_stream::RequestStream;
-use crate::gateway::line_out::LineOut;
 use crate::gateway::server::note_line;
 use crate::gateway::server::peer::Inbound;
 use crate::gateway::server::progress::ProgressMap;
@@ -150,7 +149,7 @@ impl DownstreamHandler {
         let (Some(text), false) = (params, self.upstream.is_sessionless()) else {
             return;
         };
-        if let Some(out) = self.upstream.lines() {
+        if let Some(out) = self.upstream.raw_out() {
             let Ok(p) = serde_json::from_str::<LoggingMessageNotificationParam>(text.get()) else {
                 return;
             };
@@ -158,7 +157,7 @@ impl DownstreamHandler {
                 .ok()
                 .and_then(|l| note_line::with_member(text.get(), "logger", &l));
             if let Some(own) = own {
-                return self.relay_line(out, "notifications/message", &own);
+                return self.relay_line(&out, "notifications/message", &own);
             }
         }
         // Through rmcp's session: the text read once, checked through the value, and only
@@ -193,9 +192,9 @@ impl DownstreamHandler {
         let Some(text) = params else {
             return;
         };
-        if let Some(out) = self.upstream.lines() {
+        if let Some(out) = self.upstream.raw_out() {
             if serde_json::from_str::<ResourceUpdatedNotificationParam>(text.get()).is_ok() {
-                self.relay_line(out, METHOD, text.get());
+                self.relay_line(&out, METHOD, text.get());
             }
             return;
         }
@@ -211,8 +210,8 @@ impl DownstreamHandler {
     /// it: as its own line to an agent on stdio, else through rmcp (within the relay budget
     /// either way).
     fn on_extension_note(&self, method: &str, params: Option<&RawValue>) {
-        if let Some(out) = self.upstream.lines() {
-            return self.relay_line(out, method, params.map_or("{}", RawValue::get));
+        if let Some(out) = self.upstream.raw_out() {
+            return self.relay_line(&out, method, params.map_or("{}", RawValue::get));
         }
         let value = params.and_then(|p| serde_json::from_str::<Value>(p.get()).ok());
         self.relay_value(method, value, params.map_or(0, |p| p.get().len()));
@@ -239,17 +238,24 @@ impl DownstreamHandler {
         }
     }
 
-    /// Writes a notification to an agent on stdio (`out`, from `UpstreamLink::lines`) as
-    /// `params` say, on its own task and within the relay budget (as the typed path is
-    /// bounded).
-    fn relay_line(&self, out: &LineOut, method: &str, params: &str) {
+    /// Writes a notification to the agent as `params` say (`out`, from
+    /// `UpstreamLink::raw_out`): to an agent on stdio on its own task and within the relay
+    /// budget (as the typed path is bounded); on an HTTP session's standalone stream queued
+    /// at once, in the server's order, and dropped past the stream's backlog (an agent that
+    /// does not read its GET must not stall this server's reader).
+    fn relay_line(&self, out: &RawOut, method: &str, params: &str) {
         let note = note_line::line(method, params);
-        if let Some(permit) = self.upstream.budget(note.len()) {
-            let out = out.clone();
-            tokio::spawn(async move {
-                let _ = out.send(note).await;
-                drop(permit);
-            });
+        match out {
+            RawOut::Stream(stream) => stream.offer(note),
+            RawOut::Lines(out) => {
+                if let Some(permit) = self.upstream.budget(note.len()) {
+                    let out = out.clone();
+                    tokio::spawn(async move {
+                        let _ = out.send(note).await;
+                        drop(permit);
+                    });
+                }
+            }
         }
     }
 }

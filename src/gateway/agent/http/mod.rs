@@ -34,6 +34,7 @@ mod refuse;
 mod requests;
 pub mod sessions;
 mod shutdown;
+mod standalone;
 pub mod tls_client;
 pub mod tokens;
 

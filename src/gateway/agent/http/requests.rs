@@ -113,6 +113,16 @@ pub(super) async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> 
     };
     // A session's `initialize`: its answer gets the servers' `tasks` capability.
     let mut handshake = false;
+    // A GET of a session: its standalone stream, where Palisade adds what servers send.
+    let standalone_of = (req.method() == Method::GET)
+        .then(|| {
+            req.headers()
+                .get(super::sessions::SESSION_HEADER)?
+                .to_str()
+                .ok()
+                .map(str::to_string)
+        })
+        .flatten();
     // GET (a standalone SSE stream, long-lived by design) and DELETE take no slot.
     let (req, slot, ids) = if req.method() == Method::POST {
         let (parts, bytes) = match read_body(&front, req).await {
@@ -178,6 +188,16 @@ pub(super) async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> 
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if let Some(session) = standalone_of.filter(|_| sse && response.status() == StatusCode::OK) {
+        if let Some(lines) = entry
+            .fast
+            .sessions
+            .standalone(&session)
+            .and_then(|s| s.open())
+        {
+            response = response.map(|body| super::standalone::merged(body, lines));
+        }
+    }
     match slot {
         None => response,
         Some(slot) => {

@@ -4,16 +4,22 @@
 //! the fast path, which calls the handler.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rmcp::service::{NotificationContext, Peer};
 use rmcp::RoleServer;
 
+use crate::gateway::agent::request_stream::Standalone;
+
 pub(super) const SESSION_HEADER: &str = "mcp-session-id";
 
-/// Each initialized session's agent peer, by session id (one table per principal).
+/// Session id → the session's agent peer and its standalone stream.
+type Sessions = HashMap<String, (Peer<RoleServer>, Arc<Standalone>)>;
+
+/// Each initialized session's agent peer and standalone stream, by session id (one table
+/// per principal).
 pub struct SessionPeers {
-    peers: Mutex<HashMap<String, Peer<RoleServer>>>,
+    peers: Mutex<Sessions>,
     /// Bumped at each registration (see `wait_registered`).
     registered: tokio::sync::watch::Sender<u64>,
 }
@@ -29,21 +35,32 @@ impl Default for SessionPeers {
 
 impl SessionPeers {
     /// Remembers the peer of the session a `notifications/initialized` came on (rmcp puts
-    /// the HTTP request's parts in its extensions); forgets sessions whose transport closed.
-    pub fn register(&self, context: &NotificationContext<RoleServer>) {
-        let Some(id) = context
+    /// the HTTP request's parts in its extensions), with a standalone stream for its GET,
+    /// which it returns; forgets sessions whose transport closed.
+    pub fn register(&self, context: &NotificationContext<RoleServer>) -> Option<Arc<Standalone>> {
+        let id = context
             .extensions
             .get::<axum::http::request::Parts>()
             .and_then(|p| p.headers.get(SESSION_HEADER))
-            .and_then(|v| v.to_str().ok())
-        else {
-            return;
-        };
+            .and_then(|v| v.to_str().ok())?;
+        let standalone = Arc::new(Standalone::default());
         let mut peers = self.lock();
-        peers.retain(|_, p| !p.is_transport_closed());
-        peers.insert(id.to_string(), context.peer.clone());
+        peers.retain(|_, (p, _)| !p.is_transport_closed());
+        peers.insert(
+            id.to_string(),
+            (context.peer.clone(), Arc::clone(&standalone)),
+        );
         drop(peers);
         self.registered.send_modify(|n| *n += 1);
+        Some(standalone)
+    }
+
+    /// Session `id`'s standalone stream, while the session is open.
+    pub(super) fn standalone(&self, id: &str) -> Option<Arc<Standalone>> {
+        self.lock()
+            .get(id)
+            .filter(|(p, _)| !p.is_transport_closed())
+            .map(|(_, s)| Arc::clone(s))
     }
 
     /// Waits (at most `bound`) until session `id` is registered. rmcp answers
@@ -64,11 +81,11 @@ impl SessionPeers {
     pub(super) fn get(&self, id: &str) -> Option<Peer<RoleServer>> {
         self.lock()
             .get(id)
-            .filter(|p| !p.is_transport_closed())
-            .cloned()
+            .filter(|(p, _)| !p.is_transport_closed())
+            .map(|(p, _)| p.clone())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Peer<RoleServer>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Sessions> {
         // Each change is one insert or retain: a panic elsewhere cannot leave it half-done.
         self.peers
             .lock()

@@ -264,8 +264,10 @@ impl ServerHandler for Upstream {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        if let Some(sessions) = &self.sessions {
-            sessions.register(&context);
+        if let Some(standalone) = self.sessions.as_ref().and_then(|s| s.register(&context)) {
+            self.shared
+                .upstream
+                .set_session(context.peer.clone(), standalone);
         }
         self.shared.upstream_roots.refresh(&context.peer).await;
     }

@@ -188,7 +188,7 @@ fn holding(bytes: Vec<u8>, held: impl Send + 'static) -> Body {
 
 /// One JSON-RPC message (a line) as the whole body of an SSE response: what rmcp's answer
 /// to a request looks like, so that a client reading only SSE answers reads this one too.
-fn one_event(line: &[u8]) -> Vec<u8> {
+pub(in crate::gateway::agent::http) fn one_event(line: &[u8]) -> Vec<u8> {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let mut body = Vec::with_capacity(line.len() + 24);
     body.extend_from_slice(b"event: message\ndata: ");

@@ -55,7 +55,7 @@
 //! A session's call params are read once, into the typed view the pipeline takes
 //! (`FastParams`): the read that decides whether the fast path fits is the one handed on.
 
-mod answer;
+pub(super) mod answer;
 mod reading;
 
 use std::sync::Arc;
