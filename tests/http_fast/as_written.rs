@@ -407,7 +407,7 @@ fn a_servers_notifications_reach_an_http_agent_with_all_their_members() {
         "no event id of Palisade's: {events:?}"
     );
 
-    // No GET open: through rmcp's session, kept for the next GET.
+    // A session with no GET open: through rmcp's session, kept for its first GET.
     drop(stream);
     let quiet = front.session(json!({}));
     let sent = front.call(&quiet, 2, "faulty__notify_lines", json!({}));

@@ -28,6 +28,11 @@ pub const BACKLOG: usize = 64;
 enum Item {
     /// A notification or a question: more may follow.
     Line(Vec<u8>),
+    /// A notification holding its share of a budget until the body takes it.
+    Held {
+        line: Vec<u8>,
+        _share: tokio::sync::OwnedSemaphorePermit,
+    },
     /// The request's answer: the stream ends after it.
     Last(Vec<u8>),
     /// The request ended with no answer (the agent cancelled it).
@@ -73,14 +78,29 @@ impl RequestStream {
             Ok(()) => {}
             // The body is gone: the call is being cancelled; nothing to tell.
             Err(mpsc::error::TrySendError::Closed(_)) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                if n == 1 || n.is_multiple_of(10_000) {
-                    tracing::warn!(
-                        "the client is not reading this request's stream: {n} notification(s) for it dropped so far"
-                    );
-                }
-            }
+            Err(mpsc::error::TrySendError::Full(_)) => self.count_drop(),
+        }
+    }
+
+    /// As `offer`, the line holding `share` (of the agent link's relay budget) until the
+    /// body takes it: a stream the agent holds open without reading keeps at most the
+    /// budget's bytes, however large the lines.
+    pub fn offer_held(&self, line: Vec<u8>, share: tokio::sync::OwnedSemaphorePermit) {
+        match self.tx.try_send(Item::Held {
+            line,
+            _share: share,
+        }) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => self.count_drop(),
+        }
+    }
+
+    fn count_drop(&self) {
+        let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == 1 || n.is_multiple_of(10_000) {
+            tracing::warn!(
+                "the client is not reading its stream: {n} notification(s) for it dropped so far"
+            );
         }
     }
 
@@ -197,7 +217,9 @@ impl futures::Stream for Lines {
             return Poll::Ready(None);
         }
         match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(Item::Line(line))) => Poll::Ready(Some(line)),
+            Poll::Ready(Some(Item::Line(line) | Item::Held { line, .. })) => {
+                Poll::Ready(Some(line))
+            }
             Poll::Ready(Some(Item::Last(line))) => {
                 self.ended = true;
                 Poll::Ready(Some(line))
@@ -232,6 +254,19 @@ mod tests {
         let mut again = standalone.open().expect("a GET after it gets one");
         standalone.live().unwrap().offer(b"later".to_vec());
         assert_eq!(again.next().await.as_deref(), Some(&b"later"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_held_line_keeps_its_share_of_the_budget_until_the_body_takes_it() {
+        let budget = Arc::new(tokio::sync::Semaphore::new(1));
+        let (tx, mut lines) = RequestStream::new();
+        tx.offer_held(
+            b"note".to_vec(),
+            budget.clone().try_acquire_owned().unwrap(),
+        );
+        assert_eq!(budget.available_permits(), 0, "held while queued");
+        assert_eq!(lines.next().await.as_deref(), Some(&b"note"[..]));
+        assert_eq!(budget.available_permits(), 1, "released once taken");
     }
 
     #[tokio::test]

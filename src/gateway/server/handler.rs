@@ -207,8 +207,8 @@ impl DownstreamHandler {
     }
 
     /// A notification of a method Palisade does not know, for the agent as the server sent
-    /// it: as its own line to an agent on stdio, else through rmcp (within the relay budget
-    /// either way).
+    /// it: as its own line to an agent on stdio or on its HTTP session's GET, else through
+    /// rmcp (within the relay budget either way).
     fn on_extension_note(&self, method: &str, params: Option<&RawValue>) {
         if let Some(out) = self.upstream.raw_out() {
             return self.relay_line(&out, method, params.map_or("{}", RawValue::get));
@@ -239,22 +239,23 @@ impl DownstreamHandler {
     }
 
     /// Writes a notification to the agent as `params` say (`out`, from
-    /// `UpstreamLink::raw_out`): to an agent on stdio on its own task and within the relay
-    /// budget (as the typed path is bounded); on an HTTP session's standalone stream queued
-    /// at once, in the server's order, and dropped past the stream's backlog (an agent that
+    /// `UpstreamLink::raw_out`), within the relay budget (as the typed path is bounded): to
+    /// an agent on stdio on its own task; on an HTTP session's standalone stream queued at
+    /// once, in the server's order, and dropped past the stream's backlog (an agent that
     /// does not read its GET must not stall this server's reader).
     fn relay_line(&self, out: &RawOut, method: &str, params: &str) {
         let note = note_line::line(method, params);
+        let Some(permit) = self.upstream.budget(note.len()) else {
+            return;
+        };
         match out {
-            RawOut::Stream(stream) => stream.offer(note),
+            RawOut::Stream(stream) => stream.offer_held(note, permit),
             RawOut::Lines(out) => {
-                if let Some(permit) = self.upstream.budget(note.len()) {
-                    let out = out.clone();
-                    tokio::spawn(async move {
-                        let _ = out.send(note).await;
-                        drop(permit);
-                    });
-                }
+                let out = out.clone();
+                tokio::spawn(async move {
+                    let _ = out.send(note).await;
+                    drop(permit);
+                });
             }
         }
     }

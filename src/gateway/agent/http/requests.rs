@@ -113,8 +113,15 @@ pub(super) async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> 
     };
     // A session's `initialize`: its answer gets the servers' `tasks` capability.
     let mut handshake = false;
-    // A GET of a session: its standalone stream, where Palisade adds what servers send.
-    let standalone_of = (req.method() == Method::GET)
+    // A GET of a session: its standalone stream, where Palisade adds what servers send. Not
+    // a GET that resumes a request's own stream (rmcp's event ids of those read
+    // `INDEX/REQUEST`; the standalone stream's are a bare index): that stream ends with its
+    // request.
+    let resumes_a_request = req
+        .headers()
+        .get(header::HeaderName::from_static("last-event-id"))
+        .is_some_and(|v| v.as_bytes().contains(&b'/'));
+    let standalone_of = (req.method() == Method::GET && !resumes_a_request)
         .then(|| {
             req.headers()
                 .get(super::sessions::SESSION_HEADER)?

@@ -43,9 +43,12 @@ impl SessionPeers {
             .get::<axum::http::request::Parts>()
             .and_then(|p| p.headers.get(SESSION_HEADER))
             .and_then(|v| v.to_str().ok())?;
-        let standalone = Arc::new(Standalone::default());
         let mut peers = self.lock();
         peers.retain(|_, (p, _)| !p.is_transport_closed());
+        // A repeated `notifications/initialized` keeps the stream its GET may hold.
+        let standalone = peers
+            .get(id)
+            .map_or_else(Default::default, |(_, s)| Arc::clone(s));
         peers.insert(
             id.to_string(),
             (context.peer.clone(), Arc::clone(&standalone)),
