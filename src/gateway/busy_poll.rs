@@ -33,7 +33,8 @@
 //! from another thread (the blocking pool) ends it too. What the spin does not watch (a due
 //! timer, a signal, a pipe becoming writable, the main future woken from another thread) is
 //! not lost: tokio's park after the hook finds it pending and returns at once. It is only
-//! late, by the current budget at most. A server's pipe leaves the set when it closes; stdin
+//! late: by about the current budget, or longer when a look yields the CPU to another
+//! thread for its time slice (as the thread's sleep would have). A server's pipe leaves the set when it closes; stdin
 //! stays in it until the process ends (fd 0 holds it open). Only the stdio front's
 //! current-thread runtime is hooked: the HTTP front's pool has many agents and no single
 //! line to wait for.
@@ -45,8 +46,9 @@ use std::time::{Duration, Instant};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
-/// The default longest spin, in microseconds: a little more than a quick server's answer
-/// takes here (fs-server `stat` direct: 110-240 µs round trip, most of it outside the server).
+/// The default longest spin, in microseconds: about a quick server's round trip here
+/// (fs-server `stat` direct: 110-240 µs, most of it outside the server), so that the wait for
+/// its answer is covered.
 pub const DEFAULT_MICROS: u64 = 200;
 
 /// The largest `busyPollMicros` accepted: a wake-up costs tens of microseconds, so a spin

@@ -209,7 +209,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let http = http::http_options(&args, &settings)?;
     let spin =
         crate::gateway::busy_poll::from_setting(args.busy_poll_micros, settings.busy_poll_micros);
-    let spin_asked = args.busy_poll_micros.is_some() || settings.busy_poll_micros.is_some();
+    let spin_asked = args
+        .busy_poll_micros
+        .or(settings.busy_poll_micros)
+        .is_some_and(|m| m != 0);
     let mut opts = options(args)?;
     if let Some(http) = http {
         if spin_asked {

@@ -1,6 +1,7 @@
 //! A request's own stream of lines to the agent: the SSE body of an HTTP POST that the fast
 //! path (`http/fast/`) answers, carrying the notifications about that request (its
-//! progress) and then its answer.
+//! progress) and then its answer. The same stream, with no answer to end it, carries a
+//! session's notifications outside any call on its GET (`Standalone`, `http/standalone.rs`).
 //!
 //! Why: rmcp's session routes a notification to the POST it belongs to by the requests it
 //! knows; a call the fast path takes never passed through it, so its progress went nowhere
@@ -20,8 +21,8 @@ use std::task::{Context, Poll};
 
 use tokio::sync::{mpsc, watch};
 
-/// How many notifications a request's stream holds for an agent not reading; beyond, they
-/// are dropped (progress is advisory).
+/// How many notifications a stream holds for an agent not reading; beyond, they are dropped
+/// (progress, log messages and resource updates are advisory).
 pub const BACKLOG: usize = 64;
 
 /// What goes on the stream.
