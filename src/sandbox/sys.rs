@@ -61,9 +61,9 @@ pub fn install_child_setup(
     }
 }
 
-/// Registers a second child-side hook: the child writes `0` (itself) into each
-/// `cgroup.procs` file, so that it and everything it forks is limited from its first
-/// instruction. Failing to join fails the spawn (fail closed).
+/// Registers a second child-side hook: the child writes `0` (itself) into each cgroup file
+/// of `files` (`Cgroup::join_files`), so that it and everything it forks is limited from its
+/// first instruction. Failing to join fails the spawn (fail closed).
 pub fn join_cgroups(cmd: &mut std::process::Command, files: Vec<CString>) {
     if files.is_empty() {
         return;
@@ -76,7 +76,7 @@ pub fn join_cgroups(cmd: &mut std::process::Command, files: Vec<CString>) {
     }
 }
 
-/// Writes `0` (the calling process) into each `cgroup.procs` file of `files`.
+/// Writes `0` (the calling process) into each cgroup file of `files`.
 /// Async-signal-safe: open, write and close on paths built beforehand.
 fn join_cgroups_now(files: &[CString]) -> std::io::Result<()> {
     for f in files {
@@ -106,8 +106,8 @@ fn join_cgroups_now(files: &[CString]) -> std::io::Result<()> {
 /// whichever way the child is started (`install_landlock` on a `Command`, or `spawn`).
 #[derive(Debug)]
 pub struct LandlockChild {
-    /// The `cgroup.procs` files the child writes itself into (empty: no cgroup).
-    pub cgroup_procs: Vec<CString>,
+    /// The cgroup files the child writes itself into (empty: no cgroup).
+    pub cgroup_joins: Vec<CString>,
     pub rlimits: ResourceLimits,
     /// The Landlock ruleset's descriptor; the launch keeps it open until the child runs.
     pub ruleset: RawFd,
@@ -120,7 +120,7 @@ impl LandlockChild {
     /// The child's steps. Async-signal-safe: system calls on data prepared before the child
     /// started; it neither allocates nor locks, and writes no memory but its own stack.
     pub fn apply(&self) -> std::io::Result<()> {
-        join_cgroups_now(&self.cgroup_procs)?;
+        join_cgroups_now(&self.cgroup_joins)?;
         cloexec_from(3)?;
         apply_limits(&self.rlimits)?;
         drop_capabilities(self.root)?;

@@ -240,3 +240,45 @@ fn a_cgroup_is_empty_when_its_procs_list_none() {
         let _ = std::fs::remove_file(dir.join(f));
     }
 }
+
+#[test]
+fn a_child_joins_v1_through_tasks_and_v2_through_cgroup_procs() {
+    let limits = CgroupLimits {
+        memory_bytes: Some(256 << 20),
+        pids: Some(64),
+    };
+    let file_names = |cg: &Cgroup| -> Vec<String> {
+        cg.join_files()
+            .iter()
+            .map(|f| {
+                let path = Path::new(std::ffi::OsStr::from_bytes(f.as_bytes()));
+                path.file_name().unwrap().to_string_lossy().into_owned()
+            })
+            .collect()
+    };
+    // v1: a memory and a pids hierarchy, each joined through `tasks` (no global lock).
+    let t = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(t.path().join("memory/x")).unwrap();
+    std::fs::write(t.path().join("memory/x/memory.limit_in_bytes"), "").unwrap();
+    std::fs::create_dir_all(t.path().join("pids/a")).unwrap();
+    std::fs::write(t.path().join("pids/a/cgroup.procs"), "").unwrap();
+    let cg = Cgroup::create_in(t.path(), "8:pids:/a\n4:memory:/x\n", "fs", limits)
+        .unwrap()
+        .expect("a v1 cgroup");
+    assert_eq!(file_names(&cg), ["tasks", "tasks"]);
+    for (_, dir) in &cg.dirs {
+        assert!(cg
+            .join_files()
+            .iter()
+            .any(|f| f.as_bytes() == dir.join("tasks").as_os_str().as_bytes()));
+    }
+    // v2: one domain cgroup, which has no `tasks`.
+    let t = fixture_v2("memory pids");
+    let cg = Cgroup::create_in(t.path(), "0::/svc\n", "fs", limits)
+        .unwrap()
+        .expect("a v2 cgroup");
+    assert_eq!(file_names(&cg), ["cgroup.procs"]);
+    for f in ["memory.max", "memory.swap.max", "pids.max"] {
+        let _ = std::fs::remove_file(cg.dirs[0].1.join(f));
+    }
+}

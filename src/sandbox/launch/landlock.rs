@@ -133,7 +133,7 @@ pub(super) fn prepare(
         .current_dir(&cwd);
     let (attached, limits) = limits::plan(&req.name, &spec.limits);
     let child = Arc::new(sys::LandlockChild {
-        cgroup_procs: limits.cgroup_procs,
+        cgroup_joins: limits.cgroup_joins,
         rlimits: limits.rlimits,
         ruleset: sys::raw(&ruleset),
         filter,

@@ -22,8 +22,8 @@ pub(super) struct Attached {
 
 /// What the child itself must do for its limits (see `plan`).
 pub(super) struct ChildLimits {
-    /// The `cgroup.procs` files it joins from its first instruction (empty: no cgroup).
-    pub(super) cgroup_procs: Vec<std::ffi::CString>,
+    /// The cgroup files it joins through from its first instruction (empty: no cgroup).
+    pub(super) cgroup_joins: Vec<std::ffi::CString>,
     /// The rlimits the cgroup does not cover.
     pub(super) rlimits: ResourceLimits,
 }
@@ -34,7 +34,7 @@ pub(super) fn plan(name: &str, limits: &ResourceLimits) -> (Attached, ChildLimit
     let cgroup = make_cgroup(name, limits);
     let task_watch = task_watch(limits, cgroup.as_ref());
     let mut rlimits = fallback_rlimits(limits);
-    let mut cgroup_procs = Vec::new();
+    let mut cgroup_joins = Vec::new();
     if let Some(cg) = &cgroup {
         // The cgroup limits the tree; the per-process fallbacks would only add limits the
         // user did not ask for.
@@ -44,12 +44,12 @@ pub(super) fn plan(name: &str, limits: &ResourceLimits) -> (Attached, ChildLimit
         if cg.limits_pids() {
             rlimits.processes = None;
         }
-        cgroup_procs = cg.procs_files();
+        cgroup_joins = cg.join_files();
     }
     (
         Attached { cgroup, task_watch },
         ChildLimits {
-            cgroup_procs,
+            cgroup_joins,
             rlimits,
         },
     )
@@ -65,7 +65,7 @@ pub(super) fn attach(
     keep: Option<RawFd>,
 ) -> Attached {
     let (attached, child) = plan(name, limits);
-    sys::join_cgroups(cmd, child.cgroup_procs);
+    sys::join_cgroups(cmd, child.cgroup_joins);
     sys::install_child_setup(cmd, keep, child.rlimits);
     attached
 }
