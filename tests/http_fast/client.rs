@@ -2,7 +2,7 @@
 //! talks to it, its `Answer`s, and `Direct`, server-everything over stdio with no Palisade.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
@@ -33,55 +33,24 @@ impl Front {
         )
         .unwrap();
         std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
-        // A free port is picked, released and handed to palisade: a test running beside
-        // this one can be handed the same port meanwhile. The front that lost the race to
-        // bind it exits; it is started again on another port, and "up" means this front
-        // answers and is still running, not that something answers on the port.
-        for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-            let child = Command::new(palisade())
+        let (child, addr) = support::http_front::spawn_on_any_port(
+            Command::new(palisade())
                 .args(["serve", "--config"])
                 .arg(config)
-                .args(["--http", &addr.to_string(), "--tokens"])
+                .arg("--tokens")
                 .arg(&tokens)
                 // The fast path logs each call it serves at debug.
                 .env(
                     "RUST_LOG",
                     "info,rmcp=warn,palisade::gateway::agent::http::fast=debug",
-                )
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(ws.errlog()).unwrap())
-                .spawn()
-                .unwrap();
-            let mut front = Front {
-                child,
-                addr,
-                errlog: ws.errlog(),
-            };
-            for _ in 0..400 {
-                if front.child.try_wait().unwrap().is_some() {
-                    break;
-                }
-                if TcpStream::connect(addr).is_ok() {
-                    std::thread::sleep(Duration::from_millis(50));
-                    if front.child.try_wait().unwrap().is_none() {
-                        return front;
-                    }
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(25));
-            }
-            if front.child.try_wait().unwrap().is_none() {
-                break;
-            }
+                ),
+            &ws.errlog(),
+        );
+        Front {
+            child,
+            addr,
+            errlog: ws.errlog(),
         }
-        panic!("the HTTP front did not come up: {}", ws.stderr_text());
     }
 
     /// One raw HTTP/1.1 POST to /mcp as alice.

@@ -1,4 +1,4 @@
-//! The palisade under test: `serve --http` started on a free loopback port and stopped with
+//! The palisade under test: `serve --http` started on a loopback port it picks and stopped with
 //! SIGTERM, and the ways the tests talk to it (raw HTTP/1.1 requests, raw JSON-RPC posts on a
 //! session, the Python SDK's HTTP client, and a Python driver whose JSON report is read).
 //! Time limits here only guard against a hung test; nothing is a timing assertion.
@@ -6,13 +6,15 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::support::{self, palisade, Workspace};
 
+/// A port free now, for a server the test starts itself (a JWKS site); palisade's own front
+/// picks its port (`support::http_front`).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -33,32 +35,32 @@ impl Front {
 
     /// `start` with these variables added to palisade's environment.
     pub fn start_env(ws: &Workspace, config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Front {
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let child = Command::new(palisade())
-            .envs(env.iter().copied())
-            .args(["serve", "--config"])
-            .arg(config)
-            .args(["--http", &addr.to_string()])
-            .args(extra)
-            // Info: the principal lifecycle is logged there, and no token may appear in it;
-            // debug for the fast path, which logs each request it serves.
-            .env(
-                "RUST_LOG",
-                "info,rmcp=warn,palisade::gateway::agent::http::fast=debug",
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(ws.errlog()).unwrap())
-            .spawn()
-            .unwrap();
+        let (child, addr) = support::http_front::spawn_on_any_port(
+            Command::new(palisade())
+                .envs(env.iter().copied())
+                .args(["serve", "--config"])
+                .arg(config)
+                .args(extra)
+                // Info: the principal lifecycle is logged there, and no token may appear in
+                // it; debug for the fast path, which logs each request it serves.
+                .env(
+                    "RUST_LOG",
+                    "info,rmcp=warn,palisade::gateway::agent::http::fast=debug",
+                ),
+            &ws.errlog(),
+        );
         let front = Front { child, addr };
+        // Bound is not yet serving: the router is mounted just after the bind.
         for _ in 0..400 {
             if front.raw("GET", "/healthz", &[]).0 == 200 {
                 return front;
             }
             std::thread::sleep(Duration::from_millis(25));
         }
-        panic!("the HTTP front did not come up: {}", ws.stderr_text());
+        panic!(
+            "the HTTP front did not answer /healthz: {}",
+            ws.stderr_text()
+        );
     }
 
     pub fn url(&self) -> String {

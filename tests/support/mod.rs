@@ -10,6 +10,7 @@
 // Each test crate uses a different part of this module.
 #![allow(dead_code)]
 
+pub mod http_front;
 pub mod raw;
 pub mod skip;
 #[allow(unused_imports)]

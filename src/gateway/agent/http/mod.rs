@@ -205,7 +205,14 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         .map_err(|source| HttpError::Bind {
             addr: http.listen,
             source,
-        })?
+        })?;
+    // The address bound, which names the port the kernel chose for `--http HOST:0` (what a
+    // supervisor or a test harness reads to find the front without racing for a port).
+    match listener.local_addr() {
+        Ok(bound) => tracing::info!("listening on http://{bound}/mcp"),
+        Err(e) => tracing::warn!("cannot read the address the front is bound to: {e}"),
+    }
+    let listener = listener
         // An answer goes out in several writes (headers, SSE events, the last chunk): with
         // Nagle's algorithm on, each write after the first waited for the client's delayed
         // ACK, about 40 ms per call on a kept-alive connection.
