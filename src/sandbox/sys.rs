@@ -76,7 +76,10 @@ pub fn join_cgroups(cmd: &mut std::process::Command, files: Vec<CString>) {
     }
 }
 
-/// Writes `0` (the calling process) into each cgroup file of `files`.
+/// Writes `0` (the caller) into each cgroup file of `files`: through `cgroup.procs` (v2)
+/// that moves its thread group, through `tasks` (v1) the calling thread, the same task for
+/// a child between fork and exec, which has one thread. Not for a process that may have
+/// started threads (an in-process exec would leave them behind on v1).
 /// Async-signal-safe: open, write and close on paths built beforehand.
 fn join_cgroups_now(files: &[CString]) -> std::io::Result<()> {
     for f in files {

@@ -11,7 +11,7 @@
 //! the launcher falls back to rlimits (see `ResourceLimits`). `plan_v2` decides, purely.
 //!
 //! Sits in `launch`: created before the spawn, joined by the child between fork and exec
-//! (it writes `0` to `cgroup.procs`, or `tasks` on v1, see `join_files`), removed when dropped. Never:
+//! (it writes `0` to `cgroup.procs`, on v1 to `tasks`: `join_files`), removed when dropped. Never:
 //! fail a launch because no cgroup can be made (rlimits still apply; the caller logs it),
 //! move a process that is not palisade's, or remove a cgroup that still holds processes
 //! (rmdir refuses, the error is ignored).
@@ -182,13 +182,14 @@ impl Cgroup {
     /// The files the child writes `0` (itself) into to join, built before fork (the child
     /// must not allocate).
     ///
-    /// On cgroup v1 that is `tasks`, which moves the writing thread, not `cgroup.procs`,
-    /// which moves its thread group: the kernel takes its global threadgroup lock only for
-    /// the latter, and on a v1 hierarchy taking it waits for an RCU grace period (8 to 10 ms
-    /// per server start on these machines, 0.3 ms through `tasks`; docs/benchmarks.md). The
-    /// two are the same move here: between fork and exec the child has one thread, and what
-    /// it execs and forks stays in the cgroup. A v2 domain cgroup has no `tasks`; there the
-    /// cost stays (`clone3` with `CLONE_INTO_CGROUP` would avoid it).
+    /// On cgroup v1 that is `tasks`, not `cgroup.procs`. Moving a thread group takes the
+    /// kernel's global threadgroup lock, and taking it waits for an RCU grace period unless
+    /// another move happened just before: 5 to 10 ms per server start on these machines.
+    /// Moving the calling thread (`0` written to `tasks`, kernel 5.5 and later) skips the
+    /// lock: 0.3 ms (docs/benchmarks.md). The two are the same move here: between fork and
+    /// exec the child has one thread, and what it execs and forks stays in the cgroup. v2
+    /// has no `tasks` file (and `cgroup.threads` refuses a move into another domain), so
+    /// there the cost stays; `clone3` with `CLONE_INTO_CGROUP` would avoid it.
     pub fn join_files(&self) -> Vec<CString> {
         self.dirs
             .iter()
