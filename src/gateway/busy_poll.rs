@@ -93,6 +93,12 @@ pub enum Spun {
     Expired,
 }
 
+impl std::fmt::Debug for BusyPoll {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BusyPoll").field("max", &self.max).finish()
+    }
+}
+
 impl BusyPoll {
     /// A watcher spinning at most `max` before each sleep.
     pub fn new(max: Duration) -> std::io::Result<Arc<BusyPoll>> {
@@ -211,21 +217,33 @@ pub fn next_budget(budget: Duration, waited: Duration, max: Duration) -> Duratio
     }
 }
 
+/// The spin asked for, and whether the user chose it (the flag or the setting) rather than
+/// taking the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spin {
+    pub budget: Duration,
+    pub chosen: bool,
+}
+
 /// The spin `--busy-poll-micros` or else `busyPollMicros` asks for, or why it is refused
 /// (naming the one that was given).
-pub fn from_setting(flag: Option<u64>, setting: Option<u64>) -> Result<Duration, String> {
+pub fn from_setting(flag: Option<u64>, setting: Option<u64>) -> Result<Spin, String> {
     let (micros, named) = match (flag, setting) {
-        (Some(m), _) => (m, "--busy-poll-micros"),
-        (None, Some(m)) => (m, "busyPollMicros (palisade block)"),
-        (None, None) => (DEFAULT_MICROS, "the default"),
+        (Some(m), _) => (m, Some("--busy-poll-micros")),
+        (None, Some(m)) => (m, Some("busyPollMicros (palisade block)")),
+        (None, None) => (DEFAULT_MICROS, None),
     };
     if micros > MAX_MICROS {
         return Err(format!(
-            "{named} is {micros}: at most {MAX_MICROS} microseconds (a longer spin only burns \
-             CPU); 0 turns busy polling off"
+            "{} is {micros}: at most {MAX_MICROS} microseconds (a longer spin only burns \
+             CPU); 0 turns busy polling off",
+            named.unwrap_or("the default")
         ));
     }
-    Ok(Duration::from_micros(micros))
+    Ok(Spin {
+        budget: Duration::from_micros(micros),
+        chosen: named.is_some(),
+    })
 }
 
 /// Watches `fd` when there is a watcher.
@@ -264,9 +282,11 @@ mod tests {
     #[test]
     fn the_setting_defaults_the_flag_wins_and_a_spin_past_the_cap_is_refused() {
         let default = Duration::from_micros(DEFAULT_MICROS);
-        assert_eq!(from_setting(None, None), Ok(default));
-        assert_eq!(from_setting(Some(0), Some(100)), Ok(Duration::ZERO));
-        assert_eq!(from_setting(None, Some(0)), Ok(Duration::ZERO));
+        let spin = |budget, chosen| Ok(Spin { budget, chosen });
+        assert_eq!(from_setting(None, None), spin(default, false));
+        assert_eq!(from_setting(Some(0), Some(100)), spin(Duration::ZERO, true));
+        assert_eq!(from_setting(None, Some(0)), spin(Duration::ZERO, true));
+        assert_eq!(from_setting(None, Some(150)), spin(150 * US, true));
         let refused = from_setting(None, Some(MAX_MICROS + 1)).unwrap_err();
         assert!(refused.starts_with("busyPollMicros"), "{refused}");
         let refused = from_setting(Some(MAX_MICROS + 1), Some(0)).unwrap_err();

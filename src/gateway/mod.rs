@@ -84,6 +84,10 @@ pub struct GatewayOptions {
     /// a sandboxed child), and the CLI never changes it; unit tests of the call pipeline set
     /// `server::launcher::InProcessLauncher` (servers as tasks, reported as not sandboxed).
     pub launcher: Arc<dyn server::launcher::Launcher>,
+    /// The busy polling of the runtime the gateway runs on (`busy_poll`), installed there by
+    /// whoever built that runtime; set with [`GatewayOptions::spin_with`]. It watches the
+    /// agent's stdin and every server's stdout, and counts the requests the front relays.
+    pub busy_poll: Option<Arc<busy_poll::BusyPoll>>,
 }
 
 impl GatewayOptions {
@@ -115,13 +119,16 @@ impl GatewayOptions {
             refused: Vec::new(),
             protected: Vec::new(),
             launcher: Arc::new(server::launcher::ProcessLauncher::default()),
+            busy_poll: None,
         })
     }
 
-    /// Has `busy` watch every server's stdout (with `Gateway::serve_stdio_until`, which
-    /// watches the agent's stdin).
-    pub fn watch_servers_with(&mut self, busy: Arc<busy_poll::BusyPoll>) {
-        self.launcher = Arc::new(server::launcher::ProcessLauncher::watched_by(busy));
+    /// Has `busy`, installed on the runtime the gateway runs on, watch every server's
+    /// stdout and the agent's stdin, and count the requests in flight. Sets the process
+    /// launcher.
+    pub fn spin_with(&mut self, busy: Arc<busy_poll::BusyPoll>) {
+        self.launcher = Arc::new(server::launcher::ProcessLauncher::watched_by(busy.clone()));
+        self.busy_poll = Some(busy);
     }
 }
 
@@ -180,6 +187,8 @@ pub struct Gateway {
     supervisors: Vec<JoinHandle<()>>,
     /// The egress proxy, when some server has an allowlist; closed after the servers stop.
     egress: Option<network::GatewayEgress>,
+    /// The runtime's busy polling (`GatewayOptions::busy_poll`).
+    busy_poll: Option<Arc<busy_poll::BusyPoll>>,
 }
 
 impl Gateway {
@@ -341,6 +350,7 @@ impl Gateway {
                 }
             })
             .collect();
+        let busy_poll = opts.busy_poll;
         let shared = Arc::new(
             state::Shared::new(slots, opts.stages, opts.limits, opts.upstream, caps)
                 .with_egress(egress.as_ref().map(|e| e.proxy.clone()))
@@ -358,6 +368,7 @@ impl Gateway {
                 shared,
                 supervisors: Vec::new(),
                 egress,
+                busy_poll,
             };
             return Ok((gateway, true));
         }
@@ -393,6 +404,7 @@ impl Gateway {
                 shared,
                 supervisors,
                 egress,
+                busy_poll,
             };
             return Ok((gateway, true));
         };
@@ -414,6 +426,7 @@ impl Gateway {
             shared,
             supervisors,
             egress,
+            busy_poll,
         };
         Ok((gateway, false))
     }
@@ -439,23 +452,8 @@ impl Gateway {
     /// completes; then stops every server. Use `tokio::io::duplex` halves for in-process use.
     pub async fn serve<R, W>(
         self,
-        io: (R, W),
-        shutdown_signal: impl std::future::Future<Output = ()> + Send,
-    ) -> Result<(), GatewayError>
-    where
-        R: tokio::io::AsyncRead + Send + Unpin + 'static,
-        W: tokio::io::AsyncWrite + Send + Unpin + 'static,
-    {
-        self.serve_watched(io, shutdown_signal, None).await
-    }
-
-    /// As [`Gateway::serve`]; `busy` (the runtime's busy polling, `busy_poll`) counts the
-    /// requests the front relays, so that it spins only while one at most is in flight.
-    async fn serve_watched<R, W>(
-        self,
         (reader, writer): (R, W),
         shutdown_signal: impl std::future::Future<Output = ()> + Send,
-        busy: Option<Arc<busy_poll::BusyPoll>>,
     ) -> Result<(), GatewayError>
     where
         R: tokio::io::AsyncRead + Send + Unpin + 'static,
@@ -464,7 +462,10 @@ impl Gateway {
         // The agent's messages are capped like rmcp caps them, but an over-long request is
         // answered with an error instead of being dropped unanswered.
         let reader = agent::frame::LineCap::new(reader, server::MAX_LINE);
-        let transport = agent::front::start(reader, writer, self.shared.clone(), busy);
+        // The busy polling counts the requests the front relays: it spins only while one at
+        // most is in flight.
+        let transport =
+            agent::front::start(reader, writer, self.shared.clone(), self.busy_poll.clone());
         let handler = agent::relaying::RelayingService(agent::service::Upstream {
             shared: self.shared.clone(),
             sessions: None,
@@ -499,19 +500,17 @@ impl Gateway {
 
     /// Serves MCP on stdin/stdout until stdin reaches EOF or SIGINT/SIGTERM arrives.
     pub async fn serve_stdio(self) -> Result<(), GatewayError> {
-        self.serve_stdio_until(termination(), None).await
+        self.serve_stdio_until(termination()).await
     }
 
-    /// Serves MCP on stdin/stdout until stdin reaches EOF or `stop` resolves. `busy`, the
-    /// runtime's busy polling (`busy_poll`, installed by the caller on its runtime), watches
-    /// stdin and counts the requests in flight.
+    /// Serves MCP on stdin/stdout until stdin reaches EOF or `stop` resolves; the busy
+    /// polling, if any, watches stdin.
     pub async fn serve_stdio_until(
         self,
         stop: impl std::future::Future<Output = ()> + Send,
-        busy: Option<Arc<busy_poll::BusyPoll>>,
     ) -> Result<(), GatewayError> {
-        let (reader, writer) = agent::stdio::upstream_stdio(busy.as_deref());
-        self.serve_watched((reader, writer), stop, busy).await
+        let (reader, writer) = agent::stdio::upstream_stdio(self.busy_poll.as_deref());
+        self.serve((reader, writer), stop).await
     }
 
     /// Stops every server (close stdin, wait, SIGTERM, wait, SIGKILL) and waits until each

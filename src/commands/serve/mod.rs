@@ -209,13 +209,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let http = http::http_options(&args, &settings)?;
     let spin =
         crate::gateway::busy_poll::from_setting(args.busy_poll_micros, settings.busy_poll_micros);
-    let spin_asked = args
-        .busy_poll_micros
-        .or(settings.busy_poll_micros)
-        .is_some_and(|m| m != 0);
     let mut opts = options(args)?;
     if let Some(http) = http {
-        if spin_asked {
+        // A spin the user chose (one past the cap too) is worth saying it is ignored.
+        if spin
+            .as_ref()
+            .map_or(true, |s| s.chosen && !s.budget.is_zero())
+        {
             tracing::warn!(
                 "busy polling is for an agent on stdio; the HTTP front does not spin \
                  (--busy-poll-micros and busyPollMicros are ignored)"
@@ -235,13 +235,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // tokio's blocking pool; the HTTP front, with many agents, keeps the pool.
     // Busy polling (crate::gateway::busy_poll): the thread watches stdin and the servers'
     // stdouts for a moment before it sleeps.
-    let spin = spin.map_err(|e| anyhow::anyhow!(e))?;
+    let spin = spin.map_err(|e| anyhow::anyhow!(e))?.budget;
     let busy = if spin.is_zero() {
         None
     } else {
         match crate::gateway::busy_poll::BusyPoll::new(spin) {
             Ok(busy) => {
-                opts.watch_servers_with(busy.clone());
+                opts.spin_with(busy.clone());
                 Some(busy)
             }
             // Only latency is lost: the gateway sleeps and wakes as without it.
@@ -268,7 +268,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             tracing::info!(server = %s.name, "status: {:?}, {} tools", s.status, s.tools);
         }
         gateway
-            .serve_stdio_until(stop, busy)
+            .serve_stdio_until(stop)
             .await
             .context("gateway failed")
     });
