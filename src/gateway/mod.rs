@@ -13,8 +13,9 @@
 //!   `peer` (its JSON-RPC wire), `handler` (what it sends us), `tap`, `fault`, `roots`,
 //!   `relay/` (its sampling and elicitation).
 //! - `stages/`: the injected stages (policy, approval, audit) and their implementations.
-//! - here: `Gateway` (start, serve, shutdown), `state` (slots and the shared state),
-//!   `registry` (the merged catalog), `network` (the shared egress proxy).
+//! - here: `Gateway` (start, serve, shutdown), `start` (each server's plan and slot),
+//!   `state` (slots and the shared state), `registry` (the merged catalog), `network` (the
+//!   shared egress proxy).
 //!
 //! stdout carries only the MCP channel: logs go to stderr.
 //!
@@ -33,9 +34,10 @@ pub mod raw_json;
 pub mod registry;
 pub mod server;
 pub mod stages;
+mod start;
 pub mod state;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -208,7 +210,7 @@ impl Gateway {
         mut opts: GatewayOptions,
         stop: impl std::future::Future<Output = ()>,
     ) -> Result<(Gateway, bool), GatewayError> {
-        opts.sandbox_dir = create_private_dir(&opts.sandbox_dir)?;
+        opts.sandbox_dir = start::create_private_dir(&opts.sandbox_dir)?;
         let home = std::env::var_os("HOME").map(PathBuf::from);
         // Probed once, off the runtime's threads (it runs a trial sandbox); every start and
         // relaunch of every server is resolved against it.
@@ -225,131 +227,13 @@ impl Gateway {
         let probe = tokio::task::spawn_blocking(move || {
             crate::sandbox::capabilities::probe_for(depth, srt_probe)
         });
-        let no_rules = crate::policy::Policy::builtin_default();
-        let roots_policy = opts.roots_policy.as_deref().unwrap_or(&no_rules);
-        // Per server: its launch request and its derived root set; either failing refuses
-        // that server alone.
-        let mut requests: Vec<(
-            String,
-            Result<crate::sandbox::launch::LaunchRequest, NotStarted>,
-        )> = Vec::with_capacity(opts.config.servers.len());
-        let mut cells: Vec<Option<server::roots::RootsCell>> =
-            Vec::with_capacity(requests.capacity());
-        for (name, server) in &opts.config.servers {
-            if let Some((_, reason)) = opts.refused.iter().find(|(n, _)| n == name) {
-                cells.push(None);
-                requests.push((name.clone(), Err(NotStarted::Configured(reason.clone()))));
-                continue;
-            }
-            let derived = server::spawn::launch_request(
-                name,
-                server,
-                &opts.config.settings,
-                &opts.sandbox_dir,
-                home.as_deref(),
-            )
-            .map_err(NotStarted::Grant)
-            .and_then(|req| {
-                crate::roots::derive::derive_for_server(
-                    roots_policy,
-                    name,
-                    Some(server),
-                    Some(&opts.sandbox_dir),
-                    home.as_deref(),
-                )
-                .map(|d| (req, d))
-                .map_err(NotStarted::Roots)
-            });
-            match derived {
-                Ok((mut req, derived)) => {
-                    // Palisade's own files are hidden wherever a grant would show them (a
-                    // mask is rendered only where a mount shows the path).
-                    for p in &opts.protected {
-                        if let Ok(c) = std::fs::canonicalize(p) {
-                            if !req.deny_read.contains(&c) {
-                                req.deny_read.push(c);
-                            }
-                        }
-                    }
-                    for s in &derived.skipped {
-                        tracing::warn!(server = %name, "root {} skipped: {}", s.root.path.display(), s.reason);
-                    }
-                    tracing::info!(
-                        server = %name,
-                        "roots: {}",
-                        derived
-                            .roots
-                            .iter()
-                            .map(|r| format!("{} ({:?})", r.path.display(), r.access))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    );
-                    cells.push(Some(server::roots::RootsCell::new(
-                        derived.roots,
-                        crate::roots::guard::GuardOptions {
-                            cwd: server.cwd.clone(),
-                            home: home.clone(),
-                            // The proxy refuses these before the sandbox would (EROFS).
-                            deny_write: req.deny_write.clone(),
-                        },
-                    )));
-                    requests.push((name.clone(), Ok(req)));
-                }
-                Err(reason) => {
-                    cells.push(None);
-                    requests.push((name.clone(), Err(reason)));
-                }
-            }
-        }
+        let (mut requests, cells) = start::plan_servers(&opts, home.as_deref());
         let caps = probe
             .await
             .map_err(|e| GatewayError::Probe(e.to_string()))?;
         // One shared egress proxy for every server with a domain allowlist.
         let egress = network::attach(&mut requests, &opts.config.settings, &caps);
-        // Relaying is resolved from the config (and profile) now: servers start, and declare
-        // their client capabilities, before the agent connects.
-        let relays: Vec<server::relay::RelayPolicy> = opts
-            .config
-            .servers
-            .iter()
-            .map(|(name, server)| {
-                let p = server::relay::RelayPolicy::for_server(name, server, &opts.config.settings);
-                if p.sampling || p.elicitation {
-                    tracing::info!(server = %name, "relaying to the agent: sampling {}, elicitation {} (at most {} in flight, {} per minute)", p.sampling, p.elicitation, p.max_concurrent, p.per_minute);
-                }
-                p
-            })
-            .collect();
-        let slots: Vec<Arc<state::Slot>> = requests
-            .into_iter()
-            .zip(cells)
-            .zip(relays)
-            .map(|(((name, req), cell), relay)| (name, req, cell, relay))
-            .map(|(name, req, cell, relay)| match (req, cell) {
-                (Ok(req), Some(cell)) => {
-                    let mut slot = state::Slot::with_roots(name, Some(req), cell, Status::Starting)
-                        .with_relay(relay);
-                    if let Some(rate) = output_rate(&opts.config, &slot.name) {
-                        slot.output_rate = rate;
-                    }
-                    if let Some(server) = opts.config.server(&slot.name) {
-                        slot.filters = registry::ListFilters::of(server);
-                        slot.protocol = server.protocol.unwrap_or_default();
-                    }
-                    Arc::new(slot)
-                }
-                (Err(why), _) => {
-                    let reason = why.to_string();
-                    tracing::error!(server = %name, "not started: {reason}");
-                    Arc::new(state::Slot::new(name, None, Status::Refused { reason }))
-                }
-                (Ok(_), None) => {
-                    let reason = "its roots were not derived".to_string();
-                    tracing::error!(server = %name, "not started: {reason}");
-                    Arc::new(state::Slot::new(name, None, Status::Refused { reason }))
-                }
-            })
-            .collect();
+        let slots = start::slots(requests, cells, &opts.config);
         let busy_poll = opts.busy_poll;
         let shared = Arc::new(
             state::Shared::new(slots, opts.stages, opts.limits, opts.upstream, caps)
@@ -591,15 +475,6 @@ const SUPERVISOR_SLACK: Duration = Duration::from_secs(5);
 /// How long an aborted supervisor gets to unwind.
 const ABORT_BOUND: Duration = Duration::from_secs(1);
 
-/// A server's configured output-rate limit (`sandbox.limits.outputBytesPerSecond`).
-fn output_rate(config: &GatewayConfig, name: &str) -> Option<u64> {
-    let (_, server) = config.servers.iter().find(|(n, _)| n == name)?;
-    match &server.sandbox {
-        crate::config::SandboxSetting::Enabled(sb) => sb.limits.as_ref()?.output_bytes_per_second,
-        crate::config::SandboxSetting::Disabled => None,
-    }
-}
-
 /// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, not when
 /// the future is first polled: until then the default action would kill the gateway without
 /// stopping its servers.
@@ -626,24 +501,6 @@ async fn wait_termination(
             std::future::pending::<()>().await
         }
     }
-}
-
-/// Creates `path` (mode 0700) when missing; an existing directory is left as the user made it.
-/// Returns the canonical path (grants and roots use canonical paths).
-fn create_private_dir(path: &Path) -> Result<PathBuf, GatewayError> {
-    use std::os::unix::fs::DirBuilderExt;
-    let err = |source| GatewayError::SandboxDir {
-        path: path.to_path_buf(),
-        source,
-    };
-    if !path.is_dir() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(path)
-            .map_err(err)?;
-    }
-    std::fs::canonicalize(path).map_err(err)
 }
 
 #[cfg(test)]
