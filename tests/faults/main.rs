@@ -16,8 +16,9 @@
 //! drive; the bounds and process probes they share are here.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
-#[path = "../support/skip.rs"]
-mod skip;
+#[path = "../support/mod.rs"]
+mod support;
+use support::skip;
 
 mod gw;
 
@@ -134,19 +135,6 @@ pub(crate) fn processes_with_env(entry: &str) -> Vec<i32> {
         }
     }
     found
-}
-
-/// Whether `what` came true within `ANSWER_LIMIT` (a guard against a hang, never a timing
-/// assertion).
-fn wait_for(mut what: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + ANSWER_LIMIT;
-    while std::time::Instant::now() < deadline {
-        if what() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
 }
 
 /// A path inside the repository.

@@ -125,9 +125,11 @@ fn sigterm_while_servers_start_stops_them_and_exits_cleanly() {
         .stderr(std::fs::File::create(&errlog).unwrap())
         .spawn()
         .unwrap();
-    let started = crate::wait_for(|| !processes_with_env(&marker).is_empty());
+    let started = crate::support::eventually(crate::ANSWER_LIMIT, || {
+        !processes_with_env(&marker).is_empty()
+    });
     // Once it sleeps in `initialize` (it cannot read its stdin's end then).
-    let delayed = crate::wait_for(|| {
+    let delayed = crate::support::eventually(crate::ANSWER_LIMIT, || {
         std::fs::read_to_string(&errlog).is_ok_and(|l| l.contains("initialize: delayed"))
     });
     nix::sys::signal::kill(
@@ -135,7 +137,9 @@ fn sigterm_while_servers_start_stops_them_and_exits_cleanly() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let exited = crate::wait_for(|| !matches!(child.try_wait(), Ok(None)));
+    let exited = crate::support::eventually(crate::ANSWER_LIMIT, || {
+        !matches!(child.try_wait(), Ok(None))
+    });
     if !exited {
         let _ = child.kill();
     }

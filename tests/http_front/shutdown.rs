@@ -126,11 +126,15 @@ fn a_principals_start_given_up_by_its_client_leaves_no_server_running() {
         body.len()
     )
     .unwrap();
-    let launched = wait_for(|| !processes_tagged(&tag).is_empty());
+    let launched = support::eventually(std::time::Duration::from_secs(30), || {
+        !processes_tagged(&tag).is_empty()
+    });
     // The client goes away while the server is still listing.
     conn.shutdown(std::net::Shutdown::Both).unwrap();
     drop(conn);
-    let stopped = wait_for(|| processes_tagged(&tag).is_empty());
+    let stopped = support::eventually(std::time::Duration::from_secs(30), || {
+        processes_tagged(&tag).is_empty()
+    });
     let left = processes_tagged(&tag);
     let status = front.stop();
     let err = ws.stderr_text();
@@ -155,17 +159,6 @@ fn front_whose_server_lists_slowly(ws: &Workspace) -> (Front, String) {
     (front, tag)
 }
 
-/// Whether `what` came true within 30 s (a guard against a hang, never a timing assertion).
-fn wait_for(what: impl Fn() -> bool) -> bool {
-    (0..300).any(|_| {
-        let done = what();
-        if !done {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        done
-    })
-}
-
 // SIGTERM while a principal's servers are still starting (its first request waits on a
 // listing that takes 40 s): the start is cut short, its servers are stopped politely (stdin
 // closed, then SIGTERM after the grace) within that request, which is answered 503, and
@@ -182,7 +175,9 @@ fn sigterm_while_a_principal_starts_stops_its_servers_politely() {
          "clientInfo": {"name": "waits", "version": "1"}}});
     let first = std::thread::spawn(move || post(addr, ALICE, None, &init));
     // Once the server sleeps in its listing (it cannot read its stdin's end then).
-    let launched = wait_for(|| ws.stderr_text().contains("tools/list: delayed"));
+    let launched = support::eventually(std::time::Duration::from_secs(30), || {
+        ws.stderr_text().contains("tools/list: delayed")
+    });
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(front.child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,

@@ -38,16 +38,8 @@ fn cgroups_of(pid: u32) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// Polls `ok` every 20 ms for at most 20 s.
-fn eventually(mut ok: impl FnMut() -> bool) -> bool {
-    for _ in 0..1000 {
-        if ok() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
-}
+/// How long a sweep or a start gets to show (a guard against a hang).
+const SETTLE: Duration = Duration::from_secs(20);
 
 /// A gateway serving one cgroup-limited server, for the cgroup sweep tests: started as its own
 /// process so that it can be killed with SIGKILL (no destructor runs).
@@ -73,12 +65,12 @@ impl Gateway {
     /// Waits until its server has joined its cgroup.
     fn until_contained(&self) {
         assert!(
-            eventually(|| !cgroups_of(self.pid).is_empty()),
+            support::eventually(SETTLE, || !cgroups_of(self.pid).is_empty()),
             "gateway {} made no cgroup",
             self.pid
         );
         assert!(
-            eventually(|| !self.cgroup_procs().is_empty()),
+            support::eventually(SETTLE, || !self.cgroup_procs().is_empty()),
             "gateway {}'s server never joined its cgroup",
             self.pid
         );
@@ -104,14 +96,14 @@ impl Gateway {
         assert!(!left.is_empty(), "a killed gateway removed its cgroups");
         // Its server dies with it (bwrap --die-with-parent).
         assert!(
-            eventually(|| left
+            support::eventually(SETTLE, || left
                 .iter()
                 .all(|d| std::fs::read_to_string(d.join("cgroup.procs"))
                     .map_or(true, |s| s.trim().is_empty()))),
             "the killed gateway's server outlived it: {left:?}"
         );
         assert!(
-            eventually(|| server
+            support::eventually(SETTLE, || server
                 .iter()
                 .all(|pid| !Path::new("/proc").join(pid).exists())),
             "the killed gateway's server was never reaped: {server:?}"
@@ -160,7 +152,7 @@ fn a_killed_gateways_cgroups_are_removed_by_the_next_one() {
     let first_pid = first.pid;
     first.kill();
     let second = Gateway::start(&config);
-    let made = eventually(|| !cgroups_of(second.pid).is_empty());
+    let made = support::eventually(SETTLE, || !cgroups_of(second.pid).is_empty());
     let still = cgroups_of(first_pid);
     second.stop();
     assert!(made, "the second gateway made no cgroup");

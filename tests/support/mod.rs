@@ -57,6 +57,21 @@ pub fn everything_result_calls() -> Vec<(&'static str, Value)> {
     ]
 }
 
+/// Whether `what` came true within `limit`, asked every 20 ms (a guard against a hung
+/// test, never a timing assertion).
+pub fn eventually(limit: Duration, mut what: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if what() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// `rel` inside the repository.
 pub fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
