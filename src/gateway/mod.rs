@@ -19,7 +19,8 @@
 //!
 //! stdout carries only the MCP channel: logs go to stderr.
 //!
-//! Entry points: [`Gateway::start`], then [`Gateway::serve_stdio`] (the CLI) or
+//! Entry points: [`Gateway::start`] (or [`Gateway::start_until`], cut short by a signal: the
+//! CLI), then [`Gateway::serve_stdio`] (or [`Gateway::serve_stdio_until`]: the CLI) or
 //! [`Gateway::serve`] over any byte stream (in-process tests, the demo), then
 //! [`Gateway::shutdown`].
 
@@ -83,8 +84,9 @@ pub struct GatewayOptions {
     /// root holding the audit log must not let a server truncate it), whatever the policy.
     pub protected: Vec<PathBuf>,
     /// How servers are started. [`GatewayOptions::new`] sets the process launcher (each server
-    /// a sandboxed child), and the CLI never changes it; unit tests of the call pipeline set
-    /// `server::launcher::InProcessLauncher` (servers as tasks, reported as not sandboxed).
+    /// a sandboxed child); the CLI keeps it (`spin_with` makes it watch the servers' stdouts);
+    /// unit tests of the call pipeline set `server::launcher::InProcessLauncher` (servers as
+    /// tasks, reported as not sandboxed).
     pub launcher: Arc<dyn server::launcher::Launcher>,
     /// The busy polling of the runtime the gateway runs on (`busy_poll`), installed there by
     /// whoever built that runtime; set with [`GatewayOptions::spin_with`]. It watches the
@@ -126,8 +128,8 @@ impl GatewayOptions {
     }
 
     /// Has `busy`, installed on the runtime the gateway runs on, watch every server's
-    /// stdout and the agent's stdin, and count the requests in flight. Sets the process
-    /// launcher.
+    /// stdout and the agent's stdin, and count the requests in flight. Replaces the launcher
+    /// with a watched process launcher: for the CLI, not for an in-process launcher.
     pub fn spin_with(&mut self, busy: Arc<busy_poll::BusyPoll>) {
         self.launcher = Arc::new(server::launcher::ProcessLauncher::watched_by(busy.clone()));
         self.busy_poll = Some(busy);

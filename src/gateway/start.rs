@@ -1,7 +1,7 @@
-//! A gateway's start, step by step: each server's plan (its launch request and root set,
-//! worked out while the machine is probed), its slot in the shared state, and the sandbox
-//! directory they live in. `Gateway::start_until` runs them in order and then waits for the
-//! servers to settle.
+//! A gateway's start, step by step: the sandbox directory the servers live in, each server's
+//! plan (its launch request and root set, worked out while the machine is probed), and its
+//! slot in the shared state. `Gateway::start_until` runs them in that order and then waits
+//! for the servers to settle.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -77,7 +77,7 @@ fn cancelling_a_call_ends_the_question_waiting_on_its_stream() {
         .unwrap();
     let mut rest = String::new();
     let ended = stream.read_to_string(&mut rest);
-    let given_up = support::eventually(HANG_GUARD, &|| sampling_recorded(&audit, "error"));
+    let given_up = support::eventually(HANG_GUARD, || sampling_recorded(&audit, "error"));
     let err = ws.stderr_text();
     front.stop();
     assert_eq!(cancel.status, 202, "{cancel:?}");
@@ -207,7 +207,7 @@ fn a_servers_request_during_requests_of_two_sessions_is_refused() {
         let front = front.clone();
         std::thread::spawn(move || front.call(&b, 7, "faulty__sleep", json!({"after": 3.0})))
     };
-    let started = support::eventually(HANG_GUARD, &|| ws.stderr_text().contains("sleep: started"));
+    let started = support::eventually(HANG_GUARD, || ws.stderr_text().contains("sleep: started"));
     let a = front.session(json!({"sampling": {}}));
     let prompt = front.post(
         Some(&a),

@@ -184,22 +184,8 @@ impl Front {
 }
 
 impl Drop for Front {
-    /// A test that panicked before `stop` leaves no gateway behind: SIGTERM, then SIGKILL
-    /// after 10 s.
     fn drop(&mut self) {
-        if !matches!(self.child.try_wait(), Ok(None)) {
-            return;
-        }
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        for _ in 0..200 {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        support::http_front::stop_left_running(&mut self.child);
     }
 }
 

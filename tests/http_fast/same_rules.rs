@@ -217,7 +217,7 @@ fn fast_call_cancelled_by(cancel: &str) {
             front.call(&session, 7, "faulty__sleep", json!({"after": 600.0}))
         })
     };
-    let started = support::eventually(HANG_GUARD, &|| ws.stderr_text().contains("sleep: started"));
+    let started = support::eventually(HANG_GUARD, || ws.stderr_text().contains("sleep: started"));
     let cancel = front.post_text(ALICE, Some(&session), &[], cancel);
     let answer = call.join().unwrap();
     let err = ws.stderr_text();
@@ -246,7 +246,7 @@ fn a_streamed_fast_call_ends_when_the_client_goes_away() {
                       "params": {"name": "faulty__sleep", "arguments": {"after": 600.0},
                                  "_meta": {"progressToken": "p7"}}});
     let conn = front.open_post(ALICE, Some(&session), &[], &body.to_string());
-    let started = support::eventually(HANG_GUARD, &|| ws.stderr_text().contains("sleep: started"));
+    let started = support::eventually(HANG_GUARD, || ws.stderr_text().contains("sleep: started"));
     let over_cap = front.call(&session, 8, "faulty__echo", json!({"text": "over the cap"}));
     drop(conn);
     let slept = || {
@@ -255,7 +255,7 @@ fn a_streamed_fast_call_ends_when_the_client_goes_away() {
                 .iter()
                 .any(|r| r["toolName"] == "sleep")
     };
-    let recorded = support::eventually(HANG_GUARD, &slept);
+    let recorded = support::eventually(HANG_GUARD, slept);
     let err = ws.stderr_text();
     front.stop();
     assert!(started, "{err}");
@@ -286,7 +286,7 @@ fn an_unread_answer_holds_its_slot() {
                 .iter()
                 .any(|r| r["toolName"] == "huge_line")
     };
-    let ended = support::eventually(HANG_GUARD, &answered);
+    let ended = support::eventually(HANG_GUARD, answered);
     let while_unread = front.call(&session, 8, "faulty__echo", json!({"text": "unread"}));
     drop(conn);
     let after = || {
@@ -295,7 +295,7 @@ fn an_unread_answer_holds_its_slot() {
             .status
             == 200
     };
-    let served_after = support::eventually(HANG_GUARD, &after);
+    let served_after = support::eventually(HANG_GUARD, after);
     let err = ws.stderr_text();
     front.stop();
     assert!(ended, "the big call never ended:\n{err}");

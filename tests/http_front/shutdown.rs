@@ -8,6 +8,9 @@ use crate::fixtures::{faulty_config, processes_tagged, sleep_call, tokens_file, 
 use crate::front::{post, wait_log, Front};
 use crate::support::{self, Workspace};
 
+/// How long a stop gets to show (a guard against a hang, never a timing assertion).
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(30);
+
 // SIGTERM while a slow call is in flight: new requests get 503, the call completes with its
 // result (within shutdownGrace), every server process is reaped and palisade exits 0.
 #[test]
@@ -126,15 +129,11 @@ fn a_principals_start_given_up_by_its_client_leaves_no_server_running() {
         body.len()
     )
     .unwrap();
-    let launched = support::eventually(std::time::Duration::from_secs(30), || {
-        !processes_tagged(&tag).is_empty()
-    });
+    let launched = support::eventually(SETTLE, || !processes_tagged(&tag).is_empty());
     // The client goes away while the server is still listing.
     conn.shutdown(std::net::Shutdown::Both).unwrap();
     drop(conn);
-    let stopped = support::eventually(std::time::Duration::from_secs(30), || {
-        processes_tagged(&tag).is_empty()
-    });
+    let stopped = support::eventually(SETTLE, || processes_tagged(&tag).is_empty());
     let left = processes_tagged(&tag);
     let status = front.stop();
     let err = ws.stderr_text();
@@ -175,9 +174,7 @@ fn sigterm_while_a_principal_starts_stops_its_servers_politely() {
          "clientInfo": {"name": "waits", "version": "1"}}});
     let first = std::thread::spawn(move || post(addr, ALICE, None, &init));
     // Once the server sleeps in its listing (it cannot read its stdin's end then).
-    let launched = support::eventually(std::time::Duration::from_secs(30), || {
-        ws.stderr_text().contains("tools/list: delayed")
-    });
+    let launched = support::eventually(SETTLE, || ws.stderr_text().contains("tools/list: delayed"));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(front.child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,

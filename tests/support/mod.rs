@@ -57,8 +57,8 @@ pub fn everything_result_calls() -> Vec<(&'static str, Value)> {
     ]
 }
 
-/// Whether `what` came true within `limit`, asked every 20 ms (a guard against a hung
-/// test, never a timing assertion).
+/// Whether `what` came true within `limit`, asked every 50 ms (a guard against a hung
+/// test, never a timing assertion; some checks scan all of /proc).
 pub fn eventually(limit: Duration, mut what: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + limit;
     loop {
@@ -68,7 +68,7 @@ pub fn eventually(limit: Duration, mut what: impl FnMut() -> bool) -> bool {
         if std::time::Instant::now() >= deadline {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

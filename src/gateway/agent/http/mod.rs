@@ -206,12 +206,7 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
             addr: http.listen,
             source,
         })?;
-    // The address bound, which names the port the kernel chose for `--http HOST:0` (what a
-    // supervisor or a test harness reads to find the front without racing for a port).
-    match listener.local_addr() {
-        Ok(bound) => tracing::info!("listening on http://{bound}/mcp"),
-        Err(e) => tracing::warn!("cannot read the address the front is bound to: {e}"),
-    }
+    let bound = listener.local_addr();
     let listener = listener
         // An answer goes out in several writes (headers, SSE events, the last chunk): with
         // Nagle's algorithm on, each write after the first waited for the client's delayed
@@ -255,6 +250,13 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
             drained.cancel();
         }
     };
+    // The address bound, which names the port the kernel chose for `--http HOST:0` (what a
+    // supervisor or a test harness reads to find the front without racing for a port). Said
+    // once SIGTERM drains the front: a supervisor may stop it as soon as it reads this.
+    match bound {
+        Ok(bound) => tracing::info!("listening on http://{bound}/mcp"),
+        Err(e) => tracing::warn!("cannot read the address the front is bound to: {e}"),
+    }
     let served = axum::serve(listener, router).with_graceful_shutdown(stop);
     let served = tokio::select! {
         r = served => r.map_err(HttpError::Serve),
