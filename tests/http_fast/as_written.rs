@@ -427,6 +427,47 @@ fn a_servers_notifications_reach_an_http_agent_with_all_their_members() {
     front.stop();
 }
 
+// The Python SDK opens its GET before it posts `notifications/initialized` (its streamable
+// HTTP client starts the GET stream first), so the GET often comes before the session is
+// registered. That GET takes the session's stream when it registers: a server's
+// notification arrives as the server wrote it. Before, that GET carried rmcp's re-encoded
+// events for its life (`1000.0` for `1e3`).
+#[test]
+fn a_get_sent_before_initialized_carries_the_servers_own_text() {
+    let ws = Workspace::new();
+    let front = Front::start(&ws, &faulty_config(&ws, json!({})));
+    let init = front.post(
+        None,
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
+            {"protocolVersion": "2025-11-25", "capabilities": {},
+             "clientInfo": {"name": "get-first", "version": "1"}}}),
+    );
+    assert_eq!(init.status, 200, "{init:?}");
+    let session = init.header("mcp-session-id").expect("a session id");
+    let mut stream = front.open_get(&session);
+    let ack = front.post(
+        Some(&session),
+        &[],
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert_eq!(ack.status, 202, "{ack:?}");
+    let sent = front.call(&session, 1, "faulty__notify_lines", json!({}));
+    assert_eq!(sent.status, 200, "{sent:?}");
+    let messages: Vec<String> = next_events(&mut stream, 2)
+        .into_iter()
+        .map(|(_, data)| data)
+        .collect();
+    assert_eq!(
+        notes_of(&messages, "notifications/message"),
+        [
+            r#"{"level":"info","logger":"faulty/x.y","data":{"n":1e3,"big":12345678901234567890123},"future":[1.50]}"#
+        ],
+        "{messages:?}"
+    );
+    front.stop();
+}
+
 /// The next `count` SSE events carrying a JSON message on `stream`: each one's `id:` (if
 /// any) and its data.
 fn next_events(

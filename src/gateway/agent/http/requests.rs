@@ -196,12 +196,7 @@ pub(super) async fn mcp(State(front): State<Arc<Front>>, req: Request<Body>) -> 
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
     if let Some(session) = standalone_of.filter(|_| sse && response.status() == StatusCode::OK) {
-        if let Some(lines) = entry
-            .fast
-            .sessions
-            .standalone(&session)
-            .and_then(|s| s.open())
-        {
+        if let Some(lines) = entry.fast.sessions.open_for_get(&session) {
             response = response.map(|body| super::standalone::merged(body, lines));
         }
     }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use rmcp::service::{NotificationContext, Peer};
 use rmcp::RoleServer;
 
-use crate::gateway::agent::request_stream::Standalone;
+use crate::gateway::agent::request_stream::{Lines, Standalone};
 
 pub(super) const SESSION_HEADER: &str = "mcp-session-id";
 
@@ -20,6 +20,10 @@ type Sessions = HashMap<String, (Peer<RoleServer>, Arc<Standalone>)>;
 /// per principal).
 pub struct SessionPeers {
     peers: Mutex<Sessions>,
+    /// The streams of GETs sent before their session was initialized, by session id (the
+    /// Python SDK opens its GET beside its `notifications/initialized`): the session takes
+    /// its own when it registers. Locked after `peers`, never before.
+    early: Mutex<HashMap<String, Arc<Standalone>>>,
     /// Bumped at each registration (see `wait_registered`).
     registered: tokio::sync::watch::Sender<u64>,
 }
@@ -28,6 +32,7 @@ impl Default for SessionPeers {
     fn default() -> Self {
         SessionPeers {
             peers: Mutex::default(),
+            early: Mutex::default(),
             registered: tokio::sync::watch::Sender::new(0),
         }
     }
@@ -45,10 +50,13 @@ impl SessionPeers {
             .and_then(|v| v.to_str().ok())?;
         let mut peers = self.lock();
         peers.retain(|_, (p, _)| !p.is_transport_closed());
-        // A repeated `notifications/initialized` keeps the stream its GET may hold.
+        // A repeated `notifications/initialized` keeps the stream its GET may hold, and a
+        // first one takes the stream of a GET sent before it.
         let standalone = peers
             .get(id)
-            .map_or_else(Default::default, |(_, s)| Arc::clone(s));
+            .map(|(_, s)| Arc::clone(s))
+            .or_else(|| lock(&self.early).remove(id))
+            .unwrap_or_default();
         peers.insert(
             id.to_string(),
             (context.peer.clone(), Arc::clone(&standalone)),
@@ -58,12 +66,17 @@ impl SessionPeers {
         Some(standalone)
     }
 
-    /// Session `id`'s standalone stream, while the session is open.
-    pub(super) fn standalone(&self, id: &str) -> Option<Arc<Standalone>> {
-        self.lock()
-            .get(id)
-            .filter(|(p, _)| !p.is_transport_closed())
-            .map(|(_, s)| Arc::clone(s))
+    /// A stream for a GET of session `id` (one rmcp accepted), unless another GET holds it:
+    /// the session's own, or for a session not initialized yet, one it takes when it
+    /// registers. Streams kept for sessions whose GET has gone are dropped here.
+    pub(super) fn open_for_get(&self, id: &str) -> Option<Lines> {
+        let peers = self.lock();
+        if let Some((_, standalone)) = peers.get(id).filter(|(p, _)| !p.is_transport_closed()) {
+            return standalone.open();
+        }
+        let mut early = lock(&self.early);
+        early.retain(|_, s| s.live().is_some());
+        early.entry(id.to_string()).or_default().open()
     }
 
     /// Waits (at most `bound`) until session `id` is registered. rmcp answers
@@ -89,9 +102,14 @@ impl SessionPeers {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Sessions> {
-        // Each change is one insert or retain: a panic elsewhere cannot leave it half-done.
-        self.peers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.peers)
     }
+}
+
+fn lock<T>(table: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Each change is one insert, remove or retain: a panic elsewhere cannot leave it
+    // half-done.
+    table
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

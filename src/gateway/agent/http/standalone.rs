@@ -13,9 +13,9 @@
 //! session, which keeps them for the next one. The two sources interleave only between whole
 //! events, rmcp's first when both have one ready; the response ends when rmcp's does (the
 //! session deleted, the principal stopped). A GET that resumes a request's own stream is
-//! left as rmcp answers it (that stream ends with its request), and so is a GET sent before
-//! the session's `notifications/initialized` was answered (the session has no stream of
-//! Palisade's yet: rmcp's events only, for that GET's life).
+//! left as rmcp answers it (that stream ends with its request). A GET sent before the
+//! session's `notifications/initialized` was handled (the Python SDK opens its GET beside
+//! that POST) gets a stream the session takes when it registers (`SessionPeers`).
 
 use axum::body::{Body, Bytes};
 use futures::{Stream, StreamExt};
