@@ -392,9 +392,7 @@ fn a_servers_notifications_reach_an_http_agent_with_all_their_members() {
     let messages: Vec<String> = events.iter().map(|(_, data)| data.clone()).collect();
     assert_eq!(
         notes_of(&messages, "notifications/message"),
-        [
-            r#"{"level":"info","logger":"faulty/x.y","data":{"n":1e3,"big":12345678901234567890123},"future":[1.50]}"#
-        ],
+        [LOG_AS_WRITTEN],
         "{messages:?}"
     );
     assert_eq!(
@@ -436,22 +434,9 @@ fn a_servers_notifications_reach_an_http_agent_with_all_their_members() {
 fn a_get_sent_before_initialized_carries_the_servers_own_text() {
     let ws = Workspace::new();
     let front = Front::start(&ws, &faulty_config(&ws, json!({})));
-    let init = front.post(
-        None,
-        &[],
-        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
-            {"protocolVersion": "2025-11-25", "capabilities": {},
-             "clientInfo": {"name": "get-first", "version": "1"}}}),
-    );
-    assert_eq!(init.status, 200, "{init:?}");
-    let session = init.header("mcp-session-id").expect("a session id");
+    let (session, _) = front.initialize(json!({}));
     let mut stream = front.open_get(&session);
-    let ack = front.post(
-        Some(&session),
-        &[],
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    );
-    assert_eq!(ack.status, 202, "{ack:?}");
+    front.initialized(&session);
     let sent = front.call(&session, 1, "faulty__notify_lines", json!({}));
     assert_eq!(sent.status, 200, "{sent:?}");
     let messages: Vec<String> = next_events(&mut stream, 2)
@@ -460,13 +445,15 @@ fn a_get_sent_before_initialized_carries_the_servers_own_text() {
         .collect();
     assert_eq!(
         notes_of(&messages, "notifications/message"),
-        [
-            r#"{"level":"info","logger":"faulty/x.y","data":{"n":1e3,"big":12345678901234567890123},"future":[1.50]}"#
-        ],
+        [LOG_AS_WRITTEN],
         "{messages:?}"
     );
     front.stop();
 }
+
+/// The params of the log message `faulty__notify_lines` makes its server send, as it spells
+/// them (`1e3`, an integer past 2^64, `1.50`).
+const LOG_AS_WRITTEN: &str = r#"{"level":"info","logger":"faulty/x.y","data":{"n":1e3,"big":12345678901234567890123},"future":[1.50]}"#;
 
 /// The next `count` SSE events carrying a JSON message on `stream`: each one's `id:` (if
 /// any) and its data.

@@ -146,6 +146,13 @@ impl Front {
     /// An initialized session (`capabilities` declared); its id, and the answer to its
     /// `initialize`.
     pub fn session_answer(&self, capabilities: Value) -> (String, Answer) {
+        let (id, init) = self.initialize(capabilities);
+        self.initialized(&id);
+        (id, init)
+    }
+
+    /// A session's `initialize` alone (`capabilities` declared): its id and the answer.
+    pub fn initialize(&self, capabilities: Value) -> (String, Answer) {
         let init = self.post(
             None,
             &[],
@@ -155,13 +162,17 @@ impl Front {
         );
         assert_eq!(init.status, 200, "{init:?}");
         let id = init.header("mcp-session-id").expect("a session id");
+        (id, init)
+    }
+
+    /// The session's `notifications/initialized`, answered 202.
+    pub fn initialized(&self, session: &str) {
         let ack = self.post(
-            Some(&id),
+            Some(session),
             &[],
             &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         );
         assert_eq!(ack.status, 202, "{ack:?}");
-        (id, init)
     }
 
     pub fn call(&self, session: &str, id: u64, tool: &str, args: Value) -> Answer {
