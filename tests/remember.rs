@@ -381,7 +381,7 @@ fn only_calls_bounded_by_paths_and_urls_alone_can_be_remembered() {
     use palisade::policy::{Policy, PolicyOptions, PolicyPaths, Role};
 
     let corpus = std::env::var_os("PALISADE_CORPUS").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/ironcurtain"),
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/ironcurtain"),
         PathBuf::from,
     );
     let policy = Policy::load(

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 fn corpus() -> PathBuf {
     std::env::var_os("PALISADE_CORPUS").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/ironcurtain"),
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/ironcurtain"),
         PathBuf::from,
     )
 }
