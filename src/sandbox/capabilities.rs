@@ -1,10 +1,12 @@
-//! What this machine can enforce, probed for real each time it is asked (no cache: a
-//! package installed or a sysctl changed between two runs shows at once). `Depth::Quick` only
-//! reads files and searches PATH (microseconds: `palisade run` in enforce mode uses it on
-//! every start); it assumes the bwrap found is 0.8 or later, and an older one refuses the
-//! `--disable-userns` flag itself before anything runs. `Depth::Full` runs `bwrap --version`
-//! and, side by side with it, a trivial sandbox, the only proof that user namespaces really
-//! work (`palisade check`, warn mode and the gateway use it, once).
+//! What this machine can enforce, probed for real when it is asked, so that a package
+//! installed or a sysctl changed between two runs shows at once. `Depth::Quick` only reads
+//! files and searches PATH (microseconds); it assumes the bwrap found is 0.8 or later, and an
+//! older one refuses the `--disable-userns` flag itself before anything runs. `Depth::Trial`
+//! adds a trivial sandbox, the only proof that user namespaces really work (`palisade run`
+//! in enforce mode, to choose a tier and word a refusal); a pass is remembered for this boot
+//! and exactly this context (`trial_record`), so later runs skip it. `Depth::Full` runs `bwrap
+//! --version` and, side by side with it, a fresh trial (`palisade check`, warn mode and the
+//! gateway use it, once).
 //!
 //! Probes only; the decision what to do about a gap is `resolve`'s.
 
@@ -12,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde::Serialize;
+
+use super::trial_record;
 
 /// Environment variable naming the bubblewrap binary to use instead of searching PATH. A
 /// test and operations knob: pointing it at a missing file makes bubblewrap unavailable.
@@ -287,7 +291,7 @@ fn probe_bwrap_at(
         return match is_executable(&path) {
             true => {
                 let userns = match depth {
-                    Depth::Trial => trial_sandbox(&path, true),
+                    Depth::Trial => trial_or_record(&path),
                     _ => Userns::NotProbed,
                 };
                 let info = BwrapInfo {
@@ -324,6 +328,16 @@ fn probe_bwrap_at(
                 (true, Ok(userns)) => userns,
                 _ => trial_sandbox(&path, disable_userns),
             };
+            // A fresh pass serves the `run`s that follow (`Depth::Trial`), and a fresh failure
+            // takes back a pass recorded earlier (`palisade check` after namespaces broke).
+            // A fresh probe is never answered from a record.
+            if disable_userns {
+                match (&userns, trial_record::fingerprint(&path, true)) {
+                    (Userns::Usable, Some(fp)) => trial_record::record_pass(&fp),
+                    (Userns::Unusable { .. }, Some(fp)) => trial_record::forget(&fp),
+                    _ => {}
+                }
+            }
             let info = BwrapInfo {
                 path,
                 version,
@@ -367,6 +381,24 @@ pub fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
     let minor = it.next().unwrap_or(Ok(0)).ok()?;
     let patch = it.next().unwrap_or(Ok(0)).ok()?;
     Some((major, minor, patch))
+}
+
+/// `Depth::Trial`'s answer: a pass recorded for exactly this context earlier in this boot
+/// (`trial_record`: a miss or any doubt runs the trial), else the trial sandbox, recorded
+/// when it passes.
+fn trial_or_record(bwrap: &Path) -> Userns {
+    let fingerprint = trial_record::fingerprint(bwrap, true);
+    if fingerprint
+        .as_deref()
+        .is_some_and(trial_record::passed_before)
+    {
+        return Userns::Usable;
+    }
+    let userns = trial_sandbox(bwrap, true);
+    if let (Userns::Usable, Some(fingerprint)) = (&userns, &fingerprint) {
+        trial_record::record_pass(fingerprint);
+    }
+    userns
 }
 
 /// Starts the smallest sandbox with the namespaces palisade uses and runs `true` in it.

@@ -2,7 +2,7 @@
 //! `base` (the curated system base; reads the host root), `closure` (what a command needs to
 //! start; reads the filesystem), `bwrap` (a spec rendered as a bubblewrap argv; pure),
 //! `seccomp` (the syscall filter; pure), `capabilities` (what this machine can enforce;
-//! probes), `cgroup` (per-server memory and task limits), `resolve` (enforce/warn decision
+//! probes; `trial_record` remembers a passed trial sandbox per boot and context), `cgroup` (per-server memory and task limits), `resolve` (enforce/warn decision
 //! per server; pure), `deny_write` (denyWrite paths and their placeholders), `launch` (the only part that builds processes), `sys` (its raw system
 //! calls) and `trace` (reads an strace log of a run for `--trace-denials`; pure).
 
@@ -21,6 +21,7 @@ pub mod srt;
 mod sys;
 pub mod task_count;
 pub mod trace;
+pub mod trial_record;
 pub mod write_protect;
 
 pub use spec::*;

@@ -29,3 +29,4 @@ mod passthrough;
 mod servers;
 mod teardown;
 mod tiers;
+mod trial_record;
