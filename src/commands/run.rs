@@ -124,8 +124,11 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     // known only by trying. Where they do not (a container, a nested sandbox) `auto` picks
     // Landlock, and enforce with `--backend bwrap` refuses with the cause and fix rather than
     // leave bubblewrap's raw error and exit 1; warn falls back to running unsandboxed only
-    // when the sandbox really cannot start. Landlock needs no trial, and an explicit
-    // Landlock backend nothing of bubblewrap, socat, ripgrep or srt: none is looked up.
+    // when the sandbox really cannot start. In enforce mode a pass recorded minutes ago in
+    // this same context stands in for the trial (`sandbox::trial_record`); warn mode, which
+    // may run the command unsandboxed on a failure, always tries. Landlock needs no trial,
+    // and an explicit Landlock backend nothing of bubblewrap, socat, ripgrep or srt: none is
+    // looked up.
     let depth = match (req.policy, req.backend) {
         (_, Backend::Landlock) => Depth::LandlockOnly,
         (SandboxPolicy::Enforce, _) => Depth::Trial,

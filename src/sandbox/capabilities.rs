@@ -3,10 +3,11 @@
 //! files and searches PATH (microseconds); it assumes the bwrap found is 0.8 or later, and an
 //! older one refuses the `--disable-userns` flag itself before anything runs. `Depth::Trial`
 //! adds a trivial sandbox, the only proof that user namespaces really work (`palisade run`
-//! in enforce mode, to choose a tier and word a refusal); a pass is remembered for this boot
-//! and exactly this context (`trial_record`), so later runs skip it. `Depth::Full` runs `bwrap
-//! --version` and, side by side with it, a fresh trial (`palisade check`, warn mode and the
-//! gateway use it, once).
+//! in enforce mode, to choose a tier and word a refusal); a pass is remembered for a few
+//! minutes in exactly this context (`trial_record`), so the runs that follow skip it: the one
+//! answer that is not fresh, and it can only be wrong towards a bubblewrap that fails at the
+//! launch. `Depth::Full` runs `bwrap --version` and, side by side with it, a fresh trial
+//! (`palisade check`, warn mode and the gateway use it, once).
 //!
 //! Probes only; the decision what to do about a gap is `resolve`'s.
 
@@ -24,11 +25,13 @@ pub const BWRAP_ENV: &str = "PALISADE_BWRAP";
 /// How much to probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Depth {
-    /// Files and `bwrap --version` only.
+    /// Files and PATH only: no process is started.
     Quick,
-    /// `Quick`, plus a trivial sandbox (what `auto` needs to choose a tier).
+    /// `Quick`, plus a trivial sandbox (what `auto` needs to choose a tier), or a pass
+    /// recorded for this context in the last few minutes (`trial_record`).
     Trial,
-    /// `bwrap --version`, a trivial sandbox, and `srt --version`.
+    /// `bwrap --version`, a fresh trivial sandbox, and `srt --version`. Its trial's outcome
+    /// is recorded for the `Trial`s that follow: a pass, or the removal of a recorded one.
     Full,
     /// Landlock and seccomp only, for a launch whose backend is explicitly `landlock`
     /// (`palisade run --backend landlock`): that tier needs neither bubblewrap, socat,
@@ -269,8 +272,8 @@ fn seccomp_supported() -> bool {
         .unwrap_or(false)
 }
 
-/// The bubblewrap found, a problem with an overridden one, and (`Trial`, `Full`) whether its
-/// trial sandbox ran.
+/// The bubblewrap found, a problem with an overridden one, and (`Trial`, `Full`) whether a
+/// trial sandbox runs (`Trial`: or ran, in a recorded pass).
 fn probe_bwrap(depth: Depth) -> (Option<BwrapInfo>, Option<String>, Userns) {
     match std::env::var_os(BWRAP_ENV) {
         Some(p) if !p.is_empty() => probe_bwrap_at(PathBuf::from(p), true, depth),
@@ -314,6 +317,8 @@ fn probe_bwrap_at(
     }
     // The trial assumes bwrap 0.8 or later (`--disable-userns`) and runs while `--version`
     // is asked; an older or unrecognised bwrap has it run again without the flag.
+    // Taken before the trial, so a pass is recorded for the context it ran in.
+    let fingerprint = trial_record::fingerprint(&path);
     let (version, optimistic) = std::thread::scope(|s| {
         let trial = s.spawn(|| trial_sandbox(&path, true));
         (bwrap_version(&path), trial.join())
@@ -331,12 +336,10 @@ fn probe_bwrap_at(
             // A fresh pass serves the `run`s that follow (`Depth::Trial`), and a fresh failure
             // takes back a pass recorded earlier (`palisade check` after namespaces broke).
             // A fresh probe is never answered from a record.
-            if disable_userns {
-                match (&userns, trial_record::fingerprint(&path, true)) {
-                    (Userns::Usable, Some(fp)) => trial_record::record_pass(&fp),
-                    (Userns::Unusable { .. }, Some(fp)) => trial_record::forget(&fp),
-                    _ => {}
-                }
+            match (&userns, &fingerprint, disable_userns) {
+                (Userns::Usable, Some(fp), true) => trial_record::record_pass(fp),
+                (Userns::Unusable { .. }, Some(fp), true) => trial_record::forget(fp),
+                _ => {}
             }
             let info = BwrapInfo {
                 path,
@@ -387,7 +390,7 @@ pub fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
 /// (`trial_record`: a miss or any doubt runs the trial), else the trial sandbox, recorded
 /// when it passes.
 fn trial_or_record(bwrap: &Path) -> Userns {
-    let fingerprint = trial_record::fingerprint(bwrap, true);
+    let fingerprint = trial_record::fingerprint(bwrap);
     if fingerprint
         .as_deref()
         .is_some_and(trial_record::passed_before)

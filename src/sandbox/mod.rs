@@ -2,9 +2,11 @@
 //! `base` (the curated system base; reads the host root), `closure` (what a command needs to
 //! start; reads the filesystem), `bwrap` (a spec rendered as a bubblewrap argv; pure),
 //! `seccomp` (the syscall filter; pure), `capabilities` (what this machine can enforce;
-//! probes; `trial_record` remembers a passed trial sandbox per boot and context), `cgroup` (per-server memory and task limits), `resolve` (enforce/warn decision
-//! per server; pure), `deny_write` (denyWrite paths and their placeholders), `launch` (the only part that builds processes), `sys` (its raw system
-//! calls) and `trace` (reads an strace log of a run for `--trace-denials`; pure).
+//! probes), `trial_record` (a passed trial sandbox, remembered for minutes in one context),
+//! `cgroup` (per-server memory and task limits), `resolve` (enforce/warn decision per server;
+//! pure), `deny_write` (denyWrite paths and their placeholders), `launch` (the only part that
+//! builds processes), `sys` (its raw system calls) and `trace` (reads an strace log of a run
+//! for `--trace-denials`; pure).
 
 pub mod base;
 pub mod bwrap;

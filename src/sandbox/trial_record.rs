@@ -21,9 +21,10 @@
 //! remembered. The directory must be this user's, mode 0700, and not a symlink; a record
 //! must be a regular file of this user's. Never in `/tmp`.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -33,10 +34,21 @@ pub const RUNTIME_DIR_ENV: &str = "PALISADE_RUNTIME_DIR";
 /// Bump when the fingerprint's facts change, so records of an older palisade never match.
 const FORMAT: &str = "palisade-trial-v1";
 
-/// The fingerprint of this context for a trial of the bubblewrap at `bwrap`, or `None` when
-/// a fact cannot be read (then nothing is remembered or trusted).
-pub fn fingerprint(bwrap: &Path, disable_userns: bool) -> Option<String> {
+/// How long a pass is trusted: long enough for a client starting its servers, or a script's
+/// runs, to pay one trial; short enough that a change the fingerprint cannot see stops
+/// `auto` from choosing Landlock for minutes, not for the rest of the boot.
+pub const TRUSTED_FOR: Duration = Duration::from_secs(300);
+
+/// A record is one fingerprint: a few kilobytes. Anything longer is not one.
+const MAX_RECORD: u64 = 64 * 1024;
+
+/// The fingerprint of this context for a trial of the bubblewrap at `bwrap` (run with
+/// `--disable-userns`, as every palisade sandbox is), or `None` when nothing can be
+/// remembered here (no runtime directory) or a fact cannot be read.
+pub fn fingerprint(bwrap: &Path) -> Option<String> {
+    runtime_dir()?;
     let meta = std::fs::metadata(bwrap).ok()?;
+    let nproc = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NPROC).ok()?;
     let mut facts = vec![
         ("format", FORMAT.to_string()),
         ("boot", read_trimmed("/proc/sys/kernel/random/boot_id")?),
@@ -55,7 +67,11 @@ pub fn fingerprint(bwrap: &Path, disable_userns: bool) -> Option<String> {
                 meta.ctime_nsec()
             ),
         ),
-        ("disable_userns", disable_userns.to_string()),
+        ("rlimit_nproc", format!("{} {}", nproc.0, nproc.1)),
+        (
+            "cgroup",
+            read_trimmed("/proc/self/cgroup")?.replace('\n', " "),
+        ),
     ];
     for ns in ["user", "mnt", "pid", "net", "ipc", "uts", "cgroup"] {
         let link = std::fs::read_link(format!("/proc/self/ns/{ns}")).ok()?;
@@ -68,6 +84,7 @@ pub fn fingerprint(bwrap: &Path, disable_userns: bool) -> Option<String> {
     for path in [
         "/proc/sys/kernel/unprivileged_userns_clone",
         "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+        "/proc/sys/kernel/apparmor_restrict_unprivileged_unconfined",
     ] {
         facts.push(("sysctl", format!("{path}={}", read_or_absent(path))));
     }
@@ -120,10 +137,11 @@ fn read_or_absent(path: &str) -> String {
     read_trimmed(path).unwrap_or_else(|| "-".into())
 }
 
-/// Where records live for this user, if anywhere.
+/// Where records live for this user, if anywhere (always an absolute path).
 fn runtime_dir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os(RUNTIME_DIR_ENV).filter(|d| !d.is_empty()) {
-        return Some(PathBuf::from(dir));
+        let dir = PathBuf::from(dir);
+        return dir.is_absolute().then_some(dir);
     }
     if nix::unistd::geteuid().is_root() {
         return Some(PathBuf::from("/run/palisade"));
@@ -132,51 +150,87 @@ fn runtime_dir() -> Option<PathBuf> {
     xdg.is_absolute().then(|| xdg.join("palisade"))
 }
 
-/// Why a directory or record cannot be trusted, if it cannot: it must be this user's, not
-/// reachable by anyone else (a directory 0700, a file not writable by others), and of the
-/// expected kind. Pure, for the tests.
-fn untrusted(owner: u32, mode: u32, is_dir: bool, want_dir: bool, euid: u32) -> Option<String> {
-    if is_dir != want_dir {
-        return Some("not the expected kind of file".into());
+/// Why a directory or record cannot be trusted, if it cannot: it must be of the expected kind
+/// (a directory, or a regular file: never a FIFO that would block the read, never a symlink),
+/// this user's, and closed to everyone else (a directory 0700, a file not writable by
+/// others). `mode` is `st_mode`, file type bits included. Pure, for the tests.
+fn untrusted(owner: u32, mode: u32, want_dir: bool, euid: u32) -> Option<String> {
+    let (kind, open_to_others) = match want_dir {
+        true => (libc::S_IFDIR, 0o077),
+        false => (libc::S_IFREG, 0o022),
+    };
+    if mode & libc::S_IFMT != kind {
+        return Some(format!(
+            "not a {}",
+            if want_dir {
+                "directory"
+            } else {
+                "regular file"
+            }
+        ));
     }
     if owner != euid {
         return Some(format!("owned by uid {owner}, not {euid}"));
     }
-    let open_to_others = if want_dir { 0o077 } else { 0o022 };
     (mode & open_to_others != 0).then(|| format!("mode {:o} is open to others", mode & 0o7777))
 }
 
-/// `path`'s metadata (not following a symlink), if it can be trusted.
-fn trusted(path: &Path, want_dir: bool) -> Result<std::fs::Metadata, String> {
-    let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
-    if meta.file_type().is_symlink() {
-        return Err("a symlink".into());
-    }
+fn trusted_meta(meta: &std::fs::Metadata, want_dir: bool) -> Result<(), String> {
     let euid = nix::unistd::geteuid().as_raw();
-    match untrusted(meta.uid(), meta.mode(), meta.is_dir(), want_dir, euid) {
-        Some(why) => Err(why),
-        None => Ok(meta),
-    }
+    untrusted(meta.uid(), meta.mode(), want_dir, euid).map_or(Ok(()), Err)
 }
 
-/// Whether a passed trial is recorded for exactly this fingerprint.
+/// The runtime directory, if it exists and can be trusted (a symlink to one cannot).
+fn trusted_dir() -> Result<PathBuf, String> {
+    let dir = runtime_dir().ok_or("no runtime directory")?;
+    let meta = std::fs::symlink_metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    trusted_meta(&meta, true).map_err(|why| format!("{}: {why}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Whether a pass is recorded for exactly this fingerprint, less than `TRUSTED_FOR` ago.
 pub fn passed_before(fingerprint: &str) -> bool {
-    let Some(dir) = runtime_dir() else {
-        return false;
-    };
-    let record = dir.join(record_name(fingerprint));
-    let check = trusted(&dir, true).and_then(|_| trusted(&record, false));
-    if let Err(why) = check {
-        if record.exists() || dir.exists() {
-            tracing::debug!(record = %record.display(), "trial record not used: {why}");
+    match read_record(fingerprint) {
+        Ok(record) => {
+            tracing::debug!(record = %record.display(), "trial sandbox skipped: a recorded pass");
+            true
         }
-        return false;
+        Err(why) => {
+            tracing::debug!("trial record not used: {why}");
+            false
+        }
     }
-    std::fs::read_to_string(&record).is_ok_and(|text| text == fingerprint)
 }
 
-/// Records a passed trial for `fingerprint`. Best effort: a record that cannot be written
-/// costs the next launch a trial, nothing else.
+/// The path of a record that holds `fingerprint` and may be trusted, or why there is none.
+/// Opened without following a symlink and without blocking, and judged by the descriptor it
+/// is read through, so what is judged is what is read.
+fn read_record(fingerprint: &str) -> Result<PathBuf, String> {
+    let record = trusted_dir()?.join(record_name(fingerprint));
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", record.display());
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&record)
+        .map_err(|e| at(&e))?;
+    let meta = file.metadata().map_err(|e| at(&e))?;
+    trusted_meta(&meta, false).map_err(|why| at(&why))?;
+    let age = meta.modified().ok().and_then(|m| m.elapsed().ok());
+    if age.is_none_or(|age| age >= TRUSTED_FOR) {
+        return Err(at(&format!("older than {} s", TRUSTED_FOR.as_secs())));
+    }
+    let mut text = String::new();
+    file.take(MAX_RECORD)
+        .read_to_string(&mut text)
+        .map_err(|e| at(&e))?;
+    if text != fingerprint {
+        return Err(at(&"another context's fingerprint"));
+    }
+    Ok(record)
+}
+
+/// Records a passed trial for `fingerprint` (taken before the trial ran). Best effort: a
+/// record that cannot be written costs the next launch a trial, nothing else.
 pub fn record_pass(fingerprint: &str) {
     let Some(dir) = runtime_dir() else {
         return;
@@ -189,16 +243,14 @@ pub fn record_pass(fingerprint: &str) {
 /// Removes the record of a pass for `fingerprint`, if there is one: a fresh trial in that
 /// context has just failed.
 pub fn forget(fingerprint: &str) {
-    let Some(dir) = runtime_dir() else {
+    let Ok(dir) = trusted_dir() else {
         return;
     };
     let record = dir.join(record_name(fingerprint));
     match std::fs::remove_file(&record) {
         Ok(()) => tracing::debug!(record = %record.display(), "trial failed: record removed"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            tracing::warn!(record = %record.display(), "cannot remove a stale trial record: {e}")
-        }
+        Err(e) => tracing::debug!(record = %record.display(), "record not removed: {e}"),
     }
 }
 
@@ -208,15 +260,15 @@ fn write_record(dir: &Path, fingerprint: &str) -> Result<(), String> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(format!("cannot create it: {e}")),
     }
-    trusted(dir, true)?;
+    trusted_dir()?;
     // Written beside the record and renamed over it: a reader sees a whole record or none.
+    // `create_new` refuses an existing name, a symlink included.
     let name = record_name(fingerprint);
     let partial = dir.join(format!(".{name}.{}", std::process::id()));
     let written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
         .open(&partial)
         .and_then(|mut f| f.write_all(fingerprint.as_bytes()))
         .and_then(|()| std::fs::rename(&partial, dir.join(&name)));
@@ -234,21 +286,27 @@ mod tests {
 
     #[test]
     fn only_a_directory_of_this_users_closed_to_others_is_trusted() {
-        assert_eq!(untrusted(1000, 0o40700, true, true, 1000), None);
-        assert!(untrusted(1000, 0o40750, true, true, 1000).is_some());
-        assert!(untrusted(1000, 0o40777, true, true, 1000).is_some());
-        assert!(untrusted(0, 0o40700, true, true, 1000).is_some());
-        assert!(untrusted(1000, 0o100600, false, true, 1000).is_some());
+        assert_eq!(untrusted(1000, 0o40700, true, 1000), None);
+        assert!(untrusted(1000, 0o40750, true, 1000).is_some());
+        assert!(untrusted(1000, 0o40777, true, 1000).is_some());
+        assert!(untrusted(0, 0o40700, true, 1000).is_some());
+        assert!(untrusted(1000, 0o100600, true, 1000).is_some());
+        assert!(untrusted(1000, 0o120777, true, 1000).is_some(), "a symlink");
     }
 
     #[test]
-    fn a_record_must_be_a_file_of_this_users_that_others_cannot_write() {
-        assert_eq!(untrusted(0, 0o100600, false, false, 0), None);
-        assert_eq!(untrusted(0, 0o100644, false, false, 0), None);
-        assert!(untrusted(0, 0o100666, false, false, 0).is_some());
-        assert!(untrusted(0, 0o100620, false, false, 0).is_some());
-        assert!(untrusted(1000, 0o100600, false, false, 0).is_some());
-        assert!(untrusted(0, 0o40700, true, false, 0).is_some());
+    fn a_record_must_be_a_regular_file_of_this_users_that_others_cannot_write() {
+        assert_eq!(untrusted(0, 0o100600, false, 0), None);
+        assert_eq!(untrusted(0, 0o100644, false, 0), None);
+        assert!(untrusted(0, 0o100666, false, 0).is_some());
+        assert!(untrusted(0, 0o100620, false, 0).is_some());
+        assert!(untrusted(1000, 0o100600, false, 0).is_some());
+        assert!(untrusted(0, 0o40700, false, 0).is_some(), "a directory");
+        assert!(
+            untrusted(0, 0o10600, false, 0).is_some(),
+            "a FIFO would block the read"
+        );
+        assert!(untrusted(0, 0o140600, false, 0).is_some(), "a socket");
     }
 
     #[test]
@@ -274,16 +332,5 @@ mod tests {
         assert_ne!(record_name(&a), record_name(&b));
         assert_eq!(record_name(&a), record_name(&a.clone()));
         assert!(record_name(&a).starts_with("trial-"));
-    }
-
-    #[test]
-    fn this_process_has_a_fingerprint_that_names_the_bwrap_file() {
-        let exe = std::env::current_exe().unwrap();
-        let fp = fingerprint(&exe, true).unwrap();
-        assert!(fp.contains(&format!("bwrap {}", exe.display())), "{fp}");
-        assert!(fp.lines().any(|l| l.starts_with("ns user:[")), "{fp}");
-        assert_eq!(fingerprint(&exe, true).as_deref(), Some(fp.as_str()));
-        assert_ne!(fingerprint(&exe, false).as_deref(), Some(fp.as_str()));
-        assert_eq!(fingerprint(Path::new("/nonexistent/bwrap"), true), None);
     }
 }

@@ -10,6 +10,9 @@ pub const PY: &str = "/usr/bin/python3";
 pub fn palisade() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_palisade"));
     c.env("PALISADE_LOG_LEVEL", "warn");
+    // Remembered trials stay in the build tree, not in the machine's /run/palisade.
+    let runtime = Path::new(env!("CARGO_TARGET_TMPDIR")).join("palisade-runtime");
+    c.env("PALISADE_RUNTIME_DIR", runtime);
     c
 }
 

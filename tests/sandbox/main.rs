@@ -9,7 +9,8 @@
 //! - `bad_input`: bad input is one line naming the fix;
 //! - `teardown`: the process tree ends with palisade, whatever ends it;
 //! - `servers`: real MCP servers from their runtime closure, and the `prepare` API the
-//!   gateway uses.
+//!   gateway uses;
+//! - `trial_record`: a passed trial sandbox remembered, and what a stale record does.
 //!
 //! `common` holds the few helpers all of them share. Needs bwrap 0.8+ with working user
 //! namespaces and /usr/bin/python3 (the hostile program); attacks the host itself refuses (no

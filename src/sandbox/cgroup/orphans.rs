@@ -9,8 +9,9 @@ use std::path::Path;
 use super::plan::orphan_owner;
 
 /// Removes the cgroups in `base` (where palisade makes or has just removed one of its own)
-/// that a palisade no longer running left behind. Only empty cgroups can be removed (rmdir refuses the others, and the
-/// error is ignored); one whose PID is alive again, even as another program, is left alone.
+/// that a palisade no longer running left behind. Only empty cgroups can be removed (rmdir refuses
+/// the others, and the error is ignored); one whose PID is alive again, even as another program, is
+/// left alone.
 pub(super) fn remove_orphans(base: &Path, me: u32) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
