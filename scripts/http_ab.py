@@ -5,7 +5,8 @@ directly. Prints the median of the rounds' p50 and p99 per path, and HTTP over s
 
 Usage: http_ab.py OLD NEW CALLS ROUNDS (paths of two palisade binaries)
 """
-import hashlib, json, os, secrets, socket, statistics, subprocess, sys, tempfile, time, shutil
+import hashlib, json, os, secrets, statistics, subprocess, sys, tempfile, time, shutil
+from serve_http import start_on_any_port
 OLD, NEW, N, R = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 work = tempfile.mkdtemp(prefix="palisade-ab-")
 target = os.path.join(work, "sandbox")
@@ -16,8 +17,8 @@ for path, line in ((os.path.join(work, "h"), hashlib.sha256(tok.encode()).hexdig
     with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f: f.write(f"p0 {line}\n")
 procs, urls = [], {}
 for name, b in (("old", OLD), ("new", NEW)):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-    procs.append(subprocess.Popen([b, "serve", "--config", config, "--http", f"127.0.0.1:{port}", "--tokens", os.path.join(work, "h")], stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL))
+    proc, port = start_on_any_port([b, "serve", "--config", config, "--tokens", os.path.join(work, "h")], os.path.join(work, name + ".log"))
+    procs.append(proc)
     urls[name] = (b, f"http://127.0.0.1:{port}/mcp")
 time.sleep(2)
 res = {"http_old": [], "http_new": [], "stdio_new": [], "direct": []}

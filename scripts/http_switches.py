@@ -4,7 +4,8 @@ server tree's) counts read from /proc before and after.
 
 Usage: http_switches.py PALISADE CALLS
 """
-import hashlib, json, os, secrets, socket, subprocess, sys, tempfile, time, shutil
+import hashlib, json, os, secrets, subprocess, sys, tempfile, time, shutil
+from serve_http import start_on_any_port
 
 def tree(pid):
     out, todo = [], [pid]
@@ -45,8 +46,7 @@ json.dump({"mcpServers": {"fs": {"command": P, "args": ["fs-server"]}}, "palisad
 tok = secrets.token_hex(16)
 for path, line in ((os.path.join(work, "h"), hashlib.sha256(tok.encode()).hexdigest()), (os.path.join(work, "c"), tok)):
     with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f: f.write(f"p0 {line}\n")
-s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-proc = subprocess.Popen([P, "serve", "--config", config, "--http", f"127.0.0.1:{port}", "--tokens", os.path.join(work, "h")], stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+proc, port = start_on_any_port([P, "serve", "--config", config, "--tokens", os.path.join(work, "h")], os.path.join(work, "serve.log"))
 time.sleep(1.5)
 bh = [P, "bench-http", "--url", f"http://127.0.0.1:{port}/mcp", "--tokens", os.path.join(work, "c"), "--tool", "fs__stat", "--args", json.dumps({"path": os.path.join(target, "principals", "{principal}")}), "--principals", "1", "--warmup", "5"]
 subprocess.run(bh + ["--calls", "50"], capture_output=True, check=True)

@@ -20,12 +20,13 @@ import hashlib
 import json
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from serve_http import start_on_any_port
 
 
 # Paced runs: each principal calls once per this many milliseconds.
@@ -76,26 +77,15 @@ def main(palisade, principals, calls, rounds):
         with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             for p, t in tokens.items():
                 f.write(f"{p} {line(t)}\n")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    proc, port = start_on_any_port([palisade, "serve", "--config", config, "--tokens", hashed],
+                                   os.path.join(work, "serve.log"))
     url = f"http://127.0.0.1:{port}/mcp"
-    proc = subprocess.Popen([palisade, "serve", "--config", config, "--http", f"127.0.0.1:{port}",
-                             "--tokens", hashed], stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     http_args = json.dumps({"path": os.path.join(target, "principals", "{principal}")})
     bench_http = [palisade, "bench-http", "--url", url, "--tokens", clear, "--tool", "fs__stat",
                   "--args", http_args]
     stdio_args = json.dumps({"path": target})
     one = {"http": [], "stdio": [], "direct": []}
     try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
         time.sleep(0.5)
         rss_none = rss_kb(proc.pid)
         for _ in range(rounds):

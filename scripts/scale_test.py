@@ -28,11 +28,14 @@ import time
 
 import httpx
 
+from serve_http import start_on_any_port
+
 HANG_S = 10.0
 PROTO = "2025-11-25"
 
 
 def free_port():
+    """A port for HAProxy, which cannot report one the kernel picked (only palisade can)."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -167,11 +170,13 @@ def main(palisade, haproxy, replicas, principals, seconds):
                            "palisade": {"sandboxDir": sandbox_of[name],
                                         "auditLog": os.path.join(d, "audit.jsonl"),
                                         "policy": None}}, f)
-            port = free_port()
-            err = open(os.path.join(d, "stderr.log"), "w")
-            p = subprocess.Popen([palisade, "serve", "--config", cfg, "--http",
-                                  f"127.0.0.1:{port}", "--tokens", tok_path],
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+            log_path = os.path.join(d, "stderr.log")
+            try:
+                p, port = start_on_any_port([palisade, "serve", "--config", cfg, "--tokens",
+                                             tok_path], log_path)
+            except RuntimeError as e:
+                print(f"replica {name}: {e}", file=sys.stderr)
+                return 1
             procs.append(p)
             reps[name] = (p, port)
         for name, (_, port) in reps.items():
