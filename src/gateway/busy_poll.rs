@@ -34,9 +34,9 @@
 //! timer, a signal, a pipe becoming writable, the main future woken from another thread) is
 //! not lost: tokio's park after the hook finds it pending and returns at once. It is only
 //! late: by about the current budget, or longer when a look yields the CPU to another
-//! thread for its time slice (as the thread's sleep would have). A server's pipe leaves the set when it closes; stdin
-//! stays in it until the process ends (fd 0 holds it open). Only the stdio front's
-//! current-thread runtime is hooked: the HTTP front's pool has many agents and no single
+//! thread for its time slice (as the thread's sleep would have). A server's pipe leaves the set
+//! when it closes; stdin stays in it until the process ends (fd 0 holds it open). Only the stdio
+//! front's current-thread runtime is hooked: the HTTP front's pool has many agents and no single
 //! line to wait for.
 
 use std::os::fd::{AsFd, BorrowedFd};

@@ -28,8 +28,8 @@ pub fn has_control(b: &[u8]) -> bool {
     hit(chunks.remainder())
 }
 
-/// True when every byte is printable ASCII (0x20 to 0x7F, DEL included). Such text is UTF-8 and holds no
-/// control byte, so this one pass answers both `str::from_utf8` and `has_control` for the
+/// True when every byte is printable ASCII (0x20 to 0x7F, DEL included). Such text is UTF-8 and
+/// holds no control byte, so this one pass answers both `str::from_utf8` and `has_control` for the
 /// lines most servers write (JSON escapes control characters, and many servers escape the
 /// rest). Vectorized like `has_control`: one wrapping subtraction and one comparison a byte.
 pub fn printable_ascii(b: &[u8]) -> bool {

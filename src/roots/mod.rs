@@ -1,6 +1,7 @@
 //! One source of truth for where each server may operate: path canonicalisation (`canon`),
-//! `file://` URIs (`uri`), containment checks (`guard`), one call's paths resolved once for every stage (`resolved`), paths hidden in other values (`path_like`), per-server root sets (`derive`) and
-//! roots placed in a server's argv/env (`args`).
+//! `file://` URIs (`uri`), containment checks (`guard`), one call's paths resolved once for every
+//! stage (`resolved`), paths hidden in other values (`path_like`), per-server root sets (`derive`)
+//! and roots placed in a server's argv/env (`args`).
 
 pub mod args;
 pub mod canon;

@@ -338,9 +338,9 @@ fn escalating_echo_config(ws: &Workspace, mut settings: Value) -> std::path::Pat
     faulty_config(ws, settings)
 }
 
-/// Posts the call `body` in `session` (with `headers` besides), reads the approval question off the call's own
-/// stream and approves it; the question, the status of the approving POST, and the call's
-/// answer.
+/// Posts the call `body` in `session` (with `headers` besides), reads the approval question off the
+/// call's own stream and approves it; the question, the status of the approving POST, and the
+/// call's answer.
 fn approved_on_its_stream(
     front: &Front,
     session: &str,

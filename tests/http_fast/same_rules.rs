@@ -184,8 +184,9 @@ fn the_python_sdk_client_gets_progress_through_the_fast_path() {
 }
 
 // `notifications/cancelled` naming a fast call cancels it: the call ends at once (its response
-// with no answer, as JSON-RPC asks) instead of sleeping on, and its audit record is written. (Without the fast path's own
-// cancellation, rmcp's session knows no such request and the call sleeps for 600 s.)
+// with no answer, as JSON-RPC asks) instead of sleeping on, and its audit record is written.
+// (Without the fast path's own cancellation, rmcp's session knows no such request and the call
+// sleeps for 600 s.)
 #[test]
 fn a_fast_call_is_cancelled_by_notifications_cancelled() {
     fast_call_cancelled_by(

@@ -54,8 +54,8 @@ fn elicit_approvals_reach_the_agent_of_the_principal_whose_call_escalated() {
 // `--escalation elicit` over HTTP for a 2026-07-28 agent: no session, so the question comes
 // back as an input-required result of the call, and the SDK's `Client` retries with the
 // answer, as it does over stdio. The same agent in legacy mode is asked by a request on its
-// call's own stream. Both calls run once approved; each is audited once, decided by elicit, naming the
-// agent's version.
+// call's own stream. Both calls run once approved; each is audited once, decided by elicit, naming
+// the agent's version.
 #[test]
 fn a_2026_agent_over_http_approves_an_escalation_by_input_required_rounds() {
     for (mode, version) in [("2026-07-28", "2026-07-28"), ("legacy", "2025-11-25")] {

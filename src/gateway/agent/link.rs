@@ -123,8 +123,8 @@ impl UpstreamLink {
         self.lines.get()
     }
 
-    /// Where a notification that belongs to no call may go as the server's text: the agent's stream of lines, or its
-    /// HTTP session's open standalone stream.
+    /// Where a notification that belongs to no call may go as the server's text: the agent's stream
+    /// of lines, or its HTTP session's open standalone stream.
     pub fn raw_out(&self) -> Option<RawOut> {
         let peer = self.peer.read().unwrap_or_else(|e| e.into_inner());
         peer.as_ref().filter(|p| !p.is_transport_closed())?;

@@ -6,8 +6,8 @@
 //! this module's.
 //!
 //! The bridge, for a 2026-07-28 request: the request envelope's `_meta` keys stay with the
-//! gateway (a server would read them as its own; a 2026-07-28 server gets Palisade's), and the server's
-//! result gets what 2026-07-28 requires of every result: `resultType: "complete"`, and on
+//! gateway (a server would read them as its own; a 2026-07-28 server gets Palisade's), and the
+//! server's result gets what 2026-07-28 requires of every result: `resultType: "complete"`, and on
 //! cacheable results (lists, `resources/read`) the most conservative cache hints (`ttlMs: 0`,
 //! `cacheScope: "private"`; the gateway's lists change whenever a server's do). Hints a
 //! result already has are kept.

@@ -5,9 +5,10 @@
 //! or lies on the way to or inside a place code is started from (`~/.ssh`,
 //! `~/.config/systemd`, `~/.config/autostart`, a `.git` directory, …), is never granted by an
 //! approval: the call is refused without asking (`refusal`), and the person is shown the
-//! grants an approval adds before answering. The server is relaunched with the wider mounts (bwrap's mounts are
-//! fixed at launch) after the calls in flight have finished, re-initialized, told its roots
-//! and waited for until it has applied them (`applied.rs`); only then is the call forwarded.
+//! grants an approval adds before answering. The server is relaunched with the wider mounts
+//! (bwrap's mounts are fixed at launch) after the calls in flight have finished, re-initialized,
+//! told its roots and waited for until it has applied them (`applied.rs`); only then is the call
+//! forwarded.
 //!
 //! Ordering: the whole widening holds the server's gate for writing, so no call is forwarded
 //! to the old process after the roots grew and none reaches the new one before it applied

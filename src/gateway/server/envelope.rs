@@ -1,6 +1,7 @@
 //! What one line of a server's stdout is, read from its envelope only (`jsonrpc`, `id`,
 //! `method`, and where `params`, `result` and `error` lie): pure, no I/O, shared by the peer's
-//! dispatch (`peer/dispatch.rs`), the tap's progress filter (`tap.rs`) and the fuzz and property tests.
+//! dispatch (`peer/dispatch.rs`), the tap's progress filter (`tap.rs`) and the fuzz and property
+//! tests.
 //!
 //! Why a scanner before serde: every response, a 1 MiB `read` result included, crossed a
 //! serde parse of the whole line only to learn where its `id` and `result` are; that parse
@@ -10,7 +11,8 @@
 //! reads it: control bytes are looked for in one pass over the line (or ruled out with the
 //! UTF-8 check, for a printable line: `LineText`), strings are skipped
 //! with `memchr` from quote or backslash to the next, every escape is checked, numbers and
-//! literals follow the grammar. The scanning itself is `gateway/json_scan.rs`; `tests/props.rs` holds it to serde's answer.
+//! literals follow the grammar. The scanning itself is `gateway/json_scan.rs`; `tests/props.rs`
+//! holds it to serde's answer.
 //!
 //! Never: guess. Anything the scanner is not sure of (a control byte anywhere but the line's
 //! end, a key written with an escape, a repeated envelope member, a `null` id or result, a

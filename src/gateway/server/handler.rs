@@ -218,9 +218,9 @@ impl DownstreamHandler {
     }
 
     /// Sends a notification to the agent through rmcp's session (an agent over HTTP that
-    /// holds no GET: the session keeps it for the next one) as `params` are: a value read from the server's
-    /// text keeps its members, unknown ones too, in the server's order (rmcp's typed models
-    /// would drop the ones they do not know and put the rest in theirs); only a number that
+    /// holds no GET: the session keeps it for the next one) as `params` are: a value read from the
+    /// server's text keeps its members, unknown ones too, in the server's order (rmcp's typed
+    /// models would drop the ones they do not know and put the rest in theirs); only a number that
     /// is not spelt as serde_json writes it (`1.50`, `1e3`) is spelt anew.
     ///
     /// Bounded: dropped when the agent is not keeping up (`UpstreamLink::for_relay`, sized

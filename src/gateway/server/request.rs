@@ -2,9 +2,9 @@
 //! goes through. A timeout on every request; for a request on an agent's behalf
 //! (`OnBehalf`), the agent's cancellation passed on, progress tokens mapped and the request
 //! counted open while it runs (a server's request meanwhile finds its agent by it,
-//! `agent/open_calls.rs`); params as Palisade built them or as the agent wrote them (`call::as_sent`),
-//! a 2026-07-28 server's input requests answered and the request retried. The wire is
-//! `peer/`: results come back as the bytes the server sent.
+//! `agent/open_calls.rs`); params as Palisade built them or as the agent wrote them
+//! (`call::as_sent`), a 2026-07-28 server's input requests answered and the request retried. The
+//! wire is `peer/`: results come back as the bytes the server sent.
 //!
 //! Never: send a request without a timeout (a silent server would hang the call forever);
 //! forward a server's progress under its own token (the agent only knows its own); send a

@@ -4,12 +4,12 @@
 //! `WWW-Authenticate`), the principal cap (503), the principal's request rate and cap
 //! (429, see `limits`). Each principal then gets a gateway of its own: its own server
 //! processes, session sandbox directory, roots, remembered approvals, approval chain and
-//! relay budgets, started on first use and stopped after `idleTimeout` without requests. Every audit record carries
-//! the principal. rmcp's Streamable HTTP service speaks the protocol (sessions, SSE, DELETE)
-//! inside each principal's gateway; a plain `tools/call` on a session it holds skips its
-//! session machinery and runs into the stdio front's pipeline (`fast`). On SIGTERM or SIGINT new requests are refused (503),
-//! requests in flight get `shutdownGrace` to finish (past it they end with an error), then
-//! every principal's servers stop and are reaped.
+//! relay budgets, started on first use and stopped after `idleTimeout` without requests. Every
+//! audit record carries the principal. rmcp's Streamable HTTP service speaks the protocol
+//! (sessions, SSE, DELETE) inside each principal's gateway; a plain `tools/call` on a session it
+//! holds skips its session machinery and runs into the stdio front's pipeline (`fast`). On SIGTERM
+//! or SIGINT new requests are refused (503), requests in flight get `shutdownGrace` to finish (past
+//! it they end with an error), then every principal's servers stop and are reaped.
 //!
 //! Never: log a token, serve without authentication on a non-loopback address, or let one
 //! principal's requests reach another principal's servers.

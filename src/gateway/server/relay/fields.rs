@@ -125,8 +125,9 @@ pub(super) fn elicitation_summary(
 }
 
 /// The agent's answer as the server that asked gets it: as the agent wrote it when it holds
-/// no control byte and writes no key twice or with an escape at any depth (counted against serde's reading, as a
-/// call's params are, `call/as_sent.rs`), else re-encoded, compact, from that reading.
+/// no control byte and writes no key twice or with an escape at any depth (counted against serde's
+/// reading, as a call's params are, `call/as_sent.rs`), else re-encoded, compact, from that
+/// reading.
 ///
 /// Why: the server reads one message per line, and a raw line break between the answer's
 /// tokens (a pretty-printed POST body, a `\r` on stdio) would let an agent's answer smuggle a

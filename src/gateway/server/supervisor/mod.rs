@@ -1,8 +1,8 @@
 //! One supervisor task per configured server: start (launch through the gateway's
 //! `launcher::Launcher`: a sandboxed child in production, a task in the pipeline's unit tests;
-//! initialize within the startup timeout, first lists), watch (child exit, transport closed, list changes), restart with
-//! exponential backoff up to a limit, and stop (close stdin, wait, SIGTERM, wait, SIGKILL,
-//! always reap).
+//! initialize within the startup timeout, first lists), watch (child exit, transport closed, list
+//! changes), restart with exponential backoff up to a limit, and stop (close stdin, wait, SIGTERM,
+//! wait, SIGKILL, always reap).
 //!
 //! A server's failure never reaches beyond its slot: its tools leave the catalog (the agent
 //! gets `list_changed`), calls to it get an error naming the reason, and the other servers
