@@ -17,6 +17,11 @@ use super::Running;
 /// How often the supervisor double-checks that rmcp's transport is still open.
 const LIVENESS_TICK: Duration = Duration::from_millis(500);
 
+/// How long a server whose connection closed is given to exit, so that its exit status, not
+/// the closed pipe, is the reason the calls it left unanswered are told. Less than the wait of
+/// those calls (`request.rs`, END_REASON_WAIT) minus a tick.
+const EXIT_AFTER_CLOSE: Duration = Duration::from_secs(1);
+
 /// Why a running server stopped.
 pub(super) enum End {
     Exited(String),
@@ -100,7 +105,15 @@ pub(super) async fn watch(
                     return End::Fault(why);
                 }
                 if running.conn.peer.is_closed() {
-                    return End::Exited("the server closed its MCP connection".into());
+                    // A server whose pipe closed is usually exiting: its status says why (a
+                    // limit's signal), which "closed its connection" would hide from the
+                    // calls it left unanswered. Found by this tick before the exit was
+                    // reaped, it is given a moment to end (shutdown waits as long, at most).
+                    let exit = tokio::time::timeout(EXIT_AFTER_CLOSE, running.process.wait());
+                    return match exit.await {
+                        Ok(exit) => End::Exited(exit_reason(exit, slot)),
+                        Err(_) => End::Exited("the server closed its MCP connection".into()),
+                    };
                 }
             }
         }
