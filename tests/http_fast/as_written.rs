@@ -539,3 +539,53 @@ fn a_sampling_answer_reaches_the_server_as_the_http_agent_wrote_it() {
     );
     front.stop();
 }
+
+// A server's sampling request with no call of its own in flight goes to the agent on its
+// session's standalone stream (the GET), written by Palisade (its id is Palisade's), and the
+// agent's answer, a POST on the session, reaches the server as the agent wrote it: an unknown
+// member, `1e3`, an integer past 2^64 and `1.50` unchanged. Through rmcp's session (the
+// previous build) the request carried rmcp's number id and the answer was re-encoded from
+// its typed `ClientResult`.
+#[test]
+fn a_servers_request_between_calls_is_answered_as_the_http_agent_wrote_it() {
+    let ws = Workspace::new();
+    let server = support::repo("tests/servers/faulty_server.py");
+    let servers = json!({"faulty": {"command": support::python(), "args": [server],
+                                    "relay": {"sampling": true}}});
+    let front = Front::start(&ws, &ws.config(servers, json!({})));
+    let session = front.session(json!({"sampling": {}}));
+    let mut stream = front.open_get(&session);
+    let later = front.call(&session, 1, "faulty__sampling_later", json!({"after": 0.3}));
+    assert_eq!(later.status, 200, "{later:?}");
+    assert!(later.message.contains("later"), "{later:?}");
+
+    // The call has been answered: the request rides the standalone stream.
+    let asked: Value = serde_json::from_str(&next_messages(&mut stream, 1)[0]).unwrap();
+    assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+    let id = asked["id"].as_str().unwrap_or_default().to_string();
+    assert!(
+        id.starts_with("palisade-question-"),
+        "Palisade's own question: {asked}"
+    );
+    let answer = r#"{"x.example/first":{"n":1e3,"big":12345678901234567890123},"role":"assistant","content":{"type":"text","text":"caf\u00e9"},"model":"m","stopReason":"endTurn","_meta":{"k":1.50}}"#;
+    let reply = format!(r#"{{"jsonrpc":"2.0","id":"{id}","result":{answer}}}"#);
+    let posted = front.post_text(ALICE, Some(&session), &[], &reply);
+    assert_eq!(posted.status, 202, "{posted:?}");
+
+    // The server kept the response's line as it read it.
+    let mut n = 2;
+    let mut kept = Value::Null;
+    let answered = support::eventually(HANG_GUARD, || {
+        n += 1;
+        let got = front.call(&session, n, "faulty__later_line", json!({}));
+        let Ok(result) = serde_json::from_str::<Value>(&got.message) else {
+            return false;
+        };
+        kept = result["result"].clone();
+        kept["content"][0]["text"] != "not yet"
+    });
+    assert!(answered, "the server's request was never answered: {kept}");
+    let line = kept;
+    assert_eq!(support::response_result_in(&line), answer);
+    front.stop();
+}

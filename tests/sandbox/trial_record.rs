@@ -163,7 +163,11 @@ fn a_passed_trial_is_remembered_and_a_stale_record_fails_closed() {
     // `palisade check` runs a fresh trial; when it fails it takes the recorded pass back.
     std::fs::set_permissions(&sc.runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
     let before = records(&sc.runtime);
-    assert_eq!(before.len(), 2, "a pass per bubblewrap file seen: {before:?}");
+    assert_eq!(
+        before.len(),
+        2,
+        "a pass per bubblewrap file seen: {before:?}"
+    );
     let out = palisade()
         .arg("check")
         .env("PALISADE_BWRAP", &sc.wrapper)
@@ -173,6 +177,10 @@ fn a_passed_trial_is_remembered_and_a_stale_record_fails_closed() {
     let report = text(&out.stdout);
     assert!(report.contains("No space left on device"), "{report}");
     let after = records(&sc.runtime);
-    assert_eq!(after.len(), 1, "check took back its context's pass: {after:?}");
+    assert_eq!(
+        after.len(),
+        1,
+        "check took back its context's pass: {after:?}"
+    );
     assert!(before.contains(&after[0]), "{before:?} {after:?}");
 }

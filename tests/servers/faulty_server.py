@@ -15,6 +15,9 @@ The handshake and `tools/list` are correct; each tool then triggers one fault on
   and answers with what it got: "error: CODE MESSAGE" or "result: ...".
 - sampling_line: as `sampling`, answering with the response's line as this server read it
   off its stdin (what the gateway wrote, byte for byte).
+- sampling_later {after}: answers at once, then `after` seconds later (no call of its own
+  in flight) sends a `sampling/createMessage` and keeps the response's line as it read it.
+- later_line: that line, once it has come ("not yet" before).
 - sampling_tool_history: as `sampling`, with a made-up tool history in its messages (an
   assistant `tool_use` block and the user's `tool_result` for it), which no client offered.
 - url_in_form: sends an `elicitation/create` whose `mode` is written twice, "form" then
@@ -74,6 +77,7 @@ LOCK = threading.Lock()
 PENDING = {}  # id of a request we sent -> [Event, response, response's line]
 NEXT_ID = [0]
 DEAF = threading.Event()  # set: the main loop stops reading stdin
+LATER = [None]  # the line of the response to `sampling_later`'s request, once read
 
 
 def write_raw(data: bytes) -> None:
@@ -118,7 +122,7 @@ def ask_slot(method: str, params_text: str) -> list:
 TOOLS = ["echo", "garbage", "notify_flood", "stderr_flood", "invalid_json", "huge_line",
          "unknown_ids", "sampling", "roots_flood", "crash", "hang", "rate_flood", "hog", "spin", "roots_flood_deaf", "pid", "sleep",
          "request_line", "notify_lines", "progress_flood", "fail", "url_in_form",
-         "sampling_tool_history", "sampling_line"]
+         "sampling_tool_history", "sampling_line", "sampling_later", "later_line"]
 
 
 # Every argument any tool takes, declared so that the gateway's policy knows each one.
@@ -142,6 +146,16 @@ def run_tool(req_id, name: str, args: dict) -> None:
             "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
             "maxTokens": 10}))
         answer(req_id, slot[2] or "no reply")
+    elif name == "sampling_later":
+        def later():
+            time.sleep(float(args.get("after", 0.5)))
+            LATER[0] = ask_slot("sampling/createMessage", json.dumps({
+                "messages": [{"role": "user", "content": {"type": "text", "text": "later"}}],
+                "maxTokens": 10}))[2] or "no reply"
+        threading.Thread(target=later, daemon=True).start()
+        answer(req_id, "later")
+    elif name == "later_line":
+        answer(req_id, LATER[0] or "not yet")
     elif name == "garbage":
         line = b"this is not json " * 60 + b"\n"
         total = int(args.get("mb", 1)) * 1024 * 1024

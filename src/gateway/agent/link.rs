@@ -17,9 +17,11 @@
 //! peer would re-encode it through its typed models. Over HTTP a server's notification goes
 //! the same way, as its own text, on the session's standalone stream (the agent's GET,
 //! `standalone`) while the agent holds one; with none open, rmcp's session carries it (and
-//! keeps it for a GET to come). Requests to an agent on a byte stream go on
-//! the same stream as questions of Palisade's (`line_asker`, `agent/asking.rs`), whose
-//! answers the front hands back as the agent wrote them (`questions`).
+//! keeps it for a GET to come). Requests to an agent on a byte stream go on the same stream
+//! as questions of Palisade's (`line_asker`, `agent/asking.rs`), and over HTTP a server's
+//! request that no call in flight carries goes on the session's standalone stream the same
+//! way (`standalone_asker`); the front hands the answers back as the agent wrote them
+//! (`questions`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -46,15 +48,20 @@ pub struct UpstreamLink {
     dropped: Arc<AtomicU64>,
     /// The agent's stream, when it is a byte stream of lines (stdio).
     lines: Arc<OnceLock<LineOut>>,
-    /// Palisade's questions on that stream waiting for their answers.
+    /// Palisade's questions waiting for their answers: on that stream (stdio), or, over
+    /// HTTP, on a session's streams (the fast path's calls' own, the standalone one), whose
+    /// answers the front hands back from the session's POSTs.
     questions: Arc<Questions>,
     /// Fires when the agent's stream of lines has ended (its reader saw the end): no
     /// question asked on it will be answered.
     lines_ended: CancellationToken,
-    /// Over HTTP: the standalone stream of the session `peer` belongs to, once that session
-    /// is initialized.
-    standalone: Arc<RwLock<Option<Arc<Standalone>>>>,
+    /// Over HTTP: the id and standalone stream of the session `peer` belongs to, once that
+    /// session is initialized.
+    standalone: Arc<RwLock<Option<SessionStream>>>,
 }
+
+/// An initialized HTTP session's id and its standalone stream.
+type SessionStream = (String, Arc<Standalone>);
 
 /// Where a server's notification can go to the agent as the server's own text.
 pub enum RawOut {
@@ -107,12 +114,12 @@ impl UpstreamLink {
         *self.standalone.write().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
-    /// An initialized HTTP session: its peer, and its standalone stream (both under the
+    /// An initialized HTTP session: its peer, its id and its standalone stream (all under the
     /// peer's lock, so that the stream written to is always the current peer's).
-    pub fn set_session(&self, peer: Peer<RoleServer>, standalone: Arc<Standalone>) {
+    pub fn set_session(&self, peer: Peer<RoleServer>, id: String, standalone: Arc<Standalone>) {
         let mut current = self.peer.write().unwrap_or_else(|e| e.into_inner());
         *current = Some(peer);
-        *self.standalone.write().unwrap_or_else(|e| e.into_inner()) = Some(standalone);
+        *self.standalone.write().unwrap_or_else(|e| e.into_inner()) = Some((id, standalone));
     }
 
     /// Where a notification may be written as a line of its own: the agent's stream, when
@@ -132,7 +139,31 @@ impl UpstreamLink {
             return Some(RawOut::Lines(out.clone()));
         }
         let standalone = self.standalone.read().unwrap_or_else(|e| e.into_inner());
-        standalone.as_ref()?.live().map(RawOut::Stream)
+        standalone.as_ref()?.1.live().map(RawOut::Stream)
+    }
+
+    /// A way to ask the agent of the current HTTP session on its open standalone stream (its
+    /// GET), Palisade writing the question and taking the answer from the session's POST as
+    /// the agent wrote it: for a server's request that no call in flight carries. `None`
+    /// while the session holds no GET (rmcp's session then asks, and keeps the request for
+    /// the next GET).
+    pub fn standalone_asker(&self) -> Option<Arc<Asker>> {
+        let peer = self.peer.read().unwrap_or_else(|e| e.into_inner());
+        let caps = peer
+            .as_ref()
+            .filter(|p| !p.is_transport_closed())?
+            .peer_info()?
+            .capabilities
+            .clone();
+        let standalone = self.standalone.read().unwrap_or_else(|e| e.into_inner());
+        let (session, stream) = standalone.as_ref()?;
+        Some(Arc::new(Asker::new(
+            Arc::clone(&self.questions),
+            session.clone(),
+            stream.live()?,
+            Some(caps),
+            CancellationToken::new(),
+        )))
     }
 
     /// The agent's line writer (set once, by the stdio front).

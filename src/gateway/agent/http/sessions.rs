@@ -41,8 +41,11 @@ impl Default for SessionPeers {
 impl SessionPeers {
     /// Remembers the peer of the session a `notifications/initialized` came on (rmcp puts
     /// the HTTP request's parts in its extensions), with a standalone stream for its GET,
-    /// which it returns; forgets sessions whose transport closed.
-    pub fn register(&self, context: &NotificationContext<RoleServer>) -> Option<Arc<Standalone>> {
+    /// which it returns with the session's id; forgets sessions whose transport closed.
+    pub fn register(
+        &self,
+        context: &NotificationContext<RoleServer>,
+    ) -> Option<(String, Arc<Standalone>)> {
         let id = context
             .extensions
             .get::<axum::http::request::Parts>()
@@ -63,7 +66,7 @@ impl SessionPeers {
         );
         drop(peers);
         self.registered.send_modify(|n| *n += 1);
-        Some(standalone)
+        Some((id.to_string(), standalone))
     }
 
     /// A stream for a GET of session `id` (one rmcp accepted), unless another GET holds it:

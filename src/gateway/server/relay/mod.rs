@@ -85,8 +85,9 @@ pub struct Relayer {
 }
 
 /// Where a relayed request goes: the next round of its 2026-07-28 call to this server, a
-/// stream Palisade writes its own questions on (the HTTP fast path's call's own, or the stdio
-/// agent's lines), or, over HTTP, rmcp's session of the request it serves.
+/// stream Palisade writes its own questions on (the HTTP fast path's call's own, the stdio
+/// agent's lines, or, with no call in flight, an HTTP session's standalone stream), or, over
+/// HTTP, rmcp's session of the request it serves.
 enum Road {
     Session(Peer<RoleServer>),
     Round(Arc<crate::gateway::agent::mrtr::Round>),
@@ -145,6 +146,20 @@ impl Relayer {
         }
     }
 
+    /// With no request in flight to this server: the agent's session road, except that over
+    /// HTTP a session holding its GET is asked on that stream by Palisade itself, so that
+    /// its answer reaches the server as it wrote it (rmcp's session would type it as a
+    /// `ClientResult`, dropping what its models do not know and re-spelling numbers).
+    fn idle_road(&self, peer: Peer<RoleServer>) -> Road {
+        match self.session_road(peer) {
+            Road::Session(peer) => match self.upstream.standalone_asker() {
+                Some(asker) => Road::Stream(asker),
+                None => Road::Session(peer),
+            },
+            road => road,
+        }
+    }
+
     /// The request in flight to this server that the server's request `meta` serves takes
     /// it (`agent/open_calls.rs`): a 2026-07-28 call into its next round (stdio and HTTP
     /// alike: over HTTP a 2026-07-28 agent has no session to be asked in), a session's fast
@@ -162,7 +177,7 @@ impl Relayer {
             Ok(Carrier::Session(peer)) => self.session_road(peer),
             Ok(Carrier::Sessionless) => Road::sessionless(),
             Err(Untold::NoCall) => match self.upstream.get() {
-                Some(peer) => self.session_road(peer),
+                Some(peer) => self.idle_road(peer),
                 None => Road::None {
                     why: "no MCP client is connected to the gateway",
                     sessionless: false,

@@ -96,7 +96,8 @@ pub(super) struct FastPath {
     /// The principal's approval chain can ask its agent (`elicit`): a session's call is then
     /// answered on a stream of its own, which its questions go on (`agent/asking.rs`).
     approver_asks: bool,
-    /// The questions fast calls have put to their agents, waiting for the answers.
+    /// The questions put to this principal's agents over HTTP (fast calls' own streams, the
+    /// standalone one), waiting for the answers: the principal's `UpstreamLink`'s table.
     questions: Arc<Questions>,
     running: Arc<Running>,
 }
@@ -131,12 +132,14 @@ impl FastPath {
         approver_asks: bool,
     ) -> Self {
         FastPath {
-            shared,
             sessions,
             manager,
             enabled,
             approver_asks,
-            questions: Arc::default(),
+            // The link's table: a server's request asked on the session's standalone stream
+            // (`UpstreamLink::standalone_asker`) is answered through `reply` too.
+            questions: Arc::clone(shared.upstream.questions()),
+            shared,
             running: Arc::default(),
         }
     }
