@@ -542,8 +542,8 @@ fn a_sampling_answer_reaches_the_server_as_the_http_agent_wrote_it() {
 
 // A server's sampling request with no call of its own in flight goes to the agent on its
 // session's standalone stream (the GET), written by Palisade (its id is Palisade's), and the
-// agent's answer, a POST on the session, reaches the server as the agent wrote it: an unknown
-// member, `1e3`, an integer past 2^64 and `1.50` unchanged. Through rmcp's session (the
+// agent's answer, a POST on the session after that GET has closed, reaches the server as the
+// agent wrote it: an unknown member, `1e3`, an integer past 2^64 and `1.50` unchanged. Through rmcp's session (the
 // previous build) the request carried rmcp's number id and the answer was re-encoded from
 // its typed `ClientResult`.
 #[test]
@@ -567,6 +567,10 @@ fn a_servers_request_between_calls_is_answered_as_the_http_agent_wrote_it() {
         id.starts_with("palisade-question-"),
         "Palisade's own question: {asked}"
     );
+    // The GET goes (a client reconnecting it, say) before the answer: the answer comes by
+    // a POST of its own, and the question still waits for it.
+    drop(stream);
+    std::thread::sleep(std::time::Duration::from_millis(200));
     let answer = r#"{"x.example/first":{"n":1e3,"big":12345678901234567890123},"role":"assistant","content":{"type":"text","text":"caf\u00e9"},"model":"m","stopReason":"endTurn","_meta":{"k":1.50}}"#;
     let reply = format!(r#"{{"jsonrpc":"2.0","id":"{id}","result":{answer}}}"#);
     let posted = front.post_text(ALICE, Some(&session), &[], &reply);

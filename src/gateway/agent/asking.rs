@@ -66,6 +66,10 @@ pub enum AskFailed {
     Refused(Value),
     #[error("the request was cancelled before the client answered")]
     Cancelled,
+    /// A question for a session's standalone stream found it closed: it was never sent
+    /// (the caller may ask another way).
+    #[error("the client's stream closed before the question could be sent")]
+    Unsent,
 }
 
 /// The questions waiting for their answers, one table per principal's front; keyed by the
@@ -190,6 +194,9 @@ pub struct Asker {
     way: Way,
     caps: Option<ClientCapabilities>,
     call: CancellationToken,
+    /// Asked on a session's standalone stream, for no call: the answer comes by a POST of
+    /// its own, so the stream closing (a GET reconnecting) does not end the wait.
+    standalone: bool,
 }
 
 /// Why a question stopped waiting before its answer, and what the agent is told then.
@@ -215,6 +222,28 @@ impl Asker {
             way: Way::Stream(stream),
             caps,
             call,
+            standalone: false,
+        }
+    }
+
+    /// The way to the agent of an HTTP session on its standalone stream (its GET), for a
+    /// server's request that no call carries. Its answer is a POST of the session's, which
+    /// may come after that GET has gone: the wait ends with the answer, the timeout or the
+    /// server's withdrawal, not with the stream. A stream already closed is not asked at all
+    /// (`AskFailed::Unsent`).
+    pub fn standalone(
+        questions: Arc<Questions>,
+        session: String,
+        stream: RequestStream,
+        caps: Option<ClientCapabilities>,
+    ) -> Asker {
+        Asker {
+            questions,
+            session,
+            way: Way::Stream(stream),
+            caps,
+            call: CancellationToken::new(),
+            standalone: true,
         }
     }
 
@@ -233,6 +262,7 @@ impl Asker {
             way: Way::Lines(out, ended),
             caps,
             call: CancellationToken::new(),
+            standalone: false,
         }
     }
 
@@ -304,7 +334,10 @@ impl Asker {
             }
         };
         if !sent {
-            return Err(AskFailed::Closed);
+            return Err(match self.standalone {
+                true => AskFailed::Unsent,
+                false => AskFailed::Closed,
+            });
         }
         // Withdrawn however the wait ends without an answer, this future dropped included
         // (an approval raced against the call's cancellation). Counted open until answered or
@@ -312,13 +345,17 @@ impl Asker {
         let mut withdraw = Withdrawal {
             way: &self.way,
             id: &id,
-            reason: Some(self.way.dropped_reason()),
+            reason: Some(match self.standalone {
+                true => "palisade no longer needs the answer",
+                false => self.way.dropped_reason(),
+            }),
             open: self.way.question_open(),
         };
         let answered = tokio::select! {
             answered = rx => answered.map_err(|_| AskFailed::Closed),
-            // A client gone cannot answer: the wait ends with it, not at the timeout.
-            () = self.way.closed() => Err(AskFailed::Closed),
+            // A client gone cannot answer: the wait ends with it, not at the timeout. (On a
+            // standalone stream the answer comes by a POST, which may outlive the GET.)
+            () = self.way.closed(), if !self.standalone => Err(AskFailed::Closed),
             why = &mut give_up => {
                 withdraw.reason = Some(why.reason());
                 return Err(why.failed(timeout));

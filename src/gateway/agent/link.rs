@@ -60,8 +60,13 @@ pub struct UpstreamLink {
     standalone: Arc<RwLock<Option<SessionStream>>>,
 }
 
-/// An initialized HTTP session's id and its standalone stream.
-type SessionStream = (String, Arc<Standalone>);
+/// An initialized HTTP session's id and its standalone stream, and whether its POSTs fit
+/// the fast path's reading (`reply` takes the answer to a question of Palisade's only then).
+pub struct SessionStream {
+    pub id: String,
+    pub stream: Arc<Standalone>,
+    pub answers_fit: bool,
+}
 
 /// Where a server's notification can go to the agent as the server's own text.
 pub enum RawOut {
@@ -116,10 +121,10 @@ impl UpstreamLink {
 
     /// An initialized HTTP session: its peer, its id and its standalone stream (all under the
     /// peer's lock, so that the stream written to is always the current peer's).
-    pub fn set_session(&self, peer: Peer<RoleServer>, id: String, standalone: Arc<Standalone>) {
+    pub fn set_session(&self, peer: Peer<RoleServer>, session: SessionStream) {
         let mut current = self.peer.write().unwrap_or_else(|e| e.into_inner());
         *current = Some(peer);
-        *self.standalone.write().unwrap_or_else(|e| e.into_inner()) = Some((id, standalone));
+        *self.standalone.write().unwrap_or_else(|e| e.into_inner()) = Some(session);
     }
 
     /// Where a notification may be written as a line of its own: the agent's stream, when
@@ -139,14 +144,14 @@ impl UpstreamLink {
             return Some(RawOut::Lines(out.clone()));
         }
         let standalone = self.standalone.read().unwrap_or_else(|e| e.into_inner());
-        standalone.as_ref()?.1.live().map(RawOut::Stream)
+        standalone.as_ref()?.stream.live().map(RawOut::Stream)
     }
 
     /// A way to ask the agent of the current HTTP session on its open standalone stream (its
     /// GET), Palisade writing the question and taking the answer from the session's POST as
     /// the agent wrote it: for a server's request that no call in flight carries. `None`
-    /// while the session holds no GET (rmcp's session then asks, and keeps the request for
-    /// the next GET).
+    /// while the session holds no GET, or when its POSTs are rmcp's to read (weighted
+    /// `Accept`, say): rmcp's session then asks, and keeps the request for the next GET.
     pub fn standalone_asker(&self) -> Option<Arc<Asker>> {
         let peer = self.peer.read().unwrap_or_else(|e| e.into_inner());
         let caps = peer
@@ -156,13 +161,12 @@ impl UpstreamLink {
             .capabilities
             .clone();
         let standalone = self.standalone.read().unwrap_or_else(|e| e.into_inner());
-        let (session, stream) = standalone.as_ref()?;
-        Some(Arc::new(Asker::new(
+        let session = standalone.as_ref().filter(|s| s.answers_fit)?;
+        Some(Arc::new(Asker::standalone(
             Arc::clone(&self.questions),
-            session.clone(),
-            stream.live()?,
+            session.id.clone(),
+            session.stream.live()?,
             Some(caps),
-            CancellationToken::new(),
         )))
     }
 
@@ -171,7 +175,8 @@ impl UpstreamLink {
         let _ = self.lines.set(out);
     }
 
-    /// The questions asked on the agent's stream of lines, for its reader to answer.
+    /// The questions Palisade asked the agent (on its stream of lines, or on an HTTP
+    /// session's streams), for the front that reads the answers to hand them back.
     pub fn questions(&self) -> &Arc<Questions> {
         &self.questions
     }

@@ -169,8 +169,9 @@ impl RequestStream {
 }
 
 /// An HTTP session's standalone stream (the agent's GET), for what a server sends the agent
-/// outside any call: its notifications go there as the server's own text, added to the
-/// events rmcp writes on the same response (`http::standalone`). rmcp gives a session one
+/// outside any call: its notifications go there as the server's own text, and its requests
+/// as Palisade's questions, added to the events rmcp writes on the same response
+/// (`http::standalone`). rmcp gives a session one
 /// such stream at a time (a second GET while one is open gets a stream that stays idle), and
 /// so does this: the stream opened while none is live is the one written to.
 #[derive(Default)]

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use rmcp::service::{NotificationContext, Peer};
 use rmcp::RoleServer;
 
+use crate::gateway::agent::link::SessionStream;
 use crate::gateway::agent::request_stream::{Lines, Standalone};
 
 pub(super) const SESSION_HEADER: &str = "mcp-session-id";
@@ -42,15 +43,15 @@ impl SessionPeers {
     /// Remembers the peer of the session a `notifications/initialized` came on (rmcp puts
     /// the HTTP request's parts in its extensions), with a standalone stream for its GET,
     /// which it returns with the session's id; forgets sessions whose transport closed.
-    pub fn register(
-        &self,
-        context: &NotificationContext<RoleServer>,
-    ) -> Option<(String, Arc<Standalone>)> {
-        let id = context
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|p| p.headers.get(SESSION_HEADER))
+    pub fn register(&self, context: &NotificationContext<RoleServer>) -> Option<SessionStream> {
+        let parts = context.extensions.get::<axum::http::request::Parts>()?;
+        let id = parts
+            .headers
+            .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())?;
+        // Its POSTs are read by the fast path when this one is (a client sends the same
+        // headers each time): only then can it be asked on its GET by Palisade itself.
+        let answers_fit = super::fast::answers_fit(&parts.headers);
         let mut peers = self.lock();
         peers.retain(|_, (p, _)| !p.is_transport_closed());
         // A repeated `notifications/initialized` keeps the stream its GET may hold, and a
@@ -66,7 +67,11 @@ impl SessionPeers {
         );
         drop(peers);
         self.registered.send_modify(|n| *n += 1);
-        Some((id.to_string(), standalone))
+        Some(SessionStream {
+            id: id.to_string(),
+            stream: standalone,
+            answers_fit,
+        })
     }
 
     /// A stream for a GET of session `id` (one rmcp accepted), unless another GET holds it:

@@ -1,7 +1,8 @@
 //! A session's standalone stream (the agent's GET) with Palisade's own events in it: a
 //! server's notifications that belong to no call, written as the server's text
-//! (`UpstreamLink::raw_out`), beside the events rmcp writes on the same response (its
-//! replay, list changes, requests of its session).
+//! (`UpstreamLink::raw_out`), and a server's requests that no call carries, as Palisade's
+//! questions (`UpstreamLink::standalone_asker`), beside the events rmcp writes on the same
+//! response (its replay, list changes, requests of its session).
 //!
 //! Why: through rmcp's session a notification is re-encoded from its typed message, and a
 //! number not spelt as serde writes it (`1e3`, `1.50`, an integer past 2^64) arrives

@@ -264,10 +264,10 @@ impl ServerHandler for Upstream {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        if let Some((id, standalone)) = self.sessions.as_ref().and_then(|s| s.register(&context)) {
+        if let Some(session) = self.sessions.as_ref().and_then(|s| s.register(&context)) {
             self.shared
                 .upstream
-                .set_session(context.peer.clone(), id, standalone);
+                .set_session(context.peer.clone(), session);
         }
         self.shared.upstream_roots.refresh(&context.peer).await;
     }

@@ -92,6 +92,9 @@ enum Road {
     Session(Peer<RoleServer>),
     Round(Arc<crate::gateway::agent::mrtr::Round>),
     Stream(Arc<Asker>),
+    /// An HTTP session's standalone stream, with no call in flight; its session's rmcp
+    /// peer if that stream closed before the question could be sent on it.
+    Standalone(Arc<Asker>, Peer<RoleServer>),
     /// Nowhere, and why: no agent can be told apart (`Several`), or the one there is can be
     /// asked only within a 2026-07-28 call (`sessionless`).
     None {
@@ -113,7 +116,7 @@ impl Road {
         match self {
             Road::Session(peer) => peer.peer_info().map(|i| i.capabilities.clone()),
             Road::Round(r) => r.caps.clone(),
-            Road::Stream(asker) => asker.caps(),
+            Road::Stream(asker) | Road::Standalone(asker, _) => asker.caps(),
             Road::None { .. } => None,
         }
     }
@@ -153,7 +156,7 @@ impl Relayer {
     fn idle_road(&self, peer: Peer<RoleServer>) -> Road {
         match self.session_road(peer) {
             Road::Session(peer) => match self.upstream.standalone_asker() {
-                Some(asker) => Road::Stream(asker),
+                Some(asker) => Road::Standalone(asker, peer),
                 None => Road::Session(peer),
             },
             road => road,
@@ -165,7 +168,8 @@ impl Relayer {
     /// alike: over HTTP a 2026-07-28 agent has no session to be asked in), a session's fast
     /// call onto its own stream (to the client that made the call, as the spec has a
     /// request's requests ride its stream), any other to its own session. With none in
-    /// flight, the agent's session, if it has one; with several of different agents, none.
+    /// flight, the agent's session, if it has one (over HTTP, its GET when it holds one:
+    /// `idle_road`); with several of different agents, none.
     fn road(&self, meta: Option<&RequestMetaObject>) -> Road {
         let task = meta
             .and_then(|m| m.0.get(RELATED_TASK))
@@ -202,15 +206,17 @@ impl Relayer {
     ) -> Result<Box<RawValue>, UpstreamError> {
         let method = kind.method();
         match road {
-            Road::Session(peer) => {
-                // As an extension's request, so that rmcp passes the params as they are.
-                let request = ServerRequest::CustomRequest(CustomRequest::new(
-                    method,
-                    Some(Value::Object(params)),
-                ));
-                let answer = request_of(peer, request, self.timeout, Some(cancel)).await?;
-                serde_json::value::to_raw_value(&answer)
-                    .map_err(|e| UpstreamError::Other(e.to_string()))
+            Road::Session(peer) => self.ask_session(peer, method, params, cancel).await,
+            Road::Standalone(asker, peer) => {
+                let asked = asker
+                    .ask_until(method, Value::Object(params.clone()), self.timeout, cancel)
+                    .await;
+                match asked {
+                    // The GET closed just before: rmcp's session keeps the request for the
+                    // next one, as it would have without a stream of Palisade's.
+                    Err(AskFailed::Unsent) => self.ask_session(peer, method, params, cancel).await,
+                    other => other.map_err(stream_error),
+                }
             }
             Road::Round(round) => {
                 let answer = round
@@ -230,6 +236,21 @@ impl Relayer {
                 .map_err(stream_error),
             Road::None { why, .. } => Err(UpstreamError::Other((*why).to_string())),
         }
+    }
+
+    /// Asks through rmcp's session of `peer`; the answer as rmcp typed it.
+    async fn ask_session(
+        &self,
+        peer: &Peer<RoleServer>,
+        method: &str,
+        params: Map<String, Value>,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<Box<RawValue>, UpstreamError> {
+        // As an extension's request, so that rmcp passes the params as they are.
+        let request =
+            ServerRequest::CustomRequest(CustomRequest::new(method, Some(Value::Object(params))));
+        let answer = request_of(peer, request, self.timeout, Some(cancel)).await?;
+        serde_json::value::to_raw_value(&answer).map_err(|e| UpstreamError::Other(e.to_string()))
     }
 
     /// Relays a server's `sampling/createMessage`: the fields of a plain request as the
@@ -508,11 +529,11 @@ fn unexpected(kind: Kind, e: &serde_json::Error) -> ErrorData {
     )
 }
 
-/// Why a question on a call's own stream got no result, as the session's road says it (the
+/// Why a question on a stream of Palisade's got no result, as the session's road says it (the
 /// agent's own error is passed on as it sent it, when it reads as one).
 fn stream_error(e: AskFailed) -> UpstreamError {
     match e {
-        AskFailed::Closed => UpstreamError::Closed,
+        AskFailed::Closed | AskFailed::Unsent => UpstreamError::Closed,
         AskFailed::Timeout(t) => UpstreamError::Timeout(t),
         AskFailed::Cancelled => UpstreamError::Cancelled,
         AskFailed::Refused(error) => match serde_json::from_value::<ErrorData>(error.clone()) {

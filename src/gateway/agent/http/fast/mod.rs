@@ -83,6 +83,12 @@ use super::modern;
 use super::sessions::{SessionPeers, SESSION_HEADER};
 
 pub(super) use reading::Posted;
+
+/// Whether a session's POSTs with these headers are the fast path's to read (`reply` takes
+/// an answer to a question of Palisade's only then).
+pub(super) fn answers_fit(headers: &HeaderMap) -> bool {
+    reading::headers_fit(headers) == Some(reading::Era::Sessions)
+}
 use reading::{asked, asks_progress, headers_fit, Asked, Era};
 
 /// One principal's fast path: its gateway's state, its sessions and its fast calls running.
@@ -311,9 +317,10 @@ impl FastPath {
         Some(StatusCode::ACCEPTED.into_response())
     }
 
-    /// A POST carrying the agent's answer to a question a fast call of this session put to
-    /// it (`agent/asking.rs`): handed to the call and answered as rmcp answers a response
-    /// (202); `None` when it answers none of them (rmcp's path takes it).
+    /// A POST carrying the agent's answer to a question Palisade put to this session (on a
+    /// fast call's own stream, or on its standalone stream: `agent/asking.rs`): handed to the
+    /// waiting asker and answered as rmcp answers a response (202); `None` when it answers
+    /// none of them (rmcp's path takes it).
     pub(super) async fn reply(&self, headers: &HeaderMap, body: &[u8]) -> Option<Response> {
         // rmcp's header checks apply to a response POST too (406, 415, 400 otherwise).
         if headers_fit(headers)? != Era::Sessions {
