@@ -504,11 +504,7 @@ fn escalation(approver: Option<&str>) -> Value {
 fn a_sampling_answer_reaches_the_server_as_the_http_agent_wrote_it() {
     use std::io::Read;
     let ws = Workspace::new();
-    let server = support::repo("tests/servers/faulty_server.py");
-    let servers = json!({"faulty": {"command": support::python(), "args": [server],
-                                    "relay": {"sampling": true}}});
-    let front = Front::start(&ws, &ws.config(servers, json!({})));
-    let session = front.session(json!({"sampling": {}}));
+    let (front, session) = sampling_session(&ws);
     let answered_with = |id: u64, result: &str| -> String {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
                           "params": {"name": "faulty__sampling_line", "arguments": {}}});
@@ -528,7 +524,7 @@ fn a_sampling_answer_reaches_the_server_as_the_http_agent_wrote_it() {
         assert_eq!(answer["id"], json!(id), "{answer}");
         support::response_result_in(&answer["result"])
     };
-    let answer = r#"{"x.example/first":{"n":1e3,"big":12345678901234567890123},"role":"assistant","content":{"type":"text","text":"caf\u00e9"},"model":"m","stopReason":"endTurn","_meta":{"k":1.50}}"#;
+    let answer = SAMPLING_AS_WRITTEN;
     assert_eq!(answered_with(5, answer), answer);
     let pretty = "{\n  \"x\": {\"jsonrpc\": \"2.0\", \"method\": \"tools/call\"},\n  \"role\": \"assistant\",\n  \"content\": {\"type\": \"text\", \"text\": \"t\"},\n  \"model\": \"m\"\n}";
     let got = answered_with(6, pretty);
@@ -543,17 +539,13 @@ fn a_sampling_answer_reaches_the_server_as_the_http_agent_wrote_it() {
 // A server's sampling request with no call of its own in flight goes to the agent on its
 // session's standalone stream (the GET), written by Palisade (its id is Palisade's), and the
 // agent's answer, a POST on the session after that GET has closed, reaches the server as the
-// agent wrote it: an unknown member, `1e3`, an integer past 2^64 and `1.50` unchanged. Through rmcp's session (the
-// previous build) the request carried rmcp's number id and the answer was re-encoded from
-// its typed `ClientResult`.
+// agent wrote it: an unknown member, `1e3`, an integer past 2^64 and `1.50` unchanged.
+// Through rmcp's session (the previous build) the request carried rmcp's number id and the
+// answer was re-encoded from its typed `ClientResult`.
 #[test]
 fn a_servers_request_between_calls_is_answered_as_the_http_agent_wrote_it() {
     let ws = Workspace::new();
-    let server = support::repo("tests/servers/faulty_server.py");
-    let servers = json!({"faulty": {"command": support::python(), "args": [server],
-                                    "relay": {"sampling": true}}});
-    let front = Front::start(&ws, &ws.config(servers, json!({})));
-    let session = front.session(json!({"sampling": {}}));
+    let (front, session) = sampling_session(&ws);
     let mut stream = front.open_get(&session);
     let later = front.call(&session, 1, "faulty__sampling_later", json!({"after": 0.3}));
     assert_eq!(later.status, 200, "{later:?}");
@@ -571,7 +563,7 @@ fn a_servers_request_between_calls_is_answered_as_the_http_agent_wrote_it() {
     // a POST of its own, and the question still waits for it.
     drop(stream);
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let answer = r#"{"x.example/first":{"n":1e3,"big":12345678901234567890123},"role":"assistant","content":{"type":"text","text":"caf\u00e9"},"model":"m","stopReason":"endTurn","_meta":{"k":1.50}}"#;
+    let answer = SAMPLING_AS_WRITTEN;
     let reply = format!(r#"{{"jsonrpc":"2.0","id":"{id}","result":{answer}}}"#);
     let posted = front.post_text(ALICE, Some(&session), &[], &reply);
     assert_eq!(posted.status, 202, "{posted:?}");
@@ -593,3 +585,17 @@ fn a_servers_request_between_calls_is_answered_as_the_http_agent_wrote_it() {
     assert_eq!(support::response_result_in(&line), answer);
     front.stop();
 }
+
+/// A front whose faulty server may relay sampling, and a session that declared sampling.
+fn sampling_session(ws: &Workspace) -> (Front, String) {
+    let server = support::repo("tests/servers/faulty_server.py");
+    let servers = json!({"faulty": {"command": support::python(), "args": [server],
+                                    "relay": {"sampling": true}}});
+    let front = Front::start(ws, &ws.config(servers, json!({})));
+    let session = front.session(json!({"sampling": {}}));
+    (front, session)
+}
+
+/// A sampling result as an agent may write it: an unknown member, `1e3`, an integer past
+/// 2^64, an escape and `1.50`, each of which a decode and re-encode would change.
+const SAMPLING_AS_WRITTEN: &str = r#"{"x.example/first":{"n":1e3,"big":12345678901234567890123},"role":"assistant","content":{"type":"text","text":"caf\u00e9"},"model":"m","stopReason":"endTurn","_meta":{"k":1.50}}"#;

@@ -237,13 +237,10 @@ impl Asker {
         stream: RequestStream,
         caps: Option<ClientCapabilities>,
     ) -> Asker {
+        let asker = Asker::new(questions, session, stream, caps, CancellationToken::new());
         Asker {
-            questions,
-            session,
-            way: Way::Stream(stream),
-            caps,
-            call: CancellationToken::new(),
             standalone: true,
+            ..asker
         }
     }
 
