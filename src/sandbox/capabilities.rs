@@ -386,9 +386,9 @@ pub fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
     Some((major, minor, patch))
 }
 
-/// `Depth::Trial`'s answer: a pass recorded for exactly this context earlier in this boot
-/// (`trial_record`: a miss or any doubt runs the trial), else the trial sandbox, recorded
-/// when it passes.
+/// `Depth::Trial`'s answer: a pass recorded for exactly this context in the last
+/// `trial_record::TRUSTED_FOR` (a miss or any doubt runs the trial), else the trial sandbox,
+/// recorded when it passes.
 fn trial_or_record(bwrap: &Path) -> Userns {
     let fingerprint = trial_record::fingerprint(bwrap);
     if fingerprint
