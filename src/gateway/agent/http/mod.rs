@@ -19,6 +19,7 @@
 //! refusals; `shutdown` drains the requests in flight and cuts those past the grace.
 
 mod auth;
+mod era;
 pub mod fast;
 mod handshake;
 pub mod jwks;

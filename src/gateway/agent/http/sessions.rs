@@ -51,7 +51,7 @@ impl SessionPeers {
             .and_then(|v| v.to_str().ok())?;
         // Its POSTs are read by the fast path when this one is (a client sends the same
         // headers each time): only then can it be asked on its GET by Palisade itself.
-        let answers_fit = super::fast::answers_fit(&parts.headers);
+        let answers_fit = super::era::answers_fit(&parts.headers);
         let mut peers = self.lock();
         peers.retain(|_, (p, _)| !p.is_transport_closed());
         // A repeated `notifications/initialized` keeps the stream its GET may hold, and a

@@ -84,11 +84,6 @@ use super::sessions::{SessionPeers, SESSION_HEADER};
 
 pub(super) use reading::Posted;
 
-/// Whether a session's POSTs with these headers are the fast path's to read (`reply` takes
-/// an answer to a question of Palisade's only then).
-pub(super) fn answers_fit(headers: &HeaderMap) -> bool {
-    reading::headers_fit(headers) == Some(reading::Era::Sessions)
-}
 use reading::{asked, asks_progress, headers_fit, Asked, Era};
 
 /// One principal's fast path: its gateway's state, its sessions and its fast calls running.

@@ -1,15 +1,14 @@
 //! The fast path's reading of a POST: its body's one message read once (`Posted`: every
 //! decision the front makes on the body reads it from there), the revision its headers speak
-//! (`headers_fit`), and what it asks (`asked`), with the typed view handed on to the call
-//! pipeline. Pure: no I/O, so each rule is unit-tested here.
+//! (`headers_fit`, in `http/era.rs`), and what it asks (`asked`), with the typed view handed
+//! on to the call pipeline. Pure: no I/O, so each rule is unit-tested here.
 //!
 //! Never: take what rmcp would read differently. Each check says which of rmcp's it mirrors;
 //! whatever does not fit goes to rmcp's path, which refuses it with its own error.
 
 use std::borrow::Cow;
 
-use axum::http::{header, HeaderMap};
-use rmcp::model::{CallToolRequestParams, JsonObject, ProtocolVersion, RequestMetaObject};
+use rmcp::model::{CallToolRequestParams, JsonObject, RequestMetaObject};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -21,16 +20,7 @@ use crate::gateway::call::as_sent::{self, AsSent};
 
 use super::super::limits;
 
-pub(super) const VERSION_HEADER: &str = "mcp-protocol-version";
-
-/// Which revision a POST speaks, by its `MCP-Protocol-Version` header.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Era {
-    /// None, or a known one before 2026-07-28: the request belongs to a session.
-    Sessions,
-    /// 2026-07-28: no session; the request carries its envelope (`modern.rs`).
-    Modern,
-}
+pub(super) use super::super::era::{headers_fit, Era};
 
 /// What a planned POST asks.
 pub(super) enum Asked {
@@ -266,49 +256,6 @@ pub(super) fn asked(
     meta_fits(era, meta.as_ref()).then_some((read, meta))
 }
 
-/// The headers the fast path serves exactly as rmcp would (else rmcp answers, with its own
-/// 406, 415 or 400 where it refuses).
-pub(super) fn headers_fit(headers: &HeaderMap) -> Option<Era> {
-    let json_body = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            let essence = v.split_once(';').map_or(v, |(e, _)| e);
-            essence.trim().eq_ignore_ascii_case("application/json")
-        });
-    let (mut json, mut sse) = (false, false);
-    for value in headers.get_all(header::ACCEPT) {
-        let value = value.to_str().ok()?;
-        // Weights and quoting are rmcp's to read.
-        if value.contains('"') || value.to_ascii_lowercase().contains("q=") {
-            return None;
-        }
-        for entry in value.split(',') {
-            let essence = entry.split(';').next().unwrap_or("").trim();
-            json |= essence.eq_ignore_ascii_case("application/json");
-            sse |= essence.eq_ignore_ascii_case("text/event-stream");
-        }
-    }
-    if !(json_body && json && sse) {
-        return None;
-    }
-    let mut versions = headers.get_all(VERSION_HEADER).iter();
-    let Some(version) = versions.next() else {
-        return Some(Era::Sessions);
-    };
-    let version = version
-        .to_str()
-        .ok()
-        .filter(|_| versions.next().is_none())?;
-    if version == ProtocolVersion::V_2026_07_28.as_str() {
-        return Some(Era::Modern);
-    }
-    let known = ProtocolVersion::KNOWN_VERSIONS
-        .iter()
-        .any(|k| k.as_str() == version);
-    (known && version < ProtocolVersion::V_2026_07_28.as_str()).then_some(Era::Sessions)
-}
-
 /// Whether a request's `_meta` is the fast path's to serve: a progress token, if any, that
 /// reads as one (else rmcp's path says why), and, in a session, no key of the per-request
 /// envelope (`versions::carries_envelope`: rmcp checks those and may serve the request
@@ -353,51 +300,6 @@ fn fast_params(params: &RawValue) -> Option<(CallToolRequestParams, Option<Box<R
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(*k, v.parse().unwrap());
-        }
-        h
-    }
-
-    const BASE: [(&str, &str); 2] = [
-        ("content-type", "application/json"),
-        ("accept", "application/json, text/event-stream"),
-    ];
-
-    #[test]
-    fn plain_headers_fit_and_anything_rmcp_reads_differently_does_not() {
-        assert!(headers_fit(&headers(&BASE)) == Some(Era::Sessions));
-        let with = |extra: (&'static str, &'static str)| {
-            let mut h = headers(&BASE);
-            h.append(extra.0, extra.1.parse().unwrap());
-            headers_fit(&h)
-        };
-        assert!(with(("mcp-protocol-version", "2025-11-25")) == Some(Era::Sessions));
-        assert!(with(("mcp-protocol-version", "2026-07-28")) == Some(Era::Modern));
-        assert!(with(("mcp-protocol-version", "2031-01-01")).is_none());
-        let mut twice = headers(&BASE);
-        twice.append("mcp-protocol-version", "2025-11-25".parse().unwrap());
-        twice.append("mcp-protocol-version", "2025-11-25".parse().unwrap());
-        assert!(headers_fit(&twice).is_none());
-        assert!(headers_fit(&headers(&[
-            ("content-type", "application/json"),
-            ("accept", "application/json"),
-        ]))
-        .is_none());
-        assert!(headers_fit(&headers(&[
-            ("content-type", "text/plain"),
-            ("accept", "application/json, text/event-stream"),
-        ]))
-        .is_none());
-        assert!(headers_fit(&headers(&[
-            ("content-type", "application/json"),
-            ("accept", "application/json, text/event-stream;q=0"),
-        ]))
-        .is_none());
-    }
 
     #[test]
     fn a_2026_call_is_read_whole_and_a_session_call_without_its_envelope() {
