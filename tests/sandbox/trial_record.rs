@@ -123,17 +123,24 @@ fn a_passed_trial_is_remembered_and_a_stale_record_fails_closed() {
     assert!(second.len() == 1 && !is_trial(&second[0]), "{second:?}");
 
     // bubblewrap's file changes (its change time, here): another context, a trial again.
+    // The command is the one the broken launches below must not run: here, with bubblewrap
+    // working, it runs and leaves its marker (the control).
     let perms = std::fs::Permissions::from_mode(0o755);
     std::fs::set_permissions(&sc.wrapper, perms).unwrap();
-    let out = sc.run("bwrap", &["/usr/bin/true"]);
+    let marker = marker_path(sc.dir.path());
+    let out = sc.run("bwrap", &["/usr/bin/touch", marker.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        marker.exists(),
+        "the control: the command runs in a working sandbox"
+    );
+    std::fs::remove_file(&marker).unwrap();
     let third = sc.new_calls(3);
     assert!(third.len() == 2 && is_trial(&third[0]), "{third:?}");
 
     // bubblewrap breaks in a way the record cannot see: the launch fails with bubblewrap's
     // own error and the command never runs, sandboxed or not, with either backend.
     std::fs::write(&sc.broken, "").unwrap();
-    let marker = marker_path(sc.dir.path());
     for (backend, before) in [("bwrap", 5), ("auto", 6)] {
         let out = sc.run(backend, &["/usr/bin/touch", marker.to_str().unwrap()]);
         let err = text(&out.stderr);
