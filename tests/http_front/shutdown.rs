@@ -107,18 +107,20 @@ fn sigterm_past_the_grace_ends_the_call_with_an_error_and_reaps_every_server() {
 }
 
 // A principal's first request whose client goes away while the principal's servers are
-// still starting: the start is given up, and the servers it launched are stopped with it.
-// Before, nothing owned them once the request was dropped: they ran until palisade exited,
-// and the principal's next request launched a second set.
+// still starting: the start goes on, and the principal's next request joins it (one set of
+// servers, the same processes) instead of starting a second set; with nobody back, the idle
+// reaper stops them. Before, the start was cut with the request: its servers were stopped
+// while the next request launched a second set, and a client whose timeout was shorter than
+// the start could never get its servers started.
 #[test]
-fn a_principals_start_given_up_by_its_client_leaves_no_server_running() {
+fn a_principals_start_given_up_by_its_client_is_joined_by_its_next_request() {
     use std::io::Write;
     let ws = Workspace::new();
-    let (front, tag) = front_whose_server_lists_slowly(&ws);
-    let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
+    let (front, tag) = front_whose_server_lists_slowly(&ws, 4, &["--idle-timeout", "2"]);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
         {"protocolVersion": "2025-11-25", "capabilities": {},
-         "clientInfo": {"name": "gives-up", "version": "1"}}})
-    .to_string();
+         "clientInfo": {"name": "gives-up", "version": "1"}}});
+    let body = init.to_string();
     let mut conn = std::net::TcpStream::connect(front.addr).unwrap();
     write!(
         conn,
@@ -129,32 +131,55 @@ fn a_principals_start_given_up_by_its_client_leaves_no_server_running() {
         body.len()
     )
     .unwrap();
-    let launched = support::eventually(SETTLE, || !processes_tagged(&tag).is_empty());
-    // The client goes away while the server is still listing.
+    // The processes' ids (their command lines are long and all alike).
+    let pids = |tag: &str| -> Vec<String> {
+        processes_tagged(tag)
+            .iter()
+            .map(|p| p.split(':').next().unwrap_or_default().to_string())
+            .collect()
+    };
+    let launched = support::eventually(SETTLE, || ws.stderr_text().contains("tools/list: delayed"));
+    let first_set = pids(&tag);
+    // The client goes away while the server is still listing; the same principal comes back.
     conn.shutdown(std::net::Shutdown::Both).unwrap();
     drop(conn);
-    let stopped = support::eventually(SETTLE, || processes_tagged(&tag).is_empty());
-    let left = processes_tagged(&tag);
+    let (code, text) = front.post(ALICE, None, &init);
+    let second_set = pids(&tag);
+    let starts = ws
+        .stderr_text()
+        .matches("servers started for a new principal")
+        .count();
+    // Nobody comes back after that: the idle reaper stops the servers.
+    let reaped = support::eventually(SETTLE, || processes_tagged(&tag).is_empty());
     let status = front.stop();
     let err = ws.stderr_text();
-    assert!(launched, "the server was launched: {err}");
     assert!(
-        stopped,
-        "the given-up start's servers still run: {left:?}\n{err}"
+        launched && !first_set.is_empty(),
+        "the server was launched: {err}"
     );
+    assert_eq!(code, 200, "the next request got the servers: {text}\n{err}");
+    assert_eq!(
+        second_set, first_set,
+        "the next request was served by the start the first began: {err}"
+    );
+    assert_eq!(starts, 1, "one start for the principal: {err}");
+    assert!(reaped, "the servers still run past idleTimeout: {err}");
     assert!(status.success(), "exit {status}\n{err}");
 }
 
-/// A front whose faulty server (tagged with the returned tag) takes 40 s over its listing, so
-/// a principal's start waits for it.
-fn front_whose_server_lists_slowly(ws: &Workspace) -> (Front, String) {
+/// A front whose faulty server (tagged with the returned tag) takes `delay` seconds over its
+/// listing, so a principal's start waits for it; `flags` are added to `serve`'s.
+fn front_whose_server_lists_slowly(ws: &Workspace, delay: u32, flags: &[&str]) -> (Front, String) {
     let (config, _, tag) = faulty_config(ws, json!({}));
     let mut v: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
-    v["mcpServers"]["faulty"]["env"] = json!({"FAULTY_PAGES": "1", "FAULTY_PAGE_DELAY": "40"});
+    v["mcpServers"]["faulty"]["env"] =
+        json!({"FAULTY_PAGES": "1", "FAULTY_PAGE_DELAY": delay.to_string()});
     v["palisade"]["startupTimeout"] = json!(60);
     support::write_json(&config, &v);
     let tokens = tokens_file(ws);
-    let front = Front::start(ws, &config, &["--tokens", tokens.to_str().unwrap()]);
+    let mut args = vec!["--tokens", tokens.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    let front = Front::start(ws, &config, &args);
     (front, tag)
 }
 
@@ -167,7 +192,7 @@ fn front_whose_server_lists_slowly(ws: &Workspace) -> (Front, String) {
 #[test]
 fn sigterm_while_a_principal_starts_stops_its_servers_politely() {
     let ws = Workspace::new();
-    let (mut front, tag) = front_whose_server_lists_slowly(&ws);
+    let (mut front, tag) = front_whose_server_lists_slowly(&ws, 40, &[]);
     let addr = front.addr;
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
         {"protocolVersion": "2025-11-25", "capabilities": {},

@@ -180,12 +180,12 @@ struct Front {
     template: GatewayOptions,
     http: HttpOptions,
     /// Created on first use. The map's lock is held only to find or add a principal's cell;
-    /// its servers start inside the cell (two first requests of one principal never start two
-    /// gateways, and no other principal waits for them).
+    /// its servers start on a task of `starts` that publishes them in the cell (two first
+    /// requests of one principal never start two gateways, and no other principal waits).
     principals: tokio::sync::Mutex<HashMap<String, Arc<Cell>>>,
     stopping: CancellationToken,
-    /// The principals' starts under way: shutdown cuts them short and waits for their
-    /// servers' stop, since a start's gateway is in no cell yet.
+    /// The principals' starts under way: shutdown cuts them short and waits for them (a
+    /// cut start stops its own servers: its gateway is in no cell).
     starts: tokio_util::task::TaskTracker,
     /// Parent of every principal's session token: cancelled when the drain is over.
     sessions_end: CancellationToken,
@@ -283,7 +283,7 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         .lock()
         .await
         .drain()
-        .filter_map(|(_, c)| c.get().cloned())
+        .filter_map(|(_, c)| c.get())
         .collect();
     tracing::info!("stopping {} principal(s)' servers", all.len());
     // Starts under way when the drain began were cut short then and stop their own servers

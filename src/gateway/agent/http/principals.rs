@@ -1,6 +1,7 @@
-//! Each principal's own gateway: found or started on its first request (in its own cell, so
-//! two first requests never start two gateways and no other principal waits), its audit
-//! records stamped with its name, and reaped after `idleTimeout` without requests.
+//! Each principal's own gateway: found or started on its first request (in its own cell, on
+//! its own task, so two first requests never start two gateways, no other principal waits,
+//! and a request that goes away leaves the start to the next), its audit records stamped
+//! with its name, and reaped after `idleTimeout` without requests.
 //! Never: let one principal's requests reach another's gateway.
 
 use std::sync::{Arc, Mutex};
@@ -73,9 +74,66 @@ impl Drop for Slot {
     }
 }
 
-pub(super) type Cell = tokio::sync::OnceCell<Arc<Principal>>;
+/// A principal's place in the map: its start under way, then its servers or why they could
+/// not start. The start runs on its own (tracked) task, so a request that goes away stops
+/// waiting but never stops the start: the principal's next request joins it instead of
+/// launching a second set of servers while the first set stops.
+pub(super) struct Cell {
+    state: tokio::sync::watch::Sender<Started>,
+}
 
-pub(super) async fn principal_entry(front: &Front, name: &str) -> Result<Arc<Principal>, Response> {
+#[derive(Clone)]
+enum Started {
+    Pending,
+    Ready(Arc<Principal>),
+    Failed(StartRefused),
+}
+
+/// Why a principal's servers could not start, as each request waiting for them is told.
+#[derive(Clone)]
+pub(super) struct StartRefused {
+    status: StatusCode,
+    message: String,
+}
+
+impl Cell {
+    fn new() -> Self {
+        Cell {
+            state: tokio::sync::watch::Sender::new(Started::Pending),
+        }
+    }
+
+    /// The principal, once its servers have started.
+    pub(super) fn get(&self) -> Option<Arc<Principal>> {
+        match &*self.state.borrow() {
+            Started::Ready(p) => Some(Arc::clone(p)),
+            Started::Pending | Started::Failed(_) => None,
+        }
+    }
+
+    /// Waits for the start to end, one way or the other.
+    async fn settled(&self) -> Result<Arc<Principal>, StartRefused> {
+        let mut rx = self.state.subscribe();
+        // The sender lives in `self`, which outlives this wait: `wait_for` cannot fail.
+        let settled = rx
+            .wait_for(|s| !matches!(s, Started::Pending))
+            .await
+            .map(|s| s.clone());
+        match settled {
+            Ok(Started::Ready(p)) => Ok(p),
+            Ok(Started::Failed(r)) => Err(r),
+            Ok(Started::Pending) | Err(_) => Err(StartRefused {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                message: "your servers' start ended without a result".into(),
+            }),
+        }
+    }
+}
+
+pub(super) async fn principal_entry(
+    front: &Arc<Front>,
+    name: &str,
+) -> Result<Arc<Principal>, Response> {
     let cell = {
         let mut map = front.principals.lock().await;
         match map.get(name) {
@@ -93,63 +151,62 @@ pub(super) async fn principal_entry(front: &Front, name: &str) -> Result<Arc<Pri
                 }
                 let c = Arc::new(Cell::new());
                 map.insert(name.to_string(), Arc::clone(&c));
+                front.starts.spawn(run_start(
+                    Arc::clone(front),
+                    name.to_string(),
+                    Arc::clone(&c),
+                ));
                 c
             }
         }
     };
-    match cell.get_or_try_init(|| start_principal(front, name)).await {
-        Ok(p) => Ok(Arc::clone(p)),
-        Err(r) => {
-            // Forget the failed start, so that a later request tries again.
-            let mut map = front.principals.lock().await;
-            if map
-                .get(name)
-                .is_some_and(|c| Arc::ptr_eq(c, &cell) && !c.initialized())
-            {
-                map.remove(name);
+    cell.settled()
+        .await
+        .map_err(|r| refusal(r.status, &r.message))
+}
+
+/// A principal's start, on its task: the servers started and published in its cell, or the
+/// cell forgotten (so that a later request tries again) and the failure published.
+async fn run_start(front: Arc<Front>, name: String, cell: Arc<Cell>) {
+    match start_principal(&front, &name).await {
+        Ok(p) => {
+            cell.state.send_replace(Started::Ready(Arc::clone(&p)));
+            // Shutdown stops the principals it finds in the map once the drain is over,
+            // after `stopping` fired. Published before this check, the principal is either
+            // found there or stopped here (stopping twice is harmless).
+            if front.stopping.is_cancelled() {
+                p.stop().await;
             }
-            Err(r)
+        }
+        Err(refused) => {
+            {
+                let mut map = front.principals.lock().await;
+                if map.get(&name).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                    map.remove(&name);
+                }
+            }
+            cell.state.send_replace(Started::Failed(refused));
         }
     }
 }
 
-/// Starts a principal's gateway on a task of the front's `starts`, so that neither shutdown
-/// nor a request dropped midway leaves its servers to the process's exit: the start is cut
-/// short when the front stops or the request that asked has gone, and then stops its servers
-/// itself, tracked, before it ends (`serve_http` waits for the starts). `None`: cut short.
-async fn start_tracked(
+/// Starts a principal's gateway, cut short when the front stops: the servers a cut start
+/// launched are stopped before it returns `None`.
+async fn start_until_stopping(
     front: &Front,
     opts: crate::gateway::GatewayOptions,
 ) -> Option<Result<Gateway, crate::gateway::GatewayError>> {
-    let (mut tx, rx) = tokio::sync::oneshot::channel();
-    let stopping = front.stopping.clone();
-    front.starts.spawn(async move {
-        let gone = async {
-            tokio::select! {
-                () = stopping.cancelled() => {}
-                () = tx.closed() => {}
-            }
-        };
-        match Gateway::start_until(opts, gone).await {
-            Ok((gateway, true)) => {
-                gateway.shutdown().await;
-                let _ = tx.send(None);
-            }
-            Ok((gateway, false)) => {
-                if let Err(Some(Ok(gateway))) = tx.send(Some(Ok(gateway))) {
-                    // The request that asked went just as the start ended: no cell holds it.
-                    gateway.shutdown().await;
-                }
-            }
-            Err(e) => {
-                let _ = tx.send(Some(Err(e)));
-            }
+    match Gateway::start_until(opts, front.stopping.cancelled()).await {
+        Ok((gateway, true)) => {
+            gateway.shutdown().await;
+            None
         }
-    });
-    rx.await.ok().flatten()
+        Ok((gateway, false)) => Some(Ok(gateway)),
+        Err(e) => Some(Err(e)),
+    }
 }
 
-pub(super) async fn start_principal(front: &Front, name: &str) -> Result<Arc<Principal>, Response> {
+async fn start_principal(front: &Front, name: &str) -> Result<Arc<Principal>, StartRefused> {
     let mut opts = front.template.clone();
     opts.sandbox_dir = opts.sandbox_dir.join("principals").join(name);
     // Its own link to its own agent: notifications and relayed requests of its servers
@@ -161,10 +218,10 @@ pub(super) async fn start_principal(front: &Front, name: &str) -> Result<Arc<Pri
                 principal = name,
                 "cannot build the principal's approvers: {e}"
             );
-            refusal(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!("cannot build your approvers: {e}"),
-            )
+            StartRefused {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                message: format!("cannot build your approvers: {e}"),
+            }
         })?;
     }
     opts.stages.audit = Arc::new(PrincipalAudit {
@@ -172,23 +229,25 @@ pub(super) async fn start_principal(front: &Front, name: &str) -> Result<Arc<Pri
         principal: name.to_string(),
         metrics: Arc::clone(&front.metrics),
     });
-    let gateway = match start_tracked(front, opts).await {
+    let gateway = match start_until_stopping(front, opts).await {
         Some(Ok(gateway)) => gateway,
         Some(Err(e)) => {
             tracing::error!(
                 principal = name,
                 "cannot start the principal's gateway: {e}"
             );
-            return Err(refusal(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!("cannot start your servers: {e}"),
-            ));
+            return Err(StartRefused {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                message: format!("cannot start your servers: {e}"),
+            });
         }
         None => {
-            return Err(refusal(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "palisade is shutting down; your servers were stopped before they started",
-            ))
+            return Err(StartRefused {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                message: "palisade is shutting down; your servers were stopped before they \
+                          started"
+                    .into(),
+            })
         }
     };
     let shared = Arc::clone(&gateway.shared);
@@ -254,7 +313,7 @@ pub(super) async fn reap_idle(front: Arc<Front>) {
             names
                 .into_iter()
                 .filter_map(|n| {
-                    let p = map.remove(&n)?.get().cloned()?;
+                    let p = map.remove(&n)?.get()?;
                     Some((n, p))
                 })
                 .collect()

@@ -29,7 +29,7 @@ pub(super) async fn drain(front: &Front) {
         .lock()
         .await
         .values()
-        .filter_map(|c| c.get().cloned())
+        .filter_map(|c| c.get())
         .collect();
     tracing::info!(
         in_flight = busy(&principals),
