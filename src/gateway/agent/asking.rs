@@ -35,7 +35,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::request_stream::{OpenQuestion, RequestStream};
+use super::request_stream::{OpenQuestion, RequestStream, Standalone};
 use crate::gateway::line_out::LineOut;
 
 /// The prefix of the ids Palisade gives its questions (rmcp's own are numbers).
@@ -66,8 +66,8 @@ pub enum AskFailed {
     Refused(Value),
     #[error("the request was cancelled before the client answered")]
     Cancelled,
-    /// A question for a session's standalone stream found it closed: it was never sent
-    /// (the caller may ask another way).
+    /// A question for a session's standalone stream found no GET open to take it: the agent
+    /// never saw it (the caller may ask another way).
     #[error("the client's stream closed before the question could be sent")]
     Unsent,
 }
@@ -110,20 +110,47 @@ impl Questions {
     }
 }
 
-/// Where a call's questions go: the SSE body of the call's own POST, or the agent's one
-/// stream of lines.
+/// Where a call's questions go: the SSE body of the call's own POST, the agent's one
+/// stream of lines, or an HTTP session's standalone stream.
 enum Way {
     Stream(RequestStream),
     /// The agent's stream of lines, and the token that fires when its reader has ended.
     Lines(LineOut, CancellationToken),
+    /// The session's standalone stream (its GET: the one open when a line is sent, which a
+    /// reconnecting agent replaces), for a server's request no call carries, and whether
+    /// the session has ended (deleted, expired, its principal stopped). The answer comes by
+    /// a POST of the session's, which may outlive a GET; the session's end is what ends the
+    /// wait.
+    Standalone {
+        slot: Arc<Standalone>,
+        ended: SessionEnded,
+    },
 }
 
 impl Way {
-    /// Sends a question, waiting for room; false when the agent has gone.
-    async fn ask(&self, line: Vec<u8>) -> bool {
+    /// Sends a question, waiting for room. On a session's standalone stream, waits until
+    /// the response body has taken it: a GET dropped with the question still queued never
+    /// showed it, and the question goes on the GET open then, or is unsent (`Unsent`: the
+    /// caller may ask another way) when none is.
+    async fn ask(&self, line: Vec<u8>) -> Result<(), AskFailed> {
         match self {
-            Way::Stream(stream) => stream.ask(line).await,
-            Way::Lines(out, ended) => !ended.is_cancelled() && out.send(line).await.is_ok(),
+            Way::Stream(stream) => match stream.ask(line).await {
+                true => Ok(()),
+                false => Err(AskFailed::Closed),
+            },
+            Way::Lines(out, ended) => match !ended.is_cancelled() && out.send(line).await.is_ok() {
+                true => Ok(()),
+                false => Err(AskFailed::Closed),
+            },
+            Way::Standalone { slot, .. } => loop {
+                // A stream that is closed is not live: each turn takes a newer GET's, or ends.
+                let stream = slot.live().ok_or(AskFailed::Unsent)?;
+                if let Some(taken) = stream.ask_tracked(line.clone()).await {
+                    if taken.await.is_ok() {
+                        return Ok(());
+                    }
+                }
+            },
         }
     }
 
@@ -132,12 +159,17 @@ impl Way {
         match self {
             Way::Stream(stream) => stream.tell(line, held),
             Way::Lines(out, _) => {
-                // Outside a runtime (a drop at shutdown) there is no one left to tell.
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    let out = out.clone();
-                    runtime.spawn(async move {
-                        // Bounded: an agent that does not read must not keep this task.
-                        let _ = tokio::time::timeout(TELL_BOUND, out.send(line)).await;
+                let out = out.clone();
+                spawn_bounded(async move {
+                    let _ = out.send(line).await;
+                });
+            }
+            // On the GET open now (the one asked on may have been replaced); none open:
+            // nobody to tell.
+            Way::Standalone { slot, .. } => {
+                if let Some(stream) = slot.live() {
+                    spawn_bounded(async move {
+                        stream.ask(line).await;
                     });
                 }
             }
@@ -154,36 +186,62 @@ impl Way {
                     () = ended.cancelled() => {}
                 }
             }
+            // rmcp's peer offers no wait for its transport's end: looked at every
+            // `SESSION_LOOK`, which is what a session ended costs a question at most.
+            Way::Standalone { ended, .. } => {
+                while !ended() {
+                    tokio::time::sleep(SESSION_LOOK).await;
+                }
+            }
         }
     }
 
     /// Counts a question as open on a request's stream, which waits for its withdrawal
-    /// before it ends; the agent's stream of lines outlives every question.
+    /// before it ends; the agent's stream of lines and a session's outlive every question.
     fn question_open(&self) -> Option<OpenQuestion> {
         match self {
             Way::Stream(stream) => Some(stream.question_open()),
-            Way::Lines(..) => None,
+            Way::Lines(..) | Way::Standalone { .. } => None,
         }
     }
 
     /// Whether a question whose send was abandoned may still reach the agent: a line half
-    /// written to a stream of lines is finished by another task (`LineOut`), while a request's
-    /// stream takes a line whole or not at all.
+    /// written to a stream of lines is finished by another task (`LineOut`), and one queued
+    /// on a standalone stream stays queued; a request's stream takes a line whole or not at
+    /// all, and ends with its call.
     fn abandoned_may_arrive(&self) -> bool {
-        matches!(self, Way::Lines(..))
+        matches!(self, Way::Lines(..) | Way::Standalone { .. })
     }
 
     /// What the agent is told when a question is dropped unanswered.
     fn dropped_reason(&self) -> &'static str {
         match self {
             Way::Stream(_) => GaveUp::CallEnded.reason(),
-            Way::Lines(..) => "palisade no longer needs the answer",
+            Way::Lines(..) | Way::Standalone { .. } => "palisade no longer needs the answer",
         }
     }
 }
 
-/// How long a withdrawal waits for an agent's stream of lines that does not read (behind a
-/// question still being written, which it must follow).
+/// Runs `fut` (a withdrawal's send) on a task of its own, for at most `TELL_BOUND`: an agent
+/// that holds its stream open without reading it must not keep the task. Outside a runtime
+/// (a drop at shutdown) there is no one left to tell.
+fn spawn_bounded(fut: impl std::future::Future<Output = ()> + Send + 'static) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(TELL_BOUND, fut).await;
+        });
+    }
+}
+
+/// Whether an HTTP session has ended (for rmcp's peer: its transport has closed).
+pub type SessionEnded = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// How often a question on a session's standalone stream looks whether its session ended.
+const SESSION_LOOK: Duration = Duration::from_millis(500);
+
+/// How long a withdrawal waits for an agent's stream of lines, or a session's standalone
+/// stream, that does not read (behind a question still being written, which it must
+/// follow).
 const TELL_BOUND: Duration = Duration::from_secs(30);
 
 /// A call's way to its own agent: the session it came on, its stream, what the agent's
@@ -194,9 +252,6 @@ pub struct Asker {
     way: Way,
     caps: Option<ClientCapabilities>,
     call: CancellationToken,
-    /// Asked on a session's standalone stream, for no call: the answer comes by a POST of
-    /// its own, so the stream closing (a GET reconnecting) does not end the wait.
-    standalone: bool,
 }
 
 /// Why a question stopped waiting before its answer, and what the agent is told then.
@@ -222,25 +277,27 @@ impl Asker {
             way: Way::Stream(stream),
             caps,
             call,
-            standalone: false,
         }
     }
 
-    /// The way to the agent of an HTTP session on its standalone stream (its GET), for a
-    /// server's request that no call carries. Its answer is a POST of the session's, which
-    /// may come after that GET has gone: the wait ends with the answer, the timeout or the
-    /// server's withdrawal, not with the stream. A stream already closed is not asked at all
-    /// (`AskFailed::Unsent`).
+    /// The way to the agent of HTTP session `session` on its standalone stream (its GET),
+    /// for a server's request that no call carries. Its answer is a POST of the session's,
+    /// which may come after that GET has gone: the wait ends with the answer, the timeout,
+    /// the server's withdrawal or the session's end (`ended`), not with the stream. A
+    /// question no GET took is unsent (`AskFailed::Unsent`).
     pub fn standalone(
         questions: Arc<Questions>,
         session: String,
-        stream: RequestStream,
+        slot: Arc<Standalone>,
+        ended: SessionEnded,
         caps: Option<ClientCapabilities>,
     ) -> Asker {
-        let asker = Asker::new(questions, session, stream, caps, CancellationToken::new());
         Asker {
-            standalone: true,
-            ..asker
+            questions,
+            session,
+            way: Way::Standalone { slot, ended },
+            caps,
+            call: CancellationToken::new(),
         }
     }
 
@@ -259,7 +316,6 @@ impl Asker {
             way: Way::Lines(out, ended),
             caps,
             call: CancellationToken::new(),
-            standalone: false,
         }
     }
 
@@ -320,8 +376,8 @@ impl Asker {
         let question = line(&serde_json::json!({
             "jsonrpc": "2.0", "id": id, "method": method, "params": params,
         }));
-        let sent = tokio::select! {
-            sent = self.way.ask(question) => sent,
+        tokio::select! {
+            sent = self.way.ask(question) => sent?,
             why = &mut give_up => {
                 if self.way.abandoned_may_arrive() {
                     // A cancellation of an id the agent never saw is harmless.
@@ -330,29 +386,19 @@ impl Asker {
                 return Err(why.failed(timeout));
             }
         };
-        if !sent {
-            return Err(match self.standalone {
-                true => AskFailed::Unsent,
-                false => AskFailed::Closed,
-            });
-        }
         // Withdrawn however the wait ends without an answer, this future dropped included
         // (an approval raced against the call's cancellation). Counted open until answered or
         // its withdrawal is queued: a stream ending with its call waits for that.
         let mut withdraw = Withdrawal {
             way: &self.way,
             id: &id,
-            reason: Some(match self.standalone {
-                true => "palisade no longer needs the answer",
-                false => self.way.dropped_reason(),
-            }),
+            reason: Some(self.way.dropped_reason()),
             open: self.way.question_open(),
         };
         let answered = tokio::select! {
             answered = rx => answered.map_err(|_| AskFailed::Closed),
-            // A client gone cannot answer: the wait ends with it, not at the timeout. (On a
-            // standalone stream the answer comes by a POST, which may outlive the GET.)
-            () = self.way.closed(), if !self.standalone => Err(AskFailed::Closed),
+            // A client gone cannot answer: the wait ends with it, not at the timeout.
+            () = self.way.closed() => Err(AskFailed::Closed),
             why = &mut give_up => {
                 withdraw.reason = Some(why.reason());
                 return Err(why.failed(timeout));
@@ -551,6 +597,119 @@ mod tests {
 
     /// Gives a question up: given the server's token and the call's.
     type GiveUp = fn(&CancellationToken, &CancellationToken);
+
+    /// An asker for session `s1` on the standalone streams of `slot`, its session ended once
+    /// `ended` is set.
+    fn standalone_on(
+        questions: &Arc<Questions>,
+        slot: &Arc<Standalone>,
+        ended: &Arc<std::sync::atomic::AtomicBool>,
+    ) -> Asker {
+        let ended = Arc::clone(ended);
+        Asker::standalone(
+            Arc::clone(questions),
+            "s1".into(),
+            Arc::clone(slot),
+            Arc::new(move || ended.load(Ordering::Relaxed)),
+            eliciting(),
+        )
+    }
+
+    fn question_id(line: &[u8]) -> String {
+        let q: Value = serde_json::from_slice(line).unwrap();
+        q["id"].as_str().unwrap().to_string()
+    }
+
+    #[tokio::test]
+    async fn a_standalone_question_dropped_with_its_get_goes_on_the_next_get() {
+        let questions = Arc::new(Questions::default());
+        let slot = Arc::new(Standalone::default());
+        let ended = Arc::default();
+        let asker = standalone_on(&questions, &slot, &ended);
+        // The first GET goes away with the question queued on it, never taken.
+        let first = slot.open().unwrap();
+        let asked = asker.ask("elicitation/create", Value::Null, Duration::from_secs(600));
+        let agent = async {
+            tokio::task::yield_now().await;
+            drop(first);
+            let mut second = slot.open().expect("a new GET");
+            let line = second.next().await.expect("the question, on the new GET");
+            let id = question_id(&line);
+            // The new GET closes too: the answer comes by a POST all the same.
+            drop(second);
+            assert!(questions.answer("s1", &id, Answered::Result(raw("{}"))));
+        };
+        let (got, ()) = tokio::join!(asked, agent);
+        assert_eq!(got.unwrap().get(), "{}");
+        assert_eq!(questions.waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_standalone_question_no_get_took_is_unsent() {
+        let questions = Arc::new(Questions::default());
+        let slot = Arc::new(Standalone::default());
+        let ended = Arc::default();
+        let asker = standalone_on(&questions, &slot, &ended);
+        let got = asker
+            .ask("elicitation/create", Value::Null, Duration::from_secs(600))
+            .await;
+        assert!(matches!(got, Err(AskFailed::Unsent)), "no GET: {got:?}");
+        // A GET that goes away with the question queued, and none after it.
+        let first = slot.open().unwrap();
+        let asked = asker.ask("elicitation/create", Value::Null, Duration::from_secs(600));
+        let leave = async {
+            tokio::task::yield_now().await;
+            drop(first);
+        };
+        let (got, ()) = tokio::join!(asked, leave);
+        assert!(matches!(got, Err(AskFailed::Unsent)), "{got:?}");
+        assert_eq!(questions.waiting(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standalone_question_ends_with_its_session_and_its_withdrawal_goes_on_the_live_get() {
+        let questions = Arc::new(Questions::default());
+        let slot = Arc::new(Standalone::default());
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let asker = standalone_on(&questions, &slot, &ended);
+        let mut first = slot.open().unwrap();
+        let asked = asker.ask("elicitation/create", Value::Null, Duration::from_secs(600));
+        let agent = async {
+            let line = first.next().await.expect("the question");
+            drop(first);
+            // The GET closing does not end the wait; the session's end does.
+            tokio::time::sleep(SESSION_LOOK * 4).await;
+            assert_eq!(questions.waiting(), 1, "still waiting for a POST");
+            ended.store(true, Ordering::Relaxed);
+            question_id(&line)
+        };
+        let started = tokio::time::Instant::now();
+        let (got, id) = tokio::join!(asked, agent);
+        assert!(matches!(got, Err(AskFailed::Closed)), "{got:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "not at the timeout"
+        );
+        assert_eq!(questions.waiting(), 0);
+        // A question withdrawn (here: timed out) is withdrawn on the GET open then, not on
+        // the one it was asked on.
+        ended.store(false, Ordering::Relaxed);
+        let mut asked_on = slot.open().unwrap();
+        let asked = asker.ask("elicitation/create", Value::Null, Duration::from_secs(5));
+        let agent = async {
+            let line = asked_on.next().await.expect("the question");
+            drop(asked_on);
+            let mut live = slot.open().unwrap();
+            let told = live.next().await.expect("the withdrawal");
+            (question_id(&line), told)
+        };
+        let (got, (id2, told)) = tokio::join!(asked, agent);
+        assert!(matches!(got, Err(AskFailed::Timeout(_))), "{got:?}");
+        assert_ne!(id, id2);
+        let told: Value = serde_json::from_slice(&told).unwrap();
+        assert_eq!(told["method"], "notifications/cancelled");
+        assert_eq!(told["params"]["requestId"], id2.as_str());
+    }
 
     /// Asks one question on a fresh stream, gives it up with `give_up` once the agent has
     /// read it, and returns how the question ended and what the agent was told next.

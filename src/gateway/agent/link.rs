@@ -149,25 +149,29 @@ impl UpstreamLink {
 
     /// A way to ask the agent of the current HTTP session on its open standalone stream (its
     /// GET), Palisade writing the question and taking the answer from the session's POST as
-    /// the agent wrote it: for a server's request that no call in flight carries. `None`
-    /// while the session holds no GET, or when its POSTs are rmcp's to read (weighted
-    /// `Accept`, say): rmcp's session then asks, and keeps the request for the next GET.
-    pub fn standalone_asker(&self) -> Option<Arc<Asker>> {
+    /// the agent wrote it: for a server's request that no call in flight carries; with the
+    /// session's rmcp peer (read under the same lock: the asker's session's), which asks
+    /// instead if no GET takes the question. `None` while the session holds no GET, or when
+    /// its POSTs are rmcp's to read (weighted `Accept`, say): rmcp's session then asks, and
+    /// keeps the request for the next GET.
+    pub fn standalone_asker(&self) -> Option<(Arc<Asker>, Peer<RoleServer>)> {
         let peer = self.peer.read().unwrap_or_else(|e| e.into_inner());
-        let caps = peer
-            .as_ref()
-            .filter(|p| !p.is_transport_closed())?
-            .peer_info()?
-            .capabilities
-            .clone();
+        let peer = peer.as_ref().filter(|p| !p.is_transport_closed())?;
+        let caps = peer.peer_info()?.capabilities.clone();
         let standalone = self.standalone.read().unwrap_or_else(|e| e.into_inner());
         let session = standalone.as_ref().filter(|s| s.answers_fit)?;
-        Some(Arc::new(Asker::standalone(
+        session.stream.live()?;
+        let asker = Asker::standalone(
             Arc::clone(&self.questions),
             session.id.clone(),
-            session.stream.live()?,
+            Arc::clone(&session.stream),
+            {
+                let peer = peer.clone();
+                Arc::new(move || peer.is_transport_closed())
+            },
             Some(caps),
-        )))
+        );
+        Some((Arc::new(asker), peer.clone()))
     }
 
     /// The agent's line writer (set once, by the stdio front).

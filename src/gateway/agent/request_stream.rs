@@ -34,6 +34,11 @@ enum Item {
         line: Vec<u8>,
         _share: tokio::sync::OwnedSemaphorePermit,
     },
+    /// A question whose asker learns when the body has taken it (`ask_tracked`).
+    Tracked {
+        line: Vec<u8>,
+        taken: tokio::sync::oneshot::Sender<()>,
+    },
     /// The request's answer: the stream ends after it.
     Last(Vec<u8>),
     /// The request ended with no answer (the agent cancelled it).
@@ -115,6 +120,15 @@ impl RequestStream {
     /// question, unlike a notification, is never dropped. False when the client has gone.
     pub async fn ask(&self, line: Vec<u8>) -> bool {
         self.tx.send(Item::Line(line)).await.is_ok()
+    }
+
+    /// As `ask`, and the receiver resolves once the body has taken the line (it is then the
+    /// HTTP server's to write); an error there means the body was dropped with the line still
+    /// queued: the agent never saw it. `None` when the client had gone already.
+    pub async fn ask_tracked(&self, line: Vec<u8>) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        let (taken, rx) = tokio::sync::oneshot::channel();
+        self.tx.send(Item::Tracked { line, taken }).await.ok()?;
+        Some(rx)
     }
 
     /// Queues a line that must not be dropped (a question's withdrawal) without waiting for
@@ -222,6 +236,10 @@ impl futures::Stream for Lines {
             Poll::Ready(Some(Item::Line(line) | Item::Held { line, .. })) => {
                 Poll::Ready(Some(line))
             }
+            Poll::Ready(Some(Item::Tracked { line, taken })) => {
+                let _ = taken.send(());
+                Poll::Ready(Some(line))
+            }
             Poll::Ready(Some(Item::Last(line))) => {
                 self.ended = true;
                 Poll::Ready(Some(line))
@@ -256,6 +274,21 @@ mod tests {
         let mut again = standalone.open().expect("a GET after it gets one");
         standalone.live().unwrap().offer(b"later".to_vec());
         assert_eq!(again.next().await.as_deref(), Some(&b"later"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_tracked_line_says_whether_the_body_took_it_or_dropped_it() {
+        let (tx, mut lines) = RequestStream::new();
+        let taken = tx.ask_tracked(b"q1".to_vec()).await.unwrap();
+        assert_eq!(lines.next().await.as_deref(), Some(&b"q1"[..]));
+        assert!(taken.await.is_ok(), "taken by the body");
+        let lost = tx.ask_tracked(b"q2".to_vec()).await.unwrap();
+        drop(lines);
+        assert!(lost.await.is_err(), "dropped with the body, never taken");
+        assert!(
+            tx.ask_tracked(b"q3".to_vec()).await.is_none(),
+            "the client has gone"
+        );
     }
 
     #[tokio::test]

@@ -156,7 +156,8 @@ impl Relayer {
     fn idle_road(&self, peer: Peer<RoleServer>) -> Road {
         match self.session_road(peer) {
             Road::Session(peer) => match self.upstream.standalone_asker() {
-                Some(asker) => Road::Standalone(asker, peer),
+                // The session asked and the one that would ask instead are the same.
+                Some((asker, its_peer)) => Road::Standalone(asker, its_peer),
                 None => Road::Session(peer),
             },
             road => road,
@@ -206,15 +207,22 @@ impl Relayer {
     ) -> Result<Box<RawValue>, UpstreamError> {
         let method = kind.method();
         match road {
-            Road::Session(peer) => self.ask_session(peer, method, params, cancel).await,
+            Road::Session(peer) => {
+                self.ask_session(peer, method, params, self.timeout, cancel)
+                    .await
+            }
             Road::Standalone(asker, peer) => {
+                let asked_at = Instant::now();
                 let asked = asker
                     .ask_until(method, Value::Object(params.clone()), self.timeout, cancel)
                     .await;
                 match asked {
-                    // The GET closed just before: rmcp's session keeps the request for the
-                    // next one, as it would have without a stream of Palisade's.
-                    Err(AskFailed::Unsent) => self.ask_session(peer, method, params, cancel).await,
+                    // No GET took it: rmcp's session keeps the request for the next one, as
+                    // it would have without a stream of Palisade's, in the time left.
+                    Err(AskFailed::Unsent) => {
+                        let left = self.timeout.saturating_sub(asked_at.elapsed());
+                        self.ask_session(peer, method, params, left, cancel).await
+                    }
                     other => other.map_err(stream_error),
                 }
             }
@@ -244,12 +252,13 @@ impl Relayer {
         peer: &Peer<RoleServer>,
         method: &str,
         params: Map<String, Value>,
+        timeout: Duration,
         cancel: &tokio_util::sync::CancellationToken,
     ) -> Result<Box<RawValue>, UpstreamError> {
         // As an extension's request, so that rmcp passes the params as they are.
         let request =
             ServerRequest::CustomRequest(CustomRequest::new(method, Some(Value::Object(params))));
-        let answer = request_of(peer, request, self.timeout, Some(cancel)).await?;
+        let answer = request_of(peer, request, timeout, Some(cancel)).await?;
         serde_json::value::to_raw_value(&answer).map_err(|e| UpstreamError::Other(e.to_string()))
     }
 
