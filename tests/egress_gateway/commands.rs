@@ -42,37 +42,68 @@ fn check_reports_the_network_gap() {
     assert!(text.contains("net (warn): sandboxed"), "{text}");
 }
 
-/// `palisade check` on an allowlisted server under `backend: landlock`: sandboxed (no socat
-/// needed), with the by-port limit said; with socat off PATH too, so it cannot be the
-/// bubblewrap bridge that is counted.
+/// An allowlisted server under `backend: landlock`: Landlock's network rules name the egress
+/// proxy's port, not its address, so the allowlist cannot be enforced. `palisade check`
+/// says REFUSED under enforce (exit 3), naming the field and the fix, and DEGRADED under
+/// warn, in Landlock still (with socat off PATH too, so it cannot be the bubblewrap bridge);
+/// `palisade run --allow-domain` under enforce refuses to run the command (exit 3).
 #[test]
-fn check_reports_an_allowlist_under_landlock_as_sandboxed_with_its_port_limit() {
+fn an_allowlist_under_landlock_is_refused_under_enforce_and_degraded_under_warn() {
     if landlock_abi_4().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("c.json");
-    std::fs::write(
-        &cfg,
-        json!({"mcpServers": {"net": {"command": "/bin/true", "sandbox": {"backend": "landlock", "network": {"allowedDomains": ["example.com"]}}}}}).to_string(),
-    )
-    .unwrap();
     let empty = tempfile::tempdir().unwrap();
+    let check = |policy: &str| {
+        let cfg = dir.path().join(format!("{policy}.json"));
+        std::fs::write(
+            &cfg,
+            json!({"mcpServers": {"net": {"command": "/bin/true", "sandbox": {"backend": "landlock", "policy": policy, "network": {"allowedDomains": ["example.com"]}}}}}).to_string(),
+        )
+        .unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .args(["check", "--config"])
+            .arg(&cfg)
+            .env("PATH", empty.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    let (code, text) = check("enforce");
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.contains("net (enforce): REFUSED"), "{text}");
+    assert!(
+        text.contains("sandbox.network.allowedDomains cannot be enforced by the Landlock tier"),
+        "{text}"
+    );
+    let (code, text) = check("warn");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("net (warn): DEGRADED: runs in a weaker sandbox"),
+        "{text}"
+    );
+    assert!(text.contains("tier: landlock"), "{text}");
+    let marker = dir.path().join("ran");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .args(["check", "--config"])
-        .arg(&cfg)
-        .env("PATH", empty.path())
+        .env("TMPDIR", private_tmp(dir.path()))
+        .args([
+            "run",
+            "--backend",
+            "landlock",
+            "--allow-domain",
+            "example.com",
+            "--",
+        ])
+        .args(["/bin/touch".as_ref(), marker.as_os_str()])
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("net (enforce): sandboxed (Landlock"),
-        "{text}"
-    );
-    assert!(
-        text.contains("network rules name ports, not addresses"),
-        "{text}"
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("allowedDomains"), "{stderr}");
+    assert!(!marker.exists(), "the command ran");
 }
 
 /// `palisade run --allow-domain`: the command (real curl) reaches the allowed name through

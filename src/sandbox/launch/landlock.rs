@@ -38,8 +38,8 @@ pub const LANDLOCK_NOT_ENFORCED: &[&str] = &[
 /// What the Landlock tier does not enforce for a server with a domain allowlist (launch log,
 /// `check`, docs/security.md).
 pub const LANDLOCK_PROXY_NOT_ENFORCED: &str = "network rules name ports, not addresses: the \
-     server may also connect to the egress proxy's port number (ephemeral, chosen at each \
-     start) on other hosts";
+     server may also connect to the egress proxy's port number on any other host (refused \
+     under enforce; under warn the allowlist holds by port only)";
 
 /// The Landlock command for `spec`: ruleset built here, restrict-self and seccomp in the
 /// child right before exec. `why` says why this tier was chosen (for the launch log).

@@ -13,11 +13,11 @@ pub(super) fn landlock_hard_gaps(caps: &Capabilities) -> Vec<Reason> {
         Landlock::Available { .. } => Vec::new(),
         Landlock::NotEnabled => vec![reason(
             "Landlock is built into this kernel but not enabled",
-            "add landlock to the kernel's lsm= boot parameter (e.g. lsm=landlock,lockdown,yama,integrity,apparmor),              or make bubblewrap usable (user namespaces)",
+            "add landlock to the kernel's lsm= boot parameter (e.g. lsm=landlock,lockdown,yama,integrity,apparmor), or make bubblewrap usable (user namespaces)",
         )],
         Landlock::NotImplemented => vec![reason(
-            "Landlock is not available (a kernel before 5.13 or without CONFIG_SECURITY_LANDLOCK, or a seccomp              profile around palisade refuses its system calls)",
-            "use Linux 5.13 or later with Landlock enabled (6.12 or later for signal scoping), allow the              landlock_* system calls in the container's seccomp profile, or make bubblewrap usable (user namespaces)",
+            "Landlock is not available (a kernel before 5.13 or without CONFIG_SECURITY_LANDLOCK, or a seccomp profile around palisade refuses its system calls)",
+            "use Linux 5.13 or later with Landlock enabled (6.12 or later for signal scoping), allow the landlock_* system calls in the container's seccomp profile, or make bubblewrap usable (user namespaces)",
         )],
     }
 }
@@ -29,14 +29,14 @@ fn landlock_soft_gaps(caps: &Capabilities, needs: &Needs, plan: &mut Plan) -> Ve
     if !caps.seccomp {
         plan.seccomp = false;
         gaps.push(reason(
-            "the kernel has no seccomp filter support: under Landlock, host unix sockets, UDP, raw and              netlink sockets, io_uring and nested user namespaces stay open",
+            "the kernel has no seccomp filter support: under Landlock, host unix sockets, UDP, raw and netlink sockets, io_uring and nested user namespaces stay open",
             "use a kernel built with CONFIG_SECCOMP_FILTER",
         ));
     }
     if abi < 6 {
         gaps.push(reason(
             format!(
-                "Landlock ABI {abi} cannot scope signals: the server can signal host processes of the same user                  (ABI 6, Linux 6.12, can)"
+                "Landlock ABI {abi} cannot scope signals: the server can signal host processes of the same user (ABI 6, Linux 6.12, can)"
             ),
             "use Linux 6.12 or later, or backend bwrap (its PID namespace hides host processes)",
         ));
@@ -62,9 +62,21 @@ fn landlock_soft_gaps(caps: &Capabilities, needs: &Needs, plan: &mut Plan) -> Ve
                 )
             })
         };
-        if let Some(gap) = gap {
-            plan.host_network = true;
-            gaps.push(gap);
+        match gap {
+            Some(gap) => {
+                plan.host_network = true;
+                gaps.push(gap);
+            }
+            // Landlock's network rules name a port, not an address: the proxy's port number
+            // on a host the server chooses (one listening on every port) is reachable too,
+            // around the allowlist.
+            None => gaps.push(reason(
+                "sandbox.network.allowedDomains cannot be enforced by the Landlock tier: its network rules \
+                 name ports, not addresses, so the server can also reach the egress proxy's port number on \
+                 any host, around the allowlist",
+                "use backend bwrap (user namespaces needed), or remove sandbox.network.allowedDomains (no \
+                 network); under sandbox policy warn the server runs with the allowlist enforced by port only",
+            )),
         }
     }
     gaps

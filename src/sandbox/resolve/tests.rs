@@ -428,17 +428,29 @@ fn landlock_backend_needs_no_bubblewrap() {
 }
 
 #[test]
-fn an_allowlist_under_landlock_abi_4_is_sandboxed_through_the_proxy_without_socat() {
+fn an_allowlist_under_landlock_is_refused_in_enforce_and_held_by_port_in_warn() {
     let n = Needs {
         egress: true,
         ..landlock_needs()
     };
     let mut caps = good();
     caps.socat = None;
-    assert_eq!(
-        resolve(&caps, &n, SandboxPolicy::Enforce),
-        Resolution::Sandboxed { plan: LANDLOCK }
+    // Landlock's network rules name the proxy's port, not its address: any host's listener
+    // on that port number is reachable, so the allowlist cannot be enforced.
+    let r = resolve(&caps, &n, SandboxPolicy::Enforce);
+    assert!(matches!(r, Resolution::Refused { .. }), "{r:?}");
+    assert!(
+        reasons(&r).contains("sandbox.network.allowedDomains cannot be enforced"),
+        "{r:?}"
     );
+    // warn: still in Landlock, through the proxy (no host network), degraded with the reason.
+    match resolve(&caps, &n, SandboxPolicy::Warn) {
+        Resolution::Degraded { plan, reasons } => {
+            assert_eq!(plan, LANDLOCK, "through the proxy, not the host network");
+            assert!(reasons[0].problem.contains("name ports, not addresses"));
+        }
+        other => panic!("{other:?}"),
+    }
     // A proxy that could not serve it: refused in enforce, host network in warn.
     let failed = Needs {
         egress_problem: Some("cannot open a loopback proxy port".into()),
