@@ -309,6 +309,7 @@ fn traced(req: &LaunchRequest, prepared: launch::Prepared, log: &Path) -> anyhow
             path_var: &std::env::var("PATH").unwrap_or_default(),
             cwd: &std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             home: None,
+            grants: None,
         },
     )
     .map_err(|e| ExitWith::new(EXIT_NOT_FOUND, e.to_string()))?;

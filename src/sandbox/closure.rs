@@ -15,6 +15,13 @@
 //! Reads the filesystem (metadata, link targets, first line of scripts, `pyvenv.cfg`), never
 //! writes. Never returns `/`, a top-level directory or a home directory: a closure that would
 //! be that broad falls back to the narrower directory or the file itself.
+//!
+//! Never follows, out of what the sandbox already shows, an input the server itself can
+//! write (`Writable`): a symlink, a `pyvenv.cfg` or a `#!` line inside a read-write grant is
+//! the server's to rewrite between two launches, and the closure computed at its restart
+//! would grant whatever it then named (a server that rewrote its venv's `home` read the
+//! prefix it chose after a restart). What such an input leads to is granted only when it is
+//! in the system base or inside the grants; otherwise it is left out, and said.
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
@@ -31,12 +38,56 @@ pub enum ClosureError {
 }
 
 /// Where to look things up: the sandbox's PATH, the working directory, the user's home (the
-/// closure never grants it whole).
+/// closure never grants it whole), and what the server can write.
 #[derive(Debug, Clone)]
 pub struct Lookup<'a> {
     pub path_var: &'a str,
     pub cwd: &'a Path,
     pub home: Option<&'a Path>,
+    pub grants: Option<&'a Writable>,
+}
+
+/// The sandbox's grants, each with whether the server can write it: a path is writable when
+/// the deepest grant holding it is read-write (a read-only grant or a `denyWrite` path
+/// inside a read-write one carves it out).
+#[derive(Debug, Clone, Default)]
+pub struct Writable(Vec<(PathBuf, bool)>);
+
+impl Writable {
+    /// From `(path, writable)` pairs; a read-only and a read-write entry for the same path
+    /// make it read-only.
+    pub fn new(grants: impl IntoIterator<Item = (PathBuf, bool)>) -> Writable {
+        Writable(grants.into_iter().collect())
+    }
+
+    /// Whether the server can write at `p` (its directory resolved, so that a path through
+    /// a symlinked directory is judged where it lies).
+    pub fn writable(&self, p: &Path) -> bool {
+        let real = p
+            .parent()
+            .and_then(|d| std::fs::canonicalize(d).ok())
+            .zip(p.file_name())
+            .map(|(d, n)| d.join(n));
+        [Some(p.to_path_buf()), real]
+            .into_iter()
+            .flatten()
+            .any(|p| self.deepest_writable(&p))
+    }
+
+    fn deepest_writable(&self, p: &Path) -> bool {
+        let holding = self.0.iter().filter(|(g, _)| p.starts_with(g));
+        let Some(depth) = holding.clone().map(|(g, _)| g.components().count()).max() else {
+            return false;
+        };
+        holding
+            .filter(|(g, _)| g.components().count() == depth)
+            .all(|(_, w)| *w)
+    }
+
+    /// Whether `p` lies inside a grant (read-only or read-write): the sandbox shows it.
+    pub fn shown(&self, p: &Path) -> bool {
+        self.0.iter().any(|(g, _)| p.starts_with(g))
+    }
 }
 
 /// Prefixes the system base already shows read-only.
@@ -132,16 +183,21 @@ pub fn closure(program: &Path, args: &[String], lk: &Lookup<'_>) -> Vec<PathBuf>
         if !seen.insert(file.clone()) || seen.len() > 64 {
             continue;
         }
-        for hop in symlink_chain(&file) {
+        let (hops, whole) = symlink_chain(&file, lk);
+        for hop in hops {
             add_install_dir(&hop, lk, &mut out);
         }
-        if !executed {
+        if !executed || !whole {
             continue;
         }
         let Ok(real) = std::fs::canonicalize(&file) else {
             continue;
         };
         if let Some(interp) = shebang_interpreter(&real, lk) {
+            if untrusted(&real, lk) && !trusted_target(&interp, lk) {
+                left_out(&real, "its #! interpreter", &interp);
+                continue;
+            }
             queue.push((interp, true));
         }
     }
@@ -153,9 +209,33 @@ pub fn closure(program: &Path, args: &[String], lk: &Lookup<'_>) -> Vec<PathBuf>
         .collect()
 }
 
+/// Whether `p` lies where the server can write (see `Writable`).
+fn untrusted(p: &Path, lk: &Lookup<'_>) -> bool {
+    lk.grants.is_some_and(|g| g.writable(p))
+}
+
+/// Whether what an input the server can write leads to may be granted: only what the
+/// sandbox shows anyway (the system base, the grants).
+fn trusted_target(p: &Path, lk: &Lookup<'_>) -> bool {
+    in_base(p) || lk.grants.is_some_and(|g| g.shown(p))
+}
+
+/// Says that `input` (where the server can write) named `what`, which is not granted.
+fn left_out(input: &Path, what: &str, target: &Path) {
+    tracing::warn!(
+        "{} lies where the server can write, so {what} ({}) is not granted read access: the \
+         server could change it between launches. If it is right, add it to \
+         sandbox.filesystem.allowRead, or make {} read-only (sandbox.filesystem.denyWrite)",
+        input.display(),
+        target.display(),
+        input.display()
+    );
+}
+
 /// `path` and every path its symlinks lead through, in order (at most 40 hops, as the
-/// kernel allows).
-fn symlink_chain(path: &Path) -> Vec<PathBuf> {
+/// kernel allows), and whether the chain was followed to its end: a link the server can
+/// write that leads out of what the sandbox shows is not followed (`Writable`).
+fn symlink_chain(path: &Path, lk: &Lookup<'_>) -> (Vec<PathBuf>, bool) {
     let mut chain = vec![path.to_path_buf()];
     let mut cur = path.to_path_buf();
     for _ in 0..40 {
@@ -172,14 +252,24 @@ fn symlink_chain(path: &Path) -> Vec<PathBuf> {
         if parent.join(name) != cur {
             chain.push(parent.join(name));
         }
-        cur = crate::roots::canon::lexical_normalize(&parent.join(target));
+        let next = crate::roots::canon::lexical_normalize(&parent.join(target));
+        if untrusted(&parent.join(name), lk) && !trusted_target(&next, lk) {
+            left_out(
+                &parent.join(name),
+                "the target of this symbolic link",
+                &next,
+            );
+            chain.dedup();
+            return (chain, false);
+        }
+        cur = next;
         chain.push(cur.clone());
     }
     if let Ok(real) = std::fs::canonicalize(path) {
         chain.push(real);
     }
     chain.dedup();
-    chain
+    (chain, true)
 }
 
 fn in_base(p: &Path) -> bool {
@@ -209,9 +299,12 @@ fn add_install_dir(file: &Path, lk: &Lookup<'_>, out: &mut BTreeSet<PathBuf>) {
         .find(|a| a.join("pyvenv.cfg").is_file())
     {
         out.insert(narrow(Some(venv.to_path_buf()), file));
-        if let Some(home) = venv_home(&venv.join("pyvenv.cfg")) {
+        let cfg = venv.join("pyvenv.cfg");
+        if let Some(home) = venv_home(&cfg) {
             if let Some(prefix) = prefix_of_bin_dir(&home) {
-                if !in_base(&prefix) {
+                if untrusted(&cfg, lk) && !trusted_target(&prefix, lk) {
+                    left_out(&cfg, "the base installation its `home` names", &prefix);
+                } else if !in_base(&prefix) {
                     out.insert(narrow(Some(prefix), &home));
                 }
             }
@@ -341,7 +434,53 @@ mod tests {
             path_var,
             cwd,
             home: None,
+            grants: None,
         }
+    }
+
+    /// A venv inside a read-write grant whose `pyvenv.cfg` and `python` link the server
+    /// rewrote, pointing at a prefix of the host's: neither is followed out of the grants,
+    /// unless the venv is carved read-only (then the server cannot have changed them).
+    #[test]
+    fn what_an_input_the_server_can_write_names_is_not_granted() {
+        let d = tempfile::tempdir().unwrap();
+        let d = std::fs::canonicalize(d.path()).unwrap();
+        let secret = d.join("secret-prefix");
+        exe(&secret.join("bin/python3.11"), "\x7fELF");
+        std::fs::create_dir_all(secret.join("lib")).unwrap();
+        let work = d.join("work");
+        let venv = work.join(".venv");
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::fs::write(
+            venv.join("pyvenv.cfg"),
+            format!("home = {}\n", secret.join("bin").display()),
+        )
+        .unwrap();
+        symlink(secret.join("bin/python3.11"), venv.join("bin/python")).unwrap();
+        exe(&work.join("server.py"), "import os\n");
+        let args = vec![work.join("server.py").display().to_string()];
+        let with = |g: &Writable| {
+            let l = Lookup {
+                grants: Some(g),
+                ..lk("/usr/bin", &d)
+            };
+            closure(&venv.join("bin/python"), &args, &l)
+        };
+        // Control: with no grants known, both are followed, as before.
+        let all = closure(&venv.join("bin/python"), &args, &lk("/usr/bin", &d));
+        assert!(all.contains(&secret), "{all:?}");
+        let writable = Writable::new([(work.clone(), true)]);
+        let c = with(&writable);
+        assert!(!c.iter().any(|p| p.starts_with(&secret)), "{c:?}");
+        assert!(c.contains(&venv), "the venv itself is still there: {c:?}");
+        // The venv carved read-only inside the writable root: trusted again.
+        let carved = Writable::new([(work.clone(), true), (venv.clone(), false)]);
+        let c = with(&carved);
+        assert!(c.contains(&secret), "{c:?}");
+        // A target inside the grants is followed (the sandbox shows it anyway).
+        let inside = Writable::new([(work.clone(), true), (secret.clone(), false)]);
+        let c = with(&inside);
+        assert!(c.contains(&secret), "{c:?}");
     }
 
     #[test]

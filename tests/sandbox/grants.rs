@@ -102,3 +102,69 @@ fn deny_write_paths_can_be_neither_written_nor_created() {
     assert_eq!(std::fs::read_to_string(d.join("other")).unwrap(), "fine\n");
     assert!(err.contains("Read-only file system"), "{err}");
 }
+
+/// A server whose venv lies in its writable root rewrites the venv's `pyvenv.cfg` so that
+/// its `home` names a prefix of the host's (one with a `lib`); at its next launch that prefix
+/// must not be granted, under either tier: the closure does not follow what the server can
+/// write out of the grants (and says so). Before, the second launch read the prefix's secret.
+#[test]
+fn a_venv_the_server_rewrote_grants_nothing_new_at_the_next_launch() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(dir.path()).unwrap();
+    let prefix = d.join("secret-prefix");
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    std::fs::create_dir_all(prefix.join("lib")).unwrap();
+    let secret = prefix.join("lib/secret.txt");
+    std::fs::write(&secret, "TOP-SECRET").unwrap();
+    let work = d.join("work");
+    std::fs::create_dir(&work).unwrap();
+    let made = Command::new(crate::common::PY)
+        .args(["-m", "venv", "--without-pip"])
+        .arg(work.join(".venv"))
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let server = work.join("server.py");
+    std::fs::write(
+        &server,
+        "import pathlib, sys\n\
+         try:\n    print('READ:', pathlib.Path(sys.argv[1]).read_text())\n\
+         except OSError as e:\n    print('blocked:', e.strerror)\n\
+         pathlib.Path(sys.argv[2]).write_text('home = ' + sys.argv[3] + '\\n')\n",
+    )
+    .unwrap();
+    for tier in ["bwrap", "landlock"] {
+        let launch = || {
+            palisade()
+                .args(["run", "--backend", tier, "--rw"])
+                .arg(&work)
+                .arg("--")
+                .arg(work.join(".venv/bin/python"))
+                .arg(&server)
+                .arg(&secret)
+                .arg(work.join(".venv/pyvenv.cfg"))
+                .arg(prefix.join("bin"))
+                .output()
+                .unwrap()
+        };
+        let first = launch();
+        let second = launch();
+        let (out1, out2) = (text(&first.stdout), text(&second.stdout));
+        let err2 = text(&second.stderr);
+        assert!(
+            first.status.success() && out1.contains("blocked:"),
+            "{tier}, first launch: {out1}\n{}",
+            text(&first.stderr)
+        );
+        assert!(
+            second.status.success() && out2.contains("blocked:") && !out2.contains("TOP-SECRET"),
+            "{tier}: the rewritten venv granted the prefix: {out2}\n{err2}"
+        );
+        assert!(
+            err2.contains("lies where the server can write"),
+            "{tier}: the prefix left out is said: {err2}"
+        );
+        // Reset the venv for the next tier.
+        std::fs::write(work.join(".venv/pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    }
+}

@@ -102,10 +102,24 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
         Some(c) => c.clone(),
         None => std::env::current_dir().map_err(|e| io("cannot read the current directory", e))?,
     };
+    // What the server can write: a closure input there is not followed out of the grants.
+    let writable = closure::Writable::new(
+        grants
+            .iter()
+            .chain(&profile_mounts)
+            .map(|m| (m.path.clone(), m.access == crate::sandbox::Access::Rw))
+            .chain(req.deny_write.iter().map(|p| {
+                (
+                    std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()),
+                    false,
+                )
+            })),
+    );
     let lookup = Lookup {
         path_var: &path_var,
         cwd: &lookup_cwd,
         home: host.home.as_deref(),
+        grants: Some(&writable),
     };
     let program = closure::resolve_program(&req.command, &lookup)?;
 
