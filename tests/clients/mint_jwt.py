@@ -43,6 +43,8 @@ def main(jwks_path, iss, aud):
         "wrong_key": mint(signer=other),
         "rotated": mint(signer=other, kid="k2"),
         "missing_scope": mint(scope="other"),
+        "not_yet_valid": mint(nbf=now + 3600),
+        "sub_alice": mint(sub="alice"),
         "hs256": jwt.encode({"iss": iss, "aud": aud, "sub": "x", "exp": now + 600},
                             "secret", algorithm="HS256", headers={"kid": "k1"}),
     }))

@@ -82,6 +82,7 @@ fn jwt_access_tokens_are_checked_and_the_resource_metadata_is_served() {
         "wrong_key",
         "missing_scope",
         "hs256",
+        "not_yet_valid",
     ] {
         let bearer = format!("Bearer {}", minted[bad].as_str().unwrap());
         let (status, text) = front.raw("POST", "/mcp", &[("Authorization", &bearer)]);
@@ -401,4 +402,45 @@ fn a_jwks_over_https_is_fetched_through_https_proxy_and_no_proxy_is_honoured() {
     assert!(text.contains("could not be fetched"), "{text}");
     assert!(!refusing.seen().is_empty());
     assert_eq!(server.handshakes(), 1, "never fetched around the proxy");
+}
+
+// Tokens from a tokens file beside JWTs: a JWT whose `sub` names a principal of the file
+// (`alice`) is refused (401 saying why), since it would be handed that principal's servers,
+// sandbox directory and sessions; the file's own token for alice and another subject's JWT
+// both work. Before, the JWT was admitted as alice.
+#[test]
+fn a_jwt_whose_subject_names_a_tokens_file_principal_is_refused() {
+    let ws = Workspace::new();
+    let (config, _sandbox, _audit) = fs_config(&ws);
+    let jwks = ws.path().join("jwks.json");
+    let minted = mint(&jwks, ISS, AUD);
+    let tokens = crate::fixtures::tokens_file(&ws);
+    let front = Front::start(
+        &ws,
+        &config,
+        &[
+            "--tokens",
+            tokens.to_str().unwrap(),
+            "--jwks",
+            jwks.to_str().unwrap(),
+            "--jwt-issuer",
+            ISS,
+            "--jwt-audience",
+            AUD,
+        ],
+    );
+    let bearer = format!("Bearer {}", minted["sub_alice"].as_str().unwrap());
+    let (status, text) = front.raw("POST", "/mcp", &[("Authorization", &bearer)]);
+    let calls = json!([{"tool": "fs__list_roots", "args": {}}]);
+    let file_alice = front.client(crate::fixtures::ALICE, calls.clone());
+    let carol = front.client(minted["good"].as_str().unwrap(), calls);
+    front.stop();
+    let err = ws.stderr_text();
+    assert_eq!(status, 401, "{text}\n{err}");
+    assert!(
+        text.contains("also a principal of the tokens file"),
+        "{text}"
+    );
+    assert_eq!(file_alice["calls"][0]["ok"], true, "{file_alice}\n{err}");
+    assert_eq!(carol["calls"][0]["ok"], true, "{carol}\n{err}");
 }

@@ -37,17 +37,31 @@ pub(super) async fn authenticate(auth: &Auth, headers: &HeaderMap) -> Result<Str
     if let Some(p) = tokens.as_ref().and_then(|t| t.principal(token)) {
         return Ok(p.to_string());
     }
-    match jwt {
-        Some(v) => v.verify(token).await.map_err(|e| match e {
-            jwt::JwtError::Invalid(why) => {
-                Refused::Unauthorized(format!("the access token is not valid: {why}"))
-            }
-            unavailable @ jwt::JwtError::Unavailable(_) => {
-                Refused::Unavailable(unavailable.to_string())
-            }
-        }),
-        None => Err(unauthorized("the bearer token is not valid")),
+    let Some(v) = jwt else {
+        return Err(unauthorized("the bearer token is not valid"));
+    };
+    let principal = v.verify(token).await.map_err(|e| match e {
+        jwt::JwtError::Invalid(why) => {
+            Refused::Unauthorized(format!("the access token is not valid: {why}"))
+        }
+        unavailable @ jwt::JwtError::Unavailable(_) => {
+            Refused::Unavailable(unavailable.to_string())
+        }
+    })?;
+    // A JWT's subject that names a principal of the tokens file would be given that
+    // principal's servers, sandbox directory, approvals and sessions: refused instead.
+    if tokens.as_ref().is_some_and(|t| t.names(&principal)) {
+        tracing::warn!(
+            principal = %principal,
+            "a JWT's subject is also a principal of the tokens file: refused (rename the \
+             tokens file's entry, or give that person one way in)"
+        );
+        return Err(unauthorized(
+            "the access token's subject is also a principal of the tokens file; the two \
+             cannot share servers",
+        ));
     }
+    Ok(principal)
 }
 
 /// Where this resource's RFC 9728 metadata is, as the client reached it.

@@ -231,6 +231,8 @@ impl JwtVerifier {
         v.set_issuer(&[&self.issuer]);
         v.set_audience(&[&self.audience]);
         v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        // A token not valid yet (`nbf` in the future, past the leeway) is refused too.
+        v.validate_nbf = true;
         v.leeway = 30;
         let data = decode::<Claims>(token, &key.2, &v).map_err(|e| Some(format!("{e}")))?;
         let granted: Vec<String> = match (data.claims.scope, data.claims.scp) {

@@ -114,6 +114,11 @@ impl TokenTable {
     }
 
     /// The principal whose token this is.
+    /// Whether `name` is one of the file's principals.
+    pub fn names(&self, name: &str) -> bool {
+        self.entries.iter().any(|(n, _)| n == name)
+    }
+
     pub fn principal(&self, token: &str) -> Option<&str> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let mut found = None;
