@@ -441,3 +441,52 @@ fn busy_polling_turns_off_at_zero_and_a_spin_past_its_cap_is_refused() {
         assert!(err.contains("0 turns busy polling off"), "the fix: {err}");
     }
 }
+
+// README's one-server line, as a user copies it: `serve -- npx -y server-filesystem DIR`
+// served nothing of DIR (the server was told of Palisade's sandbox directory only, and the
+// policy refused DIR as outside its roots), and `serve` had no way to grant it. `serve --rw
+// DIR -- CMD` grants DIR to the one server: its roots name it and a read works, with the
+// real server-filesystem and the Python SDK client. Control: without `--rw` the read is
+// refused.
+#[test]
+fn serve_rw_grants_the_one_server_its_directory() {
+    let ws = Workspace::new();
+    let project = ws.canonical().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("a.txt"), "alpha").unwrap();
+    let fs =
+        support::deps().join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
+    let calls = json!([
+        {"tool": "list_allowed_directories", "args": {}},
+        {"tool": "read_text_file", "args": {"path": project.join("a.txt")}},
+    ]);
+    let run = |grant: bool| -> Value {
+        let mut c = support::driver("tests/clients/calls.py");
+        c.arg(calls.to_string())
+            .arg("--")
+            .arg(palisade())
+            .arg("serve");
+        if grant {
+            c.arg("--rw").arg(&project);
+        }
+        c.args(["--sandbox-dir"]).arg(ws.path().join("sandbox"));
+        c.arg("--").arg("node").arg(&fs).arg(&project);
+        let out = c.output().unwrap();
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}\n{}", text(&out.stdout), text(&out.stderr)))
+    };
+    let granted = run(true);
+    let listed = granted["calls"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(listed.contains(project.to_str().unwrap()), "{granted}");
+    assert_eq!(granted["calls"][1]["error"], false, "{granted}");
+    assert_eq!(granted["calls"][1]["text"], "alpha", "{granted}");
+    let control = run(false);
+    assert_eq!(control["calls"][1]["error"], true, "{control}");
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}

@@ -107,6 +107,13 @@ pub struct ServeArgs {
     /// A scope a JWT access token must grant (repeatable).
     #[arg(long = "jwt-scope")]
     pub jwt_scopes: Vec<String>,
+    /// With `-- CMD`: grant the server read-write access to DIR (repeatable): its sandbox's
+    /// `allowWrite`, and so a root it is told of.
+    #[arg(long = "rw", value_name = "DIR")]
+    pub rw: Vec<std::path::PathBuf>,
+    /// With `-- CMD`: grant the server read-only access to DIR (repeatable): `allowRead`.
+    #[arg(long = "ro", value_name = "DIR")]
+    pub ro: Vec<std::path::PathBuf>,
     /// The one server to serve (after `--`), instead of --config.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -118,9 +125,19 @@ fn load_config(args: &ServeArgs) -> anyhow::Result<crate::config::GatewayConfig>
         (Some(_), Some(_)) => anyhow::bail!(
             "give either --config FILE or `-- COMMAND ARGS...` (one server), not both"
         ),
+        (Some(path), None) if !args.rw.is_empty() || !args.ro.is_empty() => anyhow::bail!(
+            "--rw and --ro grant directories to the one server of `serve -- COMMAND`; in {} \
+             give each server its own under sandbox.filesystem.allowWrite / allowRead",
+            path.display()
+        ),
         (Some(path), None) => Ok(crate::config::load_file(path)?),
         (None, Some((command, rest))) => {
-            let config = one_server_config(command, rest);
+            let cwd = std::env::current_dir().context("cannot read the current directory")?;
+            let grants = OneServerGrants {
+                rw: args.rw.iter().map(|p| cwd.join(p)).collect(),
+                ro: args.ro.iter().map(|p| cwd.join(p)).collect(),
+            };
+            let config = one_server_config(command, rest, &grants);
             Ok(crate::config::parse_str(
                 &config.to_string(),
                 "(the command after --)",
@@ -133,13 +150,28 @@ fn load_config(args: &ServeArgs) -> anyhow::Result<crate::config::GatewayConfig>
     }
 }
 
-/// `{"mcpServers": {NAME: {command, args, "prefix": false}}}` for `serve -- CMD ARGS`.
-pub fn one_server_config(command: &str, args: &[String]) -> serde_json::Value {
+/// The directories `serve --rw/--ro -- CMD` grants its one server (absolute).
+#[derive(Debug, Default)]
+pub struct OneServerGrants {
+    pub rw: Vec<PathBuf>,
+    pub ro: Vec<PathBuf>,
+}
+
+/// `{"mcpServers": {NAME: {command, args, "prefix": false, sandbox}}}` for
+/// `serve [--rw DIR] [--ro DIR] -- CMD ARGS`.
+pub fn one_server_config(
+    command: &str,
+    args: &[String],
+    grants: &OneServerGrants,
+) -> serde_json::Value {
+    let mut server = serde_json::json!({"command": command, "args": args, "prefix": false});
+    if !grants.rw.is_empty() || !grants.ro.is_empty() {
+        server["sandbox"] = serde_json::json!({"filesystem": {
+            "allowWrite": grants.rw, "allowRead": grants.ro,
+        }});
+    }
     let mut servers = serde_json::Map::new();
-    servers.insert(
-        one_server_name(command, args),
-        serde_json::json!({"command": command, "args": args, "prefix": false}),
-    );
+    servers.insert(one_server_name(command, args), server);
     serde_json::json!({ "mcpServers": servers })
 }
 

@@ -36,9 +36,25 @@ fn a_command_line_server_is_named_after_what_it_runs() {
 
 #[test]
 fn one_server_config_keeps_names_and_parses() {
-    let v = one_server_config("node", &["s.js".to_string()]);
+    let v = one_server_config("node", &["s.js".to_string()], &OneServerGrants::default());
     let c = crate::config::parse_str(&v.to_string(), "t").unwrap();
     assert_eq!(c.servers.len(), 1);
     assert_eq!(c.servers[0].0, "s");
+    assert_eq!(c.servers[0].1.prefix, Some(false));
+}
+
+#[test]
+fn one_server_grants_become_its_sandbox_filesystem() {
+    let grants = OneServerGrants {
+        rw: vec![PathBuf::from("/srv/project")],
+        ro: vec![PathBuf::from("/srv/docs")],
+    };
+    let v = one_server_config("node", &["s.js".to_string()], &grants);
+    let c = crate::config::parse_str(&v.to_string(), "t").unwrap();
+    let crate::config::SandboxSetting::Enabled(sandbox) = &c.servers[0].1.sandbox else {
+        panic!("sandboxed");
+    };
+    assert_eq!(sandbox.filesystem.allow_write, vec!["/srv/project"]);
+    assert_eq!(sandbox.filesystem.allow_read, vec!["/srv/docs"]);
     assert_eq!(c.servers[0].1.prefix, Some(false));
 }
