@@ -63,7 +63,7 @@ pub enum Command {
     /// Run the gateway on an embedded default and show what it does (start here).
     Demo(commands::demo::DemoArgs),
     /// Serve MCP on stdio in front of every configured server, each in its own sandbox.
-    Serve(commands::serve::ServeArgs),
+    Serve(Box<commands::serve::ServeArgs>),
     #[command(about = RUN_ABOUT, long_about = None)]
     Run(commands::run::RunArgs),
     /// Fetch the packages `npx -y`/`uvx` servers run into palisade's cache (and lock them).
@@ -101,7 +101,7 @@ pub fn main() -> ExitCode {
     }
     commands::finish(match cli.command {
         Command::Demo(a) => commands::demo::run(a),
-        Command::Serve(a) => commands::serve::run(a),
+        Command::Serve(a) => commands::serve::run(*a),
         Command::Run(a) => commands::run::run(a),
         Command::Check(a) => commands::check::run(a),
         Command::Prefetch(a) => commands::prefetch::run(a),

@@ -490,3 +490,39 @@ fn serve_rw_grants_the_one_server_its_directory() {
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+// The configuration reference's own example writes `"auditLog": "~/.local/state/..."`: the
+// `~` was taken literally (`cannot open audit log ~/...: No such file or directory`, the
+// cause said twice) and `"sandboxDir": "~/sbx"` made a directory named `~` in the working
+// directory. A `~` in the palisade block's paths is now the home, and the audit log's
+// directory is made when missing.
+#[test]
+fn a_tilde_in_the_palisade_block_is_the_home_and_the_logs_directory_is_made() {
+    let ws = Workspace::new();
+    let home = ws.canonical().join("home");
+    let root = ws.canonical().join("project");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "alpha").unwrap();
+    let config = fs_config(
+        &ws,
+        &root,
+        json!({"auditLog": "~/.local/state/palisade/audit.jsonl",
+               "sandboxPolicy": "warn", "policy": null}),
+    );
+    // (The workspace's config names its own sandbox directory; this one is the home's.)
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    v["palisade"]["sandboxDir"] = json!("~/sbx");
+    support::write_json(&config, &v);
+    let home_var = home.display().to_string();
+    let mut serve = Serve::start(&ws, &config, &[], &[("HOME", &home_var)]);
+    serve.initialize();
+    let r = serve.call(2, "fs__read", json!({"path": root.join("a.txt")}));
+    let (status, err) = serve.finish();
+    assert_eq!(text_of(&r), "alpha", "{r}\n{err}");
+    assert!(status.success(), "{status}: {err}");
+    let audit = home.join(".local/state/palisade/audit.jsonl");
+    assert_eq!(support::read_jsonl(&audit).len(), 1, "{err}");
+    assert!(home.join("sbx").is_dir(), "{err}");
+    assert!(!ws.path().join("~").exists() && !Path::new("~").exists());
+}

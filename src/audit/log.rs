@@ -23,7 +23,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -36,13 +36,12 @@ use super::redact::Redaction;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
-    #[error("audit log {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("audit log {path}: last record is damaged ({source}); run `palisade audit verify`")]
-    Damaged { path: PathBuf, source: LineError },
+    // The cause is said in the message, not chained as a source as well: an error printed
+    // with its chain said it twice.
+    #[error("audit log {path}: {cause}")]
+    Io { path: PathBuf, cause: std::io::Error },
+    #[error("audit log {path}: last record is damaged ({cause}); run `palisade audit verify`")]
+    Damaged { path: PathBuf, cause: LineError },
     #[error("audit log {path}: an earlier write failed; refusing further records")]
     Poisoned { path: PathBuf },
     #[error(
@@ -98,10 +97,21 @@ impl AuditLog {
     }
 
     pub fn open_with(path: &Path, options: AuditOptions) -> Result<AuditLog, AuditError> {
-        let io = |source| AuditError::Io {
+        let io = |cause| AuditError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         };
+        // A log in a directory not made yet (`~/.local/state/palisade/audit.jsonl` on a fresh
+        // machine): the directory is made, private, as the sandbox directory is.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.exists() {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(io)?;
+            }
+        }
         let file = OpenOptions::new()
             .read(true)
             .append(true)
@@ -192,11 +202,11 @@ impl AuditLog {
                 w.state = next;
                 Ok(())
             }
-            Err(source) => {
+            Err(cause) => {
                 w.poisoned = true;
                 Err(AuditError::Io {
                     path: self.path.clone(),
-                    source,
+                    cause,
                 })
             }
         }
@@ -205,9 +215,9 @@ impl AuditLog {
 
 /// The chain state after the file's last record (genesis for an empty file).
 fn last_state(file: &mut File, path: &Path) -> Result<ChainState, AuditError> {
-    let io = |source| AuditError::Io {
+    let io = |cause| AuditError::Io {
         path: path.to_path_buf(),
-        source,
+        cause,
     };
     let len = file.seek(SeekFrom::End(0)).map_err(io)?;
     if len == 0 {
@@ -217,9 +227,9 @@ fn last_state(file: &mut File, path: &Path) -> Result<ChainState, AuditError> {
     file.seek(SeekFrom::Start(start)).map_err(io)?;
     let mut tail = Vec::new();
     file.read_to_end(&mut tail).map_err(io)?;
-    let damaged = |source| AuditError::Damaged {
+    let damaged = |cause| AuditError::Damaged {
         path: path.to_path_buf(),
-        source,
+        cause,
     };
     // A file not ending in a newline was cut mid-write: appending would break the chain.
     let text = std::str::from_utf8(&tail).map_err(|_| damaged(LineError::Malformed))?;

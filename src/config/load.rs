@@ -35,6 +35,58 @@ pub fn load_file(path: &Path) -> Result<GatewayConfig, ConfigError> {
     parse_str(&text, &path.display().to_string())
 }
 
+/// The `palisade` block's fields that hold paths (`http.` ones inside its `http` block).
+const SETTINGS_PATHS: &[&str] = &[
+    "auditLog",
+    "sandboxDir",
+    "policy",
+    "annotations",
+    "lists",
+    "protectedPaths",
+    "profilesDir",
+    "pins",
+    "egressHostsFile",
+    "stateDir",
+    "http.tokens",
+    "http.jwks",
+    "http.jwksCa",
+];
+
+/// `~` and `~/...` at the start of the `palisade` block's paths made `home` and below it (as
+/// a shell would; the docs' own example writes `~/.local/state/...`). `Err`: the field
+/// (`palisade.auditLog`) of a `~` path when there is no home.
+fn expand_home(settings: &mut Value, home: Option<&Path>) -> Result<(), String> {
+    for field in SETTINGS_PATHS {
+        let slot = match field.split_once('.') {
+            Some((block, key)) => settings.get_mut(block).and_then(|b| b.get_mut(key)),
+            None => settings.get_mut(*field),
+        };
+        let values: Vec<&mut Value> = match slot {
+            Some(Value::Array(items)) => items.iter_mut().collect(),
+            Some(v) => vec![v],
+            None => continue,
+        };
+        for v in values {
+            let Some(text) = v.as_str() else { continue };
+            let rest = match text.strip_prefix('~') {
+                Some("") => "",
+                Some(r) if r.starts_with('/') => r.trim_start_matches('/'),
+                _ => continue,
+            };
+            let home = home
+                .filter(|h| !h.as_os_str().is_empty())
+                .ok_or_else(|| format!("palisade.{field}"))?;
+            let expanded = if rest.is_empty() {
+                home.to_path_buf()
+            } else {
+                home.join(rest)
+            };
+            *v = Value::String(expanded.display().to_string());
+        }
+    }
+    Ok(())
+}
+
 /// Parses configuration text; `file` is only used in error messages.
 pub fn parse_str(text: &str, file: &str) -> Result<GatewayConfig, ConfigError> {
     let mut value: Value = serde_json::from_str(text).map_err(|e| ConfigError::Syntax {
@@ -55,7 +107,18 @@ pub fn parse_str(text: &str, file: &str) -> Result<GatewayConfig, ConfigError> {
     };
 
     let settings = match top.remove("palisade") {
-        Some(v) => decode::<Settings>(v, "palisade", file)?,
+        Some(mut v) => {
+            let home = std::env::var_os("HOME").map(PathBuf::from);
+            expand_home(&mut v, home.as_deref()).map_err(|field| {
+                field_err(
+                    &field,
+                    "starts with `~` but HOME is not set: give \
+                                                    an absolute path"
+                        .into(),
+                )
+            })?;
+            decode::<Settings>(v, "palisade", file)?
+        }
         None => Settings::default(),
     };
 
@@ -209,6 +272,30 @@ fn strip_comments(value: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tilde_in_the_palisade_blocks_paths_is_the_home() {
+        let mut v = serde_json::json!({
+            "auditLog": "~/.local/state/palisade/audit.jsonl",
+            "sandboxDir": "~",
+            "protectedPaths": ["~/.ssh", "/etc/x", "~other/y"],
+            "policy": "relative/~/p.json",
+            "http": {"tokens": "~/tokens"},
+            "escalation": "~/not-a-path",
+        });
+        expand_home(&mut v, Some(Path::new("/home/me"))).unwrap();
+        assert_eq!(v["auditLog"], "/home/me/.local/state/palisade/audit.jsonl");
+        assert_eq!(v["sandboxDir"], "/home/me");
+        assert_eq!(
+            v["protectedPaths"],
+            serde_json::json!(["/home/me/.ssh", "/etc/x", "~other/y"])
+        );
+        assert_eq!(v["policy"], "relative/~/p.json");
+        assert_eq!(v["http"]["tokens"], "/home/me/tokens");
+        assert_eq!(v["escalation"], "~/not-a-path", "not a path field");
+        let mut v = serde_json::json!({"auditLog": "~/a"});
+        assert_eq!(expand_home(&mut v, None).unwrap_err(), "palisade.auditLog");
+    }
     use crate::config::{NetworkConfig, SandboxSetting};
 
     #[test]

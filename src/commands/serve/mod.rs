@@ -377,8 +377,7 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
     opts.stages.policy = Arc::new(EngineStage::new(policy, scope, home));
     opts.protected = protected.clone();
     if let Some(path) = audit_log {
-        let log = AuditLog::open(&path)
-            .with_context(|| format!("cannot open audit log {}", path.display()))?;
+        let log = AuditLog::open(&path).context("cannot open the audit log")?;
         opts.stages.audit = Arc::new(AuditLogSink::new(log));
     } else {
         tracing::warn!(
