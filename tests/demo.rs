@@ -153,3 +153,43 @@ fn demo_dirs() -> Vec<String> {
     v.sort();
     v
 }
+
+// Where bubblewrap cannot run (here: PALISADE_BWRAP names nothing) but Landlock can, the demo
+// said "bubblewrap (bwrap) is not installed, so servers run WITHOUT a sandbox" and ran in
+// warn mode, though `check` and `serve` choose the Landlock tier there. It now takes the
+// same decision: enforce under Landlock, the planted hook refused by the kernel, and the
+// refusal naming its own fix (protectDangerousFiles), not a grant the workspace already has.
+#[test]
+fn without_bubblewrap_the_demo_runs_under_landlock_and_says_so() {
+    let check = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["check", "--json"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
+    if report["machine"]["landlock"]["abi"].as_u64().is_none() {
+        return support::skip("Landlock is not available here");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .arg("demo")
+        .env("RUST_LOG", "warn")
+        .env("PALISADE_BWRAP", "/nonexistent/bwrap")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let ctx = format!(
+        "transcript:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "demo failed\n{ctx}");
+    assert!(stdout.contains("sandbox   : enforce ("), "{ctx}");
+    assert!(stdout.contains("Landlock ABI"), "{ctx}");
+    assert!(!stdout.contains("WITHOUT a sandbox"), "{ctx}");
+    let s = steps(&stdout);
+    assert_eq!(s.len(), 5, "{ctx}");
+    assert_eq!(s[3].tag, "ok", "step 4 must be the kernel's refusal\n{ctx}");
+    assert!(s[3].text.contains("protectDangerousFiles"), "{ctx}");
+    assert!(
+        stdout.contains("Result: everything behaved as designed."),
+        "{ctx}"
+    );
+}

@@ -39,7 +39,10 @@ pub enum AuditError {
     // The cause is said in the message, not chained as a source as well: an error printed
     // with its chain said it twice.
     #[error("audit log {path}: {cause}")]
-    Io { path: PathBuf, cause: std::io::Error },
+    Io {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
     #[error("audit log {path}: last record is damaged ({cause}); run `palisade audit verify`")]
     Damaged { path: PathBuf, cause: LineError },
     #[error("audit log {path}: an earlier write failed; refusing further records")]

@@ -25,7 +25,8 @@ use workspace::{Workspace, NOTES_TEXT, SECRET_TEXT};
 pub struct DemoOptions {
     /// The palisade executable to start (`serve`, and `fs-server` inside it).
     pub palisade: PathBuf,
-    /// Forced sandbox policy; `None`: enforce when bubblewrap works here, else warn.
+    /// Forced sandbox policy; `None`: enforce when a tier can contain the server here
+    /// (bubblewrap, else Landlock), else warn.
     pub sandbox_policy: Option<SandboxPolicy>,
     /// Per-request timeout (the gateway's start-up included).
     pub timeout: Duration,
@@ -67,35 +68,32 @@ impl Report {
     }
 }
 
-/// Whether bubblewrap can build a sandbox on this machine, with the reason when not.
-pub async fn probe_bwrap() -> Result<(), String> {
-    let Ok(bwrap) = which::which("bwrap") else {
-        return Err("bubblewrap (bwrap) is not installed".into());
+/// Which tier would contain the demo's server here under enforce, and why that tier; or why
+/// none can. The decision `palisade check` and `serve` make (bubblewrap where it can create
+/// its namespaces, else Landlock), not a probe of the demo's own.
+pub async fn containment() -> Result<String, String> {
+    use crate::sandbox::capabilities::{self, Depth, SrtProbe};
+    use crate::sandbox::launch::{self, LaunchRequest};
+    use crate::sandbox::resolve::Resolution;
+    let caps =
+        tokio::task::spawn_blocking(|| capabilities::probe_for(Depth::Full, SrtProbe::Locate))
+            .await
+            .map_err(|e| format!("the sandbox probe failed: {e}"))?;
+    let req = LaunchRequest {
+        policy: SandboxPolicy::Enforce,
+        ..LaunchRequest::default()
     };
-    let mut cmd = tokio::process::Command::new(bwrap);
-    cmd.args([
-        "--ro-bind",
-        "/",
-        "/",
-        "--unshare-all",
-        "--die-with-parent",
-        "true",
-    ])
-    .stdin(std::process::Stdio::null())
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::piped())
-    .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(10), cmd.output())
-        .await
-        .map_err(|_| "bwrap did not finish a trivial sandbox within 10 s".to_string())?
-        .map_err(|e| format!("cannot run bwrap: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "bwrap cannot create a sandbox here: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+    match launch::resolution(&req, &caps) {
+        Resolution::Sandboxed { .. } => {
+            let (_, why) = crate::sandbox::resolve::tier(&caps, crate::config::Backend::Auto);
+            Ok(why.trim_start_matches("auto: ").to_string())
+        }
+        Resolution::Refused { reasons } | Resolution::Degraded { reasons, .. } => Err(reasons
+            .iter()
+            .map(|r| r.problem.clone())
+            .collect::<Vec<_>>()
+            .join("; ")),
+        Resolution::OptedOut => Err("the server is not sandboxed".into()),
     }
 }
 
@@ -108,10 +106,10 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Report> {
         "  workspace : {} (temporary, removed at the end)",
         ws.base.display()
     );
-    let policy = match (opts.sandbox_policy, probe_bwrap().await) {
-        (Some(p), Ok(())) => {
+    let policy = match (opts.sandbox_policy, containment().await) {
+        (Some(p), Ok(why)) => {
             println!(
-                "  sandbox   : {} (chosen on the command line; bubblewrap works here)",
+                "  sandbox   : {} (chosen on the command line; {why})",
                 name(p)
             );
             p
@@ -123,8 +121,8 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Report> {
             );
             p
         }
-        (None, Ok(())) => {
-            println!("  sandbox   : enforce (bubblewrap works on this machine)");
+        (None, Ok(why)) => {
+            println!("  sandbox   : enforce ({why})");
             SandboxPolicy::Enforce
         }
         (None, Err(why)) => {
@@ -264,7 +262,7 @@ fn kernel_block_verdict(
     match (r, exists, policy) {
         (Ok((false, _)), true, SandboxPolicy::Warn) => StepResult::Warn(
             "NOT blocked: in warn mode nothing confines the server, so the hook was planted \
-             (install bubblewrap to see the kernel refuse it)"
+             (install bubblewrap, or run on a kernel with Landlock, to see the kernel refuse it)"
                 .into(),
         ),
         (_, true, _) => StepResult::Fail(
@@ -351,8 +349,9 @@ fn path_str(p: &Path) -> String {
 
 fn one_line(text: &str) -> String {
     let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > 220 {
-        format!("{}...", flat.chars().take(220).collect::<String>())
+    // Long enough for a refusal's explanation and its fix, which come last.
+    if flat.chars().count() > 520 {
+        format!("{}...", flat.chars().take(520).collect::<String>())
     } else {
         flat
     }

@@ -238,6 +238,7 @@ pub(in crate::gateway) fn annotate(
         deny_read,
         deny_write,
         shown: &set.paths,
+        write_protect: slot.req.as_ref().is_none_or(|r| r.write_protect),
         call_paths,
     };
     match answer {

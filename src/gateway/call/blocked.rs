@@ -33,6 +33,9 @@ pub struct BlockContext<'a> {
     pub deny_write: &'a [PathBuf],
     /// The server's roots: what its sandbox shows of the host besides the system base.
     pub shown: &'a [PathBuf],
+    /// Whether the sandbox keeps the dangerous files (`WRITE_PROTECTED`) read-only inside
+    /// read-write grants (`protectDangerousFiles`).
+    pub write_protect: bool,
     /// The call's own path arguments, canonical (they passed the policy and the roots check).
     pub call_paths: &'a [PathBuf],
 }
@@ -126,11 +129,43 @@ pub fn classify(ctx: &BlockContext<'_>, text: &str) -> Option<Blocked> {
     None
 }
 
+/// Why a write to `p` inside a read-write grant was refused, when Palisade itself keeps it
+/// read-only there: the fix is not another grant (a parent is granted already).
+fn kept_read_only(ctx: &BlockContext<'_>, p: &Path) -> Option<String> {
+    let server = ctx.server;
+    if ctx.deny_write.iter().any(|d| p.starts_with(d)) {
+        return Some(format!(
+            "the sandbox of server `{server}` keeps {} read-only: it is under \
+             sandbox.filesystem.denyWrite of server `{server}`; remove it there to allow writes",
+            p.display()
+        ));
+    }
+    let protected = crate::sandbox::write_protect::WRITE_PROTECTED
+        .iter()
+        .find(|e| p.ancestors().any(|a| a.ends_with(e)))?;
+    (ctx.write_protect && ctx.shown.iter().any(|r| p.starts_with(r))).then(|| {
+        format!(
+            "the sandbox of server `{server}` keeps {} read-only: `{protected}` is one of the \
+             files Palisade write-protects inside writable roots (code that runs later, \
+             credentials); to allow it, set sandbox.filesystem.protectDangerousFiles to false \
+             for server `{server}` (every such file then becomes writable)",
+            p.display()
+        )
+    })
+}
+
 /// The text the agent receives: the marker, the explanation, then the original message.
 pub fn annotate(ctx: &BlockContext<'_>, text: &str) -> Option<String> {
     let blocked = classify(ctx, text)?;
     let server = ctx.server;
+    let kept = match &blocked {
+        Blocked::Write { path: Some(p) } | Blocked::Access { path: Some(p) } => {
+            kept_read_only(ctx, Path::new(p))
+        }
+        _ => None,
+    };
     let explanation = match &blocked {
+        _ if kept.is_some() => kept.unwrap_or_default(),
         Blocked::Write { path: Some(p) } => format!(
             "the sandbox of server `{server}` refused a write to {p}; to allow it, add {p} (or a \
              parent directory) to sandbox.filesystem.allowWrite of server `{server}`"
@@ -310,6 +345,7 @@ mod tests {
             deny_read: &[],
             deny_write: &[],
             shown: &[],
+            write_protect: true,
             call_paths: &CALL_PATHS,
         }
     }
@@ -379,6 +415,39 @@ mod tests {
             classify(&ctx(true), PY_EPERM),
             Some(Blocked::Access { .. })
         ));
+    }
+
+    #[test]
+    fn a_write_palisade_keeps_read_only_names_its_own_fix_not_a_grant() {
+        let shown = [PathBuf::from("/home/u/project")];
+        let hook =
+            "Error: EROFS: read-only file system, open '/home/u/project/.git/hooks/pre-commit'";
+        let c = BlockContext {
+            shown: &shown,
+            ..ctx(true)
+        };
+        let text = annotate(&c, hook).unwrap();
+        assert!(text.contains("protectDangerousFiles to false"), "{text}");
+        assert!(
+            !text.contains("allowWrite"),
+            "a parent is granted already: {text}"
+        );
+        let deny = [PathBuf::from("/home/u/project/.git")];
+        let c = BlockContext {
+            shown: &shown,
+            deny_write: &deny,
+            ..ctx(true)
+        };
+        let text = annotate(&c, hook).unwrap();
+        assert!(text.contains("denyWrite"), "{text}");
+        // Protection off: then it is not Palisade's doing, and the grant is the fix.
+        let c = BlockContext {
+            shown: &shown,
+            write_protect: false,
+            ..ctx(true)
+        };
+        let text = annotate(&c, hook).unwrap();
+        assert!(text.contains("allowWrite"), "{text}");
     }
 
     #[test]

@@ -414,6 +414,7 @@ async fn an_error_result_is_not_marked_sandbox_blocked_when_not_sandboxed() {
         deny_read: &[],
         deny_write: &[],
         shown: &[],
+        write_protect: true,
         call_paths: &[],
     };
     let marked = crate::gateway::call::blocked::annotate(&ctx, EROFS).unwrap_or_default();
