@@ -526,3 +526,45 @@ fn a_tilde_in_the_palisade_block_is_the_home_and_the_logs_directory_is_made() {
     assert!(home.join("sbx").is_dir(), "{err}");
     assert!(!ws.path().join("~").exists() && !Path::new("~").exists());
 }
+
+// `"command": "npx", "args": ["-y"]` (the package forgotten) was accepted with a warning
+// about fetching, and npx then ran the agent's JSON-RPC lines as shell commands. Such a line
+// is refused, naming the field to fix: that server alone under `serve` (the others start),
+// and `run` with a usage error.
+#[test]
+fn a_runner_line_without_a_package_is_refused_naming_its_args() {
+    let ws = Workspace::new();
+    let root = ws.canonical().join("project");
+    std::fs::create_dir_all(&root).unwrap();
+    let config = fs_config(&ws, &root, json!({}));
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    v["mcpServers"]["mem"] = json!({"command": "npx", "args": ["-y"]});
+    support::write_json(&config, &v);
+    let mut serve = Serve::start(&ws, &config, &[], &[]);
+    serve.initialize();
+    let tools = serve.request(2, "tools/list", json!({}));
+    let (_, err) = serve.finish();
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        names.contains(&"fs__read"),
+        "the other server starts: {tools}\n{err}"
+    );
+    assert!(!names.iter().any(|n| n.starts_with("mem__")), "{tools}");
+    assert!(
+        err.contains("`npx` names no package to run") && err.contains("mcpServers.mem.args"),
+        "{err}"
+    );
+    let out = Command::new(palisade())
+        .args(["run", "--", "npx", "-y"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("names no package"),
+        "{}",
+        text(&out.stderr)
+    );
+}

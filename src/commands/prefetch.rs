@@ -83,6 +83,13 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<ExitCode> {
                 failed += 1;
                 println!("{name}: `{runner}` line not fetched ahead: {why}");
             }
+            Launcher::NoPackage { runner } => {
+                failed += 1;
+                println!(
+                    "{name}: {}",
+                    crate::packages::runner::no_package_reason(&runner, "its args")
+                );
+            }
             Launcher::Package(mut run) => {
                 run.install_scripts = scripts && run.ecosystem == crate::packages::Ecosystem::Npm;
                 match resolve(&cache, &run, mode) {

@@ -177,6 +177,9 @@ fn package_exit(e: crate::packages::hooks::RunHookError) -> ExitWith {
             ExitWith::new(EXIT_REFUSED, e.to_string())
         }
         crate::packages::hooks::RunHookError::Package(_) => ExitWith::new(1, e.to_string()),
+        crate::packages::hooks::RunHookError::NoPackage(_) => {
+            ExitWith::new(EXIT_USAGE, e.to_string())
+        }
     }
 }
 

@@ -110,12 +110,8 @@ pub fn parse_str(text: &str, file: &str) -> Result<GatewayConfig, ConfigError> {
         Some(mut v) => {
             let home = std::env::var_os("HOME").map(PathBuf::from);
             expand_home(&mut v, home.as_deref()).map_err(|field| {
-                field_err(
-                    &field,
-                    "starts with `~` but HOME is not set: give \
-                                                    an absolute path"
-                        .into(),
-                )
+                let why = "starts with `~` but HOME is not set: give an absolute path";
+                field_err(&field, why.into())
             })?;
             decode::<Settings>(v, "palisade", file)?
         }
@@ -146,7 +142,32 @@ pub fn parse_str(text: &str, file: &str) -> Result<GatewayConfig, ConfigError> {
     let mut servers = Vec::with_capacity(servers_obj.len());
     for (name, v) in servers_obj {
         let field = format!("{prefix}{name}");
+        // IronCurtain's flat shape under a misspelt `mcpServers` (`mcpServer`): an entry with
+        // no command whose values are all servers' objects.
+        let looks_like_servers = |o: &Map<String, Value>| {
+            !o.is_empty() && o.values().all(|s| s.get("command").is_some())
+        };
+        if let (true, Value::Object(o)) = (prefix.is_empty(), &v) {
+            if o.get("command").is_none() && looks_like_servers(o) {
+                return Err(field_err(
+                    &field,
+                    format!(
+                        "holds servers but is not `mcpServers`: rename `{name}` to `mcpServers`"
+                    ),
+                ));
+            }
+        }
         validate_server_name(&name).map_err(|m| field_err(&field, m))?;
+        // Decoded on its own first, so that an error inside names its whole path
+        // (`mcpServers.fs.sandbox.filesystem.allowWrite`): `sandbox` is read as `false`,
+        // `true` or an object, which loses the path within.
+        if let Some(sandbox @ Value::Object(_)) = v.get("sandbox") {
+            decode::<super::types::SandboxConfig>(
+                sandbox.clone(),
+                &format!("{field}.sandbox"),
+                file,
+            )?;
+        }
         let server: ServerConfig = decode(v, &field, file)?;
         if server.command.trim().is_empty() {
             return Err(field_err(
@@ -272,6 +293,24 @@ fn strip_comments(value: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_inside_sandbox_names_its_whole_path_and_a_misspelt_mcpservers_is_named() {
+        let err = |text: &str| parse_str(text, "c.json").unwrap_err().to_string();
+        let e = err(
+            r#"{"mcpServers":{"fs":{"command":"x","sandbox":{"filesystem":{"allowWrite":"/tmp"}}}}}"#,
+        );
+        assert!(
+            e.contains("`mcpServers.fs.sandbox.filesystem.allowWrite`"),
+            "{e}"
+        );
+        let e = err(r#"{"mcpServers":{"fs":{"command":"x","sandbox":{"filesytem":{}}}}}"#);
+        assert!(e.contains("`mcpServers.fs.sandbox.filesytem`"), "{e}");
+        let e = err(r#"{"mcpServer":{"fs":{"command":"x"}}}"#);
+        assert!(e.contains("rename `mcpServer` to `mcpServers`"), "{e}");
+        // The flat shape itself still loads.
+        assert!(parse_str(r#"{"fs":{"command":"x","sandbox":false}}"#, "c.json").is_ok());
+    }
 
     #[test]
     fn a_tilde_in_the_palisade_blocks_paths_is_the_home() {

@@ -91,6 +91,9 @@ pub enum RunHookError {
     /// enforce and a container runtime.
     #[error("refusing to run `{command}` (sandbox policy is enforce): {reason}")]
     Refused { command: String, reason: String },
+    /// A runner line that names no package.
+    #[error("{0}")]
+    NoPackage(String),
     #[error(transparent)]
     Package(#[from] Box<PackageError>),
 }
@@ -107,6 +110,9 @@ pub fn for_run(
     };
     match classify(program, args) {
         Launcher::Plain => Ok(RunDecision::Sandboxed),
+        Launcher::NoPackage { runner } => Err(RunHookError::NoPackage(
+            super::runner::no_package_reason(&runner, "the command after --"),
+        )),
         Launcher::Unsupported { runner, why } => {
             eprintln!(
                 "palisade: WARNING: `{runner}` line not fetched ahead ({why}); it runs as written, \
@@ -185,6 +191,11 @@ pub fn for_config(
         let policy = sb.policy.or(default_policy).unwrap_or_default();
         match classify(&server.command, &server.args) {
             Launcher::Plain => {}
+            // Whatever the policy: npx with no package runs the agent's lines as commands.
+            Launcher::NoPackage { runner } => refused.push((
+                name.clone(),
+                super::runner::no_package_reason(&runner, &format!("mcpServers.{name}.args")),
+            )),
             Launcher::Unsupported { runner, why } => tracing::warn!(
                 server = %name,
                 "`{runner}` line not fetched ahead ({why}); it runs as written, and in the \

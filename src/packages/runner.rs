@@ -82,6 +82,19 @@ pub enum Launcher {
     Container { runtime: String },
     /// A package runner line this module cannot read safely; why.
     Unsupported { runner: String, why: String },
+    /// A package runner line that names no package (`npx -y` alone): it cannot run a server.
+    NoPackage { runner: String },
+}
+
+/// Why a runner line is read as naming no package.
+const NO_PACKAGE: &str = "no package named";
+
+/// What a server whose runner line names no package is told (its `args` field named).
+pub fn no_package_reason(runner: &str, args_field: &str) -> String {
+    format!(
+        "`{runner}` names no package to run: give it after the runner's options in \
+         {args_field} (e.g. `npx -y @modelcontextprotocol/server-memory`)"
+    )
 }
 
 /// Classifies `command args...`.
@@ -130,6 +143,9 @@ pub fn classify(command: &str, args: &[String]) -> Launcher {
     };
     match result {
         Ok(run) => Launcher::Package(run),
+        Err(why) if why == NO_PACKAGE => Launcher::NoPackage {
+            runner: name.to_string(),
+        },
         Err(why) => unsupported(why),
     }
 }
@@ -168,7 +184,7 @@ fn npm_exec(runner: &str, args: &[String]) -> Result<PackageRun, String> {
         i += 1;
     }
     let Some((first, rest)) = args.get(i..).and_then(<[String]>::split_first) else {
-        return Err("no package named".into());
+        return Err(NO_PACKAGE.into());
     };
     let (spec, bin) = match package {
         Some(p) => (p, Some(first.clone())),
@@ -273,7 +289,7 @@ fn uv_tool_run(runner: &str, args: &[String]) -> Result<PackageRun, String> {
         i += 1;
     }
     let Some((first, rest)) = args.get(i..).and_then(<[String]>::split_first) else {
-        return Err("no package named".into());
+        return Err(NO_PACKAGE.into());
     };
     let (spec, bin) = match from {
         Some(f) => (f, Some(first.clone())),
@@ -325,7 +341,7 @@ fn pipx_run(args: &[String]) -> Result<PackageRun, String> {
         i += 1;
     }
     let Some((first, rest)) = args.get(i..).and_then(<[String]>::split_first) else {
-        return Err("no package named".into());
+        return Err(NO_PACKAGE.into());
     };
     let mut run = uv_tool_run("pipx run", std::slice::from_ref(first))?;
     if let Some(s) = spec {
@@ -435,6 +451,23 @@ mod tests {
         let p = pkg("npx", "-p pkg@2.0.0 cmd");
         assert_eq!(p.wanted, Wanted::Exact("2.0.0".into()));
         assert_eq!(p.bin.as_deref(), Some("cmd"));
+    }
+
+    #[test]
+    fn a_runner_line_with_no_package_is_told_apart() {
+        for (cmd, args) in [
+            ("npx", "-y"),
+            ("npx", ""),
+            ("uvx", ""),
+            ("npm", "exec --yes"),
+        ] {
+            assert!(
+                matches!(classify(cmd, &argv(args)), Launcher::NoPackage { .. }),
+                "{cmd} {args}"
+            );
+        }
+        let why = no_package_reason("npx", "mcpServers.mem.args");
+        assert!(why.contains("mcpServers.mem.args"), "{why}");
     }
 
     #[test]
