@@ -35,6 +35,35 @@ pub fn load_file(path: &Path) -> Result<GatewayConfig, ConfigError> {
     parse_str(&text, &path.display().to_string())
 }
 
+/// A server's sandbox paths must say where they are without a working directory (the
+/// server's is not the caller's): absolute, or under the home (`~/`). `Err`: the entry's
+/// field (`...allowWrite[0]`) and why.
+fn check_sandbox_paths(
+    fs: &super::types::FilesystemConfig,
+    field: &str,
+) -> Result<(), (String, String)> {
+    let lists = [
+        ("allowWrite", &fs.allow_write),
+        ("allowRead", &fs.allow_read),
+        ("denyRead", &fs.deny_read),
+        ("denyWrite", &fs.deny_write),
+    ];
+    for (key, list) in lists {
+        for (i, p) in list.iter().enumerate() {
+            let anchored = p.starts_with('/') || p == "~" || p.starts_with("~/");
+            if !anchored {
+                return Err((
+                    format!("{field}.{key}[{i}]"),
+                    format!(
+                        "`{p}` is relative: give an absolute path, or one under the home (`~/...`)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The `palisade` block's fields that hold paths (`http.` ones inside its `http` block).
 const SETTINGS_PATHS: &[&str] = &[
     "auditLog",
@@ -162,11 +191,10 @@ pub fn parse_str(text: &str, file: &str) -> Result<GatewayConfig, ConfigError> {
         // (`mcpServers.fs.sandbox.filesystem.allowWrite`): `sandbox` is read as `false`,
         // `true` or an object, which loses the path within.
         if let Some(sandbox @ Value::Object(_)) = v.get("sandbox") {
-            decode::<super::types::SandboxConfig>(
-                sandbox.clone(),
-                &format!("{field}.sandbox"),
-                file,
-            )?;
+            let sandbox: super::types::SandboxConfig =
+                decode(sandbox.clone(), &format!("{field}.sandbox"), file)?;
+            check_sandbox_paths(&sandbox.filesystem, &format!("{field}.sandbox.filesystem"))
+                .map_err(|(at, why)| field_err(&at, why))?;
         }
         let server: ServerConfig = decode(v, &field, file)?;
         if server.command.trim().is_empty() {
@@ -308,6 +336,15 @@ mod tests {
         assert!(e.contains("`mcpServers.fs.sandbox.filesytem`"), "{e}");
         let e = err(r#"{"mcpServer":{"fs":{"command":"x"}}}"#);
         assert!(e.contains("rename `mcpServer` to `mcpServers`"), "{e}");
+        let e = err(
+            r#"{"mcpServers":{"fs":{"command":"x","sandbox":{"filesystem":{"allowWrite":["/a", "./proj"]}}}}}"#,
+        );
+        assert!(
+            e.contains("c.json") && e.contains("`mcpServers.fs.sandbox.filesystem.allowWrite[1]`"),
+            "{e}"
+        );
+        assert!(e.contains("`./proj` is relative"), "{e}");
+        assert!(parse_str(r#"{"mcpServers":{"fs":{"command":"x","sandbox":{"filesystem":{"allowRead":["~/docs", "~"]}}}}}"#, "c.json").is_ok());
         // The flat shape itself still loads.
         assert!(parse_str(r#"{"fs":{"command":"x","sandbox":false}}"#, "c.json").is_ok());
     }
