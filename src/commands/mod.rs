@@ -61,8 +61,55 @@ pub fn finish(outcome: anyhow::Result<ExitCode>) -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             let code = e.downcast_ref::<ExitWith>().map_or(1, |x| x.code);
-            eprintln!("palisade: {e:#}");
+            eprintln!("palisade: {}", error_text(&e));
             ExitCode::from(code)
         }
+    }
+}
+
+/// An error and its causes as one line, `: `-separated, leaving out a cause its error's own
+/// message already says (many of our errors print their source, which the chain repeats:
+/// `cannot read: No such file or directory: No such file or directory`).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text;
+        } else if !out.ends_with(&text) && !out.contains(&format!("{text}:")) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod error_text_tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{path}: cannot read: {source}")]
+    struct Read {
+        path: String,
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_already_said_is_not_said_again() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let said = io.to_string();
+        let e = anyhow::Error::new(Read {
+            path: "/p.json".into(),
+            source: io,
+        })
+        .context("cannot load the policy");
+        assert_eq!(
+            error_text(&e),
+            format!("cannot load the policy: /p.json: cannot read: {said}")
+        );
+        // A cause not said yet is kept.
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_text(&e), "outer: inner");
     }
 }

@@ -26,9 +26,17 @@ pub(super) fn http_options(
         }
         return Ok(None);
     };
-    let listen: std::net::SocketAddr = listen
-        .parse()
-        .with_context(|| format!("--http {listen}: give HOST:PORT, e.g. 127.0.0.1:8080"))?;
+    let source = match (&args.http, &args.config) {
+        (Some(_), _) => format!("--http {listen}"),
+        (None, Some(file)) => format!("{}: palisade.http.listen `{listen}`", file.display()),
+        (None, None) => format!("palisade.http.listen `{listen}`"),
+    };
+    let listen = listen_addr(&listen).with_context(|| {
+        format!(
+            "{source}: give an IP address and a port (`localhost` is read as 127.0.0.1), e.g. \
+             127.0.0.1:8080 or [::1]:8080"
+        )
+    })?;
     let tokens = match args.tokens.clone().or(block.tokens.clone()) {
         Some(path) => Some(TokenTable::load(&path).map_err(anyhow::Error::msg)?),
         None => None,
@@ -235,5 +243,28 @@ fn jwks_ca(
         (Some(path), _) => Some(("--jwks-ca", path.clone())),
         (None, Some(path)) => Some(("http.jwksCa", path.clone())),
         (None, None) => None,
+    }
+}
+
+/// `IP:PORT`, `[IPv6]:PORT`, or `localhost:PORT` as 127.0.0.1 (no name is looked up: the
+/// address the front binds is the one written).
+fn listen_addr(text: &str) -> Result<std::net::SocketAddr, std::net::AddrParseError> {
+    match text.strip_prefix("localhost:") {
+        Some(port) => format!("127.0.0.1:{port}").parse(),
+        None => text.parse(),
+    }
+}
+
+#[cfg(test)]
+mod listen_tests {
+    #[test]
+    fn localhost_is_loopback_and_other_names_are_refused() {
+        assert_eq!(
+            super::listen_addr("localhost:8080").unwrap(),
+            "127.0.0.1:8080".parse().unwrap()
+        );
+        assert!(super::listen_addr("[::1]:0").is_ok());
+        assert!(super::listen_addr("example.com:80").is_err());
+        assert!(super::listen_addr("localhost").is_err());
     }
 }

@@ -352,7 +352,17 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
             home: home.clone(),
             server_domains: PolicyOptions::server_domains_from(&config),
         },
-    )?;
+    )
+    .with_context(|| {
+        let from = match &args.config {
+            Some(c) => format!(" of {}", c.display()),
+            None => String::new(),
+        };
+        format!(
+            "cannot load the policy (--policy, --annotations, --lists, or the palisade \
+             block's policy, annotations, lists{from}; leave them out for the built-in policy)"
+        )
+    })?;
     for w in policy.warnings() {
         tracing::warn!("policy: {w}");
     }
