@@ -362,8 +362,9 @@ fn limits_lines(s: &mut String, support: &crate::sandbox::cgroup::Support) {
             };
             let _ = writeln!(
                 s,
-                "  resource limits:       a cgroup per server ({hierarchy}): {} bound{} each \
-                 server's whole process tree",
+                "  resource limits:       a cgroup per server of `serve` ({hierarchy}): {} \
+                 bound{} each server's whole process tree (`palisade run` makes no cgroup: \
+                 rlimits only)",
                 held.join(" and "),
                 if held.len() == 1 { "s" } else { "" }
             );

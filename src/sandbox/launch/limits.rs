@@ -110,8 +110,10 @@ fn make_cgroup(name: &str, l: &ResourceLimits) -> Option<Cgroup> {
         }
     }
     let pids_held = made.as_ref().is_some_and(|c| c.limits_pids());
+    // Said at info, not warn: as root without a cgroup this is every launch of `run` (and a
+    // normal start must print nothing); `check` and docs/configuration.md say it once.
     if !pids_held && l.pids.is_some() && nix::unistd::getuid().is_root() {
-        tracing::warn!(
+        tracing::info!(
             server = %name,
             "its task limit is not enforced by the kernel: no cgroup, and the kernel exempts uid 0 \
              from RLIMIT_NPROC (`serve` counts the server's tasks every 0.5 s and kills it past \
