@@ -66,3 +66,33 @@ fn drafts_annotations_that_the_engine_loads() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
     assert!(annotate(dir.path(), &["--force"]).status.success());
 }
+
+// A server with a network allowlist (README's `fetch` entry has one) failed with "no egress
+// proxy was started for this server": annotate starts none. Its tools are listed with no
+// network at all, under enforce.
+#[test]
+fn a_server_with_an_allowlist_is_listed_without_network() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("cfg.json");
+    let cfg_text = serde_json::json!({
+        "mcpServers": {"fs": {"command": env!("CARGO_BIN_EXE_palisade"), "args": ["fs-server"],
+                              "sandbox": {"network": {"allowedDomains": ["example.com"]}}}},
+        "palisade": {"sandboxDir": dir.path().join("sandbox"), "sandboxPolicy": "enforce"}
+    });
+    std::fs::write(&cfg, cfg_text.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["--log-level", "warn", "annotate", "--config"])
+        .arg(&cfg)
+        .arg("--output")
+        .arg(dir.path().join("ann.json"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("ann.json")).unwrap()).unwrap();
+    assert!(
+        !doc["servers"]["fs"]["tools"].as_array().unwrap().is_empty(),
+        "{doc}"
+    );
+}

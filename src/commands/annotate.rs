@@ -77,6 +77,12 @@ pub fn run(args: AnnotateArgs) -> anyhow::Result<ExitCode> {
             // `serve`.
             let paths: Vec<PathBuf> = req.grants.iter().map(|g| g.path.clone()).collect();
             req.args = crate::roots::args::expand_args(&req.args, &paths);
+            // Listing tools needs no network, and annotate starts no egress proxy: a server
+            // with an allowlist is listed with none (it was refused for want of a proxy).
+            if matches!(req.network, crate::config::NetworkConfig::Allowlist(_)) {
+                tracing::info!(server = %name, "listed without network (its allowlist applies under serve)");
+                req.network = crate::config::NetworkConfig::None;
+            }
             list_tools(&req, timeout).await
         });
         match listed {
