@@ -104,6 +104,7 @@ struct PackageReport {
 fn package_report(
     server: &ServerConfig,
     profiles: Option<&crate::profiles::Catalog>,
+    config: &std::path::Path,
 ) -> Option<PackageReport> {
     use crate::packages::{classify, Cache, Launcher};
     let Launcher::Package(mut run) = classify(&server.command, &server.args) else {
@@ -128,11 +129,23 @@ fn package_report(
             report.integrity = Some(r.locked.integrity);
         }
         Ok(None) => {
-            report.problem = Some(
-                "not fetched yet: run `palisade prefetch --config FILE` where the registry is \
-                 reachable"
-                    .into(),
-            )
+            // The client that fetches it (`npm`, `uv`) must be here, or the fetch cannot run.
+            let client = match run.ecosystem {
+                crate::packages::Ecosystem::Npm => "npm",
+                crate::packages::Ecosystem::Pypi => "uv",
+            };
+            let (missing, needs) = match which::which(client) {
+                Ok(_) => (String::new(), String::new()),
+                Err(_) => (
+                    format!(", and `{client}`, which fetches it, is not installed here"),
+                    format!(" and `{client}` is installed"),
+                ),
+            };
+            report.problem = Some(format!(
+                "not fetched yet{missing}: run `palisade prefetch --config {}` where the \
+                 registry is reachable{needs}",
+                config.display(),
+            ))
         }
         Err(e) => report.problem = Some(e.to_string()),
     }
@@ -160,7 +173,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 policy: req.policy,
                 profile,
                 resolution: launch::resolution(&req, &caps),
-                package: package_report(server, profiles.as_ref()),
+                package: package_report(server, profiles.as_ref(), path),
                 tier: tier_of(&caps, &req),
             });
         }

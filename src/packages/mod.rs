@@ -70,13 +70,7 @@ pub enum PackageError {
 }
 
 /// A first fetch that failed: which package, for which runner, and the client's cause.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "cannot fetch {ecosystem} package `{package}` (for `{runner}`), and it is not in palisade's \
-     package cache ({cache}): {cause}\n  fix: run `palisade prefetch --config FILE` (or \
-     `palisade prefetch -- {runner} ...`) where the registry is reachable; the sandboxed \
-     server itself never reaches the registry"
-)]
+#[derive(Debug)]
 pub struct FetchFailed {
     pub ecosystem: Ecosystem,
     pub package: String,
@@ -84,6 +78,39 @@ pub struct FetchFailed {
     pub cache: String,
     pub cause: fetch::FetchError,
 }
+
+impl std::fmt::Display for FetchFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let FetchFailed {
+            ecosystem,
+            package,
+            runner,
+            cache,
+            cause,
+        } = self;
+        write!(
+            f,
+            "cannot fetch {ecosystem} package `{package}` (for `{runner}`), and it is not in \
+             palisade's package cache ({cache}): {cause}"
+        )?;
+        // The client missing is fixed by installing it, not by fetching again elsewhere.
+        match cause {
+            fetch::FetchError::NoClient { tool, .. } => write!(
+                f,
+                "\n  fix: install `{tool}` where palisade runs (it fetches the package once, \
+                 outside the server's sandbox), then start again"
+            ),
+            _ => write!(
+                f,
+                "\n  fix: run `palisade prefetch --config FILE` (or `palisade prefetch -- \
+                 {runner} ...`) where the registry is reachable; the sandboxed server itself \
+                 never reaches the registry"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FetchFailed {}
 
 impl Cache {
     /// The cache at `root`.
@@ -235,4 +262,30 @@ pub fn resolve(cache: &Cache, run: &PackageRun, mode: Mode) -> Result<Resolved, 
         locked,
         fetched: true,
     })
+}
+
+#[cfg(test)]
+mod fetch_failed_tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_client_is_fixed_by_installing_it_not_by_fetching_again() {
+        let failed = |cause| FetchFailed {
+            ecosystem: Ecosystem::Pypi,
+            package: "mcp-server-time".into(),
+            runner: "uvx".into(),
+            cache: "/c".into(),
+            cause,
+        };
+        let text = failed(fetch::FetchError::NoClient {
+            tool: "uv",
+            ecosystem: Ecosystem::Pypi,
+            hint: "install it",
+        })
+        .to_string();
+        assert!(text.contains("fix: install `uv`"), "{text}");
+        assert!(!text.contains("prefetch"), "{text}");
+        let text = failed(fetch::FetchError::Io("x".into())).to_string();
+        assert!(text.contains("palisade prefetch"), "{text}");
+    }
 }

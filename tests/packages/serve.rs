@@ -246,6 +246,11 @@ fn check_reports_package_runner_servers_not_fetched_yet_with_the_fix() {
         text.contains("package: pypi mcp-server-time (`uvx`): not fetched yet"),
         "{text}"
     );
+    // The fix names this config, not a placeholder.
+    assert!(
+        text.contains(&format!("`palisade prefetch --config {cfg}`")),
+        "{text}"
+    );
     assert_eq!(text.matches("package:").count(), 2, "fs has none: {text}");
     let out = output(home.palisade(&["check", "--json", "--config", cfg], true));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
