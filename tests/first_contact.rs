@@ -568,3 +568,39 @@ fn a_runner_line_without_a_package_is_refused_naming_its_args() {
         text(&out.stderr)
     );
 }
+
+// `check --config` said "sandboxed" for a server whose command does not exist and whose
+// granted directory does not either; `serve` then restarted it five times. check now names
+// both, and a server that is fine gets no such line.
+#[test]
+fn check_names_a_missing_command_and_a_missing_grant() {
+    let ws = Workspace::new();
+    let config = ws.path().join("check.json");
+    support::write_json(
+        &config,
+        &json!({"mcpServers": {
+            "gone": {"command": "/opt/surely-not-here/bin/server",
+                     "sandbox": {"filesystem": {"allowRead": ["/surely/not/a/dir"]}}},
+            "fine": {"command": palisade(), "args": ["fs-server"]},
+        }}),
+    );
+    let out = Command::new(palisade())
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let report = text(&out.stdout);
+    assert!(
+        report.contains("PROBLEM: command `/opt/surely-not-here/bin/server` does not exist"),
+        "{report}"
+    );
+    assert!(
+        report.contains("PROBLEM: sandbox.filesystem.allowRead `/surely/not/a/dir` does not exist"),
+        "{report}"
+    );
+    assert_eq!(
+        report.matches("PROBLEM:").count(),
+        2,
+        "fine has none: {report}"
+    );
+}

@@ -52,6 +52,52 @@ struct ServerReport {
     /// For a package runner line (`npx -y`, `uvx`, ...): what palisade's cache holds for it.
     #[serde(skip_serializing_if = "Option::is_none")]
     package: Option<PackageReport>,
+    /// What will keep it from starting, or starting as configured: its command not found,
+    /// a granted path that does not exist.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    problems: Vec<String>,
+}
+
+/// What `serve` would meet starting `server`, found without starting it: a command that is
+/// not there (a package runner's is the cache's, checked by `package_report`), a grant that
+/// does not exist (skipped at start).
+fn server_problems(server: &ServerConfig, is_package: bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    if !is_package {
+        let path_var = std::env::var("PATH").unwrap_or_default();
+        let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+        let lookup = crate::sandbox::closure::Lookup {
+            path_var: &path_var,
+            cwd: &cwd,
+            home: home.as_deref(),
+            grants: None,
+        };
+        if let Err(e) = crate::sandbox::closure::resolve_program(&server.command, &lookup) {
+            problems.push(e.to_string());
+        }
+    }
+    if let SandboxSetting::Enabled(sb) = &server.sandbox {
+        let fs = &sb.filesystem;
+        for (key, list) in [
+            ("allowWrite", &fs.allow_write),
+            ("allowRead", &fs.allow_read),
+        ] {
+            for p in list {
+                let path = match (p.strip_prefix("~/"), &home) {
+                    (Some(rest), Some(h)) => h.join(rest),
+                    _ => std::path::PathBuf::from(p),
+                };
+                if !path.exists() {
+                    problems.push(format!(
+                        "sandbox.filesystem.{key} `{p}` does not exist: serve skips it (create it, \
+                         or fix the path)"
+                    ));
+                }
+            }
+        }
+    }
+    problems
 }
 
 /// The sandbox tier a server gets and why; for Landlock, what that tier does not enforce.
@@ -175,6 +221,13 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 resolution: launch::resolution(&req, &caps),
                 package: package_report(server, profiles.as_ref(), path),
                 tier: tier_of(&caps, &req),
+                problems: server_problems(
+                    server,
+                    matches!(
+                        crate::packages::classify(&server.command, &server.args),
+                        crate::packages::Launcher::Package(_)
+                    ),
+                ),
             });
         }
     }
@@ -352,6 +405,9 @@ fn text(r: &Report, with_config: bool) -> String {
                     "      package: {} {} (`{}`): {state}",
                     p.ecosystem, p.package, p.runner
                 );
+            }
+            for problem in &srv.problems {
+                let _ = writeln!(s, "      PROBLEM: {problem}");
             }
         }
     }

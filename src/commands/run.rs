@@ -187,9 +187,10 @@ fn exit_for(e: LaunchError) -> ExitWith {
     match e {
         LaunchError::Refused { .. } => ExitWith::new(EXIT_REFUSED, e.to_string()),
         LaunchError::Invalid(_) => ExitWith::new(EXIT_USAGE, e.to_string()),
-        LaunchError::Command(crate::sandbox::closure::ClosureError::NotFound { .. }) => {
-            ExitWith::new(EXIT_NOT_FOUND, e.to_string())
-        }
+        LaunchError::Command(
+            crate::sandbox::closure::ClosureError::NotFound { .. }
+            | crate::sandbox::closure::ClosureError::Missing(_),
+        ) => ExitWith::new(EXIT_NOT_FOUND, e.to_string()),
         LaunchError::Command(_) => ExitWith::new(EXIT_CANNOT_EXEC, e.to_string()),
         LaunchError::Io { .. } => ExitWith::new(1, e.to_string()),
     }

@@ -33,6 +33,9 @@ use std::path::{Path, PathBuf};
 pub enum ClosureError {
     #[error("command `{command}` not found in PATH ({path}); give its absolute path or add its directory to PATH")]
     NotFound { command: String, path: String },
+    /// A command given as a path (`/opt/x/bin/server`, `./server`) that is not there.
+    #[error("command `{0}` does not exist; fix the path (or install it there)")]
+    Missing(PathBuf),
     #[error("command `{0}` is not an executable file")]
     NotExecutable(PathBuf),
 }
@@ -105,9 +108,13 @@ const INTERPRETERS: &[&str] = &[
 /// canonicalised: a venv's `bin/python` must keep its path to find its `pyvenv.cfg`.
 pub fn resolve_program(command: &str, lk: &Lookup<'_>) -> Result<PathBuf, ClosureError> {
     let found = which::which_in(command, Some(lk.path_var), lk.cwd).map_err(|_| {
-        ClosureError::NotFound {
-            command: command.to_string(),
-            path: lk.path_var.to_string(),
+        if command.contains('/') {
+            ClosureError::Missing(lk.cwd.join(command))
+        } else {
+            ClosureError::NotFound {
+                command: command.to_string(),
+                path: lk.path_var.to_string(),
+            }
         }
     })?;
     let abs = if found.is_absolute() {

@@ -49,6 +49,17 @@ fn bad_input_is_one_line_naming_the_fix_and_starts_nothing() {
         .unwrap();
     assert_eq!(out.status.code(), Some(127));
     assert!(text(&out.stderr).contains("not found in PATH"));
+    // A command given as a path that is not there: not a PATH problem.
+    let out = palisade()
+        .args(["run", "--", "/surely/not/here/server"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert!(
+        text(&out.stderr).contains("`/surely/not/here/server` does not exist"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = palisade().args(["run"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "missing command");
     // --allow-broad lifts the home refusal.
