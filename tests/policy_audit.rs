@@ -158,6 +158,8 @@ fn verify_detects_edited_removed_and_reordered_records() {
     rewrite(&p, &edited);
     let (ok, out) = verify(&p);
     assert!(!ok && out.contains(":3: record was edited"), "{out}");
+    // The edited record is one of the five (it was counted out: "in 4 records").
+    assert!(out.contains("1 problem(s) in 5 records"), "{out}");
 
     let mut removed = orig.clone();
     removed.remove(1);

@@ -30,6 +30,9 @@ pub fn verify(reader: impl BufRead) -> std::io::Result<Report> {
     for (i, line) in reader.lines().enumerate() {
         let line = line?;
         let n = i + 1;
+        // Every line is a record, a damaged one too (it was counted out, so a log of four
+        // with one edited said "in 3 records").
+        records += 1;
         match chain::open_line(&line) {
             Err(e) => {
                 problems.push(Problem {
@@ -43,7 +46,6 @@ pub fn verify(reader: impl BufRead) -> std::io::Result<Report> {
                 };
             }
             Ok((seq, prev_hash, state)) => {
-                records += 1;
                 let expected = prev.seq + 1;
                 if seq > expected {
                     problems.push(Problem {
