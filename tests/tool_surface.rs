@@ -213,6 +213,16 @@ fn a_rug_pull_is_quarantined_until_approved_and_the_pin_persists() {
             "the change and the refused call of {t}: {tools:?}"
         );
     }
+    // A pin record says what its server runs under, as its calls' records do (every one
+    // said `sandboxed: false`).
+    let called = audit
+        .iter()
+        .find(|r| r["toolName"] == "notes" && r["result"]["status"] == "success")
+        .expect("the answered call's record");
+    for r in audit.iter().filter(|r| r["policyDecision"]["rule"] == "tool-pin") {
+        assert_eq!(r["sandboxed"], called["sandboxed"], "{r}\n{called}");
+        assert_eq!(r["enforcement"], called["enforcement"], "{r}\n{called}");
+    }
 
     let (code, shown) = pins_cmd(&["diff"], &pins);
     assert_eq!(code, 1, "{shown}");

@@ -408,8 +408,16 @@ impl Shared {
             (std::mem::replace(&mut *guard, new.clone()), new)
         };
         drop(serial);
-        for r in &records {
-            if let Err(e) = self.stages.audit.record(r) {
+        for r in records {
+            // Stamped with what its server runs under, as a call's record is (they said
+            // `sandboxed: false` for every server).
+            let enforcement = self
+                .slots
+                .iter()
+                .find(|s| s.name == r.server_name)
+                .and_then(|s| s.snapshot().enforcement);
+            let r = r.enforced(enforcement);
+            if let Err(e) = self.stages.audit.record(&r) {
                 tracing::error!(server = %r.server_name, tool = %r.tool_name, "audit write failed for a pin record: {e}");
             }
         }

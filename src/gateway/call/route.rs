@@ -110,9 +110,13 @@ pub(in crate::gateway) fn unroutable_record(
     rule: &str,
     started: Instant,
 ) -> CallRecord {
-    let (server, tool) = owner(shared, &params.name)
+    let owned = owner(shared, &params.name);
+    let (server, tool) = owned
         .map(|(slot, tool)| (slot.name.as_str(), tool))
         .unwrap_or(("", params.name.as_ref()));
+    // A server named (a held or hidden tool, a server down): what it runs under, as its
+    // calls' records say.
+    let enforcement = owned.and_then(|(slot, _)| slot.snapshot().enforcement);
     CallRecord {
         duration_ms: started.elapsed().as_millis() as u64,
         ..CallRecord::new(
@@ -126,6 +130,7 @@ pub(in crate::gateway) fn unroutable_record(
             },
         )
     }
+    .enforced(enforcement)
 }
 
 /// The error for a name the catalog does not know: when its prefix names a configured server
