@@ -34,7 +34,7 @@ pub struct Globals {
         env = "PALISADE_LOG_LEVEL"
     )]
     pub log_level: String,
-    /// Also write logs to this file instead of stderr.
+    /// Write logs to this file instead of stderr.
     #[arg(long, global = true)]
     pub log_file: Option<std::path::PathBuf>,
 }

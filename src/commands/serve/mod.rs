@@ -337,6 +337,15 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
     let default_policy = s.sandbox_policy;
     let escalation = s.escalation.clone();
     let timeout_s = s.escalation_timeout.unwrap_or(DEFAULT_ESCALATION_TIMEOUT);
+    // Checked whether or not an approver is named: a bad value is a mistake either way
+    // (it was accepted silently without --escalation).
+    anyhow::ensure!(
+        crate::approval::TIMEOUT_RANGE.contains(&timeout_s),
+        "escalation timeout {timeout_s} (--escalation-timeout, or escalationTimeout in the \
+         palisade block): must be within {}-{} seconds",
+        crate::approval::TIMEOUT_RANGE.start(),
+        crate::approval::TIMEOUT_RANGE.end()
+    );
     let protected = protected_paths(args.config.as_deref(), s);
     let policy_paths = PolicyPaths {
         policy: s.policy.clone(),
