@@ -219,7 +219,10 @@ fn a_rug_pull_is_quarantined_until_approved_and_the_pin_persists() {
         .iter()
         .find(|r| r["toolName"] == "notes" && r["result"]["status"] == "success")
         .expect("the answered call's record");
-    for r in audit.iter().filter(|r| r["policyDecision"]["rule"] == "tool-pin") {
+    for r in audit
+        .iter()
+        .filter(|r| r["policyDecision"]["rule"] == "tool-pin")
+    {
         assert_eq!(r["sandboxed"], called["sandboxed"], "{r}\n{called}");
         assert_eq!(r["enforcement"], called["enforcement"], "{r}\n{called}");
     }

@@ -198,12 +198,23 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
                 scope: &l.scope,
                 roots: &roots,
             });
-            print_json(&serde_json::json!({
+            let mut out = serde_json::json!({
                 "decision": d.status,
                 "rule": d.rule,
                 "reason": d.reason,
                 "roles": d.roles,
-            }))?;
+            });
+            // Without an annotations file, `serve` guesses a tool's roles from the server's
+            // live definition, which `explain` does not have: say so rather than disagree
+            // silently.
+            if d.rule == "structural-unknown-tool" && !l.policy.annotations_from_file {
+                out["note"] = serde_json::json!(
+                    "`serve` judges this tool by the roles it guesses from the server's live \
+                     definition (no annotations file); to explain it as serve would, draft \
+                     one with `palisade annotate --config FILE` and pass it with --annotations"
+                );
+            }
+            print_json(&out)?;
             Ok(ExitCode::SUCCESS)
         }
         PolicyCommand::Roots { files, server } => {

@@ -73,3 +73,58 @@ fn cli_explain_and_test() {
     assert_eq!(lines[321]["summary"]["total"], 321);
     assert_eq!(lines[321]["summary"]["passed"], 160);
 }
+
+/// `explain` on a tool no annotations file covers denied it as unknown, while `serve`
+/// (which guesses its roles from the live definition) escalated the same call: the answer
+/// now says why the two differ and how to explain it as serve would; with the file, no note.
+#[test]
+fn explain_says_why_an_unannotated_tool_differs_from_serve() {
+    let c = |f: &str| cfg("generated").join(f).display().to_string();
+    let (ok, out) = palisade(&[
+        "policy",
+        "explain",
+        "--policy",
+        &c("compiled-policy.json"),
+        "--home",
+        HOME,
+        "--sandbox-dir",
+        SANDBOX,
+        "--server",
+        "fs",
+        "--tool",
+        "write_file",
+        "--args",
+        r#"{"path":"/tmp/x"}"#,
+    ]);
+    assert!(ok, "{out}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["rule"], "structural-unknown-tool", "{v}");
+    assert!(
+        v["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("--annotations"),
+        "{v}"
+    );
+    let (ok, out) = palisade(&[
+        "policy",
+        "explain",
+        "--policy",
+        &c("compiled-policy.json"),
+        "--annotations",
+        &c("tool-annotations.json"),
+        "--home",
+        HOME,
+        "--sandbox-dir",
+        SANDBOX,
+        "--server",
+        "fs",
+        "--tool",
+        "write_file",
+        "--args",
+        r#"{"path":"/tmp/x"}"#,
+    ]);
+    assert!(ok, "{out}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(v.get("note").is_none(), "{v}");
+}
