@@ -64,12 +64,28 @@ fn a_sampling_answer_reaches_the_server_as_the_agent_wrote_it() {
         support::response_result_in(&result)
     };
     assert_eq!(sampled(answer), answer);
-
     // An answer with a carriage return between its tokens, around a request of its own (a
     // server reading with universal newlines would take that for a line of its own): the
     // server reads it as one compact line, the same members.
     let smuggling = "{\"x\":\r{\"jsonrpc\":\"2.0\",\"id\":\"e\",\"method\":\"tools/call\"}\r,\"role\":\"assistant\",\"content\":{\"type\":\"text\",\"text\":\"t\"},\"model\":\"m\"}";
     assert_eq!(sampled(smuggling), smuggling.replace('\r', ""));
+    // The request itself reached the agent in the server's words (its numbers' spelling, a
+    // member no model knows, their order), `_meta` Palisade's own. Before, it went through
+    // serde's `Value`: `1.50` became `1.5`.
+    let asked: Value = serde_json::from_str(&through.asked[0]).unwrap();
+    let params = through.asked[0]
+        .split_once(r#""params":"#)
+        .map(|(_, p)| p.trim_end().trim_end_matches('}').to_string())
+        .unwrap_or_default();
+    assert_eq!(asked["method"], "sampling/createMessage");
+    assert!(
+        params.starts_with(
+            r#"{"messages":[{"role":"user","content":{"type":"text","text":"hi","x.example/n":1.50}}],"maxTokens":10,"temperature":0.70,"_meta":"#
+        ),
+        "{}",
+        through.asked[0]
+    );
+
 }
 
 /// A method Palisade does not know (an extension's) passes to the server that keeps its own

@@ -24,6 +24,8 @@ pub struct Lines {
     /// Requests of the gateway's this client answers, by method: the result's text as the
     /// client writes it.
     pub answers: Vec<(String, String)>,
+    /// The lines of the gateway's requests this client answered, as they came.
+    pub asked: Vec<String>,
 }
 
 impl Lines {
@@ -64,6 +66,7 @@ impl Lines {
             rx,
             next: 1,
             notes: Vec::new(),
+            asked: Vec::new(),
             init: String::new(),
             answers: Vec::new(),
         }
@@ -123,6 +126,7 @@ impl Lines {
                 self.send_text(&format!(
                     r#"{{"jsonrpc":"2.0","id":{asked},"result":{result}}}"#
                 ));
+                self.asked.push(line.clone());
                 continue;
             }
             if msg.method.is_some() && msg.id.is_none() {

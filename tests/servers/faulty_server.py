@@ -77,6 +77,8 @@ LOCK = threading.Lock()
 PENDING = {}  # id of a request we sent -> [Event, response, response's line]
 NEXT_ID = [0]
 DEAF = threading.Event()  # set: the main loop stops reading stdin
+SAMPLING_AS_WRITTEN = ('{"messages":[{"role":"user","content":{"type":"text","text":"hi",'
+                      '"x.example/n":1.50}}],"maxTokens":10,"temperature":0.70}')
 LATER = [None]  # the line of the response to `sampling_later`'s request, once read
 
 
@@ -142,9 +144,9 @@ def run_tool(req_id, name: str, args: dict) -> None:
     elif name == "pid":
         answer(req_id, str(os.getpid()))
     elif name == "sampling_line":
-        slot = ask_slot("sampling/createMessage", json.dumps({
-            "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
-            "maxTokens": 10}))
+        # Spelt as json.dumps would not (1.50, 0.70, a member no model knows): the agent
+        # must get this text.
+        slot = ask_slot("sampling/createMessage", SAMPLING_AS_WRITTEN)
         answer(req_id, slot[2] or "no reply")
     elif name == "sampling_later":
         def later():

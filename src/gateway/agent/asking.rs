@@ -351,6 +351,31 @@ impl Asker {
         timeout: Duration,
         cancel: &CancellationToken,
     ) -> Result<Box<RawValue>, AskFailed> {
+        self.ask_text_until(method, &params.to_string(), timeout, cancel)
+            .await
+    }
+
+    /// `ask_until` with params the caller holds as JSON text, put to the agent as written
+    /// (a server's sampling request relayed in its own words).
+    pub async fn ask_raw_until(
+        &self,
+        method: &str,
+        params: &RawValue,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<Box<RawValue>, AskFailed> {
+        self.ask_text_until(method, params.get(), timeout, cancel)
+            .await
+    }
+
+    /// `params`: one JSON value's text, with no raw line break (a question is one line).
+    async fn ask_text_until(
+        &self,
+        method: &str,
+        params: &str,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<Box<RawValue>, AskFailed> {
         let n = self.questions.next.fetch_add(1, Ordering::Relaxed);
         let id = format!("{ID_PREFIX}{n}");
         let (tx, rx) = oneshot::channel();
@@ -373,9 +398,7 @@ impl Asker {
             }
         };
         tokio::pin!(give_up);
-        let question = line(&serde_json::json!({
-            "jsonrpc": "2.0", "id": id, "method": method, "params": params,
-        }));
+        let question = question_line(&id, method, params);
         tokio::select! {
             sent = self.way.ask(question) => sent?,
             why = &mut give_up => {
@@ -454,6 +477,19 @@ fn withdrawal(id: &str, reason: &str) -> Vec<u8> {
         "jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": id, "reason": reason},
     }))
+}
+
+/// The question `id` of `method` with `params` (JSON text, kept as it is) as one line.
+fn question_line(id: &str, method: &str, params: &str) -> Vec<u8> {
+    let quoted = |s: &str| Value::String(s.to_string()).to_string();
+    let mut line = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":{},\"params\":{params}}}",
+        quoted(id),
+        quoted(method)
+    )
+    .into_bytes();
+    line.push(b'\n');
+    line
 }
 
 /// A JSON-RPC message as one line of the stream.

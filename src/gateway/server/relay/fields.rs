@@ -124,6 +124,43 @@ pub(super) fn elicitation_summary(
     m
 }
 
+/// A sampling request's params as the agent is asked them: the server's own text of its
+/// `SAMPLING_FIELDS` members, in its order, and `meta` (JSON text) as `_meta`; `read` is the
+/// whole params as serde read them. `None` (the caller re-encodes `read`'s members) when the
+/// text holds a control byte or writes a key twice or with an escape at any depth: what is
+/// relayed must be what the checks read (`uses_tools` looked at the typed view), and one
+/// line.
+pub(super) fn sampling_as_written(
+    raw: &RawValue,
+    read: &Map<String, Value>,
+    meta: &str,
+) -> Option<Box<RawValue>> {
+    let text = raw.get();
+    let b = text.as_bytes();
+    let whole = Value::Object(read.clone());
+    if has_control(b) || member_count(b) != Some(members_in(&whole)) {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len() + meta.len() + 12);
+    out.push('{');
+    crate::gateway::json_scan::object_members(b, |key, span| {
+        if SAMPLING_FIELDS.iter().any(|f| f.as_bytes() == key) {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            crate::gateway::json_scan::push_member(&mut out, key, &text[span])?;
+        }
+        Some(())
+    })?;
+    if out.len() > 1 {
+        out.push(',');
+    }
+    out.push_str("\"_meta\":");
+    out.push_str(meta);
+    out.push('}');
+    RawValue::from_string(out).ok()
+}
+
 /// The agent's answer as the server that asked gets it: as the agent wrote it when it holds
 /// no control byte and writes no key twice or with an escape at any depth (counted against serde's
 /// reading, as a call's params are, `call/as_sent.rs`), else re-encoded, compact, from that
@@ -145,6 +182,26 @@ pub(super) fn for_the_server(answer: Box<RawValue>) -> serde_json::Result<Box<Ra
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sampling_request_goes_to_the_agent_in_the_servers_words_less_what_is_not_relayed() {
+        let relayed = |text: &str| {
+            let raw = RawValue::from_string(text.to_string()).unwrap();
+            let read: Map<String, Value> = serde_json::from_str(text).unwrap();
+            sampling_as_written(&raw, &read, r#"{"s":"x"}"#).map(|r| r.get().to_string())
+        };
+        let text = r#"{"maxTokens":1e2,"includeContext":"allServers","messages":[{"role":"user","content":{"type":"text","text":"hi","n":1.50}}],"_meta":{"progressToken":7},"temperature":0.70}"#;
+        assert_eq!(
+            relayed(text).unwrap(),
+            r#"{"maxTokens":1e2,"messages":[{"role":"user","content":{"type":"text","text":"hi","n":1.50}}],"temperature":0.70,"_meta":{"s":"x"}}"#
+        );
+        // A key written twice, or a raw line break: not as written.
+        assert_eq!(
+            relayed(r#"{"maxTokens":1,"messages":[{"a":1,"a":2}]}"#),
+            None
+        );
+        assert_eq!(relayed("{\"maxTokens\":1,\n\"messages\":[]}"), None);
+    }
 
     #[test]
     fn an_answer_goes_to_the_server_as_written_unless_it_breaks_lines_or_repeats_a_key() {

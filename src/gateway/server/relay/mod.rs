@@ -26,8 +26,8 @@ mod policy;
 
 pub use fields::attribute;
 use fields::{
-    elicitation_summary, for_the_server, sampling_summary, typed, uses_tools, views,
-    SAMPLING_FIELDS,
+    elicitation_summary, for_the_server, sampling_as_written, sampling_summary, typed, uses_tools,
+    views, SAMPLING_FIELDS,
 };
 pub use gate::{RelayGate, TokenBucket, REFUSALS_AUDITED_PER_MINUTE};
 pub use policy::{
@@ -82,6 +82,13 @@ pub struct Relayer {
     /// The requests in flight to each server, and how each reaches its agent: where a
     /// server's request finds the agent it serves (`agent/open_calls.rs`).
     pub open_calls: Arc<OpenCalls>,
+}
+
+/// A relayed request's params: as read (what rmcp's session and a round re-encode), and the
+/// server's own text of the same members where it could be kept (`fields::sampling_as_written`).
+struct Relayed {
+    fields: Map<String, Value>,
+    as_written: Option<Box<RawValue>>,
 }
 
 /// Where a relayed request goes: the next round of its 2026-07-28 call to this server, a
@@ -202,10 +209,29 @@ impl Relayer {
         &self,
         road: &Road,
         kind: Kind,
-        params: Map<String, Value>,
+        relayed: Relayed,
         cancel: &tokio_util::sync::CancellationToken,
     ) -> Result<Box<RawValue>, UpstreamError> {
         let method = kind.method();
+        let Relayed {
+            fields: params,
+            as_written,
+        } = relayed;
+        // On a stream Palisade writes itself, the server's own text when it was kept.
+        let ask_on = |asker: Arc<Asker>, params: Map<String, Value>| async move {
+            match &as_written {
+                Some(text) => {
+                    asker
+                        .ask_raw_until(method, text, self.timeout, cancel)
+                        .await
+                }
+                None => {
+                    asker
+                        .ask_until(method, Value::Object(params), self.timeout, cancel)
+                        .await
+                }
+            }
+        };
         match road {
             Road::Session(peer) => {
                 self.ask_session(peer, method, params, self.timeout, cancel)
@@ -213,9 +239,7 @@ impl Relayer {
             }
             Road::Standalone(asker, peer) => {
                 let asked_at = Instant::now();
-                let asked = asker
-                    .ask_until(method, Value::Object(params.clone()), self.timeout, cancel)
-                    .await;
+                let asked = ask_on(Arc::clone(asker), params.clone()).await;
                 match asked {
                     // No GET took it: rmcp's session keeps the request for the next one, as
                     // it would have without a stream of Palisade's, in the time left.
@@ -238,8 +262,7 @@ impl Relayer {
                 serde_json::value::to_raw_value(&answer)
                     .map_err(|e| UpstreamError::Other(e.to_string()))
             }
-            Road::Stream(asker) => asker
-                .ask_until(method, Value::Object(params), self.timeout, cancel)
+            Road::Stream(asker) => ask_on(Arc::clone(asker), params)
                 .await
                 .map_err(stream_error),
             Road::None { why, .. } => Err(UpstreamError::Other((*why).to_string())),
@@ -287,9 +310,11 @@ impl Relayer {
         // Only the fields of a plain sampling request go on, as the server wrote them: not
         // `includeContext` (undeclared downstream: a server must not pull in what the agent's
         // model saw from other servers), not a `task`, not the server's own `_meta`.
+        let as_written = raw.and_then(|r| sampling_as_written(r, &fields, &self.our_meta()));
         fields.retain(|k, _| SAMPLING_FIELDS.contains(&k.as_str()));
         self.name_the_server(&mut fields);
-        let answer = self.ask(&road, kind, fields, &ctx.ct).await;
+        let relayed = Relayed { fields, as_written };
+        let answer = self.ask(&road, kind, relayed, &ctx.ct).await;
         let result = match answer {
             Ok(v) => serde_json::from_str::<CreateMessageResult>(v.get())
                 .and_then(|_| for_the_server(v))
@@ -359,7 +384,11 @@ impl Relayer {
             ));
         };
         self.name_the_server(&mut fields);
-        let answer = self.ask(&road, kind, fields, &ctx.ct).await;
+        let relayed = Relayed {
+            fields,
+            as_written: None,
+        };
+        let answer = self.ask(&road, kind, relayed, &ctx.ct).await;
         let result = match answer {
             Ok(v) => serde_json::from_str::<ElicitResult>(v.get())
                 .and_then(|r| Ok((r.action, for_the_server(v)?)))
@@ -438,6 +467,11 @@ impl Relayer {
     /// agent's business.
     fn name_the_server(&self, fields: &mut Map<String, Value>) {
         fields.insert("_meta".into(), json!({ META_SERVER: self.server() }));
+    }
+
+    /// That `_meta` as JSON text.
+    fn our_meta(&self) -> String {
+        json!({ META_SERVER: self.server() }).to_string()
     }
 
     /// The error for a refused request; audited and logged within the refusal budget
