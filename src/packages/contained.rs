@@ -335,6 +335,9 @@ fn sandbox_request(f: FetchSandbox<'_>) -> LaunchRequest {
             denied_domains: Vec::new(),
         }),
         policy: SandboxPolicy::Enforce,
+        // Under Landlock (a container), the registry allowlist holds by port only: accepted
+        // here, for the user's own npm or uv (docs/security.md, package fetches).
+        allowlist_by_port: true,
         profile: Some("none".into()),
         limits: ResourceLimits {
             cgroup: false,

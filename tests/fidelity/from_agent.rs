@@ -85,7 +85,6 @@ fn a_sampling_answer_reaches_the_server_as_the_agent_wrote_it() {
         "{}",
         through.asked[0]
     );
-
 }
 
 /// A method Palisade does not know (an extension's) passes to the server that keeps its own

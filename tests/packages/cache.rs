@@ -174,3 +174,42 @@ fn the_uv_fetch_sandbox_writes_only_its_entry_and_reaches_only_the_index() {
         "https://registry.npmjs.org/",
     );
 }
+
+/// Where bubblewrap cannot run (a container; here `PALISADE_BWRAP` names nothing) the fetch
+/// sandbox is Landlock's, and its registry allowlist holds there by port only: accepted for
+/// Palisade's own fetch (the user's npm), while a server's allowlist is refused under
+/// enforce. Before that distinction, `npx -y` lines could not be fetched in a container.
+#[test]
+fn a_fetch_where_only_landlock_works_reaches_its_registry() {
+    let check = output(landlock_check());
+    let report: Value = serde_json::from_slice(&check.stdout).unwrap_or_default();
+    if report["machine"]["landlock"]["abi"].as_u64().unwrap_or(0) < 4 {
+        return support::skip("Landlock ABI 4 is not available here");
+    }
+    let home = Home::new();
+    let mut cmd = home.palisade(
+        &[
+            "prefetch",
+            "--",
+            "npx",
+            "-y",
+            "@modelcontextprotocol/server-memory",
+        ],
+        false,
+    );
+    cmd.env("PALISADE_BWRAP", "/nonexistent/bwrap");
+    let out = output(cmd);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        home.lock()["packages"]["npm:@modelcontextprotocol/server-memory@latest"]["version"]
+            .is_string(),
+        "{err}"
+    );
+}
+
+fn landlock_check() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"));
+    c.args(["check", "--json"]);
+    c
+}

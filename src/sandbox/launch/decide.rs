@@ -25,6 +25,7 @@ pub fn needs(req: &LaunchRequest) -> Needs {
             EgressSocket::Failed(why) if egress => Some(why.clone()),
             _ => None,
         },
+        allowlist_by_port: req.allowlist_by_port,
     }
 }
 

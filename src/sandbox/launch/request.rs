@@ -68,6 +68,11 @@ pub struct LaunchRequest {
     /// `profiles::apply::roots_delivery`). `None` for `palisade run`, whose grants are all
     /// the command's own.
     pub session_dir: Option<PathBuf>,
+    /// Accepts, under the Landlock tier, an allowlist held by port only (see
+    /// `resolve::landlock_gaps`). Only Palisade's package fetch sandbox sets it: what it runs
+    /// is the user's own npm or uv, and the registry token it may read is one that code can
+    /// already use at the registry; a server's allowlist never accepts it.
+    pub allowlist_by_port: bool,
 }
 
 /// Where a server with a domain allowlist reaches the egress proxy.
@@ -109,6 +114,7 @@ impl Default for LaunchRequest {
             egress_loopback: None,
             write_protect: true,
             session_dir: None,
+            allowlist_by_port: false,
         }
     }
 }

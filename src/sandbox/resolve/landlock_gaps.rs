@@ -67,6 +67,7 @@ fn landlock_soft_gaps(caps: &Capabilities, needs: &Needs, plan: &mut Plan) -> Ve
                 plan.host_network = true;
                 gaps.push(gap);
             }
+            None if needs.allowlist_by_port => {}
             // Landlock's network rules name a port, not an address: the proxy's port number
             // on a host the server chooses (one listening on every port) is reachable too,
             // around the allowlist.

@@ -40,6 +40,9 @@ pub struct Needs {
     pub egress: bool,
     /// Why the egress proxy cannot serve this server (it failed to start), if it cannot.
     pub egress_problem: Option<String>,
+    /// An allowlist held by port only (the Landlock tier's) is accepted: Palisade's package
+    /// fetch sandbox only (`LaunchRequest::allowlist_by_port`).
+    pub allowlist_by_port: bool,
 }
 
 /// One gap: what is missing and how to fix it.

@@ -32,6 +32,7 @@ fn needs() -> Needs {
         backend: Backend::Bwrap,
         egress: false,
         egress_problem: None,
+        allowlist_by_port: false,
     }
 }
 
@@ -442,6 +443,15 @@ fn an_allowlist_under_landlock_is_refused_in_enforce_and_held_by_port_in_warn() 
     assert!(
         reasons(&r).contains("sandbox.network.allowedDomains cannot be enforced"),
         "{r:?}"
+    );
+    // Palisade's package fetch sandbox accepts it (the user's own npm or uv).
+    let fetch = Needs {
+        allowlist_by_port: true,
+        ..n.clone()
+    };
+    assert_eq!(
+        resolve(&caps, &fetch, SandboxPolicy::Enforce),
+        Resolution::Sandboxed { plan: LANDLOCK }
     );
     // warn: still in Landlock, through the proxy (no host network), degraded with the reason.
     match resolve(&caps, &n, SandboxPolicy::Warn) {
