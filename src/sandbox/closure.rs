@@ -51,34 +51,50 @@ pub struct Lookup<'a> {
 }
 
 /// The sandbox's grants, each with whether the server can write it: a path is writable when
-/// the deepest grant holding it is read-write (a read-only grant or a `denyWrite` path
+/// the deepest entry holding it is read-write (a read-only grant or a `denyWrite` path
 /// inside a read-write one carves it out).
 #[derive(Debug, Clone, Default)]
-pub struct Writable(Vec<(PathBuf, bool)>);
+pub struct Writable {
+    /// Grants and carve-outs, each with whether it is writable.
+    entries: Vec<(PathBuf, bool)>,
+    /// How many of `entries`, first, are grants (what the sandbox shows); the rest are
+    /// `denyWrite` carve-outs, which show nothing of their own.
+    grants: usize,
+}
 
 impl Writable {
-    /// From `(path, writable)` pairs; a read-only and a read-write entry for the same path
-    /// make it read-only.
-    pub fn new(grants: impl IntoIterator<Item = (PathBuf, bool)>) -> Writable {
-        Writable(grants.into_iter().collect())
+    /// From the grants' `(path, writable)` pairs and the paths kept read-only inside them;
+    /// a read-only and a read-write grant of the same path make it read-only.
+    pub fn new(
+        grants: impl IntoIterator<Item = (PathBuf, bool)>,
+        read_only: impl IntoIterator<Item = PathBuf>,
+    ) -> Writable {
+        let mut entries: Vec<(PathBuf, bool)> = grants.into_iter().collect();
+        let grants = entries.len();
+        entries.extend(read_only.into_iter().map(|p| (p, false)));
+        Writable { entries, grants }
     }
 
     /// Whether the server can write at `p` (its directory resolved, so that a path through
     /// a symlinked directory is judged where it lies).
     pub fn writable(&self, p: &Path) -> bool {
+        // No read-write grant (`run -- true`): nothing to resolve on the launch path.
+        if !self.entries.iter().any(|(_, w)| *w) {
+            return false;
+        }
+        if self.deepest_writable(p) {
+            return true;
+        }
         let real = p
             .parent()
             .and_then(|d| std::fs::canonicalize(d).ok())
             .zip(p.file_name())
             .map(|(d, n)| d.join(n));
-        [Some(p.to_path_buf()), real]
-            .into_iter()
-            .flatten()
-            .any(|p| self.deepest_writable(&p))
+        real.is_some_and(|p| self.deepest_writable(&p))
     }
 
     fn deepest_writable(&self, p: &Path) -> bool {
-        let holding = self.0.iter().filter(|(g, _)| p.starts_with(g));
+        let holding = self.entries.iter().filter(|(g, _)| p.starts_with(g));
         let Some(depth) = holding.clone().map(|(g, _)| g.components().count()).max() else {
             return false;
         };
@@ -89,7 +105,9 @@ impl Writable {
 
     /// Whether `p` lies inside a grant (read-only or read-write): the sandbox shows it.
     pub fn shown(&self, p: &Path) -> bool {
-        self.0.iter().any(|(g, _)| p.starts_with(g))
+        self.entries[..self.grants]
+            .iter()
+            .any(|(g, _)| p.starts_with(g))
     }
 }
 
@@ -181,18 +199,33 @@ pub fn closure(program: &Path, args: &[String], lk: &Lookup<'_>) -> Vec<PathBuf>
     // interpreters' are; a script handed to an explicit interpreter's is not (following it
     // granted, say, a pyenv root for `/usr/bin/python3 server.py` whose shebang says
     // `env python3` and whose PATH led to a shim).
-    let mut queue = vec![(program.to_path_buf(), true)];
+    // And whether it was reached through an input the server can write ("tainted"): what
+    // it then adds is kept only where the sandbox shows it anyway (`trusted_grant`).
+    let mut queue = vec![(program.to_path_buf(), true, false)];
     if let Some(script) = script_argument(program, args, lk.cwd) {
-        queue.push((script, false));
+        queue.push((script, false, false));
     }
     let mut seen = BTreeSet::new();
-    while let Some((file, executed)) = queue.pop() {
+    while let Some((file, executed, tainted)) = queue.pop() {
         if !seen.insert(file.clone()) || seen.len() > 64 {
             continue;
         }
-        let (hops, whole) = symlink_chain(&file, lk);
+        if let Some((link, target)) = writable_link_on_the_way(&file, lk) {
+            left_out(&link, "the target of this symbolic link", &target);
+            continue;
+        }
+        let (hops, whole, through_writable) = symlink_chain(&file, lk);
+        let tainted = tainted || through_writable;
         for hop in hops {
-            add_install_dir(&hop, lk, &mut out);
+            let mut found = BTreeSet::new();
+            add_install_dir(&hop, lk, &mut found);
+            for dir in found {
+                if !tainted || trusted_grant(&dir, lk) {
+                    out.insert(dir);
+                } else {
+                    left_out(&hop, "its installation directory", &dir);
+                }
+            }
         }
         if !executed || !whole {
             continue;
@@ -200,12 +233,18 @@ pub fn closure(program: &Path, args: &[String], lk: &Lookup<'_>) -> Vec<PathBuf>
         let Ok(real) = std::fs::canonicalize(&file) else {
             continue;
         };
-        if let Some(interp) = shebang_interpreter(&real, lk) {
-            if untrusted(&real, lk) && !trusted_target(&interp, lk) {
+        if let Some((interp, by_path)) = shebang_interpreter(&real, lk) {
+            // A `#!` line the server can write names an interpreter of the machine's only
+            // through PATH (`env node`: the config's PATH decides where it is), or one the
+            // sandbox shows anyway.
+            let written = untrusted(&real, lk);
+            if written && !by_path && !trusted_target(&interp, lk) {
                 left_out(&real, "its #! interpreter", &interp);
                 continue;
             }
-            queue.push((interp, true));
+            // Found through PATH, the interpreter is the config's choice however the script
+            // was reached: not tainted.
+            queue.push((interp, true, !by_path && (tainted || written)));
         }
     }
     // Drop entries already inside another entry.
@@ -221,10 +260,54 @@ fn untrusted(p: &Path, lk: &Lookup<'_>) -> bool {
     lk.grants.is_some_and(|g| g.writable(p))
 }
 
-/// Whether what an input the server can write leads to may be granted: only what the
-/// sandbox shows anyway (the system base, the grants).
+/// Whether what an input the server can write leads to may be granted: what the sandbox
+/// shows anyway (the system base, the grants), or a file of a Python installation (a venv's
+/// `python` and `home` name one; reading another Python is no secret), judged where it
+/// really is.
 fn trusted_target(p: &Path, lk: &Lookup<'_>) -> bool {
-    in_base(p) || lk.grants.is_some_and(|g| g.shown(p))
+    let real = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    trusted_grant(&real, lk)
+        || real
+            .parent()
+            .and_then(Path::parent)
+            .is_some_and(python_installation)
+}
+
+/// Whether `dir` (a closure entry reached through an input the server can write) may be
+/// granted: in the system base, inside a grant, or a Python installation's prefix.
+fn trusted_grant(dir: &Path, lk: &Lookup<'_>) -> bool {
+    in_base(dir) || lk.grants.is_some_and(|g| g.shown(dir)) || python_installation(dir)
+}
+
+/// Whether `prefix` is a Python installation: `lib/python3.N/os.py` under it (a standard
+/// library, which the server cannot make outside what it can write).
+fn python_installation(prefix: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(prefix.join("lib")) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        e.file_name().to_string_lossy().starts_with("python3") && e.path().join("os.py").is_file()
+    })
+}
+
+/// The first symlink on `p`'s way (a directory above it included) that lies where the server
+/// can write and leads out of what it may be granted, with where it leads.
+fn writable_link_on_the_way(p: &Path, lk: &Lookup<'_>) -> Option<(PathBuf, PathBuf)> {
+    let grants = lk.grants?;
+    let mut prefix = PathBuf::new();
+    for part in p.components() {
+        prefix.push(part);
+        let Ok(meta) = std::fs::symlink_metadata(&prefix) else {
+            return None;
+        };
+        if meta.file_type().is_symlink() && grants.writable(&prefix) {
+            let target = std::fs::canonicalize(&prefix).ok()?;
+            if !trusted_target(&target, lk) {
+                return Some((prefix, target));
+            }
+        }
+    }
+    None
 }
 
 /// Says that `input` (where the server can write) named `what`, which is not granted.
@@ -240,9 +323,11 @@ fn left_out(input: &Path, what: &str, target: &Path) {
 }
 
 /// `path` and every path its symlinks lead through, in order (at most 40 hops, as the
-/// kernel allows), and whether the chain was followed to its end: a link the server can
-/// write that leads out of what the sandbox shows is not followed (`Writable`).
-fn symlink_chain(path: &Path, lk: &Lookup<'_>) -> (Vec<PathBuf>, bool) {
+/// kernel allows), whether the chain was followed to its end (a link the server can write
+/// that leads out of what it may be granted is not followed), and whether it went through
+/// a link the server can write.
+fn symlink_chain(path: &Path, lk: &Lookup<'_>) -> (Vec<PathBuf>, bool, bool) {
+    let mut through_writable = false;
     let mut chain = vec![path.to_path_buf()];
     let mut cur = path.to_path_buf();
     for _ in 0..40 {
@@ -260,14 +345,17 @@ fn symlink_chain(path: &Path, lk: &Lookup<'_>) -> (Vec<PathBuf>, bool) {
             chain.push(parent.join(name));
         }
         let next = crate::roots::canon::lexical_normalize(&parent.join(target));
-        if untrusted(&parent.join(name), lk) && !trusted_target(&next, lk) {
-            left_out(
-                &parent.join(name),
-                "the target of this symbolic link",
-                &next,
-            );
+        let escape = if untrusted(&parent.join(name), lk) {
+            through_writable = true;
+            (!trusted_target(&next, lk)).then(|| (parent.join(name), next.clone()))
+        } else {
+            None
+        }
+        .or_else(|| writable_link_on_the_way(&next, lk));
+        if let Some((link, target)) = escape {
+            left_out(&link, "the target of this symbolic link", &target);
             chain.dedup();
-            return (chain, false);
+            return (chain, false, through_writable);
         }
         cur = next;
         chain.push(cur.clone());
@@ -276,7 +364,7 @@ fn symlink_chain(path: &Path, lk: &Lookup<'_>) -> (Vec<PathBuf>, bool) {
         chain.push(real);
     }
     chain.dedup();
-    (chain, true)
+    (chain, true, through_writable)
 }
 
 fn in_base(p: &Path) -> bool {
@@ -309,7 +397,7 @@ fn add_install_dir(file: &Path, lk: &Lookup<'_>, out: &mut BTreeSet<PathBuf>) {
         let cfg = venv.join("pyvenv.cfg");
         if let Some(home) = venv_home(&cfg) {
             if let Some(prefix) = prefix_of_bin_dir(&home) {
-                if untrusted(&cfg, lk) && !trusted_target(&prefix, lk) {
+                if untrusted(&cfg, lk) && !trusted_grant(&prefix, lk) {
                     left_out(&cfg, "the base installation its `home` names", &prefix);
                 } else if !in_base(&prefix) {
                     out.insert(narrow(Some(prefix), &home));
@@ -379,8 +467,9 @@ fn venv_home(cfg: &Path) -> Option<PathBuf> {
     })
 }
 
-/// The interpreter a `#!` line names, resolved (`env NAME` through the sandbox PATH).
-fn shebang_interpreter(script: &Path, lk: &Lookup<'_>) -> Option<PathBuf> {
+/// The interpreter a `#!` line names, resolved (`env NAME` through the sandbox PATH), and
+/// whether it was found through PATH as one of the known interpreters (`INTERPRETERS`).
+fn shebang_interpreter(script: &Path, lk: &Lookup<'_>) -> Option<(PathBuf, bool)> {
     let mut buf = [0u8; 256];
     let n = std::fs::File::open(script).ok()?.read(&mut buf).ok()?;
     let head = buf.get(..n)?;
@@ -391,9 +480,11 @@ fn shebang_interpreter(script: &Path, lk: &Lookup<'_>) -> Option<PathBuf> {
     let interp = PathBuf::from(words.next()?);
     if interp.file_name() == Some(OsStr::new("env")) {
         let name = words.find(|w| !w.starts_with('-') && !w.contains('='))?;
-        return resolve_program(name, lk).ok();
+        let known =
+            INTERPRETERS.contains(&name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.'));
+        return resolve_program(name, lk).ok().map(|p| (p, known));
     }
-    Some(interp)
+    Some((interp, false))
 }
 
 /// The interpreter's script argument made absolute, when it was given relative to `cwd` (the
@@ -476,18 +567,70 @@ mod tests {
         // Control: with no grants known, both are followed, as before.
         let all = closure(&venv.join("bin/python"), &args, &lk("/usr/bin", &d));
         assert!(all.contains(&secret), "{all:?}");
-        let writable = Writable::new([(work.clone(), true)]);
+        let writable = Writable::new([(work.clone(), true)], []);
         let c = with(&writable);
         assert!(!c.iter().any(|p| p.starts_with(&secret)), "{c:?}");
-        assert!(c.contains(&venv), "the venv itself is still there: {c:?}");
         // The venv carved read-only inside the writable root: trusted again.
-        let carved = Writable::new([(work.clone(), true), (venv.clone(), false)]);
+        let carved = Writable::new([(work.clone(), true)], [venv.clone()]);
         let c = with(&carved);
         assert!(c.contains(&secret), "{c:?}");
         // A target inside the grants is followed (the sandbox shows it anyway).
-        let inside = Writable::new([(work.clone(), true), (secret.clone(), false)]);
+        let inside = Writable::new([(work.clone(), true), (secret.clone(), false)], []);
         let c = with(&inside);
         assert!(c.contains(&secret), "{c:?}");
+        // A directory on the way replaced by a link (the venv's `bin` now the secret's):
+        // not followed either.
+        std::fs::remove_file(venv.join("bin/python")).unwrap();
+        std::fs::remove_dir(venv.join("bin")).unwrap();
+        symlink(secret.join("bin"), venv.join("bin")).unwrap();
+        let c = with(&writable);
+        assert!(!c.iter().any(|p| p.starts_with(&secret)), "{c:?}");
+        // A Python installation (a standard library under lib/) is no secret: a venv in a
+        // writable root made from one keeps it.
+        let python = d.join("pythons/3.11");
+        exe(&python.join("bin/python3.11"), "\x7fELF");
+        std::fs::create_dir_all(python.join("lib/python3.11")).unwrap();
+        std::fs::write(python.join("lib/python3.11/os.py"), "").unwrap();
+        std::fs::remove_file(venv.join("bin")).unwrap();
+        std::fs::create_dir(venv.join("bin")).unwrap();
+        symlink(python.join("bin/python3.11"), venv.join("bin/python")).unwrap();
+        std::fs::write(
+            venv.join("pyvenv.cfg"),
+            format!("home = {}\n", python.join("bin").display()),
+        )
+        .unwrap();
+        let c = with(&writable);
+        assert!(c.contains(&python), "{c:?}");
+        assert!(!c.iter().any(|p| p.starts_with(&secret)), "{c:?}");
+    }
+
+    /// A node project in a writable root: its `.bin` link stays inside the root and its
+    /// `#!/usr/bin/env node` is found through PATH (the config's), so the interpreter's
+    /// installation is granted as before.
+    #[test]
+    fn a_node_project_in_a_writable_root_keeps_its_interpreter() {
+        let d = tempfile::tempdir().unwrap();
+        let d = std::fs::canonicalize(d.path()).unwrap();
+        let nvm = d.join("nvm/versions/node/v20");
+        exe(&nvm.join("bin/node"), "\x7fELF");
+        std::fs::create_dir_all(nvm.join("lib")).unwrap();
+        let proj = d.join("proj");
+        let entry = proj.join("node_modules/@x/server/dist/index.js");
+        exe(&entry, "#!/usr/bin/env node\n");
+        std::fs::create_dir_all(proj.join("node_modules/.bin")).unwrap();
+        symlink(
+            "../@x/server/dist/index.js",
+            proj.join("node_modules/.bin/server"),
+        )
+        .unwrap();
+        let path_var = format!("{}:/usr/bin", nvm.join("bin").display());
+        let grants = Writable::new([(proj.clone(), true)], []);
+        let l = Lookup {
+            grants: Some(&grants),
+            ..lk(&path_var, &d)
+        };
+        let c = closure(&proj.join("node_modules/.bin/server"), &[], &l);
+        assert!(c.contains(&nvm), "{c:?}");
     }
 
     #[test]

@@ -107,13 +107,10 @@ pub fn prepare_with(req: &LaunchRequest, caps: &Capabilities) -> Result<Prepared
         grants
             .iter()
             .chain(&profile_mounts)
-            .map(|m| (m.path.clone(), m.access == crate::sandbox::Access::Rw))
-            .chain(req.deny_write.iter().map(|p| {
-                (
-                    std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()),
-                    false,
-                )
-            })),
+            .map(|m| (m.path.clone(), m.access == crate::sandbox::Access::Rw)),
+        req.deny_write
+            .iter()
+            .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone())),
     );
     let lookup = Lookup {
         path_var: &path_var,
