@@ -220,6 +220,7 @@ pub fn fetch_request(
     );
     env.insert("npm_config_update_notifier".into(), "false".into());
     let read = home_file(".npmrc").into_iter().collect();
+    let by_port = args.iter().any(|a| a == "--ignore-scripts");
     Ok(sandbox_request(FetchSandbox {
         command: npm,
         args,
@@ -227,6 +228,7 @@ pub fn fetch_request(
         hosts: vec![host],
         env,
         read,
+        by_port,
     }))
 }
 
@@ -274,6 +276,9 @@ pub fn uv_request(
         hosts,
         env,
         read,
+        // uv builds a package that has no wheel from source (its build backend's code);
+        // accepted as uv's own, and said in docs/security.md.
+        by_port: true,
     }))
 }
 
@@ -295,6 +300,9 @@ struct FetchSandbox<'a> {
     env: BTreeMap<String, String>,
     /// Read-only grants besides the system base and the command's own closure.
     read: Vec<PathBuf>,
+    /// Whether an allowlist held by port only (the Landlock tier's) is accepted: not when
+    /// npm runs a package's install scripts, third-party code beside the registry token.
+    by_port: bool,
 }
 
 fn sandbox_request(f: FetchSandbox<'_>) -> LaunchRequest {
@@ -336,8 +344,9 @@ fn sandbox_request(f: FetchSandbox<'_>) -> LaunchRequest {
         }),
         policy: SandboxPolicy::Enforce,
         // Under Landlock (a container), the registry allowlist holds by port only: accepted
-        // here, for the user's own npm or uv (docs/security.md, package fetches).
-        allowlist_by_port: true,
+        // here for the user's own npm or uv (docs/security.md, package fetches), not when
+        // npm runs a package's install scripts.
+        allowlist_by_port: f.by_port,
         profile: Some("none".into()),
         limits: ResourceLimits {
             cgroup: false,
