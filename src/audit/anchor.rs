@@ -111,7 +111,13 @@ impl Head {
         let fd = nix::fcntl::openat(
             Some(dir.as_raw_fd()),
             name.as_os_str(),
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            // O_NONBLOCK: a FIFO planted under the name fails (ENXIO) rather than hang the
+            // record, and with it every call, until something reads it.
+            OFlag::O_WRONLY
+                | OFlag::O_CREAT
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_CLOEXEC
+                | OFlag::O_NONBLOCK,
             nix::sys::stat::Mode::from_bits_truncate(0o600),
         )
         .map_err(|e| {
