@@ -139,6 +139,14 @@ pub(super) async fn principal_entry(
         match map.get(name) {
             Some(c) => Arc::clone(c),
             None => {
+                // The drain may have begun since `admit` (a JWKS fetch in between): no start
+                // after it, which shutdown's sweep would not see.
+                if front.stopping.is_cancelled() {
+                    return Err(refusal(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "palisade is shutting down",
+                    ));
+                }
                 if map.len() >= front.http.max_principals {
                     front.metrics.refused("too_many_principals");
                     return Err(refusal(
@@ -168,7 +176,20 @@ pub(super) async fn principal_entry(
 /// A principal's start, on its task: the servers started and published in its cell, or the
 /// cell forgotten (so that a later request tries again) and the failure published.
 async fn run_start(front: Arc<Front>, name: String, cell: Arc<Cell>) {
-    match start_principal(&front, &name).await {
+    // A panic in the start is a failure like any other: a cell left pending would hold its
+    // waiters, and a place among maxPrincipals, for ever.
+    let started = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(start_principal(
+        &front, &name,
+    )))
+    .await
+    .unwrap_or_else(|_| {
+        tracing::error!(principal = %name, "the principal's start panicked");
+        Err(StartRefused {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: "your servers' start failed (see palisade's log)".into(),
+        })
+    });
+    match started {
         Ok(p) => {
             cell.state.send_replace(Started::Ready(Arc::clone(&p)));
             // Shutdown stops the principals it finds in the map once the drain is over,
