@@ -35,13 +35,16 @@ pub fn load_file(path: &Path) -> Result<GatewayConfig, ConfigError> {
     parse_str(&text, &path.display().to_string())
 }
 
-/// A server's sandbox paths must say where they are without a working directory (the
-/// server's is not the caller's): absolute, or under the home (`~/`). `Err`: the entry's
-/// field (`...allowWrite[0]`) and why.
+/// A server's sandbox paths must say where they are: absolute, under the home (`~/`), a
+/// `file://` URI, or relative to the server's own absolute `cwd` when it has one (the
+/// caller's working directory is not the server's). `Err`: the entry's field
+/// (`...allowWrite[0]`) and why.
 fn check_sandbox_paths(
     fs: &super::types::FilesystemConfig,
     field: &str,
+    cwd: Option<&str>,
 ) -> Result<(), (String, String)> {
+    let has_cwd = cwd.is_some_and(|c| c.starts_with('/'));
     let lists = [
         ("allowWrite", &fs.allow_write),
         ("allowRead", &fs.allow_read),
@@ -50,12 +53,17 @@ fn check_sandbox_paths(
     ];
     for (key, list) in lists {
         for (i, p) in list.iter().enumerate() {
-            let anchored = p.starts_with('/') || p == "~" || p.starts_with("~/");
+            let anchored = p.starts_with('/')
+                || p == "~"
+                || p.starts_with("~/")
+                || crate::roots::uri::is_file_uri(p)
+                || has_cwd;
             if !anchored {
                 return Err((
                     format!("{field}.{key}[{i}]"),
                     format!(
-                        "`{p}` is relative: give an absolute path, or one under the home (`~/...`)"
+                        "`{p}` is relative and the server has no absolute `cwd`: give an absolute \
+                         path, one under the home (`~/...`), or the server a `cwd`"
                     ),
                 ));
             }
@@ -193,8 +201,13 @@ pub fn parse_str(text: &str, file: &str) -> Result<GatewayConfig, ConfigError> {
         if let Some(sandbox @ Value::Object(_)) = v.get("sandbox") {
             let sandbox: super::types::SandboxConfig =
                 decode(sandbox.clone(), &format!("{field}.sandbox"), file)?;
-            check_sandbox_paths(&sandbox.filesystem, &format!("{field}.sandbox.filesystem"))
-                .map_err(|(at, why)| field_err(&at, why))?;
+            let cwd = v.get("cwd").and_then(Value::as_str);
+            check_sandbox_paths(
+                &sandbox.filesystem,
+                &format!("{field}.sandbox.filesystem"),
+                cwd,
+            )
+            .map_err(|(at, why)| field_err(&at, why))?;
         }
         let server: ServerConfig = decode(v, &field, file)?;
         if server.command.trim().is_empty() {
@@ -344,7 +357,9 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("`./proj` is relative"), "{e}");
-        assert!(parse_str(r#"{"mcpServers":{"fs":{"command":"x","sandbox":{"filesystem":{"allowRead":["~/docs", "~"]}}}}}"#, "c.json").is_ok());
+        assert!(parse_str(r#"{"mcpServers":{"fs":{"command":"x","sandbox":{"filesystem":{"allowRead":["~/docs", "~", "file:///srv/x"]}}}}}"#, "c.json").is_ok());
+        // Relative to the server's own cwd: as the server's start resolves it.
+        assert!(parse_str(r#"{"mcpServers":{"fs":{"command":"x","cwd":"/srv/p","sandbox":{"filesystem":{"allowWrite":["."]}}}}}"#, "c.json").is_ok());
         // The flat shape itself still loads.
         assert!(parse_str(r#"{"fs":{"command":"x","sandbox":false}}"#, "c.json").is_ok());
     }
