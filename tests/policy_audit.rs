@@ -215,7 +215,12 @@ fn writes_fail_closed_on_a_full_device() {
 #[test]
 fn unwritable_path_fails_at_open() {
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("no-such-dir/audit.jsonl");
+    // A missing directory is made (the log's first start on a fresh machine); one that
+    // cannot be (its parent is a file) fails the open.
+    let made = dir.path().join("no-such-dir/audit.jsonl");
+    assert!(AuditLog::open(&made).is_ok());
+    std::fs::write(dir.path().join("a-file"), "").unwrap();
+    let p = dir.path().join("a-file/sub/audit.jsonl");
     assert!(AuditLog::open(&p).is_err());
 }
 
