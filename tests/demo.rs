@@ -56,17 +56,7 @@ fn steps(stdout: &str) -> Vec<Step> {
 #[test]
 fn demo_shows_each_layer_doing_its_job_and_cleans_up() {
     let before = demo_dirs();
-    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .arg("demo")
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let ctx = format!(
-        "transcript:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "demo failed\n{ctx}");
+    let (stdout, ctx) = run_demo(&[]);
     assert!(
         !stdout.contains("demo-secret-7f3a"),
         "the secret leaked\n{ctx}"
@@ -169,18 +159,7 @@ fn without_bubblewrap_the_demo_runs_under_landlock_and_says_so() {
     if report["machine"]["landlock"]["abi"].as_u64().is_none() {
         return support::skip("Landlock is not available here");
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .arg("demo")
-        .env("RUST_LOG", "warn")
-        .env("PALISADE_BWRAP", "/nonexistent/bwrap")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let ctx = format!(
-        "transcript:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "demo failed\n{ctx}");
+    let (stdout, ctx) = run_demo(&[("PALISADE_BWRAP", "/nonexistent/bwrap")]);
     assert!(stdout.contains("sandbox   : enforce ("), "{ctx}");
     assert!(stdout.contains("Landlock ABI"), "{ctx}");
     assert!(!stdout.contains("WITHOUT a sandbox"), "{ctx}");
@@ -192,4 +171,22 @@ fn without_bubblewrap_the_demo_runs_under_landlock_and_says_so() {
         stdout.contains("Result: everything behaved as designed."),
         "{ctx}"
     );
+}
+
+/// `palisade demo` with `env` added, asserted to exit 0: its transcript, and the context a
+/// failed assertion shows (transcript and stderr).
+fn run_demo(env: &[(&str, &str)]) -> (String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .arg("demo")
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let ctx = format!(
+        "transcript:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "demo failed\n{ctx}");
+    (stdout, ctx)
 }

@@ -79,7 +79,7 @@ impl Writable {
     /// a symlinked directory is judged where it lies).
     pub fn writable(&self, p: &Path) -> bool {
         // No read-write grant (`run -- true`): nothing to resolve on the launch path.
-        if !self.entries.iter().any(|(_, w)| *w) {
+        if !self.any_writable() {
             return false;
         }
         if self.deepest_writable(p) {
@@ -91,6 +91,11 @@ impl Writable {
             .zip(p.file_name())
             .map(|(d, n)| d.join(n));
         real.is_some_and(|p| self.deepest_writable(&p))
+    }
+
+    /// Whether any grant is read-write.
+    fn any_writable(&self) -> bool {
+        self.entries.iter().any(|(_, w)| *w)
     }
 
     fn deepest_writable(&self, p: &Path) -> bool {
@@ -293,7 +298,8 @@ fn python_installation(prefix: &Path) -> bool {
 /// The first symlink on `p`'s way (a directory above it included) that lies where the server
 /// can write and leads out of what it may be granted, with where it leads.
 fn writable_link_on_the_way(p: &Path, lk: &Lookup<'_>) -> Option<(PathBuf, PathBuf)> {
-    let grants = lk.grants?;
+    // Nothing the server can write (`run -- true`): no lstat of every component.
+    let grants = lk.grants.filter(|g| g.any_writable())?;
     let mut prefix = PathBuf::new();
     for part in p.components() {
         prefix.push(part);

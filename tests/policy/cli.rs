@@ -80,51 +80,33 @@ fn cli_explain_and_test() {
 #[test]
 fn explain_says_why_an_unannotated_tool_differs_from_serve() {
     let c = |f: &str| cfg("generated").join(f).display().to_string();
-    let (ok, out) = palisade(&[
-        "policy",
-        "explain",
-        "--policy",
-        &c("compiled-policy.json"),
-        "--home",
-        HOME,
-        "--sandbox-dir",
-        SANDBOX,
-        "--server",
-        "fs",
-        "--tool",
-        "write_file",
-        "--args",
-        r#"{"path":"/tmp/x"}"#,
-    ]);
-    assert!(ok, "{out}");
-    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    let explain = |annotations: Option<&str>| -> Value {
+        let policy = c("compiled-policy.json");
+        let mut args = vec!["policy", "explain", "--policy", &policy];
+        let annotations = annotations.map(&c);
+        if let Some(a) = &annotations {
+            args.extend(["--annotations", a.as_str()]);
+        }
+        args.extend([
+            "--home",
+            HOME,
+            "--sandbox-dir",
+            SANDBOX,
+            "--server",
+            "fs",
+            "--tool",
+            "write_file",
+            "--args",
+            r#"{"path":"/tmp/x"}"#,
+        ]);
+        let (ok, out) = palisade(&args);
+        assert!(ok, "{out}");
+        serde_json::from_str(out.trim()).unwrap()
+    };
+    let v = explain(None);
     assert_eq!(v["rule"], "structural-unknown-tool", "{v}");
-    assert!(
-        v["note"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("--annotations"),
-        "{v}"
-    );
-    let (ok, out) = palisade(&[
-        "policy",
-        "explain",
-        "--policy",
-        &c("compiled-policy.json"),
-        "--annotations",
-        &c("tool-annotations.json"),
-        "--home",
-        HOME,
-        "--sandbox-dir",
-        SANDBOX,
-        "--server",
-        "fs",
-        "--tool",
-        "write_file",
-        "--args",
-        r#"{"path":"/tmp/x"}"#,
-    ]);
-    assert!(ok, "{out}");
-    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    let note = v["note"].as_str().unwrap_or_default();
+    assert!(note.contains("--annotations"), "{v}");
+    let v = explain(Some("tool-annotations.json"));
     assert!(v.get("note").is_none(), "{v}");
 }
