@@ -55,7 +55,6 @@ fn steps(stdout: &str) -> Vec<Step> {
 // the steps' headings.
 #[test]
 fn demo_shows_each_layer_doing_its_job_and_cleans_up() {
-    let before = demo_dirs();
     let (stdout, ctx) = run_demo(&[]);
     assert!(
         !stdout.contains("demo-secret-7f3a"),
@@ -125,23 +124,26 @@ fn demo_shows_each_layer_doing_its_job_and_cleans_up() {
             "{ctx}"
         );
     }
-    // Whatever the outcome, the workspace is gone.
-    assert_eq!(
-        demo_dirs(),
-        before,
-        "a palisade-demo-* directory was left behind"
+    // Whatever the outcome, the workspace is gone. Its own, named in the transcript: the
+    // other test's demo may be running beside this one, with a workspace of its own.
+    let workspace = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("workspace : "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| panic!("the transcript names its workspace\n{ctx}"));
+    assert!(
+        workspace.starts_with(std::env::temp_dir())
+            && workspace
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("palisade-demo-")),
+        "{ctx}"
     );
-}
-
-fn demo_dirs() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("palisade-demo-"))
-        .collect();
-    v.sort();
-    v
+    assert!(
+        !workspace.exists(),
+        "{} was left behind",
+        workspace.display()
+    );
 }
 
 // Where bubblewrap cannot run (here: PALISADE_BWRAP names nothing) but Landlock can, the demo
