@@ -184,11 +184,12 @@ fn front_whose_server_lists_slowly(ws: &Workspace, delay: u32, flags: &[&str]) -
 }
 
 // SIGTERM while a principal's servers are still starting (its first request waits on a
-// listing that takes 40 s): the start is cut short, its servers are stopped politely (stdin
-// closed, then SIGTERM after the grace) within that request, which is answered 503, and
+// listing that takes 40 s): the start is cut short, the request is answered 503 at once,
+// its servers are stopped politely (stdin closed, then SIGTERM after the grace) before
 // palisade exits 0 with no server left. Before, the start ran on past the drain, which does
 // not see a principal that has not started, and its servers were SIGKILLed when the process
-// ended.
+// ended; later the 503 waited for the stop's grace and could lose the race with the drain's
+// bound on open connections (both 3 s), leaving the request with no answer.
 #[test]
 fn sigterm_while_a_principal_starts_stops_its_servers_politely() {
     let ws = Workspace::new();

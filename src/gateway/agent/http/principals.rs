@@ -212,14 +212,16 @@ async fn run_start(front: Arc<Front>, name: String, cell: Arc<Cell>) {
 }
 
 /// Starts a principal's gateway, cut short when the front stops: the servers a cut start
-/// launched are stopped before it returns `None`.
+/// launched are stopped on a task of `starts` (which shutdown waits for), so the requests
+/// waiting for them are answered at once rather than after the servers' stop grace, which
+/// can outlast the drain of their connections.
 async fn start_until_stopping(
     front: &Front,
     opts: crate::gateway::GatewayOptions,
 ) -> Option<Result<Gateway, crate::gateway::GatewayError>> {
     match Gateway::start_until(opts, front.stopping.cancelled()).await {
         Ok((gateway, true)) => {
-            gateway.shutdown().await;
+            front.starts.spawn(gateway.shutdown());
             None
         }
         Ok((gateway, false)) => Some(Ok(gateway)),
