@@ -22,6 +22,7 @@ pub mod logging;
 pub mod packages;
 pub mod pins;
 pub mod policy;
+pub mod private_dir;
 pub mod profiles;
 pub mod roots;
 pub mod sandbox;

@@ -7,7 +7,7 @@
 //! (responses without the field, as IronCurtain writes them, approve once).
 
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -247,10 +247,7 @@ async fn read_response(path: &Path) -> Answer {
 /// Writes `body` to `path` through a temporary file in the same directory and a rename, so
 /// a reader never sees a partial file. Mode 0600; the directory is created 0700 if missing.
 pub fn write_atomically(dir: &Path, path: &Path, body: &[u8]) -> std::io::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
+    crate::private_dir::create(dir)?;
     let tmp = dir.join(format!(".tmp-{}", uuid::Uuid::new_v4()));
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()

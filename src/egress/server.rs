@@ -11,7 +11,7 @@
 //! (the directory must be private) and never leave a socket file behind.
 
 use std::collections::HashMap;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -377,11 +377,9 @@ fn prepare_dir(dir: &Path) -> Result<(), EgressError> {
         move |source| EgressError::Io { what, source }
     };
     match std::fs::symlink_metadata(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(io("creating")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            crate::private_dir::create(dir).map_err(io("creating"))
+        }
         Err(e) => Err(io("inspecting")(e)),
         Ok(meta) => {
             let me = nix::unistd::geteuid().as_raw();

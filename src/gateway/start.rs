@@ -156,17 +156,12 @@ fn output_rate(config: &GatewayConfig, name: &str) -> Option<u64> {
 /// Creates `path` (mode 0700) when missing; an existing directory is left as the user made it.
 /// Returns the canonical path (grants and roots use canonical paths).
 pub(super) fn create_private_dir(path: &Path) -> Result<PathBuf, GatewayError> {
-    use std::os::unix::fs::DirBuilderExt;
     let err = |source| GatewayError::SandboxDir {
         path: path.to_path_buf(),
         source,
     };
     if !path.is_dir() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(path)
-            .map_err(err)?;
+        crate::private_dir::create(path).map_err(err)?;
     }
     std::fs::canonicalize(path).map_err(err)
 }

@@ -21,7 +21,6 @@ pub mod hooks;
 pub mod lock;
 pub mod runner;
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 pub use runner::{classify, Ecosystem, Launcher, PackageRun, Wanted};
@@ -141,14 +140,10 @@ impl Cache {
 
     fn dir(&self, eco: Ecosystem) -> Result<PathBuf, PackageError> {
         let d = self.root.join(eco.as_str());
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&d)
-            .map_err(|cause| PackageError::Cache {
-                path: d.display().to_string(),
-                cause,
-            })?;
+        crate::private_dir::create(&d).map_err(|cause| PackageError::Cache {
+            path: d.display().to_string(),
+            cause,
+        })?;
         Ok(d)
     }
 

@@ -16,7 +16,6 @@ use clap::Args;
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use crate::audit::AuditLog;
@@ -383,10 +382,7 @@ pub fn options(args: ServeArgs) -> anyhow::Result<GatewayOptions> {
     opts.refused = refused;
     // The scope canonicalises the sandbox dir, so it must exist first (0700, as the gateway
     // would create it).
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&opts.sandbox_dir)
+    crate::private_dir::create(&opts.sandbox_dir)
         .with_context(|| format!("cannot create sandbox dir {}", opts.sandbox_dir.display()))?;
     let scope = Scope::new(Some(&opts.sandbox_dir), &protected, home.as_deref())
         .map_err(|e| anyhow::anyhow!("sandbox dir or protected paths: {e}"))?;

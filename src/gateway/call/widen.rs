@@ -15,7 +15,6 @@
 //! them. Nothing here decides whether a call may go: the policy and the approver did; a path
 //! the widening cannot place is left to the roots check that follows, which refuses it.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Component, Path, PathBuf};
 
 use tokio::sync::RwLockReadGuard;
@@ -168,14 +167,10 @@ fn create_approved(dir: &Path) -> Result<(), WidenError> {
     if std::fs::canonicalize(existing).ok().as_deref() != Some(existing) {
         return Err(WidenError::LinkOnTheWay(dir.to_path_buf()));
     }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|source| WidenError::Create {
-            dir: dir.to_path_buf(),
-            source,
-        })?;
+    crate::private_dir::create(dir).map_err(|source| WidenError::Create {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     match std::fs::canonicalize(dir) {
         Ok(real) if real == dir => Ok(()),
         _ => Err(WidenError::MovedAfterCreate(dir.to_path_buf())),

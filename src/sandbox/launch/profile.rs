@@ -104,7 +104,6 @@ pub(super) fn with_profile(
     selected: &profiles::Selected,
     plan: &profiles::Plan,
 ) -> Result<Profiled, LaunchError> {
-    use std::os::unix::fs::DirBuilderExt;
     tracing::info!(server = %req.name, profile = %selected.profile.name, why = %selected.why, "sandbox profile");
     let mut out = req.clone();
     for (k, v) in &plan.env {
@@ -132,16 +131,12 @@ pub(super) fn with_profile(
     }
     let mut mounts = Vec::new();
     if let Some(dir) = &plan.state_dir {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| {
-                io(
-                    &format!("cannot create state directory {}", dir.display()),
-                    e,
-                )
-            })?;
+        crate::private_dir::create(dir).map_err(|e| {
+            io(
+                &format!("cannot create state directory {}", dir.display()),
+                e,
+            )
+        })?;
         let real = std::fs::canonicalize(dir)
             .map_err(|e| io(&format!("cannot canonicalise {}", dir.display()), e))?;
         mounts.push(Mount {
