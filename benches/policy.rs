@@ -177,7 +177,7 @@ fn bench_log_line(c: &mut Criterion) {
     let mut args = serde_json::Map::new();
     args.insert("path".into(), json!("/home/u/Downloads/report.pdf"));
     let rec = CallRecord::new(
-        "filesystem",
+        palisade::gateway::stages::RecordServer::unstamped("filesystem"),
         "read_file",
         "17".into(),
         args,

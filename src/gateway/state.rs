@@ -128,6 +128,11 @@ pub struct Slot {
 }
 
 impl Slot {
+    /// This server as its audit records name it, with what it runs under now.
+    pub fn record_server(&self) -> crate::gateway::stages::RecordServer<'_> {
+        crate::gateway::stages::RecordServer::running(&self.name, self.snapshot().enforcement)
+    }
+
     /// A slot whose roots are the request's grants (no policy roots).
     pub fn new(name: String, req: Option<LaunchRequest>, status: Status) -> Slot {
         let roots = req

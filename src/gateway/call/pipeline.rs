@@ -26,7 +26,7 @@ use crate::gateway::call::tasks::TaskEntry;
 use crate::gateway::raw_json::RawJson;
 use crate::gateway::registry::Route;
 use crate::gateway::stages::{
-    request_id_string, ApprovalOutcome, CallInfo, CallRecord, Decision, PolicyVerdict,
+    request_id_string, ApprovalOutcome, CallInfo, CallRecord, Decision, PolicyVerdict, RecordServer,
 };
 use crate::gateway::state::{Shared, Slot};
 use crate::roots::canon::Base;
@@ -246,14 +246,13 @@ impl InFlight<'_> {
             task_id: task_field(&run.answer, "taskId"),
             task_status: task_field(&run.answer, "status"),
             ..CallRecord::new(
-                &self.slot.name,
+                RecordServer::running(&self.slot.name, run.enforcement),
                 self.tool,
                 request_id_string(&ctx.id),
                 arguments,
                 run.decided,
                 outcome_of(&run.answer, run.refused),
             )
-            .enforced(run.enforcement)
         };
         if let Err(e) = self.shared.stages.audit.record(&record) {
             tracing::error!(server = %self.slot.name, tool = %self.tool, "audit write failed: {e}");

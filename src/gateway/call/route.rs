@@ -10,7 +10,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 
 use crate::gateway::registry::Route;
-use crate::gateway::stages::{request_id_string, CallOutcome, CallRecord};
+use crate::gateway::stages::{request_id_string, CallOutcome, CallRecord, RecordServer};
 use crate::gateway::state::{Shared, Slot, Status};
 
 use super::stage::stage_refusal;
@@ -120,7 +120,7 @@ pub(in crate::gateway) fn unroutable_record(
     CallRecord {
         duration_ms: started.elapsed().as_millis() as u64,
         ..CallRecord::new(
-            server,
+            RecordServer::running(server, enforcement),
             tool,
             request_id_string(&ctx.id),
             params.arguments.clone().unwrap_or_default(),
@@ -130,7 +130,6 @@ pub(in crate::gateway) fn unroutable_record(
             },
         )
     }
-    .enforced(enforcement)
 }
 
 /// The error for a name the catalog does not know: when its prefix names a configured server

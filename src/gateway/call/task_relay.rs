@@ -227,7 +227,7 @@ fn audit_completion(
         task_status: Some(status.to_string()),
         protocol: Some(versions.clone()),
         ..CallRecord::new(
-            &slot.name,
+            slot.record_server(),
             &entry.tool,
             // The creating call's id: the two records of one task share it.
             entry.request_id.clone(),
@@ -235,7 +235,6 @@ fn audit_completion(
             entry.decided.clone(),
             outcome,
         )
-        .enforced(slot.snapshot().enforcement)
     };
     shared.stages.audit.record(&record).map_err(|e| {
         tracing::error!(server = %slot.name, "audit write failed: {e}");

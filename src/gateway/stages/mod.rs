@@ -254,11 +254,36 @@ pub struct CallRecord {
     pub protocol: Option<crate::audit::ProtocolVersions>,
 }
 
+/// The server a record is about and what it runs under, given together: a record of a
+/// server's call cannot be built without saying how that server is contained (when each
+/// caller stamped it afterwards, two kinds of record said `sandboxed: false` for sandboxed
+/// servers).
+pub struct RecordServer<'a> {
+    pub name: &'a str,
+    pub enforcement: Option<Enforcement>,
+}
+
+impl<'a> RecordServer<'a> {
+    /// A server that runs (or ran) under `enforcement`.
+    pub fn running(name: &'a str, enforcement: Option<Enforcement>) -> Self {
+        RecordServer { name, enforcement }
+    }
+
+    /// A record no server's containment applies to: refused before any server was chosen,
+    /// or (pin records) stamped by the caller that knows the server.
+    pub fn unstamped(name: &'a str) -> Self {
+        RecordServer {
+            name,
+            enforcement: None,
+        }
+    }
+}
+
 impl CallRecord {
-    /// A record with what every kind has, stamped now; the rest starts empty (no
-    /// escalation, no enforcement, no roots or refusals), for the caller to fill in.
+    /// A record with what every kind has, stamped now, with its server's enforcement; the
+    /// rest starts empty (no escalation, no roots or refusals), for the caller to fill in.
     pub fn new(
-        server_name: &str,
+        server: RecordServer<'_>,
         tool_name: &str,
         request_id: String,
         arguments: Map<String, Value>,
@@ -268,15 +293,18 @@ impl CallRecord {
         CallRecord {
             timestamp: crate::audit::now_rfc3339(),
             request_id,
-            server_name: server_name.to_string(),
+            server_name: server.name.to_string(),
             tool_name: tool_name.to_string(),
             arguments,
             policy_decision,
             escalation_result: None,
             result,
             duration_ms: 0,
-            sandboxed: false,
-            enforcement: None,
+            sandboxed: server
+                .enforcement
+                .as_ref()
+                .is_some_and(Enforcement::is_sandboxed),
+            enforcement: server.enforcement,
             approved_roots: Vec::new(),
             network_refusals: Vec::new(),
             remembered_scope: None,
@@ -289,7 +317,7 @@ impl CallRecord {
         }
     }
 
-    /// Records what was enforced; `sandboxed` follows from it.
+    /// Records what was enforced, for a record built `unstamped`; `sandboxed` follows from it.
     pub fn enforced(mut self, enforcement: Option<Enforcement>) -> CallRecord {
         self.sandboxed = enforcement.as_ref().is_some_and(Enforcement::is_sandboxed);
         self.enforcement = enforcement;
@@ -385,7 +413,7 @@ mod tests {
             Value::String("sk-abcdefghijklmnopqrstuv".into()),
         );
         let rec = CallRecord::new(
-            "fs",
+            RecordServer::unstamped("fs"),
             "read",
             "7".into(),
             args,
@@ -410,7 +438,7 @@ mod tests {
         let mut args = Map::new();
         args.insert("path".into(), Value::String(hostile.into()));
         let rec = CallRecord::new(
-            "fs",
+            RecordServer::unstamped("fs"),
             "read",
             "7".into(),
             args,

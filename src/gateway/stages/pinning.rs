@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use crate::gateway::registry::ServerLists;
-use crate::gateway::stages::{CallOutcome, CallRecord, Decision, PolicyVerdict};
+use crate::gateway::stages::{CallOutcome, CallRecord, Decision, PolicyVerdict, RecordServer};
 use crate::pins::{self, ChangeKind, Mode, NewServers};
 
 /// `policyDecision.rule` of pin records and of calls refused because a tool is held.
@@ -179,7 +179,7 @@ fn pin_record(
     CallRecord {
         kind: Some(crate::audit::RecordKind::ToolPin),
         ..CallRecord::new(
-            server,
+            RecordServer::unstamped(server),
             tool,
             String::new(),
             Default::default(),

@@ -151,7 +151,7 @@ mod tests {
     fn calls_are_counted_by_labels_and_unroutable_names_do_not_become_labels() {
         let m = Metrics::default();
         let mut rec = CallRecord::new(
-            "fs",
+            crate::gateway::stages::RecordServer::unstamped("fs"),
             "read",
             "1".into(),
             Default::default(),
@@ -162,7 +162,7 @@ mod tests {
         m.record(&rec);
         m.record(&rec);
         let mut odd = CallRecord::new(
-            "x\"y",
+            crate::gateway::stages::RecordServer::unstamped("x\"y"),
             "anything-the-agent-made-up",
             "2".into(),
             Default::default(),

@@ -10,7 +10,9 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-use crate::gateway::stages::{request_id_string, CallOutcome, CallRecord, PolicyVerdict};
+use crate::gateway::stages::{
+    request_id_string, CallOutcome, CallRecord, PolicyVerdict, RecordServer,
+};
 
 use super::*;
 
@@ -87,7 +89,7 @@ fn busy_record(principal: &str, asked: Option<&limits::Asked>, why: &str) -> Cal
         None => ("", "(not JSON-RPC)", String::new(), Default::default()),
     };
     let mut rec = CallRecord::new(
-        server,
+        RecordServer::unstamped(server),
         tool,
         id,
         args,

@@ -102,11 +102,10 @@ impl Upstream {
         let Some(reason) = refusal else {
             return Ok(());
         };
-        let snap = slot.snapshot();
         let record = crate::gateway::stages::CallRecord {
             kind: Some(kind),
             ..crate::gateway::stages::CallRecord::new(
-                &slot.name,
+                slot.record_server(),
                 kind.method(),
                 crate::gateway::stages::request_id_string(&ctx.id),
                 arguments,
@@ -115,7 +114,6 @@ impl Upstream {
                     reason: reason.clone(),
                 },
             )
-            .enforced(snap.enforcement)
         };
         if let Err(e) = self.shared.stages.audit.record(&record) {
             tracing::error!(server = %slot.name, "audit write failed: {e}");

@@ -135,7 +135,6 @@ impl Upstream {
         let started = Instant::now();
         let answer = self.forward(idx, out, ctx).await;
         let slot = &self.shared.slots[idx];
-        let snap = slot.snapshot();
         let result = match &answer {
             Ok(_) => crate::gateway::stages::CallOutcome::Success,
             Err(e) => crate::gateway::stages::CallOutcome::Error {
@@ -147,7 +146,7 @@ impl Upstream {
             duration_ms: started.elapsed().as_millis() as u64,
             // Readers that know only tool calls still see which method it was.
             ..crate::gateway::stages::CallRecord::new(
-                &slot.name,
+                slot.record_server(),
                 audit.name.as_deref().unwrap_or(audit.kind.method()),
                 crate::gateway::stages::request_id_string(&ctx.id),
                 audit.arguments,
@@ -157,7 +156,6 @@ impl Upstream {
                 }),
                 result,
             )
-            .enforced(snap.enforcement)
         };
         if let Err(e) = self.shared.stages.audit.record(&record) {
             tracing::error!(server = %slot.name, method = audit.kind.method(), "audit write failed: {e}");

@@ -51,7 +51,7 @@ use crate::gateway::agent::asking::{AskFailed, Asker};
 use crate::gateway::agent::link::{request_of, UpstreamError, UpstreamLink};
 use crate::gateway::agent::open_calls::{Carrier, OpenCalls, Untold};
 use crate::gateway::stages::{
-    request_id_string, AuditSink, CallOutcome, CallRecord, Decision, PolicyVerdict,
+    request_id_string, AuditSink, CallOutcome, CallRecord, Decision, PolicyVerdict, RecordServer,
 };
 use crate::sandbox::launch::Enforcement;
 
@@ -550,14 +550,13 @@ impl Relayer {
             duration_ms,
             kind: Some(kind.record_kind()),
             ..CallRecord::new(
-                self.server(),
+                RecordServer::running(self.server(), self.enforcement.clone()),
                 kind.method(),
                 request_id_string(&ctx.id),
                 arguments,
                 policy_decision,
                 result,
             )
-            .enforced(self.enforcement.clone())
         }
     }
 }
