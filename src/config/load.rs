@@ -173,27 +173,17 @@ pub fn parse_str(text: &str, file: &str) -> Result<GatewayConfig, ConfigError> {
                 "expected an object of servers".into(),
             ))
         }
-        None => (top, ""),
+        None => {
+            if let Some((field, why)) = misspelt_server_map(&top) {
+                return Err(field_err(&field, why));
+            }
+            (top, "")
+        }
     };
 
     let mut servers = Vec::with_capacity(servers_obj.len());
     for (name, v) in servers_obj {
         let field = format!("{prefix}{name}");
-        // IronCurtain's flat shape under a misspelt `mcpServers` (`mcpServer`): an entry with
-        // no command whose values are all servers' objects.
-        let looks_like_servers = |o: &Map<String, Value>| {
-            !o.is_empty() && o.values().all(|s| s.get("command").is_some())
-        };
-        if let (true, Value::Object(o)) = (prefix.is_empty(), &v) {
-            if o.get("command").is_none() && looks_like_servers(o) {
-                return Err(field_err(
-                    &field,
-                    format!(
-                        "holds servers but is not `mcpServers`: rename `{name}` to `mcpServers`"
-                    ),
-                ));
-            }
-        }
         validate_server_name(&name).map_err(|m| field_err(&field, m))?;
         // Decoded on its own first, so that an error inside names its whole path
         // (`mcpServers.fs.sandbox.filesystem.allowWrite`): `sandbox` is read as `false`,
@@ -252,6 +242,19 @@ pub fn parse_str(text: &str, file: &str) -> Result<GatewayConfig, ConfigError> {
         ));
     }
     Ok(GatewayConfig { servers, settings })
+}
+/// The flat shape (IronCurtain's) whose map is really `mcpServers` misspelt (`mcpServer`): a
+/// top-level entry with no command whose values are all servers' objects. Its field and why.
+fn misspelt_server_map(top: &Map<String, Value>) -> Option<(String, String)> {
+    top.iter().find_map(|(name, v)| {
+        let o = v.as_object()?;
+        let holds_servers = !o.is_empty() && o.values().all(|s| s.get("command").is_some());
+        (o.get("command").is_none() && holds_servers).then(|| {
+            let why =
+                format!("holds servers but is not `mcpServers`: rename `{name}` to `mcpServers`");
+            (name.clone(), why)
+        })
+    })
 }
 
 /// Server names become tool-name prefixes (`server__tool`), so they must not contain the
