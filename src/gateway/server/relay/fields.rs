@@ -7,7 +7,7 @@ use rmcp::ErrorData;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use crate::gateway::call::as_sent::members_in;
+use crate::gateway::call::as_sent::{members_in, members_of};
 use crate::gateway::json_scan::{has_control, member_count};
 
 /// Characters of a prompt or question kept in the audit record.
@@ -137,8 +137,7 @@ pub(super) fn sampling_as_written(
 ) -> Option<Box<RawValue>> {
     let text = raw.get();
     let b = text.as_bytes();
-    let whole = Value::Object(read.clone());
-    if has_control(b) || member_count(b) != Some(members_in(&whole)) {
+    if has_control(b) || member_count(b) != Some(members_of(read)) {
         return None;
     }
     let mut out = String::with_capacity(text.len() + meta.len() + 12);
