@@ -153,12 +153,7 @@ fn demo_shows_each_layer_doing_its_job_and_cleans_up() {
 // refusal naming its own fix (protectDangerousFiles), not a grant the workspace already has.
 #[test]
 fn without_bubblewrap_the_demo_runs_under_landlock_and_says_so() {
-    let check = Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .args(["check", "--json"])
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
-    if report["machine"]["landlock"]["abi"].as_u64().is_none() {
+    if support::skip::landlock_abi().is_none() {
         return support::skip("Landlock is not available here");
     }
     let (stdout, ctx) = run_demo(&[("PALISADE_BWRAP", "/nonexistent/bwrap")]);

@@ -583,12 +583,7 @@ fn a_stopped_landlock_server_leaves_no_child_behind() {
 
 /// True (and the skip recorded) when `palisade check` finds no Landlock on this kernel.
 fn landlock_missing(test: &str) -> bool {
-    let check = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .args(["check", "--json"])
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&check.stdout).unwrap();
-    let missing = report["machine"]["landlock"]["abi"].as_u64().is_none();
+    let missing = skip::landlock_abi().is_none();
     if missing {
         skip::host_skip(test, "Landlock is not available on this kernel");
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use palisade::client::McpClient;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::scene::*;
 
@@ -44,12 +44,7 @@ pub(crate) fn allowlist_unsupported(tier: &str) -> Option<String> {
         "srt" => Some("srt's own proxy cannot resolve the test's names".into()),
         "bwrap" if which::which("socat").is_err() => Some("socat is not installed".into()),
         "landlock" => {
-            let out = std::process::Command::new(palisade_bin())
-                .args(["check", "--json"])
-                .output()
-                .expect("run palisade check");
-            let report: Value = serde_json::from_slice(&out.stdout).expect("check --json");
-            match report["machine"]["landlock"]["abi"].as_u64() {
+            match crate::skip::landlock_abi() {
                 Some(abi) if abi >= 4 => None,
                 abi => Some(format!("Landlock ABI {abi:?}: network rules need 4")),
             }

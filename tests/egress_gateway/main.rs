@@ -159,12 +159,7 @@ fn assert_socket_dir_used_and_removed(tmp: &Path, log: &str) {
 /// The Landlock ABI `palisade check` reports; `None` (with the reason printed) when it is
 /// below 4, where TCP cannot be confined and the allowlist is refused (unit-tested).
 fn landlock_abi_4() -> Option<u32> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .args(["check", "--json"])
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    match report["machine"]["landlock"]["abi"].as_u64() {
+    match skip::landlock_abi() {
         Some(abi) if abi >= 4 => Some(abi as u32),
         other => {
             skip::skip(&format!(

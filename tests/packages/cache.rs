@@ -181,9 +181,7 @@ fn the_uv_fetch_sandbox_writes_only_its_entry_and_reaches_only_the_index() {
 /// enforce. Before that distinction, `npx -y` lines could not be fetched in a container.
 #[test]
 fn a_fetch_where_only_landlock_works_reaches_its_registry() {
-    let check = output(landlock_check());
-    let report: Value = serde_json::from_slice(&check.stdout).unwrap_or_default();
-    if report["machine"]["landlock"]["abi"].as_u64().unwrap_or(0) < 4 {
+    if support::skip::landlock_abi().unwrap_or(0) < 4 {
         return support::skip("Landlock ABI 4 is not available here");
     }
     let home = Home::new();
@@ -206,10 +204,4 @@ fn a_fetch_where_only_landlock_works_reaches_its_registry() {
             .is_string(),
         "{err}"
     );
-}
-
-fn landlock_check() -> std::process::Command {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"));
-    c.args(["check", "--json"]);
-    c
 }

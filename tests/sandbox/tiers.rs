@@ -228,9 +228,7 @@ fn without_user_namespaces_auto_picks_landlock_and_the_attacks_fail() {
 
 /// The Landlock ABI `palisade check` reports, or `None` (reported as a host skip).
 pub fn landlock_abi(test: &str) -> Option<u64> {
-    let out = palisade().args(["check", "--json"]).output().unwrap();
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let abi = report["machine"]["landlock"]["abi"].as_u64();
+    let abi = skip::landlock_abi();
     if abi.is_none() {
         skip::host_skip(test, "Landlock is not available on this kernel");
     }

@@ -33,3 +33,16 @@ pub fn host_skip(test: &str, reason: &str) {
         let _ = writeln!(f, "{test}: {reason}");
     }
 }
+
+/// The Landlock ABI `palisade check --json` reports for this kernel, `None` without Landlock.
+/// Each caller decides whether a missing or too old ABI is a skip or a host skip.
+#[allow(dead_code)] // not every test binary that includes this module needs Landlock
+pub fn landlock_abi() -> Option<u64> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["check", "--json"])
+        .output()
+        .expect("run palisade check --json");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("palisade check --json prints JSON");
+    report["machine"]["landlock"]["abi"].as_u64()
+}
