@@ -63,10 +63,13 @@ pub(in crate::gateway) async fn route_waiting(
             Ok(route) => return Ok(route.clone()),
             Err(e) => e,
         };
-        let status = owner(shared, name).map(|(slot, _)| slot.snapshot().status);
-        let waiting = match &status {
-            Some(Status::Starting | Status::Restarting { .. }) => true,
-            Some(Status::Running) => {
+        let snap = owner(shared, name).map(|(slot, _)| slot.snapshot());
+        let waiting = match snap.as_ref().map(|s| (&s.status, s.live.is_some())) {
+            Some((Status::Starting | Status::Restarting { .. }, _)) => true,
+            // Its process ended and left the catalog: the supervisor says whether it restarts
+            // only once the process is stopped, which a loaded machine can make take a while.
+            Some((Status::Running, false)) => true,
+            Some((Status::Running, true)) => {
                 running_misses += 1;
                 running_misses < 3
             }
