@@ -475,12 +475,13 @@ fn an_agent_without_the_capability_is_never_asked() {
 #[test]
 fn a_server_that_gives_up_cancels_the_request_at_the_agent() {
     let run = Run::new();
-    // The client answers a "hang" prompt only after 60 s; the server gives up after 1 s and
+    // The client answers a "hang" prompt only after 60 s; the server gives up after 5 s and
     // sends notifications/cancelled, which palisade passes on to the client. The client
-    // waits (bounded) until its callback was cancelled.
+    // waits (bounded) until its callback was cancelled. (5 s, not less: a cancellation that
+    // overtakes a request still on its way is not seen as one.)
     let seen = run.drive(
         json!({"asker": asker(Some(json!({"sampling": true})))}),
-        json!([{"tool": "asker__give_up_on_sampling", "args": {"prompt": "hang until cancelled", "seconds": 1}}]),
+        json!([{"tool": "asker__give_up_on_sampling", "args": {"prompt": "hang until cancelled", "seconds": 5}}]),
         &[("RELAY_WAIT_CANCEL", "1")],
     );
     let a = seen.answer("asker__give_up_on_sampling");

@@ -296,11 +296,13 @@ mod tests {
     #[test]
     fn long_waits_for_the_agent_leave_the_budget_for_a_quick_server_alone() {
         // Each call: a wait for the server (one request in flight) that a 1 ms spin misses by
-        // a little, then a wait for the agent that lasts far longer than any spin.
+        // a little, then a wait for the agent that lasts far longer than any spin. The
+        // server's wait is dated in the future, so that it reads as no wait at all however
+        // long this thread is preempted (`elapsed` saturates at zero).
         let busy = BusyPoll::new(Duration::from_millis(1)).unwrap();
         for _ in 0..10 {
             let call = busy.request();
-            busy.window().expired_spin = Some((1, Instant::now()));
+            busy.window().expired_spin = Some((1, Instant::now() + Duration::from_secs(60)));
             busy.after_wake();
             drop(call);
             busy.window().expired_spin = Some((0, Instant::now() - Duration::from_secs(2)));

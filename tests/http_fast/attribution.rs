@@ -196,7 +196,8 @@ fn a_routed_request_of_an_agent_that_may_be_asked_stays_fast_and_its_session_is_
 // Requests of two sessions open to one server, neither with a stream of its own: a server's
 // request meanwhile could be either's, so it is refused, not sent to one of the sessions.
 // Session B (which cannot be asked) has a slow call open; session A's prompt makes the server
-// ask for sampling.
+// ask for sampling. B's call stays open until the prompt is answered (it is cancelled then),
+// however long a loaded machine takes to open A's session.
 #[test]
 fn a_servers_request_during_requests_of_two_sessions_is_refused() {
     let ws = Workspace::new();
@@ -204,8 +205,8 @@ fn a_servers_request_during_requests_of_two_sessions_is_refused() {
     let front = std::sync::Arc::new(Front::start(&ws, &config));
     let b = front.session(json!({}));
     let slow = {
-        let front = front.clone();
-        std::thread::spawn(move || front.call(&b, 7, "faulty__sleep", json!({"after": 3.0})))
+        let (front, b) = (front.clone(), b.clone());
+        std::thread::spawn(move || front.call(&b, 7, "faulty__sleep", json!({"after": 600.0})))
     };
     let started = support::eventually(HANG_GUARD, || ws.stderr_text().contains("sleep: started"));
     let a = front.session(json!({"sampling": {}}));
@@ -215,12 +216,19 @@ fn a_servers_request_during_requests_of_two_sessions_is_refused() {
         &json!({"jsonrpc": "2.0", "id": 4, "method": "prompts/get",
                 "params": {"name": "faulty__sampling"}}),
     );
+    let cancel = front.post_text(
+        ALICE,
+        Some(&b),
+        &[],
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#,
+    );
     let slow = slow.join().unwrap();
     let err = ws.stderr_text();
     std::sync::Arc::try_unwrap(front)
         .unwrap_or_else(|_| panic!("the front is still shared"))
         .stop();
     assert!(started, "{err}");
+    assert_eq!(cancel.status, 202, "{cancel:?}");
     assert_eq!(slow.status, 200, "{slow:?}");
     assert!(
         prompt.message.contains("cannot tell which one"),

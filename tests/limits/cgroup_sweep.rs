@@ -87,13 +87,14 @@ impl Gateway {
 
     /// SIGKILLs it and waits until its server is gone from its cgroups and from /proc (reaped:
     /// until then the kernel may still count the cgroup in use, and a sweep finds it busy).
-    /// Asserts it left its cgroups behind, and returns them.
+    /// Returns the cgroups it had (listed before the kill: once it is dead, a palisade of
+    /// the test beside this one may sweep them at any moment).
     fn kill(mut self) -> Vec<std::path::PathBuf> {
         let server = self.cgroup_procs();
+        let left = cgroups_of(self.pid);
+        assert!(!left.is_empty(), "the gateway made no cgroup for its server");
         self.child.kill().unwrap();
         self.child.wait().unwrap();
-        let left = cgroups_of(self.pid);
-        assert!(!left.is_empty(), "a killed gateway removed its cgroups");
         // Its server dies with it (bwrap --die-with-parent).
         assert!(
             support::eventually(SETTLE, || left

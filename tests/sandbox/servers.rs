@@ -19,9 +19,15 @@ pub fn mcp_initialize(mut cmd: Command) -> Value {
         .spawn()
         .unwrap();
     let pid = child.id();
-    // Safety net so a hung server fails the test instead of hanging it.
+    // Safety net so a hung server fails the test instead of hanging it; disarmed once the
+    // child is reaped, when its pid may belong to another process.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watched = done.clone();
     std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_secs(60));
+        if watched.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid as i32),
             nix::sys::signal::Signal::SIGKILL,
@@ -38,6 +44,7 @@ pub fn mcp_initialize(mut cmd: Command) -> Value {
         .unwrap();
     drop(stdin);
     let out = child.wait_with_output().unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
     serde_json::from_str(&line)
         .unwrap_or_else(|e| panic!("no response ({e}): {line:?}\n{}", text(&out.stderr)))
 }
