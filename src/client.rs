@@ -78,11 +78,10 @@ impl SpawnOptions {
 /// What went wrong talking to a server.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot start {program}: {source}")]
+    #[error("cannot start {program}: {cause}")]
     Spawn {
         program: String,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{what} timed out after {timeout:?}")]
     Timeout { what: String, timeout: Duration },
@@ -159,7 +158,7 @@ impl McpClient {
                     .open(p)
                     .map_err(|source| ClientError::Spawn {
                         program: p.display().to_string(),
-                        source,
+                        cause: source,
                     })?;
                 cmd.stderr(Stdio::from(f))
             }
@@ -167,7 +166,7 @@ impl McpClient {
         let program = opts.program.to_string_lossy().into_owned();
         let mut child = cmd.spawn().map_err(|source| ClientError::Spawn {
             program: program.clone(),
-            source,
+            cause: source,
         })?;
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             reap(child).await;

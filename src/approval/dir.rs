@@ -279,15 +279,12 @@ pub struct PendingRequest {
 /// file name).
 #[derive(Debug, thiserror::Error)]
 pub enum UnreadableRequest {
-    #[error("{name}: {source}")]
-    Read {
-        name: String,
-        source: std::io::Error,
-    },
-    #[error("{name}: {source}")]
+    #[error("{name}: {cause}")]
+    Read { name: String, cause: std::io::Error },
+    #[error("{name}: {cause}")]
     Parse {
         name: String,
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
 }
 
@@ -312,11 +309,15 @@ impl PendingRequest {
             let parsed = std::fs::read(entry.path())
                 .map_err(|source| UnreadableRequest::Read {
                     name: name.clone(),
-                    source,
+                    cause: source,
                 })
                 .and_then(|b| {
-                    serde_json::from_slice::<EscalationRequest>(&b)
-                        .map_err(|source| UnreadableRequest::Parse { name, source })
+                    serde_json::from_slice::<EscalationRequest>(&b).map_err(|source| {
+                        UnreadableRequest::Parse {
+                            name,
+                            cause: source,
+                        }
+                    })
                 })
                 .map(|request| PendingRequest {
                     path: entry.path(),

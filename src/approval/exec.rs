@@ -16,10 +16,10 @@ const MAX_ANSWER_BYTES: u64 = 4096;
 /// Why an `exec:` command cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecCommandError {
-    #[error("exec:{command}: {source}")]
+    #[error("exec:{command}: {cause}")]
     Quoting {
         command: String,
-        source: shell_words::ParseError,
+        cause: shell_words::ParseError,
     },
     #[error("exec: needs a command, e.g. exec:/usr/local/bin/approver")]
     Empty,
@@ -34,7 +34,7 @@ impl ExecApprover {
     pub fn new(command: &str) -> Result<Self, ExecCommandError> {
         let argv = shell_words::split(command).map_err(|source| ExecCommandError::Quoting {
             command: command.to_string(),
-            source,
+            cause: source,
         })?;
         if argv.is_empty() {
             return Err(ExecCommandError::Empty);

@@ -68,8 +68,10 @@ pub fn finish(outcome: anyhow::Result<ExitCode>) -> ExitCode {
 }
 
 /// An error and its causes as one line, `: `-separated, leaving out a cause its error's own
-/// message already says (many of our errors print their source, which the chain repeats:
-/// `cannot read: No such file or directory: No such file or directory`).
+/// message already says. Palisade's own errors say their cause in their message and do not
+/// also chain it (the field is `cause`, never thiserror's `source`: the test below); the
+/// filter is for errors of other crates that do both (`cannot read: No such file or
+/// directory: No such file or directory`).
 pub fn error_text(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
@@ -89,10 +91,35 @@ mod error_text_tests {
     use super::*;
 
     #[derive(Debug, thiserror::Error)]
-    #[error("{path}: cannot read: {source}")]
+    #[error("{path}: cannot read: {cause}")]
     struct Read {
         path: String,
-        source: std::io::Error,
+        cause: std::io::Error,
+    }
+
+    /// A field named `source` (or marked `#[source]`) is chained by thiserror, so an error
+    /// whose message also prints it says its cause twice under `{:#}` and `error_text`.
+    #[test]
+    fn no_error_of_ours_prints_a_cause_it_also_chains() {
+        fn walk(dir: &std::path::Path, found: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    walk(&path, found);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    for (n, line) in text.lines().enumerate() {
+                        let line = line.trim();
+                        if line.starts_with("#[error(\"") && line.contains("{source") {
+                            found.push(format!("{}:{}", path.display(), n + 1));
+                        }
+                    }
+                }
+            }
+        }
+        let mut found = Vec::new();
+        walk(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut found);
+        assert!(found.is_empty(), "name the field `cause`: {found:?}");
     }
 
     #[test]
@@ -101,7 +128,7 @@ mod error_text_tests {
         let said = io.to_string();
         let e = anyhow::Error::new(Read {
             path: "/p.json".into(),
-            source: io,
+            cause: io,
         })
         .context("cannot load the policy");
         assert_eq!(

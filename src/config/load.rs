@@ -10,11 +10,10 @@ use super::types::{GatewayConfig, ServerConfig, Settings};
 /// A configuration error that names where it happened.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}: {cause}")]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{file}: invalid JSON: {message}")]
     Syntax { file: String, message: String },
@@ -30,7 +29,7 @@ pub enum ConfigError {
 pub fn load_file(path: &Path) -> Result<GatewayConfig, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     })?;
     parse_str(&text, &path.display().to_string())
 }

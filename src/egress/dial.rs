@@ -49,8 +49,8 @@ pub(crate) enum DialError {
     Refused(Box<RefusalEvent>),
     #[error(transparent)]
     Resolve(#[from] ResolveError),
-    #[error("connecting to {target} failed: {source}")]
-    Connect { target: String, source: io::Error },
+    #[error("connecting to {target} failed: {cause}")]
+    Connect { target: String, cause: io::Error },
     #[error("connecting to {target} took longer than {timeout:?}")]
     Timeout { target: String, timeout: Duration },
 }
@@ -116,7 +116,12 @@ pub(crate) async fn dial(
                     "egress connected");
                 return Ok(stream);
             }
-            Ok(Err(source)) => last_err = Some(DialError::Connect { target, source }),
+            Ok(Err(source)) => {
+                last_err = Some(DialError::Connect {
+                    target,
+                    cause: source,
+                })
+            }
             Err(_) => {
                 last_err = Some(DialError::Timeout {
                     target,

@@ -16,12 +16,8 @@ use super::resolve::Resolver;
 /// Why the file cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum HostsError {
-    #[error("cannot read egress hosts file {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot read egress hosts file {path}: {cause}")]
+    Read { path: String, cause: std::io::Error },
     #[error("egress hosts file {path}, line {line}: {problem}")]
     Syntax {
         path: String,
@@ -72,7 +68,7 @@ pub fn resolver_from_file(path: &Path) -> Result<(Resolver, usize), HostsError> 
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| HostsError::Read {
         path: shown.clone(),
-        source,
+        cause: source,
     })?;
     let map = parse(&text, &shown)?;
     let n = map.len();

@@ -72,8 +72,8 @@ impl Default for Limits {
 /// client and logged).
 #[derive(Debug, Error)]
 pub enum EgressError {
-    #[error("server {server}: sandbox.network: {source}")]
-    Config { server: String, source: HostError },
+    #[error("server {server}: sandbox.network: {cause}")]
+    Config { server: String, cause: HostError },
     #[error("server {0} already has an egress socket")]
     Duplicate(String),
     #[error("server {0} has no egress socket")]
@@ -82,9 +82,6 @@ pub enum EgressError {
     PathTooLong(PathBuf),
     #[error("egress socket directory {0} must be a directory owned by this user with mode 0700")]
     UnsafeDir(PathBuf),
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        source: std::io::Error,
-    },
+    #[error("{what}: {cause}")]
+    Io { what: String, cause: std::io::Error },
 }

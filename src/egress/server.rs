@@ -130,7 +130,7 @@ impl EgressProxy {
     pub fn add_server(&self, name: &str, lists: &DomainLists) -> Result<PathBuf, EgressError> {
         let policy = EgressPolicy::from_lists(lists).map_err(|e| EgressError::Config {
             server: name.to_string(),
-            source: e,
+            cause: e,
         })?;
         let mut servers = self.lock();
         if servers.contains_key(name) {
@@ -148,12 +148,12 @@ impl EgressProxy {
         remove_stale_socket(&socket)?;
         let listener = UnixListener::bind(&socket).map_err(|e| EgressError::Io {
             what: format!("binding {}", socket.display()),
-            source: e,
+            cause: e,
         })?;
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600)).map_err(|e| {
             EgressError::Io {
                 what: format!("restricting {}", socket.display()),
-                source: e,
+                cause: e,
             }
         })?;
         let ctx = Arc::new(ServerCtx {
@@ -198,7 +198,10 @@ impl EgressProxy {
         }
         let io = |what: &str| {
             let what = format!("{what} for server {name}");
-            move |source| EgressError::Io { what, source }
+            move |source| EgressError::Io {
+                what,
+                cause: source,
+            }
         };
         let secret = ProxySecret::generate().map_err(io("cannot draw a proxy secret"))?;
         let std_listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
@@ -232,7 +235,7 @@ impl EgressProxy {
     pub fn update_server(&self, name: &str, lists: &DomainLists) -> Result<(), EgressError> {
         let policy = EgressPolicy::from_lists(lists).map_err(|e| EgressError::Config {
             server: name.to_string(),
-            source: e,
+            cause: e,
         })?;
         let servers = self.lock();
         let reg = servers
@@ -374,7 +377,10 @@ async fn serve_connection(ctx: &ServerCtx, stream: Box<dyn Stream>, secret: Opti
 fn prepare_dir(dir: &Path) -> Result<(), EgressError> {
     let io = |what: &str| {
         let what = format!("{what} {}", dir.display());
-        move |source| EgressError::Io { what, source }
+        move |source| EgressError::Io {
+            what,
+            cause: source,
+        }
     };
     match std::fs::symlink_metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -396,12 +402,12 @@ fn remove_stale_socket(path: &Path) -> Result<(), EgressError> {
         Ok(m) if m.file_type().is_socket() => {
             std::fs::remove_file(path).map_err(|e| EgressError::Io {
                 what: format!("removing stale {}", path.display()),
-                source: e,
+                cause: e,
             })
         }
         Ok(_) => Err(EgressError::Io {
             what: format!("{} exists and is not a socket", path.display()),
-            source: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+            cause: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
         }),
         Err(_) => Ok(()),
     }

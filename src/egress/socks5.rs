@@ -227,7 +227,7 @@ pub(crate) async fn serve<S>(
                 DialError::Refused(_) => Reply::NotAllowedByRuleset,
                 DialError::Resolve(_) => Reply::HostUnreachable,
                 DialError::Timeout { .. } => Reply::TtlExpired,
-                DialError::Connect { source, .. }
+                DialError::Connect { cause: source, .. }
                     if source.kind() == std::io::ErrorKind::ConnectionRefused =>
                 {
                     Reply::ConnectionRefused

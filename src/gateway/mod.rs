@@ -147,11 +147,10 @@ pub fn default_sandbox_dir() -> Result<PathBuf, GatewayError> {
 pub enum GatewayError {
     #[error("HOME is not set: give --sandbox-dir or settings.sandboxDir")]
     NoHome,
-    #[error("cannot create the session sandbox directory {path}: {source}")]
+    #[error("cannot create the session sandbox directory {path}: {cause}")]
     SandboxDir {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("the MCP session with the client failed to start: {0}")]
     Upstream(String),

@@ -147,10 +147,10 @@ pub enum EgressStartError {
     HostsFile(#[from] crate::egress::hosts::HostsError),
     #[error("cannot create a private socket directory: {0}")]
     SocketDir(std::io::Error),
-    #[error("cannot make {} private: {source}", dir.display())]
+    #[error("cannot make {} private: {cause}", dir.display())]
     Private {
         dir: std::path::PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error(transparent)]
     Proxy(#[from] EgressError),
@@ -184,7 +184,7 @@ pub fn start_in_temp(resolver: Resolver) -> Result<GatewayEgress, EgressStartErr
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).map_err(
         |source| EgressStartError::Private {
             dir: dir.path().to_path_buf(),
-            source,
+            cause: source,
         },
     )?;
     let proxy = EgressProxy::new(EgressOptions::new(dir.path()).with_resolver(resolver))?;

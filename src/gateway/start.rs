@@ -158,7 +158,7 @@ fn output_rate(config: &GatewayConfig, name: &str) -> Option<u64> {
 pub(super) fn create_private_dir(path: &Path) -> Result<PathBuf, GatewayError> {
     let err = |source| GatewayError::SandboxDir {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     };
     if !path.is_dir() {
         crate::private_dir::create(path).map_err(err)?;

@@ -17,10 +17,10 @@ use super::review::ChangeKind;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PinsError {
-    #[error("pins file {path}: {source}")]
+    #[error("pins file {path}: {cause}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error(
         "pins file {path} is malformed ({why}); fix it, or move it away to pin again from scratch"
@@ -172,14 +172,14 @@ pub fn load(path: &Path) -> Result<PinsFile, PinsError> {
         Err(source) => {
             return Err(PinsError::Io {
                 path: path.into(),
-                source,
+                cause: source,
             })
         }
     };
     check_safe(path, &meta)?;
     let text = std::fs::read_to_string(path).map_err(|source| PinsError::Io {
         path: path.into(),
-        source,
+        cause: source,
     })?;
     let file: PinsFile = serde_json::from_str(&text).map_err(|e| PinsError::Malformed {
         path: path.into(),
@@ -231,7 +231,7 @@ pub fn update<T>(
 ) -> Result<T, PinsError> {
     let io = |source| PinsError::Io {
         path: path.into(),
-        source,
+        cause: source,
     };
     let dir = path
         .parent()
@@ -252,7 +252,7 @@ pub fn update<T>(
 fn save(path: &Path, file: &PinsFile) -> Result<(), PinsError> {
     let io = |source| PinsError::Io {
         path: path.into(),
-        source,
+        cause: source,
     };
     let mut text = serde_json::to_string_pretty(file).map_err(|e| io(std::io::Error::other(e)))?;
     text.push('\n');

@@ -18,10 +18,10 @@ use crate::roots::canon::{self, Base};
 /// Why a policy could not be loaded. Each variant names where the problem is.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{file}: cannot read: {source}")]
+    #[error("{file}: cannot read: {cause}")]
     Io {
         file: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{file}: invalid at `{field}`: {message}")]
     Parse {
@@ -273,7 +273,7 @@ pub enum PolicySource {
 pub(crate) fn read_json(file: &Path) -> Result<Value, LoadError> {
     let text = std::fs::read_to_string(file).map_err(|source| LoadError::Io {
         file: file.to_path_buf(),
-        source,
+        cause: source,
     })?;
     let mut de = serde_json::Deserializer::from_str(&text);
     serde_path_to_error::deserialize(&mut de).map_err(|e| LoadError::Parse {

@@ -69,17 +69,15 @@ impl std::fmt::Display for ProfileSource {
 /// A profile that cannot be loaded, named by file and field.
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
-    #[error("cannot read profiles directory {path}: {source}")]
+    #[error("cannot read profiles directory {path}: {cause}")]
     Dir {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("cannot read profile {path}: {source}")]
+    #[error("cannot read profile {path}: {cause}")]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{file}: invalid JSON: {message}")]
     Syntax { file: String, message: String },
@@ -157,7 +155,7 @@ impl Catalog {
         let Some(dir) = dir else { return Ok(self) };
         let entries = std::fs::read_dir(dir).map_err(|source| ProfileError::Dir {
             path: dir.to_path_buf(),
-            source,
+            cause: source,
         })?;
         let mut files: Vec<PathBuf> = entries
             .filter_map(Result::ok)
@@ -168,7 +166,7 @@ impl Catalog {
         for path in files {
             let text = std::fs::read_to_string(&path).map_err(|source| ProfileError::Read {
                 path: path.clone(),
-                source,
+                cause: source,
             })?;
             let name = path
                 .file_stem()

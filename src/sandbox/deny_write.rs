@@ -28,12 +28,11 @@ pub enum DenyWriteError {
     DanglingSymlink(PathBuf),
     #[error("denyWrite path {path}: {parent} is not a plain directory (a symlink on the way?); list the real path")]
     NotReal { path: PathBuf, parent: PathBuf },
-    #[error("denyWrite path {path}: cannot create the placeholder {placeholder} that keeps it from being created ({source})")]
+    #[error("denyWrite path {path}: cannot create the placeholder {placeholder} that keeps it from being created ({cause})")]
     Placeholder {
         path: PathBuf,
         placeholder: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -153,7 +152,7 @@ fn placeholder(path: &Path, at: &Path) -> Result<PathBuf, DenyWriteError> {
         Err(source) => Err(DenyWriteError::Placeholder {
             path: path.to_path_buf(),
             placeholder: at.to_path_buf(),
-            source,
+            cause: source,
         }),
     }
 }

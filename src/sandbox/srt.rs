@@ -131,7 +131,7 @@ pub(crate) fn prepare(
     let body = settings(spec, &req.network, &req.deny_write, home.as_deref());
     let io = |what: &str, e: std::io::Error| LaunchError::Io {
         context: format!("cannot write srt settings ({what})"),
-        source: e,
+        cause: e,
     };
     let mut file = tempfile::Builder::new()
         .prefix("palisade-srt-")

@@ -212,10 +212,10 @@ pub enum RootsRefusal {
          cannot be checked against the server's roots"
     )]
     Unannotated { server: String, tool: String },
-    #[error("{source} [server {server}]")]
+    #[error("{cause} [server {server}]")]
     Guard {
         server: String,
-        source: crate::roots::guard::GuardError,
+        cause: crate::roots::guard::GuardError,
     },
 }
 
@@ -242,7 +242,7 @@ fn check_paths(
         if let Err(source) = checked {
             return Err(RootsRefusal::Guard {
                 server: server.to_string(),
-                source,
+                cause: source,
             });
         }
     }

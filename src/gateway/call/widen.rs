@@ -133,11 +133,8 @@ pub enum WidenError {
         .0.display()
     )]
     LinkOnTheWay(PathBuf),
-    #[error("cannot create the approved directory {}: {source}", dir.display())]
-    Create {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot create the approved directory {}: {cause}", dir.display())]
+    Create { dir: PathBuf, cause: std::io::Error },
     #[error(
         "the approved directory {} is not where it was judged to be (a symlink on the way?)",
         .0.display()
@@ -169,7 +166,7 @@ fn create_approved(dir: &Path) -> Result<(), WidenError> {
     }
     crate::private_dir::create(dir).map_err(|source| WidenError::Create {
         dir: dir.to_path_buf(),
-        source,
+        cause: source,
     })?;
     match std::fs::canonicalize(dir) {
         Ok(real) if real == dir => Ok(()),

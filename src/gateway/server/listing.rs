@@ -21,11 +21,10 @@ use crate::gateway::server::request::{parse, Connection, ForwardError, OnBehalf}
 
 /// Why a listing failed.
 #[derive(Debug, thiserror::Error)]
-#[error("listing its {what} failed: {source}")]
+#[error("listing its {what} failed: {cause}")]
 pub struct ListError {
     pub what: &'static str,
-    #[source]
-    pub source: ForwardError,
+    pub cause: ForwardError,
 }
 
 /// The most one server's lists may hold, all kinds together (issue 23, finding 5: pages
@@ -56,7 +55,7 @@ impl ListBudget {
     fn over(server: &str, what: &'static str, message: String) -> ListError {
         ListError {
             what,
-            source: ForwardError::Other {
+            cause: ForwardError::Other {
                 server: server.to_string(),
                 message,
             },
@@ -177,36 +176,52 @@ async fn list_all(
                     {
                         ListBudget::over(&conn.server, what, budget.late())
                     }
-                    source => ListError { what, source },
+                    source => ListError {
+                        what,
+                        cause: source,
+                    },
                 })?;
             let server = conn.server.as_str();
             raw.add(what, &result);
             let next = match what {
                 "tools" => {
-                    let r: ListToolsResult = parse(server, "tools/list", &result)
-                        .map_err(|source| ListError { what, source })?;
+                    let r: ListToolsResult =
+                        parse(server, "tools/list", &result).map_err(|source| ListError {
+                            what,
+                            cause: source,
+                        })?;
                     budget.charge(server, what, r.tools.len(), result.get().len())?;
                     out.tools.extend(r.tools);
                     r.next_cursor
                 }
                 "prompts" => {
-                    let r: ListPromptsResult = parse(server, "prompts/list", &result)
-                        .map_err(|source| ListError { what, source })?;
+                    let r: ListPromptsResult =
+                        parse(server, "prompts/list", &result).map_err(|source| ListError {
+                            what,
+                            cause: source,
+                        })?;
                     budget.charge(server, what, r.prompts.len(), result.get().len())?;
                     out.prompts.extend(r.prompts);
                     r.next_cursor
                 }
                 "resources" => {
-                    let r: ListResourcesResult = parse(server, "resources/list", &result)
-                        .map_err(|source| ListError { what, source })?;
+                    let r: ListResourcesResult =
+                        parse(server, "resources/list", &result).map_err(|source| ListError {
+                            what,
+                            cause: source,
+                        })?;
                     budget.charge(server, what, r.resources.len(), result.get().len())?;
                     out.resources.extend(r.resources);
                     r.next_cursor
                 }
                 _ => {
                     let r: ListResourceTemplatesResult =
-                        parse(server, "resources/templates/list", &result)
-                            .map_err(|source| ListError { what, source })?;
+                        parse(server, "resources/templates/list", &result).map_err(|source| {
+                            ListError {
+                                what,
+                                cause: source,
+                            }
+                        })?;
                     let n = r.resource_templates.len();
                     budget.charge(server, what, n, result.get().len())?;
                     out.templates.extend(r.resource_templates);

@@ -28,12 +28,11 @@ const STDERR_LINE: usize = 4096;
 
 /// Why a grant path in the config cannot be used.
 #[derive(Debug, thiserror::Error)]
-#[error("server `{server}`: sandbox.filesystem path `{raw}`: {source}")]
+#[error("server `{server}`: sandbox.filesystem path `{raw}`: {cause}")]
 pub struct GrantError {
     pub server: String,
     pub raw: String,
-    #[source]
-    pub source: canon::PathError,
+    pub cause: canon::PathError,
 }
 
 /// Builds the launch request for one server. Pure apart from canonicalising grant paths.
@@ -57,7 +56,7 @@ pub fn launch_request(
         canon::canonicalize(raw, &base).map_err(|source| GrantError {
             server: name.to_string(),
             raw: raw.to_string(),
-            source,
+            cause: source,
         })
     };
     let mut grants = vec![Grant {
@@ -185,11 +184,10 @@ impl PreparedGuard {
 pub enum SpawnError {
     #[error(transparent)]
     Launch(#[from] LaunchError),
-    #[error("cannot start `{command}`: {source}")]
+    #[error("cannot start `{command}`: {cause}")]
     Spawn {
         command: String,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("the child's {0} pipe was not created")]
     Pipe(&'static str),
@@ -242,7 +240,7 @@ pub fn spawn_with_faults(
         .spawn()
         .map_err(|source| SpawnError::Spawn {
             command: req.command.clone(),
-            source,
+            cause: source,
         })?;
     let stdout = child.stdout.take().ok_or(SpawnError::Pipe("stdout"))?;
     let stdin = child.stdin.take().ok_or(SpawnError::Pipe("stdin"))?;

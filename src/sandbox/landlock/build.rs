@@ -29,12 +29,8 @@ pub fn list_dir(dir: &Path) -> std::io::Result<Vec<Entry>> {
 pub enum BuildError {
     #[error("Landlock ruleset: {0}")]
     Ruleset(#[from] landlock::RulesetError),
-    #[error("cannot open {path} for a Landlock rule: {source}")]
-    Open {
-        path: PathBuf,
-        #[source]
-        source: nix::Error,
-    },
+    #[error("cannot open {path} for a Landlock rule: {cause}")]
+    Open { path: PathBuf, cause: nix::Error },
     #[error("the kernel returned no Landlock ruleset (Landlock unsupported)")]
     NoRuleset,
     #[error("Landlock ABI {0} has no network rules: TCP cannot be confined to the egress proxy (ABI 4, Linux 6.7, can)")]
@@ -79,7 +75,7 @@ pub fn build(plan: &Plan, abi: u32) -> Result<OwnedFd, BuildError> {
             Err(source) => {
                 return Err(BuildError::Open {
                     path: rule.path.clone(),
-                    source,
+                    cause: source,
                 })
             }
         };

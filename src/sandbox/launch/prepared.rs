@@ -57,11 +57,10 @@ pub enum LaunchError {
     /// The command cannot be found or run.
     #[error(transparent)]
     Command(#[from] closure::ClosureError),
-    #[error("{context}: {source}")]
+    #[error("{context}: {cause}")]
     Io {
         context: String,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -199,7 +198,7 @@ impl Prepared {
 pub(super) fn io(context: &str, source: std::io::Error) -> LaunchError {
     LaunchError::Io {
         context: context.to_string(),
-        source,
+        cause: source,
     }
 }
 

@@ -65,11 +65,8 @@ pub struct JwksUrl {
 /// Why a JWKS URL is refused (at start; the text begins with the URL).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JwksUrlError {
-    #[error("{url}: not a URL ({source})")]
-    NotUrl {
-        url: String,
-        source: url::ParseError,
-    },
+    #[error("{url}: not a URL ({cause})")]
+    NotUrl { url: String, cause: url::ParseError },
     #[error(
         "{0}: only https:// (or http:// on a loopback address) is fetched; give the issuer's \
          https:// JWKS URL or save the JWKS to a file (--jwks)"
@@ -90,7 +87,7 @@ impl JwksUrl {
     pub fn parse(text: &str) -> Result<JwksUrl, JwksUrlError> {
         let url = url::Url::parse(text).map_err(|source| JwksUrlError::NotUrl {
             url: text.to_string(),
-            source,
+            cause: source,
         })?;
         let scheme = match url.scheme() {
             "https" => Scheme::Https,

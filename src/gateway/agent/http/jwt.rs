@@ -27,15 +27,15 @@ pub enum VerifierError {
     Keys(#[from] KeySetError),
     #[error("an issuer and an audience (this resource) are required")]
     IssuerAndAudience,
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {cause}", path.display())]
     Read {
         path: std::path::PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {cause}", path.display())]
     File {
         path: std::path::PathBuf,
-        source: Box<VerifierError>,
+        cause: Box<VerifierError>,
     },
 }
 
@@ -121,11 +121,11 @@ impl JwtVerifier {
     ) -> Result<JwtVerifier, VerifierError> {
         let text = std::fs::read_to_string(jwks).map_err(|source| VerifierError::Read {
             path: jwks.to_path_buf(),
-            source,
+            cause: source,
         })?;
         JwtVerifier::from_jwks(&text, issuer, audience, scopes).map_err(|e| VerifierError::File {
             path: jwks.to_path_buf(),
-            source: Box::new(e),
+            cause: Box::new(e),
         })
     }
 

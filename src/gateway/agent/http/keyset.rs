@@ -19,10 +19,10 @@ pub enum KeySetError {
     NotJwks(serde_json::Error),
     #[error("the JWKS holds no key")]
     Empty,
-    #[error("key {kid}: {source}")]
+    #[error("key {kid}: {cause}")]
     Key {
         kid: String,
-        source: jsonwebtoken::errors::Error,
+        cause: jsonwebtoken::errors::Error,
     },
 }
 
@@ -38,7 +38,7 @@ impl KeySet {
             let kid = jwk.common.key_id.clone();
             let key = DecodingKey::from_jwk(jwk).map_err(|source| KeySetError::Key {
                 kid: kid.as_deref().unwrap_or("(no kid)").to_string(),
-                source,
+                cause: source,
             })?;
             let alg = jwk
                 .common

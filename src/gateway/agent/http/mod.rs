@@ -167,10 +167,10 @@ pub enum OptionsError {
 pub enum HttpError {
     #[error(transparent)]
     Invalid(#[from] OptionsError),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {cause}")]
     Bind {
         addr: SocketAddr,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("the HTTP front failed: {0}")]
     Serve(std::io::Error),
@@ -205,7 +205,7 @@ pub async fn serve_http(template: GatewayOptions, http: HttpOptions) -> Result<(
         .await
         .map_err(|source| HttpError::Bind {
             addr: http.listen,
-            source,
+            cause: source,
         })?;
     let bound = listener.local_addr();
     let listener = listener

@@ -24,17 +24,17 @@ const CA_FIX: &str = "give the CA certificate(s) that sign the JWKS server's cer
 /// Why the TLS client for the JWKS cannot be set up (refused at start).
 #[derive(Debug, thiserror::Error)]
 pub enum TlsSetupError {
-    #[error("{}: cannot read the CA file: {source}", path.display())]
+    #[error("{}: cannot read the CA file: {cause}", path.display())]
     ReadCa {
         path: std::path::PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("cannot set up TLS: {0}")]
     Setup(rustls::Error),
-    #[error("{}: not PEM ({source}); {}", path.display(), CA_FIX)]
+    #[error("{}: not PEM ({cause}); {}", path.display(), CA_FIX)]
     NotPem {
         path: std::path::PathBuf,
-        source: rustls::pki_types::pem::Error,
+        cause: rustls::pki_types::pem::Error,
     },
     #[error(
         "{}: a certificate that cannot be a trust anchor ({source}); {}",
@@ -83,7 +83,7 @@ impl TlsClient {
             Some(path) => {
                 let pem = std::fs::read(path).map_err(|source| TlsSetupError::ReadCa {
                     path: path.to_path_buf(),
-                    source,
+                    cause: source,
                 })?;
                 Some((path, pem))
             }
@@ -149,7 +149,7 @@ pub fn roots(
         for cert in CertificateDer::pem_slice_iter(pem) {
             let cert = cert.map_err(|source| TlsSetupError::NotPem {
                 path: path.to_path_buf(),
-                source,
+                cause: source,
             })?;
             store.add(cert).map_err(|source| TlsSetupError::NotAnchor {
                 path: path.to_path_buf(),

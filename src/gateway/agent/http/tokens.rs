@@ -29,17 +29,17 @@ pub enum TokenFileError {
     Twice { line: usize, name: String },
     #[error("no tokens: add a line `PRINCIPAL SHA256HEX`")]
     Empty,
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {cause}", path.display())]
     Read {
         path: std::path::PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{} is readable by group or others (mode {mode:o}); run `chmod 600 {}`", path.display(), path.display())]
     Readable { path: std::path::PathBuf, mode: u32 },
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {cause}", path.display())]
     Invalid {
         path: std::path::PathBuf,
-        source: Box<TokenFileError>,
+        cause: Box<TokenFileError>,
     },
 }
 
@@ -97,7 +97,7 @@ impl TokenTable {
     pub fn load(path: &Path) -> Result<TokenTable, TokenFileError> {
         let read = |source| TokenFileError::Read {
             path: path.to_path_buf(),
-            source,
+            cause: source,
         };
         let meta = std::fs::metadata(path).map_err(read)?;
         if meta.mode() & 0o077 != 0 {
@@ -109,7 +109,7 @@ impl TokenTable {
         let text = std::fs::read_to_string(path).map_err(read)?;
         TokenTable::parse(&text).map_err(|e| TokenFileError::Invalid {
             path: path.to_path_buf(),
-            source: Box::new(e),
+            cause: Box::new(e),
         })
     }
 
