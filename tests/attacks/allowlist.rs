@@ -43,12 +43,10 @@ pub(crate) fn allowlist_unsupported(tier: &str) -> Option<String> {
         // Measured: with the rows enabled, srt's proxy answers 502 for the allowed name.
         "srt" => Some("srt's own proxy cannot resolve the test's names".into()),
         "bwrap" if which::which("socat").is_err() => Some("socat is not installed".into()),
-        "landlock" => {
-            match crate::skip::landlock_abi() {
-                Some(abi) if abi >= 4 => None,
-                abi => Some(format!("Landlock ABI {abi:?}: network rules need 4")),
-            }
-        }
+        "landlock" => match crate::skip::landlock_abi() {
+            Some(abi) if abi >= 4 => None,
+            abi => Some(format!("Landlock ABI {abi:?}: network rules need 4")),
+        },
         _ => None,
     }
 }

@@ -86,24 +86,30 @@ fn an_allowlist_under_landlock_is_refused_under_enforce_and_degraded_under_warn(
         "{text}"
     );
     assert!(text.contains("tier: landlock"), "{text}");
+    // `run` under each policy, the marker's directory granted read-write: enforce refuses
+    // before the command runs; the control, warn, runs it (degraded) and the marker is made.
     let marker = dir.path().join("ran");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .env("TMPDIR", private_tmp(dir.path()))
-        .args([
-            "run",
-            "--backend",
-            "landlock",
-            "--allow-domain",
-            "example.com",
-            "--",
-        ])
-        .args(["/bin/touch".as_ref(), marker.as_os_str()])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    let tmp = private_tmp(dir.path());
+    let run = |policy: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .env("TMPDIR", &tmp)
+            .args(["run", "--backend", "landlock", "--sandbox-policy", policy])
+            .args(["--allow-domain", "example.com", "--rw"])
+            .arg(dir.path())
+            .arg("--")
+            .args(["/bin/touch".as_ref(), marker.as_os_str()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        (out.status.code(), stderr)
+    };
+    let (code, stderr) = run("enforce");
+    assert_eq!(code, Some(3), "{stderr}");
     assert!(stderr.contains("allowedDomains"), "{stderr}");
-    assert!(!marker.exists(), "the command ran");
+    assert!(!marker.exists(), "the command ran under enforce");
+    let (code, stderr) = run("warn");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(marker.exists(), "the control did not run the command: {stderr}");
 }
 
 /// `palisade run --allow-domain`: the command (real curl) reaches the allowed name through

@@ -92,7 +92,10 @@ impl Gateway {
     fn kill(mut self) -> Vec<std::path::PathBuf> {
         let server = self.cgroup_procs();
         let left = cgroups_of(self.pid);
-        assert!(!left.is_empty(), "the gateway made no cgroup for its server");
+        assert!(
+            !left.is_empty(),
+            "the gateway made no cgroup for its server"
+        );
         self.child.kill().unwrap();
         self.child.wait().unwrap();
         // Its server dies with it (bwrap --die-with-parent).
