@@ -164,6 +164,26 @@ fn a_venv_the_server_rewrote_grants_nothing_new_at_the_next_launch() {
             err2.contains("lies where the server can write"),
             "{tier}: the prefix left out is said: {err2}"
         );
+        // Control: the same `home`, written by the user into a venv the server can only
+        // read, is followed, and the prefix's secret is read: the attack's cfg is one the
+        // closure honours, and only who could write it changed the outcome.
+        let control = palisade()
+            .args(["run", "--backend", tier, "--ro"])
+            .arg(&work)
+            .arg("--")
+            .arg(work.join(".venv/bin/python"))
+            .arg(&server)
+            .arg(&secret)
+            .arg("/dev/null")
+            .arg(prefix.join("bin"))
+            .output()
+            .unwrap();
+        assert!(
+            text(&control.stdout).contains("READ: TOP-SECRET"),
+            "{tier}, control: {}\n{}",
+            text(&control.stdout),
+            text(&control.stderr)
+        );
         // Reset the venv for the next tier.
         std::fs::write(work.join(".venv/pyvenv.cfg"), "home = /usr/bin\n").unwrap();
     }
