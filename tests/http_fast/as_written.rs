@@ -544,6 +544,20 @@ fn a_sampling_answer_reaches_the_server_as_the_http_agent_wrote_it() {
 // answer was re-encoded from its typed `ClientResult`.
 #[test]
 fn a_servers_request_between_calls_is_answered_as_the_http_agent_wrote_it() {
+    question_between_calls_answered_with(&[]);
+}
+
+// The same, the answer's POST adding weights to its `Accept` (headers rmcp accepts but the
+// fast path leaves to rmcp for a request). Before, rmcp's session took that answer to a
+// question it never asked and dropped it: the server never got it.
+#[test]
+fn an_answer_whose_accept_has_weights_still_reaches_the_server() {
+    question_between_calls_answered_with(&[("Accept", "text/event-stream;q=0.5")]);
+}
+
+/// A sampling question put on the session's GET between calls, answered by a POST with
+/// `extra` headers after that GET has closed: the server gets the answer as written.
+fn question_between_calls_answered_with(extra: &[(&str, &str)]) {
     let ws = Workspace::new();
     let (front, session) = sampling_session(&ws);
     let mut stream = front.open_get(&session);
@@ -565,7 +579,7 @@ fn a_servers_request_between_calls_is_answered_as_the_http_agent_wrote_it() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     let answer = SAMPLING_AS_WRITTEN;
     let reply = format!(r#"{{"jsonrpc":"2.0","id":"{id}","result":{answer}}}"#);
-    let posted = front.post_text(ALICE, Some(&session), &[], &reply);
+    let posted = front.post_text(ALICE, Some(&session), extra, &reply);
     assert_eq!(posted.status, 202, "{posted:?}");
 
     // The server kept the response's line as it read it.

@@ -19,13 +19,7 @@ pub(crate) enum Era {
 /// The headers the fast path serves exactly as rmcp would (else rmcp answers, with its own
 /// 406, 415 or 400 where it refuses).
 pub(crate) fn headers_fit(headers: &HeaderMap) -> Option<Era> {
-    let json_body = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            let essence = v.split_once(';').map_or(v, |(e, _)| e);
-            essence.trim().eq_ignore_ascii_case("application/json")
-        });
+    let json_body = json_body(headers);
     let (mut json, mut sse) = (false, false);
     for value in headers.get_all(header::ACCEPT) {
         let value = value.to_str().ok()?;
@@ -42,6 +36,12 @@ pub(crate) fn headers_fit(headers: &HeaderMap) -> Option<Era> {
     if !(json_body && json && sse) {
         return None;
     }
+    version_era(headers)
+}
+
+/// The era the version header names: none, or one known version; `None` for anything else
+/// (rmcp refuses an unknown one, and two).
+fn version_era(headers: &HeaderMap) -> Option<Era> {
     let mut versions = headers.get_all(VERSION_HEADER).iter();
     let Some(version) = versions.next() else {
         return Some(Era::Sessions);
@@ -59,10 +59,35 @@ pub(crate) fn headers_fit(headers: &HeaderMap) -> Option<Era> {
     (known && version < ProtocolVersion::V_2026_07_28.as_str()).then_some(Era::Sessions)
 }
 
-/// Whether a session's POSTs with these headers are the fast path's to read: its `reply`
-/// takes an answer to a question of Palisade's only then.
+fn json_body(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let essence = v.split_once(';').map_or(v, |(e, _)| e);
+            essence.trim().eq_ignore_ascii_case("application/json")
+        })
+}
+
+/// Whether a session's POST with these headers may carry an answer to a question of
+/// Palisade's, which the fast path's `reply` then takes (and a session registered with such
+/// headers may be asked on its GET by Palisade itself). Looser than `headers_fit`, and
+/// looser than rmcp on `Accept` (its weights are not read): the answer's response is an
+/// empty 202, and rmcp's session, which never asked the question, would drop the answer
+/// (a client whose later POSTs add a weight lost its answer that way).
 pub(crate) fn answers_fit(headers: &HeaderMap) -> bool {
-    headers_fit(headers) == Some(Era::Sessions)
+    let (mut json, mut sse) = (false, false);
+    for value in headers.get_all(header::ACCEPT) {
+        let Ok(value) = value.to_str() else {
+            return false;
+        };
+        for entry in value.split(',') {
+            let essence = entry.split(';').next().unwrap_or("").trim();
+            json |= essence.eq_ignore_ascii_case("application/json");
+            sse |= essence.eq_ignore_ascii_case("text/event-stream");
+        }
+    }
+    json && sse && json_body(headers) && version_era(headers) == Some(Era::Sessions)
 }
 
 #[cfg(test)]
@@ -112,5 +137,33 @@ mod tests {
             ("accept", "application/json, text/event-stream;q=0"),
         ]))
         .is_none());
+    }
+
+    #[test]
+    fn an_answer_fits_whatever_weights_its_accept_gives_but_not_another_era_or_body() {
+        assert!(answers_fit(&headers(&BASE)));
+        let weighted = headers(&[
+            ("content-type", "application/json; charset=utf-8"),
+            ("accept", "application/json;q=0.9"),
+            ("accept", "text/event-stream;q=0.5"),
+        ]);
+        assert!(headers_fit(&weighted).is_none());
+        assert!(answers_fit(&weighted));
+        let with = |extra: (&'static str, &'static str)| {
+            let mut h = headers(&BASE);
+            h.append(extra.0, extra.1.parse().unwrap());
+            answers_fit(&h)
+        };
+        assert!(with(("mcp-protocol-version", "2025-11-25")));
+        assert!(!with(("mcp-protocol-version", "2026-07-28")));
+        assert!(!with(("mcp-protocol-version", "2031-01-01")));
+        assert!(!answers_fit(&headers(&[
+            ("content-type", "text/plain"),
+            ("accept", "application/json, text/event-stream"),
+        ])));
+        assert!(!answers_fit(&headers(&[
+            ("content-type", "application/json"),
+            ("accept", "application/json"),
+        ])));
     }
 }

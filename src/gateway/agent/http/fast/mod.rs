@@ -317,8 +317,8 @@ impl FastPath {
     /// waiting asker and answered as rmcp answers a response (202); `None` when it answers
     /// none of them (rmcp's path takes it).
     pub(super) async fn reply(&self, headers: &HeaderMap, body: &[u8]) -> Option<Response> {
-        // rmcp's header checks apply to a response POST too (406, 415, 400 otherwise).
-        if headers_fit(headers)? != Era::Sessions {
+        // Headers rmcp would refuse go to rmcp, which answers 406, 415 or 400.
+        if !super::era::answers_fit(headers) {
             return None;
         }
         let session = headers.get(SESSION_HEADER)?.to_str().ok()?;
