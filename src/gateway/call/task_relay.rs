@@ -215,9 +215,6 @@ fn audit_completion(
     status: &str,
     outcome: CallOutcome,
 ) -> Result<(), ErrorData> {
-    if !shared.tasks.finish(outer) {
-        return Ok(());
-    }
     let slot = &shared.slots[entry.server];
     let arguments = entry.arguments.clone();
     let record = CallRecord {
@@ -236,11 +233,13 @@ fn audit_completion(
             outcome,
         )
     };
-    shared.stages.audit.record(&record).map_err(|e| {
-        tracing::error!(server = %slot.name, "audit write failed: {e}");
-        ErrorData::internal_error(
-            format!("the task's result was not delivered because the audit log could not be written ({e}); palisade fails closed"),
-            None,
-        )
+    shared.tasks.audit_once(outer, || {
+        shared.stages.audit.record(&record).map_err(|e| {
+            tracing::error!(server = %slot.name, "audit write failed: {e}");
+            ErrorData::internal_error(
+                format!("the task's result was not delivered because the audit log could not be written ({e}); palisade fails closed"),
+                None,
+            )
+        })
     })
 }

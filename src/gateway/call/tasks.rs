@@ -88,15 +88,24 @@ impl TaskTable {
         self.lock().contains_key(outer)
     }
 
-    /// Marks the task's completion audited; `true` only the first time (the caller then
-    /// writes the record).
-    pub fn finish(&self, outer: &str) -> bool {
+    /// Writes the task's completion record with `write`, unless one was written: the task
+    /// counts as audited only once `write` succeeds, so a failed write leaves it for the
+    /// next request, which fails closed the same way or writes it. (Marked before the
+    /// write, a retry after a failed write got the result with no record at all.) Under
+    /// the table's lock, so two requests cannot both write it, nor one pass while the
+    /// other's write is failing.
+    pub fn audit_once<E>(
+        &self,
+        outer: &str,
+        write: impl FnOnce() -> Result<(), E>,
+    ) -> Result<(), E> {
         match self.lock().get_mut(outer) {
             Some(e) if !e.audited => {
+                write()?;
                 e.audited = true;
-                true
+                Ok(())
             }
-            _ => false,
+            _ => Ok(()),
         }
     }
 
@@ -265,13 +274,41 @@ mod tests {
         assert_eq!(v["tasks"][1]["taskId"], "other");
     }
 
+    /// Writes through `audit_once`, counting the writes; `fail` makes the write fail.
+    fn audit(t: &TaskTable, outer: &str, writes: &mut u32, fail: bool) -> Result<(), ()> {
+        t.audit_once(outer, || {
+            *writes += 1;
+            if fail {
+                Err(())
+            } else {
+                Ok(())
+            }
+        })
+    }
+
     #[test]
     fn a_completion_is_audited_once() {
         let t = TaskTable::default();
         t.insert("s__abc".into(), entry()).unwrap();
-        assert!(t.finish("s__abc"));
-        assert!(!t.finish("s__abc"));
-        assert!(!t.finish("s__unknown"));
+        let mut writes = 0;
+        assert_eq!(audit(&t, "s__abc", &mut writes, false), Ok(()));
+        assert_eq!(audit(&t, "s__abc", &mut writes, false), Ok(()));
+        assert_eq!(audit(&t, "s__unknown", &mut writes, false), Ok(()));
+        assert_eq!(writes, 1);
+    }
+
+    // Review of stop 43: the flag was set before the write, so a retry after a failed write
+    // was let through with no record.
+    #[test]
+    fn a_failed_completion_record_is_written_by_the_next_request_not_skipped() {
+        let t = TaskTable::default();
+        t.insert("s__abc".into(), entry()).unwrap();
+        let mut writes = 0;
+        assert_eq!(audit(&t, "s__abc", &mut writes, true), Err(()));
+        assert_eq!(audit(&t, "s__abc", &mut writes, true), Err(()));
+        assert_eq!(audit(&t, "s__abc", &mut writes, false), Ok(()));
+        assert_eq!(audit(&t, "s__abc", &mut writes, false), Ok(()));
+        assert_eq!(writes, 3);
     }
 
     #[test]
@@ -291,7 +328,7 @@ mod tests {
             t.insert(format!("s__{i}"), entry()).unwrap();
         }
         assert_eq!(t.insert("s__x".into(), entry()), Err(TaskError::Full));
-        assert!(t.finish("s__7"));
+        assert_eq!(t.audit_once("s__7", || Ok::<(), ()>(())), Ok(()));
         t.insert("s__x".into(), entry()).unwrap();
         assert!(!t.contains("s__7"));
         assert!(t.contains("s__8"));
