@@ -212,3 +212,62 @@ fn an_approval_grants_exactly_the_approved_directory_never_an_ancestor() {
         assert!(rec["approvedRoots"].is_null(), "{rec}");
     }
 }
+
+/// Review of stop 43 (critical): the directories an approval grants are the ones the person
+/// was shown, however the call's paths resolve once they have answered. Every write
+/// escalates; two writes go through symlinks in WORK, which the server can write. Control:
+/// `shown-link` points outside the roots from the start, the person is shown that directory,
+/// approves, and the file is written there. Attack: `swapped-link` points inside WORK when
+/// the person is asked (shown WORK/sub) and is repointed at a victim directory before they
+/// approve: nothing is granted and nothing written. Before, the widening resolved the paths
+/// again and mounted the victim read-write.
+#[test]
+fn an_approval_grants_what_was_shown_not_where_a_symlink_points_after() {
+    let f = Fixture::new();
+    write_policy(
+        &f.root.join("compiled-policy.json"),
+        json!([
+            {"name": "allow-reads-in-work", "description": "reads in WORK", "principle": "test",
+             "if": {"roles": ["read-path"], "paths": {"roles": ["read-path"], "within": f.work}},
+             "then": "allow", "reason": "reading the work directory is fine"},
+            {"name": "escalate-writes", "description": "every write", "principle": "test",
+             "if": {"roles": ["write-path", "delete-path"]},
+             "then": "escalate", "reason": REASON},
+            {"name": "allow-the-rest", "description": "everything else", "principle": "test",
+             "if": {}, "then": "allow", "reason": "reads are not what this test is about"}
+        ]),
+    );
+    let (shown, inside, victim) = (f.root.join("shown"), f.work.join("sub"), f.root.join("victim"));
+    for d in [&shown, &inside, &victim] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::os::unix::fs::symlink(&shown, f.work.join("shown-link")).unwrap();
+    std::os::unix::fs::symlink(&inside, f.work.join("swapped-link")).unwrap();
+    let r = f.drive(
+        "swap_while_asked",
+        &["--escalation", &format!("dir:{}", f.esc.display())],
+        &[("SWAP_TO", victim.to_str().unwrap())],
+    );
+    let err = f.stderr_text();
+    assert_eq!(
+        r["shown"]["request"]["grants"],
+        json!([{"path": shown, "access": "rw"}]),
+        "{r}"
+    );
+    assert_success(&r["shown"]["result"]);
+    assert!(shown.join("f").exists(), "the control was not written: {r}\n{err}");
+    assert_eq!(
+        r["swapped"]["request"]["grants"],
+        json!([{"path": inside, "access": "rw"}]),
+        "{r}"
+    );
+    let refused = r["swapped"]["result"].to_string();
+    assert!(refused.contains("which was not what was approved"), "{r}\n{err}");
+    assert!(!victim.join("f").exists(), "the victim was written: {r}\n{err}");
+    assert!(!inside.join("f").exists(), "{r}");
+    let recs = f.writes();
+    assert_eq!(recs.len(), 2, "{recs:?}");
+    assert_eq!(recs[0]["approvedRoots"], json!([{"path": shown, "access": "rw"}]));
+    assert!(recs[1]["approvedRoots"].is_null(), "{}", recs[1]);
+    assert_ne!(recs[1]["result"]["status"], "success", "{}", recs[1]);
+}

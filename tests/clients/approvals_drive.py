@@ -12,7 +12,7 @@ env: WORK (the directory the policy escalates writes in), ESC_DIR (dir: approver
      palisade's stdout is copied), DRIVE_ERRLOG (palisade's stderr).
 
 Scenarios: plain, dir_ipc, timeout, approve_cmd, cancel, tty, tty_cancel, elicit, exec_chain, ordering,
-hostile_tty, hostile_dir, widen_exact.
+hostile_tty, hostile_dir, widen_exact, swap_while_asked.
 """
 
 import json
@@ -335,6 +335,24 @@ async def widen_exact(s, ctx):
         path = os.path.join(home, rel)
         out[label] = await call_approving(s, "fs__write", {"path": path, "content": "[Service]"})
         out[label]["written"] = os.path.exists(path)
+    return out
+
+
+async def swap_while_asked(s, ctx):
+    """Two writes through symlinks in WORK, each approved by a person: `shown-link` stays
+    where it pointed when the person was asked; `swapped-link` is repointed at SWAP_TO (as a
+    server that can write WORK would) while the person decides."""
+    out = {}
+    for label in ("shown", "swapped"):
+        link = work(f"{label}-link")
+        async with anyio.create_task_group() as tg:
+            box = start_call(tg, s, "fs__write", {"path": os.path.join(link, "f"), "content": label})
+            [(rid, _, request, _)] = await wait_requests(1)
+            if label == "swapped":
+                os.remove(link)
+                os.symlink(os.environ["SWAP_TO"], link)
+            respond(rid, APPROVED)
+            out[label] = {"request": request, "result": await wait_done(box)}
     return out
 
 

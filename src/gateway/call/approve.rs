@@ -30,6 +30,9 @@ pub(super) struct Approved {
     pub remembered_scope: Option<RememberScope>,
     /// The remembered scope that approved this call without asking.
     pub approved_by_scope: Option<RememberScope>,
+    /// What an approval grants the server: the directories the call needed when it was
+    /// decided (shown to the person). The widening grants these and nothing else.
+    pub grants: Vec<crate::approval::RememberedDir>,
 }
 
 impl Approved {
@@ -68,6 +71,13 @@ pub(super) async fn approve(
     );
     let mut out = Approved::default();
     let known = subject.as_ref().and_then(|s| shared.remembered.find(s));
+    // Resolved once, now: what the person is shown (or the remembered scope matched) is
+    // exactly what the widening may grant, however the paths resolve after the wait. A
+    // 2026-07-28 retry answers the question of its first round: what that showed.
+    out.grants = match crate::gateway::agent::mrtr::current().and_then(|r| r.shown().cloned()) {
+        Some(shown) => shown,
+        None => shown_grants(slot, path_args, cwd),
+    };
     let outcome = if let Some(scope) = known {
         tracing::info!(server = %slot.name, tool = %call.tool, "approved by a remembered scope");
         out.approved_by_scope = Some(scope);
@@ -82,7 +92,7 @@ pub(super) async fn approve(
         }
     } else {
         let offer = subject.as_ref().and_then(RememberScope::offer);
-        let grants = shown_grants(slot, path_args, cwd);
+        let grants = &out.grants;
         // The agent may cancel while a person is being asked: rmcp only cancels the
         // request's token, so stop asking (the approver's question is withdrawn as its
         // future is dropped) rather than keep a person answering for nobody.
@@ -92,7 +102,7 @@ pub(super) async fn approve(
             shared
                 .stages
                 .approver
-                .approve_offering(call, verdict, offer.as_ref(), &grants),
+                .approve_offering(call, verdict, offer.as_ref(), grants),
         );
         let approval = tokio::select! {
             approval = asking => approval,

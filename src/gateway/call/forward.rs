@@ -76,7 +76,7 @@ pub(super) async fn widen_and_forward(
     here: &InFlight<'_>,
     params: (CallToolRequestParams, &AsSent),
     path_args: Option<&[PathArg<'_>]>,
-    approved: bool,
+    approved: Option<&[crate::approval::RememberedDir]>,
     decided: PolicyVerdict,
     resolved: &CallPaths,
 ) -> Forwarded {
@@ -96,8 +96,8 @@ pub(super) async fn widen_and_forward(
     // an approval or a widening in progress gives the disk time to change, so the roots
     // check then resolves every path again, after the wait, as it always did.
     let mut fresh = None;
-    let gate = if approved {
-        widen::for_approved(slot, path_args.unwrap_or(&[]), cwd)
+    let gate = if let Some(granted) = approved {
+        widen::for_approved(slot, path_args.unwrap_or(&[]), cwd, granted)
             .await
             .map(|(permit, added)| {
                 out.approved_roots = added;

@@ -94,7 +94,7 @@ pub async fn call_tool(
     let approval = here
         .approval(narrowed.as_deref(), &verdict, &call, paths)
         .await;
-    if let Some(question) = asked_of_the_client(&here, &params.name, &arguments) {
+    if let Some(question) = asked_of_the_client(&here, &params.name, &arguments, &approval) {
         return Ok(question);
     }
     // The record names the stage that decided: a refusal by the agent's own roots is not
@@ -107,7 +107,8 @@ pub async fn call_tool(
     let mut run = match &approval.denial {
         Some(text) => Forwarded::refused(text.clone(), decided, slot.snapshot().enforcement),
         None => {
-            let approved = matches!(approval.escalation, Some(ApprovalOutcome::Approved { .. }));
+            let approved = matches!(approval.escalation, Some(ApprovalOutcome::Approved { .. }))
+                .then_some(approval.grants.as_slice());
             let params = (params, sent);
             widen_and_forward(&here, params, paths, approved, decided, &resolved).await
         }
@@ -146,13 +147,16 @@ fn asked_of_the_client(
     here: &InFlight<'_>,
     name: &str,
     arguments: &Map<String, Value>,
+    approval: &Approved,
 ) -> Option<RawJson> {
     use crate::gateway::agent::mrtr;
     let question = mrtr::current().and_then(|r| r.question())?;
-    let handle = here
-        .shared
-        .mrtr
-        .insert(mrtr::fingerprint(name, arguments), Instant::now());
+    // The grants the question shows are the ones its answer approves.
+    let handle = here.shared.mrtr.insert(
+        mrtr::fingerprint(name, arguments),
+        Instant::now(),
+        approval.grants.clone(),
+    );
     tracing::info!(server = %here.slot.name, tool = %here.tool, "escalation: asking the client (input required)");
     Some(raw_json(&mrtr::input_required(&question, &handle)))
 }

@@ -147,6 +147,15 @@ pub enum WidenError {
     },
     #[error("server `{server}` is shutting down; the approved roots were not applied")]
     ShuttingDown { server: String },
+    /// The call's paths now need a directory the approval did not grant: something on their
+    /// way (a symlink the server can write) changed while the approval was being decided.
+    #[error(
+        "the call now needs {} ({}), which was not what was approved (its paths resolve \
+         elsewhere than when they were shown: a symlink changed on the way?); nothing was granted",
+        dir.display(),
+        if *.access == Access::Rw { "read-write" } else { "read-only" }
+    )]
+    NotApproved { dir: PathBuf, access: Access },
 }
 
 /// Creates an approved directory that does not exist yet (0700, with its missing parents),
@@ -175,11 +184,15 @@ fn create_approved(dir: &Path) -> Result<(), WidenError> {
 }
 
 /// Widens `slot` for an approved call and returns the read permit the forward holds, with the
-/// roots that were added (for the audit record). Err: the server could not be relaunched.
+/// roots that were added (for the audit record). `approved` is what the approval granted
+/// (what the person was shown, or what the remembered scope's match resolved to): the
+/// paths are resolved again here, after the wait, and a directory they now need that is
+/// not in it is refused, never granted. Err: refused, or the server could not be relaunched.
 pub async fn for_approved<'s>(
     slot: &'s Slot,
     args: &[PathArg<'_>],
     cwd: Option<&Path>,
+    approved: &[crate::approval::RememberedDir],
 ) -> Result<(RwLockReadGuard<'s, ()>, Vec<(PathBuf, Access)>), WidenError> {
     let home = slot.roots.options().home.clone();
     let wanted = needed(args, cwd, home.as_deref());
@@ -193,6 +206,12 @@ pub async fn for_approved<'s>(
     // also widens through this path. Fails closed.
     if let Some(why) = refusal(&missing, home.as_deref()) {
         return Err(WidenError::Refused(why));
+    }
+    if let Some(n) = missing.iter().find(|n| !approves(approved, n)) {
+        return Err(WidenError::NotApproved {
+            dir: n.path.clone(),
+            access: n.access,
+        });
     }
     for n in &missing {
         create_approved(&n.path)?;
@@ -227,10 +246,37 @@ pub async fn for_approved<'s>(
     Ok((write.downgrade(), added))
 }
 
+/// Whether the approval granted `n`: the same directory, with at least its access.
+fn approves(approved: &[crate::approval::RememberedDir], n: &Needed) -> bool {
+    approved
+        .iter()
+        .any(|a| a.path == n.path && (a.access == Access::Rw || n.access == Access::Ro))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::policy::Role;
+
+    #[test]
+    fn only_a_directory_approved_with_enough_access_is_granted() {
+        let dir = |p: &str, access| crate::approval::RememberedDir {
+            path: PathBuf::from(p),
+            access,
+        };
+        let need = |p: &str, access| Needed {
+            path: PathBuf::from(p),
+            access,
+        };
+        let approved = [dir("/proj/sub", Access::Rw), dir("/data", Access::Ro)];
+        assert!(approves(&approved, &need("/proj/sub", Access::Rw)));
+        assert!(approves(&approved, &need("/proj/sub", Access::Ro)));
+        assert!(approves(&approved, &need("/data", Access::Ro)));
+        assert!(!approves(&approved, &need("/data", Access::Rw)));
+        assert!(!approves(&approved, &need("/victim", Access::Rw)));
+        assert!(!approves(&approved, &need("/proj", Access::Ro)));
+        assert!(!approves(&[], &need("/proj/sub", Access::Ro)));
+    }
 
     /// Issue 23, finding 4: persistence locations and their ancestors are never granted.
     #[test]

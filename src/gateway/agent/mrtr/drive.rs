@@ -54,15 +54,15 @@ pub async fn call(
             })
     };
     let invalid = |e: StateError| ErrorData::invalid_params(e.to_string(), None);
-    let (answer, resumed) = match state {
-        None => (None, None),
+    let (answer, resumed, shown) = match state {
+        None => (None, None, None),
         Some(handle) => match shared
             .mrtr
             .take(&handle, &fp, Instant::now())
             .map_err(invalid)?
         {
-            None => (Some(answer_under(APPROVAL_KEY)?), None),
-            Some(driver) => (None, Some((driver, answer_under(RELAY_KEY)?))),
+            Resumed::Asked(shown) => (Some(answer_under(APPROVAL_KEY)?), None, Some(shown)),
+            Resumed::Suspended(driver) => (None, Some((driver, answer_under(RELAY_KEY)?)), None),
         },
     };
     let (call, suspensions, cancel) = match resumed {
@@ -75,7 +75,11 @@ pub async fn call(
             let cancel = CancellationToken::new();
             ctx.ct = cancel.clone();
             let (tx, rx) = mpsc::channel(1);
-            let round = Arc::new(Round::new(caps, answer).with_suspend(tx));
+            let mut round = Round::new(caps, answer).with_suspend(tx);
+            if let Some(shown) = shown {
+                round = round.answering(shown);
+            }
+            let round = Arc::new(round);
             let shared = shared.clone();
             let call = tokio::spawn(async move {
                 // Counted for as long as the call runs, across every round it is suspended in
@@ -142,7 +146,9 @@ async fn drive(
         s = suspensions.recv() => match s {
             Some(Suspension { request, answer }) => {
                 let driver = Driver { call, cancel, suspensions, answer };
-                let handle = shared.mrtr.insert_with(fp, Instant::now(), Some(driver));
+                let handle = shared
+                    .mrtr
+                    .insert_with(fp, Instant::now(), Some(driver), Vec::new());
                 Ok(input_request(RELAY_KEY, request, &handle))
             }
             // The round is gone: the call has ended.

@@ -76,6 +76,8 @@ pub struct Round {
     pub caps: Option<ClientCapabilities>,
     answer: Mutex<Option<Value>>,
     question: Mutex<Option<Question>>,
+    /// On a retry that answers an approver's question: the grants that question showed.
+    shown: Option<Shown>,
     /// To the task driving the call: a server's request for the agent.
     suspend: Option<mpsc::Sender<Suspension>>,
 }
@@ -101,8 +103,20 @@ impl Round {
             caps,
             answer: Mutex::new(answer),
             question: Mutex::default(),
+            shown: None,
             suspend: None,
         }
+    }
+
+    /// A retry answering an approver's question that showed `shown` as its grants.
+    pub fn answering(mut self, shown: Shown) -> Round {
+        self.shown = Some(shown);
+        self
+    }
+
+    /// The grants the question this round answers showed (`None` on a first round).
+    pub fn shown(&self) -> Option<&Shown> {
+        self.shown.as_ref()
     }
 
     fn with_suspend(mut self, tx: mpsc::Sender<Suspension>) -> Round {
@@ -194,9 +208,22 @@ impl std::fmt::Debug for Driver {
     }
 }
 
-/// A round waiting for its retry: the fingerprint of the call that left it, when, and the
-/// suspended call (`None`: an approver's question).
-type Waiting = (String, Instant, Option<Driver>);
+/// A round waiting for its retry: the fingerprint of the call that left it, when, the
+/// suspended call (`None`: an approver's question) and the grants that question showed.
+type Waiting = (String, Instant, Option<Driver>, Shown);
+
+/// The directories an approver's question showed the person as the approval's grants: the
+/// retry's approval grants these, not what the call's paths resolve to by then.
+pub type Shown = Vec<crate::approval::RememberedDir>;
+
+/// What a retry resumes.
+#[derive(Debug)]
+pub enum Resumed {
+    /// A call suspended on a server's request.
+    Suspended(Driver),
+    /// An approver's question, which showed these grants.
+    Asked(Shown),
+}
 
 /// Rounds waiting for their retry, by handle: an approver's question (`None`) or a call
 /// suspended on a server's request.
@@ -215,46 +242,56 @@ pub enum StateError {
 }
 
 impl Pending {
-    /// Remembers an approver's question for the call `fingerprint`; returns its handle.
-    pub fn insert(&self, fingerprint: String, now: Instant) -> String {
-        self.insert_with(fingerprint, now, None)
+    /// Remembers an approver's question for the call `fingerprint`, which showed `shown` as
+    /// the approval's grants; returns its handle.
+    pub fn insert(&self, fingerprint: String, now: Instant, shown: Shown) -> String {
+        self.insert_with(fingerprint, now, None, shown)
     }
 
-    fn insert_with(&self, fingerprint: String, now: Instant, driver: Option<Driver>) -> String {
+    fn insert_with(
+        &self,
+        fingerprint: String,
+        now: Instant,
+        driver: Option<Driver>,
+        shown: Shown,
+    ) -> String {
         let mut map = lock(&self.map);
         // Expired entries go (a suspended call's server then gets "expired" for its request).
-        map.retain(|_, (_, at, _)| now.duration_since(*at) < PENDING_TTL);
+        map.retain(|_, (_, at, _, _)| now.duration_since(*at) < PENDING_TTL);
         if map.len() >= MAX_PENDING {
             if let Some(oldest) = map
                 .iter()
-                .min_by_key(|(_, (_, at, _))| *at)
+                .min_by_key(|(_, (_, at, _, _))| *at)
                 .map(|(k, _)| k.clone())
             {
                 map.remove(&oldest);
             }
         }
         let handle = uuid::Uuid::new_v4().simple().to_string();
-        map.insert(handle.clone(), (fingerprint, now, driver));
+        map.insert(handle.clone(), (fingerprint, now, driver, shown));
         handle
     }
 
     /// Takes the round `handle` names, if the call `fingerprint` left it; a handle is good
-    /// once (a mismatch spends it too: it was guessed or replayed). `Some` is a suspended
-    /// call, `None` an approver's question.
+    /// once (a mismatch spends it too: it was guessed or replayed).
     pub fn take(
         &self,
         handle: &str,
         fingerprint: &str,
         now: Instant,
-    ) -> Result<Option<Driver>, StateError> {
-        let (asked, at, driver) = lock(&self.map).remove(handle).ok_or(StateError::Unknown)?;
+    ) -> Result<Resumed, StateError> {
+        let (asked, at, driver, shown) =
+            lock(&self.map).remove(handle).ok_or(StateError::Unknown)?;
         if now.duration_since(at) >= PENDING_TTL {
             return Err(StateError::Unknown);
         }
         if asked != fingerprint {
             return Err(StateError::Mismatch);
         }
-        Ok(driver)
+        Ok(match driver {
+            Some(driver) => Resumed::Suspended(driver),
+            None => Resumed::Asked(shown),
+        })
     }
 
     /// Forgets every waiting round and cancels the calls suspended in them (the gateway is
@@ -263,7 +300,7 @@ impl Pending {
     pub fn abandon_all(&self) -> usize {
         let waiting: Vec<Waiting> = lock(&self.map).drain().map(|(_, w)| w).collect();
         let mut cancelled = 0;
-        for (_, _, driver) in waiting {
+        for (_, _, driver, _) in waiting {
             if let Some(d) = driver {
                 d.cancel.cancel();
                 cancelled += 1;
@@ -313,8 +350,8 @@ mod tests {
             suspensions,
             answer,
         };
-        let handle = pending.insert_with("fp".into(), Instant::now(), Some(driver));
-        pending.insert("other".into(), Instant::now());
+        let handle = pending.insert_with("fp".into(), Instant::now(), Some(driver), Vec::new());
+        pending.insert("other".into(), Instant::now(), Vec::new());
         assert_eq!(pending.abandon_all(), 1);
         assert!(cancel.is_cancelled());
         assert_eq!(
@@ -333,12 +370,12 @@ mod tests {
         let now = Instant::now();
         let fp = fingerprint("fs__write", &args(json!({"path": "/w/a"})));
         let other = fingerprint("fs__write", &args(json!({"path": "/etc/passwd"})));
-        let h = p.insert(fp.clone(), now);
+        let h = p.insert(fp.clone(), now, Vec::new());
         assert!(matches!(p.take(&h, &other, now), Err(StateError::Mismatch)));
         // A mismatch spends the handle: a guessed or replayed state gets one try.
         assert!(matches!(p.take(&h, &fp, now), Err(StateError::Unknown)));
-        let h = p.insert(fp.clone(), now);
-        assert!(matches!(p.take(&h, &fp, now), Ok(None)));
+        let h = p.insert(fp.clone(), now, Vec::new());
+        assert!(matches!(p.take(&h, &fp, now), Ok(Resumed::Asked(_))));
         assert!(matches!(p.take(&h, &fp, now), Err(StateError::Unknown)));
         assert!(matches!(
             p.take("made-up", &fp, now),
@@ -351,7 +388,7 @@ mod tests {
         let p = Pending::default();
         let now = Instant::now();
         let fp = fingerprint("fs__write", &args(json!({})));
-        let h = p.insert(fp.clone(), now);
+        let h = p.insert(fp.clone(), now, Vec::new());
         assert!(matches!(
             p.take(&h, &fp, now + PENDING_TTL),
             Err(StateError::Unknown)
@@ -362,17 +399,17 @@ mod tests {
     fn the_oldest_question_goes_when_too_many_wait() {
         let p = Pending::default();
         let now = Instant::now();
-        let first = p.insert("f0".into(), now);
+        let first = p.insert("f0".into(), now, Vec::new());
         for i in 1..MAX_PENDING {
-            p.insert(format!("f{i}"), now + Duration::from_millis(i as u64));
+            p.insert(format!("f{i}"), now + Duration::from_millis(i as u64), Vec::new());
         }
         let later = now + Duration::from_secs(1);
-        let last = p.insert("new".into(), later);
+        let last = p.insert("new".into(), later, Vec::new());
         assert!(matches!(
             p.take(&first, "f0", later),
             Err(StateError::Unknown)
         ));
-        assert!(matches!(p.take(&last, "new", later), Ok(None)));
+        assert!(matches!(p.take(&last, "new", later), Ok(Resumed::Asked(_))));
     }
 
     #[test]
