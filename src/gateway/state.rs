@@ -194,6 +194,7 @@ impl Slot {
         let mut req = self.req.clone()?;
         let set = self.roots.current();
         req.grants = set.grants();
+        req.grants_canonical = true;
         // The set's own record of which root is the session sandbox dir wins over the
         // config-time guess (a set without one keeps the request's).
         if let Some(r) = set

@@ -130,6 +130,7 @@ pub fn launch_request(
         write_protect,
         session_dir: Some(sandbox_dir.to_path_buf()),
         allowlist_by_port: false,
+        grants_canonical: false,
     })
 }
 

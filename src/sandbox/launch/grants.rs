@@ -44,6 +44,15 @@ pub(super) fn validate_grants(
         })?;
         let real = std::fs::canonicalize(&g.path)
             .map_err(|e| io(&format!("cannot canonicalise grant {shown}"), e))?;
+        if req.grants_canonical && real != g.path {
+            return Err(LaunchError::Invalid(format!(
+                "root {shown} now resolves to {} (a directory on its way was replaced by a \
+                 symlink since it was granted, possibly by a server that can write there); \
+                 refusing to mount it: restore the directory, or restart palisade to take \
+                 the new layout",
+                real.display()
+            )));
+        }
         let mode = if meta.is_dir() {
             nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::X_OK
         } else {
@@ -92,4 +101,39 @@ pub(super) fn validate_grants(
         });
     }
     Ok(mounts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use super::super::request::Grant;
+
+    // Adversarial review of stop 43: a server that can write `proj` renames `proj/vendor`
+    // and plants `proj/vendor/lib` as a symlink to a secret directory; bwrap re-resolved the
+    // recorded root at the next launch and mounted the secret where the root was announced.
+    #[test]
+    fn a_recorded_root_that_now_resolves_elsewhere_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        let root = base.join("proj/vendor/lib");
+        std::fs::create_dir_all(&root).unwrap();
+        let secret = base.join("secret");
+        std::fs::create_dir(&secret).unwrap();
+        let req = |canonical| LaunchRequest {
+            grants: vec![Grant {
+                path: root.clone(),
+                access: Access::Ro,
+            }],
+            grants_canonical: canonical,
+            ..LaunchRequest::default()
+        };
+        assert_eq!(validate_grants(&req(true), None).unwrap()[0].path, root);
+        std::fs::rename(base.join("proj/vendor"), base.join("proj/vendor.old")).unwrap();
+        std::fs::create_dir(base.join("proj/vendor")).unwrap();
+        std::os::unix::fs::symlink(&secret, &root).unwrap();
+        let refused = validate_grants(&req(true), None).unwrap_err().to_string();
+        assert!(refused.contains("now resolves to"), "{refused}");
+        // `palisade run`'s grants are the user's paths, which may be links: followed.
+        assert_eq!(validate_grants(&req(false), None).unwrap()[0].path, secret);
+    }
 }

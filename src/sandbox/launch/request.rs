@@ -73,6 +73,12 @@ pub struct LaunchRequest {
     /// is the user's own npm or uv, and the registry token it may read is one that code can
     /// already use at the registry; a server's allowlist never accepts it.
     pub allowlist_by_port: bool,
+    /// The grants are the gateway's recorded roots, canonical when they were granted: one
+    /// that no longer resolves to itself had a directory on its way replaced by a symlink
+    /// since (a server can do that inside its writable roots, and bwrap would mount the
+    /// link's target), so the launch is refused. `palisade run`'s grants are the user's
+    /// paths as typed, which may be links.
+    pub grants_canonical: bool,
 }
 
 /// Where a server with a domain allowlist reaches the egress proxy.
@@ -115,6 +121,7 @@ impl Default for LaunchRequest {
             write_protect: true,
             session_dir: None,
             allowlist_by_port: false,
+            grants_canonical: false,
         }
     }
 }
