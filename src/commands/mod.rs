@@ -118,7 +118,10 @@ mod error_text_tests {
             }
         }
         let mut found = Vec::new();
-        walk(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut found);
+        walk(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut found,
+        );
         assert!(found.is_empty(), "name the field `cause`: {found:?}");
     }
 

@@ -101,6 +101,14 @@ pub fn protect(mounts: &[Mount], deny: &[PathBuf]) -> Result<Vec<PathBuf>, DenyW
     for raw in deny {
         let path = crate::roots::canon::resolve_existing_prefix(raw);
         if !writable_in(mounts, &path) {
+            // Not writable itself, but a read-write grant below it is: listed, so that the
+            // renderer holds that grant read-only (as Landlock's plan does).
+            let grant_below = mounts
+                .iter()
+                .any(|m| m.access == Access::Rw && m.path.starts_with(&path) && m.path != path);
+            if grant_below {
+                out.push(path);
+            }
             continue;
         }
         // `resolve_existing_prefix` walks the path as the kernel does (dangling links

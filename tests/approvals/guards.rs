@@ -237,7 +237,11 @@ fn an_approval_grants_what_was_shown_not_where_a_symlink_points_after() {
              "if": {}, "then": "allow", "reason": "reads are not what this test is about"}
         ]),
     );
-    let (shown, inside, victim) = (f.root.join("shown"), f.work.join("sub"), f.root.join("victim"));
+    let (shown, inside, victim) = (
+        f.root.join("shown"),
+        f.work.join("sub"),
+        f.root.join("victim"),
+    );
     for d in [&shown, &inside, &victim] {
         std::fs::create_dir_all(d).unwrap();
     }
@@ -255,19 +259,31 @@ fn an_approval_grants_what_was_shown_not_where_a_symlink_points_after() {
         "{r}"
     );
     assert_success(&r["shown"]["result"]);
-    assert!(shown.join("f").exists(), "the control was not written: {r}\n{err}");
+    assert!(
+        shown.join("f").exists(),
+        "the control was not written: {r}\n{err}"
+    );
     assert_eq!(
         r["swapped"]["request"]["grants"],
         json!([{"path": inside, "access": "rw"}]),
         "{r}"
     );
     let refused = r["swapped"]["result"].to_string();
-    assert!(refused.contains("which was not what was approved"), "{r}\n{err}");
-    assert!(!victim.join("f").exists(), "the victim was written: {r}\n{err}");
+    assert!(
+        refused.contains("which was not what was approved"),
+        "{r}\n{err}"
+    );
+    assert!(
+        !victim.join("f").exists(),
+        "the victim was written: {r}\n{err}"
+    );
     assert!(!inside.join("f").exists(), "{r}");
     let recs = f.writes();
     assert_eq!(recs.len(), 2, "{recs:?}");
-    assert_eq!(recs[0]["approvedRoots"], json!([{"path": shown, "access": "rw"}]));
+    assert_eq!(
+        recs[0]["approvedRoots"],
+        json!([{"path": shown, "access": "rw"}])
+    );
     assert!(recs[1]["approvedRoots"].is_null(), "{}", recs[1]);
     assert_ne!(recs[1]["result"]["status"], "success", "{}", recs[1]);
 }

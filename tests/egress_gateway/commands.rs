@@ -109,7 +109,10 @@ fn an_allowlist_under_landlock_is_refused_under_enforce_and_degraded_under_warn(
     assert!(!marker.exists(), "the command ran under enforce");
     let (code, stderr) = run("warn");
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(marker.exists(), "the control did not run the command: {stderr}");
+    assert!(
+        marker.exists(),
+        "the control did not run the command: {stderr}"
+    );
 }
 
 /// `palisade run --allow-domain`: the command (real curl) reaches the allowed name through

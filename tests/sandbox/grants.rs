@@ -188,3 +188,81 @@ fn a_venv_the_server_rewrote_grants_nothing_new_at_the_next_launch() {
         std::fs::write(work.join(".venv/pyvenv.cfg"), "home = /usr/bin\n").unwrap();
     }
 }
+
+/// Adversarial review of stop 43: under bwrap, a protected path deeper than its read-write
+/// grant (`.git/hooks`, `.git/config`) could be moved away with the directory above it (`mv
+/// .git .git-old`, then a fresh `.git` whose hooks the host's git runs). Both tiers now keep
+/// `.git` where it is. The control renames a sibling directory in the same grant under
+/// bwrap (Landlock, which carves the grant around `.git`, refuses any rename in it).
+#[test]
+fn the_directory_above_a_protected_path_cannot_be_moved_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(d.join(".git/hooks")).unwrap();
+    std::fs::write(d.join(".git/config"), "[core]\n").unwrap();
+    std::fs::create_dir(d.join("other")).unwrap();
+    for tier in ["bwrap", "landlock"] {
+        let mv = |from: &str, to: &str| {
+            palisade()
+                .args(["run", "--backend", tier, "--rw"])
+                .arg(&d)
+                .args(["--", "/bin/mv"])
+                .arg(d.join(from))
+                .arg(d.join(to))
+                .output()
+                .unwrap()
+        };
+        if tier == "bwrap" {
+            let control = mv("other", "other2");
+            assert!(
+                control.status.success() && d.join("other2").is_dir(),
+                "{tier}, control: {}",
+                text(&control.stderr)
+            );
+            std::fs::rename(d.join("other2"), d.join("other")).unwrap();
+        }
+        let attack = mv(".git", ".git-old");
+        assert!(
+            !attack.status.success(),
+            "{tier}: .git was moved away: {}",
+            text(&attack.stderr)
+        );
+        assert!(d.join(".git/hooks").is_dir() && !d.join(".git-old").exists());
+    }
+}
+
+/// Adversarial review of stop 43: `denyWrite W` with a read-write grant of `W/sub` (and no
+/// grant of W) left `W/sub` writable under bwrap; Landlock refused. Control: the same write
+/// without the deny.
+#[test]
+fn a_read_write_grant_below_a_denied_path_is_not_writable() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(dir.path()).unwrap();
+    let sub = d.join("w/sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    for tier in ["bwrap", "landlock"] {
+        let touch = |name: &str, deny: bool| {
+            let mut c = palisade();
+            c.args(["run", "--backend", tier, "--rw"]).arg(&sub);
+            if deny {
+                c.arg("--deny-write").arg(d.join("w"));
+            }
+            c.args(["--", "/bin/touch"])
+                .arg(sub.join(name))
+                .output()
+                .unwrap()
+        };
+        let control = touch("control", false);
+        assert!(
+            control.status.success() && sub.join("control").exists(),
+            "{tier}, control: {}",
+            text(&control.stderr)
+        );
+        let denied = touch(tier, true);
+        assert!(
+            !sub.join(tier).exists(),
+            "{tier}: written under a denied directory: {}",
+            text(&denied.stderr)
+        );
+    }
+}

@@ -21,10 +21,15 @@
 //!    Then, for `NetworkSpec::Proxied`, the egress socket bind (`egress::wiring`):
 //!    `--ro-bind HOST_SOCKET /run/palisade/egress.sock`, after the directory operations so
 //!    no mount can cover it.
-//! 5. Write-protect re-binds (`--ro-bind P P`) of the dangerous files found inside read-write
-//!    grants and of the `denyWrite` paths (or their placeholders, see `deny_write`), after
-//!    every mount so that no grant can make them writable again, but before the deny masks
-//!    so that a deny still hides them.
+//! 5. Pins (`--bind D D`): the directories inside a read-write grant on the way down to a
+//!    write-protected or masked path, each made a mount point so that the server cannot
+//!    rename it (EBUSY) and put a directory without the protection in its place (which the
+//!    host's git, or the next launch's masks, would then read). Then the write-protect
+//!    re-binds (`--ro-bind P P`) of the dangerous files found inside read-write grants and
+//!    of the `denyWrite` paths (or their placeholders, see `deny_write`), and of every
+//!    read-write grant below a `denyWrite` path (a deny above a grant holds, as it does
+//!    under Landlock), after every mount so that no grant can make them writable again,
+//!    but before the deny masks so that a deny still hides them.
 //! 6. Deny masks last, after every mount, so a deny always wins over a grant, however deep
 //!    the grant: a tmpfs over a denied directory, `/dev/null` over a denied file. A mask for
 //!    a path that no mount shows, at or below it, is dropped (nothing to hide, and bwrap
@@ -56,7 +61,7 @@ pub enum Mask {
 }
 
 impl Mask {
-    fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         match self {
             Mask::Dir(p) | Mask::File(p) => p,
         }
@@ -74,6 +79,37 @@ pub struct Render {
     /// (`.git/hooks`, `.git/config`, shell rc files: see `write_protect`; and the `denyWrite`
     /// paths: see `deny_write`), found by `launch` on the host so that rendering stays pure.
     pub write_protect: Vec<PathBuf>,
+    /// Existing directories inside read-write grants on the way to a write-protected or
+    /// masked path (see `pins_for`), found by `launch`: bound onto themselves, rw.
+    pub pinned: Vec<PathBuf>,
+}
+
+/// The directories strictly between the deepest mount showing each of `paths` and the path,
+/// where that mount is read-write: what `Render::pinned` should hold once `launch` has kept
+/// only those that exist as real directories. Pure.
+pub fn pins_for<'a>(mounts: &[Mount], paths: impl IntoIterator<Item = &'a Path>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for p in paths {
+        let Some(m) = mounts
+            .iter()
+            .filter(|m| p.starts_with(&m.path))
+            .max_by_key(|m| depth(&m.path))
+        else {
+            continue;
+        };
+        if m.access != Access::Rw {
+            continue;
+        }
+        out.extend(
+            p.ancestors()
+                .skip(1)
+                .take_while(|a| *a != m.path && a.starts_with(&m.path))
+                .map(Path::to_path_buf),
+        );
+    }
+    out.sort_by(|x, y| depth(x).cmp(&depth(y)).then(x.cmp(y)));
+    out.dedup();
+    out
 }
 
 /// One step of the depth-sorted mount sequence.
@@ -171,8 +207,16 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
         a.extend(w.bwrap_args.iter().cloned());
     }
 
-    // 5. write-protect re-binds of dangerous files inside read-write grants. Only paths a
-    // read-write mount shows: elsewhere they are read-only or invisible already.
+    // 5. pins, then write-protect re-binds of dangerous files inside read-write grants. Only
+    // paths a read-write mount shows: elsewhere they are read-only or invisible already.
+    let mut pinned: Vec<&PathBuf> = extra.pinned.iter().collect();
+    pinned.sort_by(|x, y| depth(x).cmp(&depth(y)).then(x.cmp(y)));
+    pinned.dedup();
+    for d in pinned {
+        a.push("--bind".into());
+        a.push(d.clone().into());
+        a.push(d.clone().into());
+    }
     let mut protect: Vec<&PathBuf> = extra
         .write_protect
         .iter()
@@ -184,6 +228,14 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
                 .is_some_and(|m| m.access == Access::Rw)
         })
         .collect();
+    // A read-write grant below a protected path is held read-only too.
+    protect.extend(mounts.iter().filter_map(|m| {
+        let below = extra
+            .write_protect
+            .iter()
+            .any(|p| m.path.starts_with(p) && m.path != *p);
+        (m.access == Access::Rw && below).then_some(&m.path)
+    }));
     // By depth (a denied directory before protected files inside it), then by path so
     // that a path listed twice (dangerous file and denyWrite) is emitted once.
     protect.sort_by(|x, y| depth(x).cmp(&depth(y)).then(x.cmp(y)));

@@ -50,6 +50,7 @@ fn golden_default_spec() {
             seccomp_fd: Some(7),
             masks: vec![],
             write_protect: vec![],
+            pinned: vec![],
         },
     );
     let want = [
@@ -262,6 +263,7 @@ fn masks_come_after_all_mounts_and_win_over_deeper_grants() {
             Mask::File("/not/mounted".into()),
         ],
         write_protect: vec![],
+        pinned: vec![],
     };
     let args = strings(&render(&s, &r));
     let inner = args.iter().position(|x| x == "/w/secret/inner").unwrap();
@@ -332,6 +334,7 @@ fn write_protected_paths_are_rebound_read_only_only_inside_rw_grants() {
             "/w/deep/rw/.git/config".into(),
             "/elsewhere/.bashrc".into(),
         ],
+        pinned: vec![],
     };
     let args = strings(&render(&s, &r));
     let rebind = |p: &str| {
@@ -375,6 +378,7 @@ fn golden_deny_write_rebinds_read_only_after_every_grant() {
             "/work/proj/.bashrc".into(),
             "/work/proj/.env".into(),
         ],
+        pinned: vec![],
     };
     let got = strings(&render(&s, &r));
     let want = [
@@ -411,6 +415,10 @@ fn golden_deny_write_rebinds_read_only_after_every_grant() {
         "--ro-bind",
         "/work/proj/out",
         "/work/proj/out",
+        // The read-write grant below the denied directory is held read-only too.
+        "--ro-bind",
+        "/work/proj/out/cache",
+        "/work/proj/out/cache",
         "--remount-ro",
         "/",
         "--chdir",
@@ -419,4 +427,77 @@ fn golden_deny_write_rebinds_read_only_after_every_grant() {
         "/usr/bin/node",
     ];
     assert_eq!(got, want);
+}
+
+// Adversarial review of stop 43: a protected or masked path deeper than its read-write grant
+// could be moved away with a directory above it (`mv .git .git-old`, then a fresh `.git` with
+// hooks the host runs). Every directory between the grant and the path is pinned (bound
+// onto itself: a mount point cannot be renamed), after the grants and before the re-binds.
+#[test]
+fn directories_on_the_way_to_a_protected_path_are_pinned_after_the_grants() {
+    let mounts = vec![
+        m("/w", Access::Rw, MountOrigin::Root),
+        m("/w/ro", Access::Ro, MountOrigin::Root),
+    ];
+    let pins = pins_for(
+        &mounts,
+        [
+            Path::new("/w/.git/hooks"),
+            Path::new("/w/.git/config"),
+            Path::new("/w/a/b/secret"),
+            Path::new("/w/.bashrc"),
+            Path::new("/w/ro/x/.bashrc"),
+            Path::new("/elsewhere/a/b"),
+        ],
+    );
+    let want: Vec<PathBuf> = ["/w/.git", "/w/a", "/w/a/b"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    assert_eq!(pins, want);
+    let mut s = spec();
+    s.mounts = mounts;
+    let r = Render {
+        seccomp_fd: None,
+        masks: vec![Mask::Dir("/w/a/b/secret".into())],
+        write_protect: vec!["/w/.git/hooks".into()],
+        pinned: pins,
+    };
+    let args = strings(&render(&s, &r));
+    let at = |flag: &str, p: &str| {
+        args.windows(3)
+            .position(|w| w[0] == flag && w[1] == p && w[2] == p)
+            .unwrap_or_else(|| panic!("{flag} {p} missing: {args:?}"))
+    };
+    let last_grant = at("--ro-bind", "/w/ro");
+    assert!(at("--bind", "/w/.git") > last_grant, "{args:?}");
+    assert!(at("--bind", "/w/a/b") > at("--bind", "/w/a"), "{args:?}");
+    assert!(
+        at("--ro-bind", "/w/.git/hooks") > at("--bind", "/w/.git"),
+        "{args:?}"
+    );
+}
+
+// Adversarial review of stop 43: `denyWrite w` with a read-write grant of `w/sub` and no
+// grant of `w` itself left `w/sub` writable under bwrap (Landlock refused the write).
+#[test]
+fn a_read_write_grant_below_a_denied_path_is_held_read_only() {
+    let mut s = spec();
+    s.mounts = vec![m("/w/sub", Access::Rw, MountOrigin::Root)];
+    let r = Render {
+        seccomp_fd: None,
+        masks: vec![],
+        write_protect: vec!["/w".into()],
+        pinned: vec![],
+    };
+    let args = strings(&render(&s, &r));
+    let grant = args
+        .windows(3)
+        .position(|w| w[0] == "--bind" && w[1] == "/w/sub")
+        .unwrap();
+    let held = args
+        .windows(3)
+        .position(|w| w[0] == "--ro-bind" && w[1] == "/w/sub" && w[2] == "/w/sub")
+        .unwrap_or_else(|| panic!("not held read-only: {args:?}"));
+    assert!(held > grant);
 }

@@ -34,11 +34,22 @@ pub(super) fn prepare(
         } else {
             Vec::new()
         },
+        pinned: Vec::new(),
     };
     // denyWrite holds whatever `protectDangerousFiles` says: the user named these paths.
     let denied = deny_write::protect(&spec.mounts, &req.deny_write)
         .map_err(|e| LaunchError::Invalid(format!("server `{}`: {e}", req.name)))?;
     render.write_protect.extend(denied);
+    let guarded = render
+        .write_protect
+        .iter()
+        .map(PathBuf::as_path)
+        .chain(render.masks.iter().map(Mask::path));
+    // Only real directories can be pinned (a symlink there would be followed by bwrap).
+    render.pinned = bwrap::pins_for(&spec.mounts, guarded)
+        .into_iter()
+        .filter(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
+        .collect();
     if spec.seccomp {
         let prog = seccomp::program().map_err(|e| LaunchError::Refused {
             name: req.name.clone(),

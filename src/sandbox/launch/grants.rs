@@ -105,8 +105,8 @@ pub(super) fn validate_grants(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::request::Grant;
+    use super::*;
 
     // Adversarial review of stop 43: a server that can write `proj` renames `proj/vendor`
     // and plants `proj/vendor/lib` as a symlink to a secret directory; bwrap re-resolved the

@@ -401,7 +401,11 @@ mod tests {
         let now = Instant::now();
         let first = p.insert("f0".into(), now, Vec::new());
         for i in 1..MAX_PENDING {
-            p.insert(format!("f{i}"), now + Duration::from_millis(i as u64), Vec::new());
+            p.insert(
+                format!("f{i}"),
+                now + Duration::from_millis(i as u64),
+                Vec::new(),
+            );
         }
         let later = now + Duration::from_secs(1);
         let last = p.insert("new".into(), later, Vec::new());
