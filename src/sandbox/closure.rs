@@ -442,6 +442,18 @@ fn add_install_dir(file: &Path, lk: &Lookup<'_>, out: &mut BTreeSet<PathBuf>) {
     }
     // PREFIX/bin/tool with PREFIX/lib: the whole prefix (pyenv, nvm, /opt/foo).
     if let Some(prefix) = file.parent().and_then(prefix_of_bin_dir) {
+        if lk.home.is_some_and(|h| prefix.parent() == Some(h)) {
+            // A prefix kept in the home directory itself (`~/.local`, pip --user's): its
+            // `share` and `state` hold keyrings and other programs' private state (Palisade's
+            // own servers' among them), so only its libraries and the file.
+            out.insert(file.to_path_buf());
+            for libs in ["lib", "libexec"].map(|d| prefix.join(d)) {
+                if libs.is_dir() {
+                    out.insert(libs);
+                }
+            }
+            return;
+        }
         out.insert(narrow(Some(prefix), file));
         return;
     }
@@ -531,6 +543,33 @@ mod tests {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, text).unwrap();
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    // Adversarial review of stop 43: a tool in `~/.local/bin` (with pip --user's
+    // `~/.local/lib`) granted all of `~/.local`: keyrings, and other servers' state.
+    #[test]
+    fn a_prefix_in_the_home_directory_grants_its_libraries_not_itself() {
+        let d = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(d.path()).unwrap();
+        let local = home.join(".local");
+        exe(&local.join("bin/tool"), "\x7fELF");
+        std::fs::create_dir_all(local.join("lib/python3.11/site-packages")).unwrap();
+        std::fs::create_dir_all(local.join("share/keyrings")).unwrap();
+        let l = Lookup {
+            home: Some(&home),
+            ..lk("/usr/bin", &home)
+        };
+        let c = closure(&local.join("bin/tool"), &[], &l);
+        assert!(c.contains(&local.join("bin/tool")), "{c:?}");
+        assert!(c.contains(&local.join("lib")), "{c:?}");
+        assert!(!c.contains(&local), "{c:?}");
+        assert!(!c.iter().any(|p| p.starts_with(local.join("share"))), "{c:?}");
+        // Control: the same layout outside the home directory grants its prefix whole.
+        let opt = home.join("opt/tool");
+        exe(&opt.join("bin/tool"), "\x7fELF");
+        std::fs::create_dir_all(opt.join("lib")).unwrap();
+        let c = closure(&opt.join("bin/tool"), &[], &l);
+        assert!(c.contains(&opt), "{c:?}");
     }
 
     fn lk<'a>(path_var: &'a str, cwd: &'a Path) -> Lookup<'a> {
