@@ -4,6 +4,7 @@
 //! (`call`), and which tiers and binary this run uses. Kept apart from the families so each
 //! family's file reads as its attacks only.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -104,7 +105,11 @@ pub(crate) struct Scene {
 impl Drop for Scene {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = self.marker_proc.kill();
+        // The shell and its `sleep` (a process group of their own): killing the shell alone
+        // left the sleep for 600 s, holding the test's output pipe open (a reader of it,
+        // such as `cargo test | grep`, then waited for it).
+        let pgid = nix::unistd::Pid::from_raw(self.marker_proc.id() as i32);
+        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
         let _ = self.marker_proc.wait();
         let _ = std::fs::remove_file(&self.host_tmp);
     }
@@ -174,6 +179,10 @@ pub(crate) async fn scene() -> Scene {
     .unwrap();
     let marker_proc = std::process::Command::new("/bin/sh")
         .args(["-c", "sleep 600", &marker])
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

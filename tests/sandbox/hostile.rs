@@ -131,7 +131,9 @@ pub struct Scene {
 
 impl Drop for Scene {
     fn drop(&mut self) {
-        let _ = self.marker_proc.kill();
+        // The shell and its `sleep`, a process group of their own (see attacks/scene.rs).
+        let pgid = nix::unistd::Pid::from_raw(self.marker_proc.id() as i32);
+        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
         let _ = self.marker_proc.wait();
     }
 }
@@ -154,6 +156,10 @@ pub fn scene() -> Scene {
     std::fs::write(d.join("ro/readme"), "read me").unwrap();
     let marker_proc = Command::new("/bin/sh")
         .args(["-c", "sleep 600", &marker])
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
