@@ -94,12 +94,14 @@ proptest! {
 
     /// Parsing the argv the way bubblewrap does (each flag takes a fixed number of values,
     /// whatever they look like), no grant, deny or protected path yields a flag the spec did
-    /// not ask for: no --share-net, every writable bind is a read-write mount of the spec,
+    /// not ask for: no --share-net, every writable bind is a read-write mount of the spec (or a
+    /// pin inside one),
     /// the namespaces and --remount-ro / are always there, and the command comes after `--`.
     #[test]
     fn argv_never_widens_the_sandbox((spec, deny, protect) in spec()) {
         let masks = deny.iter().map(|p| Mask::Dir(p.clone())).collect();
-        let argv: Vec<OsString> = render(&spec, &Render { seccomp_fd: Some(5), masks, write_protect: protect });
+        let pinned = palisade::sandbox::bwrap::pins_for(&spec.mounts, protect.iter().chain(deny.iter()).map(PathBuf::as_path));
+        let argv: Vec<OsString> = render(&spec, &Render { seccomp_fd: Some(5), masks, write_protect: protect, pinned });
         let argv: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
         let mut i = 0;
         let mut flags = Vec::new();
@@ -119,9 +121,15 @@ proptest! {
         prop_assert!(!flags.iter().any(|f| f == "--share-net"));
         for (src, dst) in &rw_binds {
             prop_assert_eq!(src, dst);
+            // A read-write mount of the spec, or a pin inside one (its deepest mount rw).
+            let deepest = spec
+                .mounts
+                .iter()
+                .filter(|m| std::path::Path::new(src).starts_with(&m.path))
+                .max_by_key(|m| m.path.components().count());
             prop_assert!(
-                spec.mounts.iter().any(|m| m.access == Access::Rw && m.path.to_string_lossy() == *src),
-                "writable bind {} is not a read-write mount of the spec", src
+                deepest.is_some_and(|m| m.access == Access::Rw),
+                "writable bind {} is not inside a read-write mount of the spec", src
             );
         }
         let tail = &argv[i + 1..];

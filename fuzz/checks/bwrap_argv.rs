@@ -32,7 +32,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use palisade::egress::wiring::SANDBOX_SOCKET;
-use palisade::sandbox::bwrap::{render, Mask, Render};
+use palisade::sandbox::bwrap::{pins_for, render, Mask, Render};
 use palisade::sandbox::{
     Access, Mount, MountOrigin, NetworkSpec, ResourceLimits, SandboxSpec, Symlink,
 };
@@ -90,7 +90,7 @@ pub fn decode(data: &[u8]) -> (SandboxSpec, Render) {
             }
         })
         .collect::<Vec<_>>();
-    let write_protect = (0..inp.below(4)).map(|_| path(&mut inp)).collect();
+    let write_protect: Vec<PathBuf> = (0..inp.below(4)).map(|_| path(&mut inp)).collect();
     let home = if flags & 1 == 0 {
         PathBuf::from("/home/u")
     } else {
@@ -127,10 +127,18 @@ pub fn decode(data: &[u8]) -> (SandboxSpec, Render) {
         share_pid: flags & 2 != 0,
         seccomp: flags & 4 != 0,
     };
+    // The pins `launch` would find for these paths (all of them, as if each existed).
+    let guarded: Vec<PathBuf> = write_protect
+        .iter()
+        .cloned()
+        .chain(masks.iter().map(|m| mask_path(m).to_path_buf()))
+        .collect();
+    let pinned = pins_for(&spec.mounts, guarded.iter().map(PathBuf::as_path));
     let render = Render {
         seccomp_fd: (flags & 4 != 0).then_some(3 + i32::from(flags >> 4)),
         masks,
         write_protect,
+        pinned,
     };
     (spec, render)
 }

@@ -104,3 +104,48 @@ fn a_sessions_task_augmented_call_over_http_runs_as_a_task() {
         "{records:?}"
     );
 }
+
+// Review of stop 43: the task table is the principal's, and another session of the same
+// principal could list, read and cancel a session's task. Session B is told the task is
+// unknown and does not see it listed; session A, the control, gets it and lists it.
+#[test]
+fn another_session_of_the_principal_cannot_reach_a_sessions_task() {
+    let ws = Workspace::new();
+    let config = ws.config(support::everything_servers(), json!({}));
+    let front = Front::start(&ws, &config);
+    let a = front.session(json!({}));
+    let b = front.session(json!({}));
+    let request = |session: &str, id: u64, method: &str, params: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        front.post(Some(session), &[], &body).json()
+    };
+    let created = request(
+        &a,
+        3,
+        "tools/call",
+        json!({"name": TOOL, "arguments": {"topic": "sandboxes"}, "task": {"ttl": 60000}}),
+    );
+    let task = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task handle: {created}"))
+        .to_string();
+    let listed = |session: &str, id| {
+        request(session, id, "tasks/list", json!({}))["result"]["tasks"]
+            .as_array()
+            .map(|t| t.iter().any(|t| t["taskId"] == task.as_str()))
+    };
+    let theirs = request(&b, 4, "tasks/get", json!({"taskId": task}));
+    let cancel = request(&b, 5, "tasks/cancel", json!({"taskId": task}));
+    let b_lists = listed(&b, 6);
+    let mine = request(&a, 7, "tasks/get", json!({"taskId": task}));
+    let a_lists = listed(&a, 8);
+    front.stop();
+    for refused in [&theirs, &cancel] {
+        let text = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(text.contains("unknown task"), "{refused}");
+    }
+    assert_eq!(b_lists, Some(false), "session B listed A's task");
+    assert_eq!(mine["result"]["taskId"], task.as_str(), "{mine}");
+    assert_ne!(mine["result"]["status"], "cancelled", "{mine}");
+    assert_eq!(a_lists, Some(true));
+}

@@ -97,7 +97,8 @@ impl Caller {
 /// path leaves the HTTP request's head, and the stdio front neither. rmcp checks a session id
 /// only for the requests it serves in that session: one it serves outside any
 /// (`versions::served_sessionless`) names none, whatever its header says.
-fn agent_of(ctx: &RequestContext<RoleServer>) -> Agent {
+/// The agent that made the request `ctx` serves.
+pub fn agent_of(ctx: &RequestContext<RoleServer>) -> Agent {
     if let Some(InSession(session)) = ctx.extensions.get::<InSession>() {
         return session.clone().map_or(Agent::Alone, Agent::Session);
     }

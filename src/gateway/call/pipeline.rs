@@ -213,6 +213,7 @@ impl InFlight<'_> {
                     arguments: arguments.clone(),
                     decided: run.decided.clone(),
                     request_id: request_id_string(&self.ctx.id),
+                    made_by: crate::gateway::agent::open_calls::agent_of(self.ctx),
                     created: Instant::now(),
                     audited: false,
                 };

@@ -4,8 +4,8 @@
 //! fetched, or a final status seen) is audited once, with the decision that let the call
 //! through and the task's final status.
 //!
-//! Never: forward a request for a task not created through this gateway; let a server's
-//! `tasks/list` show the agent tasks it did not create here.
+//! Never: forward a request for a task not created through this gateway by the same agent;
+//! let a server's `tasks/list` show the agent tasks it did not create here.
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -14,6 +14,7 @@ use rmcp::model::ErrorData;
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
+use crate::gateway::agent::open_calls::agent_of;
 use crate::gateway::call::pipeline::forwarded_meta;
 use crate::gateway::call::tasks::{self, TaskEntry};
 use crate::gateway::server::request::{Connection, ForwardError, OnBehalf};
@@ -46,12 +47,19 @@ pub async fn handle(
     let outer = tasks::requested_id(&params)
         .ok_or_else(|| ErrorData::invalid_params(format!("{method}: `taskId` is missing"), None))?
         .to_string();
-    let entry = shared.tasks.get(&outer).ok_or_else(|| {
-        ErrorData::invalid_params(
-            format!("{method}: unknown task `{outer}` (only tasks created through this gateway can be reached)"),
-            None,
-        )
-    })?;
+    // Another agent's task is unknown to this one, as a task never made is: its existence is
+    // not told either.
+    let agent = agent_of(ctx);
+    let entry = shared
+        .tasks
+        .get(&outer)
+        .filter(|e| e.made_by == agent)
+        .ok_or_else(|| {
+            ErrorData::invalid_params(
+                format!("{method}: unknown task `{outer}` (only tasks this agent created through this gateway can be reached)"),
+                None,
+            )
+        })?;
     let conn = connection(shared, entry.server)?;
     params.insert("taskId".into(), Value::String(entry.inner.clone()));
     params.remove("_meta");
@@ -126,6 +134,7 @@ pub async fn handle(
 /// Every server's tasks that were created here, under the ids the agent knows. A server
 /// that fails to answer is left out (and logged); the agent still sees the others'.
 async fn list(shared: &Shared, ctx: &RequestContext<RoleServer>) -> Result<Value, ErrorData> {
+    let agent = agent_of(ctx);
     let mut all = Vec::new();
     for (idx, slot) in shared.slots.iter().enumerate() {
         let Some(live) = slot.snapshot().live else {
@@ -169,7 +178,7 @@ async fn list(shared: &Shared, ctx: &RequestContext<RoleServer>) -> Result<Value
                 let found = shared
                     .tasks
                     .get(&outer)
-                    .is_some_and(|e: TaskEntry| e.server == idx);
+                    .is_some_and(|e: TaskEntry| e.server == idx && e.made_by == agent);
                 known |= found;
                 found.then_some(outer)
             });

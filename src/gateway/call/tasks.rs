@@ -41,6 +41,10 @@ pub struct TaskEntry {
     pub decided: PolicyVerdict,
     /// The creating call's request id.
     pub request_id: String,
+    /// The agent that created it: only that agent's requests reach it (another session of
+    /// the same principal is told the task is unknown). 2026-07-28 requests, which have no
+    /// session, share their principal's.
+    pub made_by: crate::gateway::agent::open_calls::Agent,
     pub created: Instant,
     /// The completion was audited (a result fetched, or a terminal status seen).
     pub audited: bool,
@@ -237,6 +241,7 @@ mod tests {
             arguments: Map::new(),
             decided: PolicyVerdict::allow("test"),
             request_id: "1".into(),
+            made_by: crate::gateway::agent::open_calls::Agent::Stdio,
             created: Instant::now(),
             audited: false,
         }

@@ -21,11 +21,11 @@
 //!    Then, for `NetworkSpec::Proxied`, the egress socket bind (`egress::wiring`):
 //!    `--ro-bind HOST_SOCKET /run/palisade/egress.sock`, after the directory operations so
 //!    no mount can cover it.
-//! 5. Pins (`--bind D D`): the directories inside a read-write grant on the way down to a
-//!    write-protected or masked path, each made a mount point so that the server cannot
-//!    rename it (EBUSY) and put a directory without the protection in its place (which the
-//!    host's git, or the next launch's masks, would then read). Then the write-protect
-//!    re-binds (`--ro-bind P P`) of the dangerous files found inside read-write grants and
+//!    Pins (`--bind D D`) go among them, by depth: the directories inside a read-write
+//!    grant on the way down to a write-protected or masked path, each made a mount point so
+//!    that the server cannot rename it (EBUSY) and put a directory without the protection in
+//!    its place (which the host's git, or the next launch's masks, would then read).
+//! 5. The write-protect re-binds (`--ro-bind P P`) of the dangerous files found inside read-write grants and
 //!    of the `denyWrite` paths (or their placeholders, see `deny_write`), and of every
 //!    read-write grant below a `denyWrite` path (a deny above a grant holds, as it does
 //!    under Landlock), after every mount so that no grant can make them writable again,
@@ -116,19 +116,32 @@ pub fn pins_for<'a>(mounts: &[Mount], paths: impl IntoIterator<Item = &'a Path>)
 enum DirOp<'a> {
     Bind(&'a Mount),
     Tmpfs(&'a Path),
+    /// A directory inside a read-write grant bound onto itself (`Render::pinned`): sorted
+    /// with the grants, so that a grant deeper inside it still comes after it.
+    Pin(&'a Path),
 }
 
 impl DirOp<'_> {
     fn path(&self) -> &Path {
         match self {
             DirOp::Bind(m) => &m.path,
-            DirOp::Tmpfs(p) => p,
+            DirOp::Tmpfs(p) | DirOp::Pin(p) => p,
         }
     }
 }
 
 fn depth(p: &Path) -> usize {
     p.components().count()
+}
+
+/// True when the deepest mount showing `path` is read-write (a pin anywhere else would
+/// make writable what a grant shows read-only).
+fn shown_read_write(mounts: &[Mount], path: &Path) -> bool {
+    mounts
+        .iter()
+        .filter(|m| path.starts_with(&m.path))
+        .max_by_key(|m| depth(&m.path))
+        .is_some_and(|m| m.access == Access::Rw)
 }
 
 /// True when some mount shows `path` (the mount is `path` or one of its ancestors).
@@ -183,6 +196,18 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
     if !covered(&mounts, tmp) && spec.home != tmp {
         ops.push(DirOp::Tmpfs(tmp));
     }
+    // A pin is only ever inside a read-write grant, below its deepest mount (`pins_for`);
+    // one a mount also names would be that mount.
+    let mut pins: Vec<&Path> = extra
+        .pinned
+        .iter()
+        .map(PathBuf::as_path)
+        .filter(|p| !mounts.iter().any(|m| m.path == *p))
+        .filter(|p| shown_read_write(&mounts, p))
+        .collect();
+    pins.sort();
+    pins.dedup();
+    ops.extend(pins.into_iter().map(DirOp::Pin));
     ops.sort_by_key(|op| depth(op.path()));
     for op in &ops {
         match op {
@@ -199,6 +224,11 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
                 a.push("--tmpfs".into());
                 a.push(p.to_path_buf().into());
             }
+            DirOp::Pin(p) => {
+                a.push("--bind".into());
+                a.push(p.to_path_buf().into());
+                a.push(p.to_path_buf().into());
+            }
         }
     }
 
@@ -207,26 +237,12 @@ pub fn render(spec: &SandboxSpec, extra: &Render) -> Vec<OsString> {
         a.extend(w.bwrap_args.iter().cloned());
     }
 
-    // 5. pins, then write-protect re-binds of dangerous files inside read-write grants. Only
-    // paths a read-write mount shows: elsewhere they are read-only or invisible already.
-    let mut pinned: Vec<&PathBuf> = extra.pinned.iter().collect();
-    pinned.sort_by(|x, y| depth(x).cmp(&depth(y)).then(x.cmp(y)));
-    pinned.dedup();
-    for d in pinned {
-        a.push("--bind".into());
-        a.push(d.clone().into());
-        a.push(d.clone().into());
-    }
+    // 5. write-protect re-binds of dangerous files inside read-write grants. Only paths a
+    // read-write mount shows: elsewhere they are read-only or invisible already.
     let mut protect: Vec<&PathBuf> = extra
         .write_protect
         .iter()
-        .filter(|p| {
-            mounts
-                .iter()
-                .filter(|m| p.starts_with(&m.path))
-                .max_by_key(|m| depth(&m.path))
-                .is_some_and(|m| m.access == Access::Rw)
-        })
+        .filter(|p| shown_read_write(&mounts, p))
         .collect();
     // A read-write grant below a protected path is held read-only too.
     protect.extend(mounts.iter().filter_map(|m| {

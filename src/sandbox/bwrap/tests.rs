@@ -432,12 +432,14 @@ fn golden_deny_write_rebinds_read_only_after_every_grant() {
 // Adversarial review of stop 43: a protected or masked path deeper than its read-write grant
 // could be moved away with a directory above it (`mv .git .git-old`, then a fresh `.git` with
 // hooks the host runs). Every directory between the grant and the path is pinned (bound
-// onto itself: a mount point cannot be renamed), after the grants and before the re-binds.
+// onto itself: a mount point cannot be renamed), among the grants by depth, before the
+// re-binds.
 #[test]
-fn directories_on_the_way_to_a_protected_path_are_pinned_after_the_grants() {
+fn directories_on_the_way_to_a_protected_path_are_pinned_among_the_grants() {
     let mounts = vec![
         m("/w", Access::Rw, MountOrigin::Root),
         m("/w/ro", Access::Ro, MountOrigin::Root),
+        m("/w/a/b/ro", Access::Ro, MountOrigin::Root),
     ];
     let pins = pins_for(
         &mounts,
@@ -469,11 +471,26 @@ fn directories_on_the_way_to_a_protected_path_are_pinned_after_the_grants() {
             .position(|w| w[0] == flag && w[1] == p && w[2] == p)
             .unwrap_or_else(|| panic!("{flag} {p} missing: {args:?}"))
     };
-    let last_grant = at("--ro-bind", "/w/ro");
-    assert!(at("--bind", "/w/.git") > last_grant, "{args:?}");
+    assert!(at("--bind", "/w/.git") > at("--bind", "/w"), "{args:?}");
     assert!(at("--bind", "/w/a/b") > at("--bind", "/w/a"), "{args:?}");
     assert!(
         at("--ro-bind", "/w/.git/hooks") > at("--bind", "/w/.git"),
+        "{args:?}"
+    );
+    // A read-only grant inside a pinned directory comes after the pin, which would
+    // otherwise show the host's directory read-write over it.
+    assert!(
+        at("--ro-bind", "/w/a/b/ro") > at("--bind", "/w/a/b"),
+        "{args:?}"
+    );
+    // A pin where no read-write grant is deepest is never emitted.
+    let r = Render {
+        pinned: vec!["/w/ro/x".into(), "/elsewhere".into()],
+        ..r
+    };
+    let args = strings(&render(&s, &r));
+    assert!(
+        !args.iter().any(|x| x == "/w/ro/x" || x == "/elsewhere"),
         "{args:?}"
     );
 }
