@@ -106,6 +106,12 @@ pub async fn call_tool(
     // Stages 4 and 5: widen (approved escalations), check the paths, forward.
     let mut run = match &approval.denial {
         Some(text) => Forwarded::refused(text.clone(), decided, slot.snapshot().enforcement),
+        // Refused before the server starts a task that could not be remembered.
+        None if sent.extra.contains_key("task") && !shared.tasks.has_room() => Forwarded::refused(
+            crate::gateway::call::tasks::TaskError::Full.to_string(),
+            decided,
+            slot.snapshot().enforcement,
+        ),
         None => {
             let approved = matches!(approval.escalation, Some(ApprovalOutcome::Approved { .. }))
                 .then_some(approval.grants.as_slice());
@@ -215,6 +221,7 @@ impl InFlight<'_> {
                     request_id: request_id_string(&self.ctx.id),
                     made_by: crate::gateway::agent::open_calls::agent_of(self.ctx),
                     created: Instant::now(),
+                    expires: task_expiry(&handle),
                     audited: false,
                 };
                 let made_by = Caller::of(self.ctx);
@@ -302,12 +309,46 @@ fn remember_task(
     let outer = crate::gateway::call::tasks::outer_id(&slot.name, slot.filters.unprefixed, &inner);
     entry.inner = inner.clone();
     if let Err(e) = shared.tasks.insert(outer.clone(), entry) {
+        // The server runs a task nobody can reach now (a race for the table's last place,
+        // or an id it reused): asked to cancel it rather than left running unseen.
+        cancel_unreachable_task(slot, inner);
         return Answer::Error(ErrorData::internal_error(e.to_string(), None));
     }
     // The task's own requests (sampling, elicitation naming it) go to the agent that made it.
     shared.open_calls.task_made(&slot.name, &inner, made_by);
     crate::gateway::call::tasks::rewrite_ids(&mut handle, &mut |_| Some(outer.clone()));
     Answer::Task(handle)
+}
+
+/// When the server forgets a task, by its handle's `ttl` (milliseconds).
+fn task_expiry(handle: &Value) -> Option<Instant> {
+    let ttl = handle.pointer("/task/ttl").and_then(Value::as_u64)?;
+    Instant::now().checked_add(std::time::Duration::from_millis(ttl))
+}
+
+/// Sends `tasks/cancel` for the server's task `inner`, in the background (best effort: the
+/// call is answered with the refusal meanwhile).
+fn cancel_unreachable_task(slot: &Slot, inner: String) {
+    let Some(live) = slot.snapshot().live else {
+        return;
+    };
+    let server = slot.name.clone();
+    tokio::spawn(async move {
+        let mut params = Map::new();
+        params.insert("taskId".into(), Value::String(inner));
+        let sent = live
+            .conn
+            .send(
+                "tasks/cancel",
+                params,
+                std::time::Duration::from_secs(10),
+                crate::gateway::server::request::OnBehalf::palisade(),
+            )
+            .await;
+        if let Err(e) = sent {
+            tracing::warn!(%server, "could not cancel a task it could not remember: {e}");
+        }
+    });
 }
 
 /// Request `_meta` without the agent's progress token (used by the other forwards).

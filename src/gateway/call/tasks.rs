@@ -46,8 +46,18 @@ pub struct TaskEntry {
     /// session, share their principal's.
     pub made_by: crate::gateway::agent::open_calls::Agent,
     pub created: Instant,
+    /// When the server forgets it (its handle's `ttl`): past it the entry can go, audited
+    /// or not, so a table of tasks nobody fetched does not stay full for ever.
+    pub expires: Option<Instant>,
     /// The completion was audited (a result fetched, or a terminal status seen).
     pub audited: bool,
+}
+
+impl TaskEntry {
+    /// Still worth a place in a full table.
+    fn live(&self, now: Instant) -> bool {
+        !self.audited && self.expires.is_none_or(|at| now < at)
+    }
 }
 
 /// The tasks of this session, by the id the agent knows.
@@ -74,14 +84,26 @@ impl TaskTable {
         if map.contains_key(&outer) {
             return Err(TaskError::Duplicate(outer));
         }
-        if map.len() >= MAX_TASKS {
-            map.retain(|_, e| !e.audited);
-            if map.len() >= MAX_TASKS {
-                return Err(TaskError::Full);
-            }
+        if !Self::room_in(&mut map) {
+            return Err(TaskError::Full);
         }
         map.insert(outer, entry);
         Ok(())
+    }
+
+    /// Whether a new task could be remembered now: checked before a task-augmented call is
+    /// forwarded, so that the server never starts a task nobody can reach.
+    pub fn has_room(&self) -> bool {
+        Self::room_in(&mut self.lock())
+    }
+
+    /// Room for one more, once audited and expired entries are forgotten (only when full).
+    fn room_in(map: &mut HashMap<String, TaskEntry>) -> bool {
+        if map.len() >= MAX_TASKS {
+            let now = Instant::now();
+            map.retain(|_, e| e.live(now));
+        }
+        map.len() < MAX_TASKS
     }
 
     pub fn get(&self, outer: &str) -> Option<TaskEntry> {
@@ -243,6 +265,7 @@ mod tests {
             request_id: "1".into(),
             made_by: crate::gateway::agent::open_calls::Agent::Stdio,
             created: Instant::now(),
+            expires: None,
             audited: false,
         }
     }
@@ -337,6 +360,24 @@ mod tests {
         t.insert("s__x".into(), entry()).unwrap();
         assert!(!t.contains("s__7"));
         assert!(t.contains("s__8"));
+    }
+
+    // Review of stop 43: tasks finished at the server but never fetched filled the table
+    // for good, and the call past it was forwarded (the server started a task) before the
+    // table refused it.
+    #[test]
+    fn an_expired_task_makes_room_and_a_full_table_is_known_before_forwarding() {
+        let t = TaskTable::default();
+        let now = Instant::now();
+        for i in 0..MAX_TASKS {
+            let expires = (i == 9).then(|| now - std::time::Duration::from_secs(1));
+            t.insert(format!("s__{i}"), TaskEntry { expires, ..entry() }).unwrap();
+        }
+        assert!(t.has_room(), "the expired task's place is free");
+        assert!(!t.contains("s__9"));
+        t.insert("s__x".into(), entry()).unwrap();
+        assert!(!t.has_room());
+        assert_eq!(t.insert("s__y".into(), entry()), Err(TaskError::Full));
     }
 
     #[test]
