@@ -106,7 +106,21 @@ pub(super) fn build_spec(
     let deny = req
         .deny_read
         .iter()
-        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .filter_map(|p| match std::fs::canonicalize(p) {
+            Ok(real) => Some(real),
+            Err(e) => {
+                // Neither tier can mask a name that does not exist without making it on the
+                // host; said at every launch rather than dropped silently.
+                tracing::warn!(
+                    server = %req.name,
+                    path = %p.display(),
+                    "denyRead path cannot be masked ({e}): a file made there after this launch \
+                     is readable by the server until its next launch; create it (even empty) \
+                     before the server starts"
+                );
+                None
+            }
+        })
         .collect();
     Ok(SandboxSpec {
         program: program.to_path_buf(),
