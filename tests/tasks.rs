@@ -290,3 +290,39 @@ fn a_2026_agent_with_the_tasks_extension_runs_a_task_only_tool() {
     assert_eq!(completions.len(), 1, "{records:?}");
     assert_eq!(completions[0]["taskStatus"], "completed");
 }
+
+/// Review of stop 43: a task whose server's process ended (here, palisade stopping while it
+/// runs) left no completion record and stayed in the table. Its end is now audited once, as
+/// `failed`, saying why; the control is the creation record, written as before.
+#[test]
+fn a_task_its_servers_end_takes_is_audited() {
+    let ws = Workspace::new();
+    let config = ws.config(support::everything_servers(), json!({}));
+    let mut serve = Serve::start(&ws, &config, &[], &[]);
+    serve.initialize();
+    let got = serve.request(
+        2,
+        "tools/call",
+        json!({"name": TOOL, "arguments": {"topic": "x"}, "task": {"ttl": 60000}}),
+    );
+    let task = got["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task: {got}"))
+        .to_string();
+    let (status, _) = serve.finish();
+    assert!(status.success());
+    let records = audit_records(&ws);
+    let of_task: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["taskId"] == task.as_str())
+        .collect();
+    assert_eq!(of_task.len(), 2, "creation and end: {records:?}");
+    let end = of_task[1];
+    assert_eq!(end["taskStatus"], "failed", "{end}");
+    assert!(
+        end["result"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("palisade stopped")),
+        "{end}"
+    );
+}

@@ -563,7 +563,10 @@ mod tests {
         assert!(c.contains(&local.join("bin/tool")), "{c:?}");
         assert!(c.contains(&local.join("lib")), "{c:?}");
         assert!(!c.contains(&local), "{c:?}");
-        assert!(!c.iter().any(|p| p.starts_with(local.join("share"))), "{c:?}");
+        assert!(
+            !c.iter().any(|p| p.starts_with(local.join("share"))),
+            "{c:?}"
+        );
         // Control: the same layout outside the home directory grants its prefix whole.
         let opt = home.join("opt/tool");
         exe(&opt.join("bin/tool"), "\x7fELF");

@@ -202,6 +202,33 @@ fn connection(shared: &Shared, idx: usize) -> Result<Connection, ErrorData> {
     }
 }
 
+/// Writes a completion record for each task of server `idx` not yet audited, and forgets
+/// them all: the server's process ended (`why`), so they ended unseen with it.
+pub fn end_with_server(shared: &Shared, idx: usize, why: &str) {
+    let slot = &shared.slots[idx];
+    for (outer, entry) in shared.tasks.take_server(idx) {
+        let record = CallRecord {
+            kind: Some(crate::audit::RecordKind::TaskResult),
+            duration_ms: entry.created.elapsed().as_millis() as u64,
+            task_id: Some(outer),
+            task_status: Some("failed".into()),
+            ..CallRecord::new(
+                slot.record_server(),
+                &entry.tool,
+                entry.request_id.clone(),
+                entry.arguments.clone(),
+                entry.decided.clone(),
+                CallOutcome::Error {
+                    error: format!("the task ended with its server's process ({why}) before its result was fetched"),
+                },
+            )
+        };
+        if let Err(e) = shared.stages.audit.record(&record) {
+            tracing::error!(server = %slot.name, "audit write failed for a task its server's end took: {e}");
+        }
+    }
+}
+
 /// How a fetched task result ended, for the audit record.
 fn result_outcome(v: &Value) -> CallOutcome {
     if v.get("isError").and_then(Value::as_bool) == Some(true) {

@@ -106,6 +106,21 @@ impl TaskTable {
         map.len() < MAX_TASKS
     }
 
+    /// Forgets every task of server `idx` (its process ended: it will not know them again)
+    /// and returns those whose completion was not audited.
+    pub fn take_server(&self, idx: usize) -> Vec<(String, TaskEntry)> {
+        let mut map = self.lock();
+        let ids: Vec<String> = map
+            .iter()
+            .filter(|(_, e)| e.server == idx)
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| map.remove(&id).map(|e| (id, e)))
+            .filter(|(_, e)| !e.audited)
+            .collect()
+    }
+
     pub fn get(&self, outer: &str) -> Option<TaskEntry> {
         self.lock().get(outer).cloned()
     }
@@ -340,6 +355,25 @@ mod tests {
     }
 
     #[test]
+    fn a_servers_end_forgets_its_tasks_and_returns_those_not_audited() {
+        let t = TaskTable::default();
+        t.insert("a__1".into(), entry()).unwrap();
+        t.insert("a__2".into(), entry()).unwrap();
+        t.insert(
+            "b__1".into(),
+            TaskEntry {
+                server: 1,
+                ..entry()
+            },
+        )
+        .unwrap();
+        assert_eq!(t.audit_once("a__2", || Ok::<(), ()>(())), Ok(()));
+        let lost: Vec<String> = t.take_server(0).into_iter().map(|(id, _)| id).collect();
+        assert_eq!(lost, ["a__1"]);
+        assert!(!t.contains("a__2") && t.contains("b__1"));
+    }
+
+    #[test]
     fn a_reused_id_is_refused() {
         let t = TaskTable::default();
         t.insert("s__abc".into(), entry()).unwrap();
@@ -371,7 +405,8 @@ mod tests {
         let now = Instant::now();
         for i in 0..MAX_TASKS {
             let expires = (i == 9).then(|| now - std::time::Duration::from_secs(1));
-            t.insert(format!("s__{i}"), TaskEntry { expires, ..entry() }).unwrap();
+            t.insert(format!("s__{i}"), TaskEntry { expires, ..entry() })
+                .unwrap();
         }
         assert!(t.has_room(), "the expired task's place is free");
         assert!(!t.contains("s__9"));

@@ -94,6 +94,13 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                 }
                 let started = Instant::now();
                 let end = watch(&shared, &slot, &mut running, &mut relaunch_rx).await;
+                // Its tasks end with this process; each one not yet audited gets its record.
+                let ended = match &end {
+                    End::Shutdown => "palisade stopped".to_string(),
+                    End::Relaunch(_) => "relaunched with wider roots".to_string(),
+                    End::Exited(why) | End::Fault(why) => why.clone(),
+                };
+                crate::gateway::call::task_relay::end_with_server(&shared, idx, &ended);
                 if !matches!(end, End::Relaunch(_)) {
                     // A relaunch keeps the old lists in the catalog: calls wait on the
                     // slot's gate meanwhile, and the agent hears of a change only if the
