@@ -210,16 +210,13 @@ pub(in crate::gateway) fn call_paths(
         .collect()
 }
 
-pub(in crate::gateway) fn annotate(
+/// Runs `f` with what the sandbox-refusal classifier needs to know of `slot`'s sandbox (a
+/// sandboxed server's: callers check that first).
+fn with_block_context<R>(
     slot: &Slot,
-    enforcement: Option<&Enforcement>,
     call_paths: &[std::path::PathBuf],
-    answer: Answer,
-) -> Answer {
-    let sandboxed = enforcement.is_some_and(Enforcement::is_sandboxed);
-    if !sandboxed {
-        return answer;
-    }
+    f: impl FnOnce(&BlockContext<'_>) -> R,
+) -> R {
     let deny_read = slot
         .req
         .as_ref()
@@ -233,7 +230,7 @@ pub(in crate::gateway) fn annotate(
     let set = slot.roots.current();
     let ctx = BlockContext {
         server: &slot.name,
-        sandboxed,
+        sandboxed: true,
         egress_allowed: slot.egress_allowed(),
         deny_read,
         deny_write,
@@ -241,9 +238,49 @@ pub(in crate::gateway) fn annotate(
         write_protect: slot.req.as_ref().is_none_or(|r| r.write_protect),
         call_paths,
     };
-    match answer {
+    f(&ctx)
+}
+
+/// A task's fetched result (`tasks/result`), marked as a direct call's result is: the first
+/// text block of an error result that reads as a sandbox refusal.
+pub(in crate::gateway) fn annotate_task_result(
+    slot: &Slot,
+    call_paths: &[std::path::PathBuf],
+    result: &mut Value,
+) {
+    let sandboxed = slot
+        .snapshot()
+        .enforcement
+        .is_some_and(|e| e.is_sandboxed());
+    if !sandboxed || result.get("isError").and_then(Value::as_bool) != Some(true) {
+        return;
+    }
+    with_block_context(slot, call_paths, |ctx| {
+        let blocks = result.get_mut("content").and_then(Value::as_array_mut);
+        for block in blocks.into_iter().flatten() {
+            let Some(text) = block.get("text").and_then(Value::as_str) else {
+                continue;
+            };
+            if let Some(marked) = blocked::annotate(ctx, text) {
+                block["text"] = Value::String(marked);
+                break;
+            }
+        }
+    });
+}
+
+pub(in crate::gateway) fn annotate(
+    slot: &Slot,
+    enforcement: Option<&Enforcement>,
+    call_paths: &[std::path::PathBuf],
+    answer: Answer,
+) -> Answer {
+    if !enforcement.is_some_and(Enforcement::is_sandboxed) {
+        return answer;
+    }
+    with_block_context(slot, call_paths, |ctx| match answer {
         Answer::Error(mut e) => {
-            if let Some(text) = blocked::annotate(&ctx, &e.message) {
+            if let Some(text) = blocked::annotate(ctx, &e.message) {
                 e.message = text.into();
             }
             Answer::Error(e)
@@ -252,7 +289,7 @@ pub(in crate::gateway) fn annotate(
             // Mark the first text block that reads as a sandbox refusal.
             for block in r.content.iter_mut() {
                 if let ContentBlock::Text(t) = block {
-                    if let Some(text) = blocked::annotate(&ctx, &t.text) {
+                    if let Some(text) = blocked::annotate(ctx, &t.text) {
                         t.text = text;
                         break;
                     }
@@ -261,7 +298,7 @@ pub(in crate::gateway) fn annotate(
             Answer::Result(r)
         }
         other => other,
-    }
+    })
 }
 
 /// `refused`: palisade itself refused the call (policy, approval, roots); nothing was
@@ -289,4 +326,35 @@ pub(in crate::gateway) fn first_text(content: &[ContentBlock]) -> String {
         .iter()
         .find_map(|c| c.as_text().map(|t| t.text.clone()))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::state::Status;
+    use serde_json::json;
+
+    // Review of stop 43: a task's fetched result reached the agent without the mark a direct
+    // call's sandbox refusal gets. Control: the same result from an unsandboxed server is
+    // left as it is.
+    #[test]
+    fn a_task_results_sandbox_refusal_is_marked_as_a_calls_is() {
+        let result = json!({"isError": true, "content": [
+            {"type": "text", "text": "EACCES: permission denied, open '/w/secret'"}]});
+        let paths = [std::path::PathBuf::from("/w/secret")];
+        let slot = Slot::new("fs".into(), None, Status::Running);
+        let mut plain = result.clone();
+        annotate_task_result(&slot, &paths, &mut plain);
+        assert_eq!(plain, result, "not sandboxed: nothing is the sandbox's");
+        slot.update(|s| {
+            s.enforcement = Some(Enforcement::Sandboxed {
+                backend: crate::config::Backend::Bwrap,
+            })
+        });
+        let mut marked = result.clone();
+        annotate_task_result(&slot, &paths, &mut marked);
+        let text = marked["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("[SANDBOX BLOCKED]"), "{marked}");
+        assert!(text.contains("/w/secret"), "{marked}");
+    }
 }

@@ -217,6 +217,11 @@ impl InFlight<'_> {
                     inner: String::new(),
                     tool: self.tool.to_string(),
                     arguments: arguments.clone(),
+                    paths: super::answer::call_paths(
+                        path_args,
+                        self.cwd(),
+                        slot.roots.options().home.as_deref(),
+                    ),
                     decided: run.decided.clone(),
                     request_id: request_id_string(&self.ctx.id),
                     made_by: crate::gateway::agent::open_calls::agent_of(self.ctx),

@@ -96,6 +96,12 @@ pub async fn handle(
             tasks::rewrite_ids(&mut v, &mut rename);
             match method {
                 "tasks/result" => {
+                    // Its sandbox refusals are marked as a direct call's are.
+                    crate::gateway::call::answer::annotate_task_result(
+                        &shared.slots[entry.server],
+                        &entry.paths,
+                        &mut v,
+                    );
                     let outcome = result_outcome(&v);
                     audit_completion(shared, (&outer, &entry, &versions), "completed", outcome)?;
                 }

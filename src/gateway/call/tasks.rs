@@ -37,6 +37,8 @@ pub struct TaskEntry {
     /// completion's audit record.
     pub tool: String,
     pub arguments: Map<String, Value>,
+    /// The call's path arguments, resolved: what marks its result's sandbox refusals.
+    pub paths: Vec<std::path::PathBuf>,
     /// The decision that let the call through, repeated in the completion's record.
     pub decided: PolicyVerdict,
     /// The creating call's request id.
@@ -276,6 +278,7 @@ mod tests {
             inner: "abc".into(),
             tool: "slow".into(),
             arguments: Map::new(),
+            paths: Vec::new(),
             decided: PolicyVerdict::allow("test"),
             request_id: "1".into(),
             made_by: crate::gateway::agent::open_calls::Agent::Stdio,
