@@ -326,3 +326,39 @@ fn a_task_its_servers_end_takes_is_audited() {
         "{end}"
     );
 }
+
+/// Review of stop 43: `tasks/list` read only each server's first page (server-everything
+/// pages by 10), so the agent's eleventh and twelfth tasks were never listed.
+#[test]
+fn tasks_list_reads_every_page_of_the_server() {
+    let ws = Workspace::new();
+    let config = ws.config(support::everything_servers(), json!({}));
+    let mut serve = Serve::start(&ws, &config, &[], &[]);
+    serve.initialize();
+    let mut made = Vec::new();
+    for id in 0..12 {
+        let got = serve.request(
+            10 + id,
+            "tools/call",
+            json!({"name": TOOL, "arguments": {"topic": "x"}, "task": {"ttl": 60000}}),
+        );
+        made.push(
+            got["result"]["task"]["taskId"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no task: {got}"))
+                .to_string(),
+        );
+    }
+    let listed = serve.request(100, "tasks/list", json!({}));
+    let (status, _) = serve.finish();
+    assert!(status.success());
+    let ids: Vec<&str> = listed["result"]["tasks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no list: {listed}"))
+        .iter()
+        .filter_map(|t| t["taskId"].as_str())
+        .collect();
+    for task in &made {
+        assert!(ids.contains(&task.as_str()), "{task} not listed: {listed}");
+    }
+}

@@ -21,6 +21,9 @@ use crate::gateway::server::request::{Connection, ForwardError, OnBehalf};
 use crate::gateway::stages::{CallOutcome, CallRecord};
 use crate::gateway::state::Shared;
 
+/// At most this many pages of one server's `tasks/list` are read for one request.
+const MAX_LIST_PAGES: usize = 100;
+
 /// The `tasks/*` methods this module answers.
 pub const METHODS: [&str; 4] = ["tasks/get", "tasks/result", "tasks/cancel", "tasks/list"];
 
@@ -154,29 +157,46 @@ async fn list(shared: &Shared, ctx: &RequestContext<RoleServer>) -> Result<Value
         if !lists {
             continue;
         }
-        let answer = live
-            .conn
-            .send(
-                "tasks/list",
-                Map::new(),
-                shared.limits.call_timeout,
-                OnBehalf::of(ctx),
-            )
-            .await;
-        let mut v: Value = match answer.map(|raw| serde_json::from_str(raw.get())) {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => {
-                tracing::warn!(server = %slot.name, "unreadable tasks/list answer: {e}");
-                continue;
+        // Every page of the server's list (bounded), so no task of this agent's is left out
+        // on a later page; the agent gets them all on one.
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let mut params = Map::new();
+            if let Some(c) = cursor.take() {
+                params.insert("cursor".into(), Value::String(c));
             }
-            Err(e) => {
-                tracing::warn!(server = %slot.name, "tasks/list failed: {e}");
-                continue;
+            let answer = live
+                .conn
+                .send(
+                    "tasks/list",
+                    params,
+                    shared.limits.call_timeout,
+                    OnBehalf::of(ctx),
+                )
+                .await;
+            let mut v: Value = match answer.map(|raw| serde_json::from_str(raw.get())) {
+                Ok(Ok(v)) => v,
+                Ok(Err(e)) => {
+                    tracing::warn!(server = %slot.name, "unreadable tasks/list answer: {e}");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(server = %slot.name, "tasks/list failed: {e}");
+                    break;
+                }
+            };
+            if let Some(Value::Array(page)) = v.get_mut("tasks").map(std::mem::take) {
+                items.extend(page);
             }
-        };
-        let Some(Value::Array(items)) = v.get_mut("tasks").map(std::mem::take) else {
-            continue;
-        };
+            cursor = v
+                .get("nextCursor")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            if cursor.is_none() {
+                break;
+            }
+        }
         for mut item in items {
             let mut known = false;
             tasks::rewrite_ids(&mut item, &mut |inner| {
