@@ -158,21 +158,7 @@ fn terminal_escapes_in_an_agent_chosen_path_cannot_repaint_the_prompt() {
 #[test]
 fn an_approval_grants_exactly_the_approved_directory_never_an_ancestor() {
     let f = Fixture::new();
-    // Writes anywhere escalate (a rule without a directory: no root of its own), so an
-    // approval has to widen the server.
-    write_policy(
-        &f.root.join("compiled-policy.json"),
-        json!([
-            {"name": "allow-reads-in-work", "description": "reads in WORK", "principle": "test",
-             "if": {"roles": ["read-path"], "paths": {"roles": ["read-path"], "within": f.work}},
-             "then": "allow", "reason": "reading the work directory is fine"},
-            {"name": "escalate-writes", "description": "every write", "principle": "test",
-             "if": {"roles": ["write-path", "delete-path"]},
-             "then": "escalate", "reason": REASON},
-            {"name": "allow-the-rest", "description": "everything else", "principle": "test",
-             "if": {}, "then": "allow", "reason": "reads are not what this test is about"}
-        ]),
-    );
+    escalate_every_write(&f);
     let home = f.root.join("home");
     std::fs::create_dir_all(home.join(".config")).unwrap();
     let r = f.drive(
@@ -224,19 +210,7 @@ fn an_approval_grants_exactly_the_approved_directory_never_an_ancestor() {
 #[test]
 fn an_approval_grants_what_was_shown_not_where_a_symlink_points_after() {
     let f = Fixture::new();
-    write_policy(
-        &f.root.join("compiled-policy.json"),
-        json!([
-            {"name": "allow-reads-in-work", "description": "reads in WORK", "principle": "test",
-             "if": {"roles": ["read-path"], "paths": {"roles": ["read-path"], "within": f.work}},
-             "then": "allow", "reason": "reading the work directory is fine"},
-            {"name": "escalate-writes", "description": "every write", "principle": "test",
-             "if": {"roles": ["write-path", "delete-path"]},
-             "then": "escalate", "reason": REASON},
-            {"name": "allow-the-rest", "description": "everything else", "principle": "test",
-             "if": {}, "then": "allow", "reason": "reads are not what this test is about"}
-        ]),
-    );
+    escalate_every_write(&f);
     let (shown, inside, victim) = (
         f.root.join("shown"),
         f.work.join("sub"),
@@ -286,4 +260,22 @@ fn an_approval_grants_what_was_shown_not_where_a_symlink_points_after() {
     );
     assert!(recs[1]["approvedRoots"].is_null(), "{}", recs[1]);
     assert_ne!(recs[1]["result"]["status"], "success", "{}", recs[1]);
+}
+
+/// A policy under which writes anywhere escalate (a rule without a directory: no root of its
+/// own), so an approval has to widen the server; reads in WORK and everything else pass.
+fn escalate_every_write(f: &Fixture) {
+    write_policy(
+        &f.root.join("compiled-policy.json"),
+        json!([
+            {"name": "allow-reads-in-work", "description": "reads in WORK", "principle": "test",
+             "if": {"roles": ["read-path"], "paths": {"roles": ["read-path"], "within": f.work}},
+             "then": "allow", "reason": "reading the work directory is fine"},
+            {"name": "escalate-writes", "description": "every write", "principle": "test",
+             "if": {"roles": ["write-path", "delete-path"]},
+             "then": "escalate", "reason": REASON},
+            {"name": "allow-the-rest", "description": "everything else", "principle": "test",
+             "if": {}, "then": "allow", "reason": "reads are not what this test is about"}
+        ]),
+    );
 }
