@@ -322,7 +322,7 @@ fn a_task_its_servers_end_takes_is_audited() {
     assert!(
         end["result"]["error"]
             .as_str()
-            .is_some_and(|e| e.contains("palisade stopped")),
+            .is_some_and(|e| e.contains("its servers were stopped")),
         "{end}"
     );
 }

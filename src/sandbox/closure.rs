@@ -442,7 +442,11 @@ fn add_install_dir(file: &Path, lk: &Lookup<'_>, out: &mut BTreeSet<PathBuf>) {
     }
     // PREFIX/bin/tool with PREFIX/lib: the whole prefix (pyenv, nvm, /opt/foo).
     if let Some(prefix) = file.parent().and_then(prefix_of_bin_dir) {
-        if lk.home.is_some_and(|h| prefix.parent() == Some(h)) {
+        let in_home = |h: &Path| {
+            prefix.parent() == Some(h)
+                || std::fs::canonicalize(h).is_ok_and(|real| prefix.parent() == Some(&*real))
+        };
+        if lk.home.is_some_and(in_home) {
             // A prefix kept in the home directory itself (`~/.local`, pip --user's): its
             // `share` and `state` hold keyrings and other programs' private state (Palisade's
             // own servers' among them), so only its libraries and the file.

@@ -43,7 +43,7 @@ pub(crate) fn allowlist_unsupported(tier: &str) -> Option<String> {
         // Measured: with the rows enabled, srt's proxy answers 502 for the allowed name.
         "srt" => Some("srt's own proxy cannot resolve the test's names".into()),
         "bwrap" if which::which("socat").is_err() => Some("socat is not installed".into()),
-        "landlock" => match crate::skip::landlock_abi() {
+        "landlock" => match crate::skip::landlock_abi_of(palisade_bin().as_ref()) {
             Some(abi) if abi >= 4 => None,
             abi => Some(format!("Landlock ABI {abi:?}: network rules need 4")),
         },

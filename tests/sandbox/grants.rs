@@ -222,9 +222,10 @@ fn the_directory_above_a_protected_path_cannot_be_moved_away() {
             std::fs::rename(d.join("other2"), d.join("other")).unwrap();
         }
         let attack = mv(".git", ".git-old");
+        // mv itself ran and was refused (not palisade refusing to launch it).
         assert!(
-            !attack.status.success(),
-            "{tier}: .git was moved away: {}",
+            !attack.status.success() && text(&attack.stderr).contains("cannot move"),
+            "{tier}: .git was moved away, or mv never ran: {}",
             text(&attack.stderr)
         );
         assert!(d.join(".git/hooks").is_dir() && !d.join(".git-old").exists());
@@ -259,10 +260,54 @@ fn a_read_write_grant_below_a_denied_path_is_not_writable() {
             text(&control.stderr)
         );
         let denied = touch(tier, true);
+        // touch itself ran and was refused (not palisade refusing to launch it).
         assert!(
-            !sub.join(tier).exists(),
-            "{tier}: written under a denied directory: {}",
+            !sub.join(tier).exists() && text(&denied.stderr).contains("cannot touch"),
+            "{tier}: written under a denied directory, or touch never ran: {}",
             text(&denied.stderr)
         );
+    }
+}
+
+/// Review of stop 43: a read-only grant nested in a read-write one (`--rw proj --ro
+/// proj/vendor/lib`) could be swapped for a directory the server wrote, by renaming its
+/// parent (`mv proj/vendor proj/v.old; mkdir -p proj/vendor/lib`). The parent is pinned
+/// under bwrap; Landlock refuses the rename as it did. Control: a sibling is renamed under
+/// bwrap.
+#[test]
+fn the_parent_of_a_nested_read_only_grant_cannot_be_moved_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(d.join("vendor/lib")).unwrap();
+    std::fs::create_dir(d.join("other")).unwrap();
+    for tier in ["bwrap", "landlock"] {
+        let mv = |from: &str, to: &str| {
+            palisade()
+                .args(["run", "--backend", tier, "--rw"])
+                .arg(&d)
+                .arg("--ro")
+                .arg(d.join("vendor/lib"))
+                .args(["--", "/bin/mv"])
+                .arg(d.join(from))
+                .arg(d.join(to))
+                .output()
+                .unwrap()
+        };
+        if tier == "bwrap" {
+            let control = mv("other", "other2");
+            assert!(
+                control.status.success() && d.join("other2").is_dir(),
+                "{tier}, control: {}",
+                text(&control.stderr)
+            );
+            std::fs::rename(d.join("other2"), d.join("other")).unwrap();
+        }
+        let attack = mv("vendor", "v.old");
+        assert!(
+            !attack.status.success() && text(&attack.stderr).contains("cannot move"),
+            "{tier}: vendor was moved away, or mv never ran: {}",
+            text(&attack.stderr)
+        );
+        assert!(d.join("vendor/lib").is_dir() && !d.join("v.old").exists());
     }
 }

@@ -38,7 +38,14 @@ pub fn host_skip(test: &str, reason: &str) {
 /// Each caller decides whether a missing or too old ABI is a skip or a host skip.
 #[allow(dead_code)] // not every test binary that includes this module needs Landlock
 pub fn landlock_abi() -> Option<u64> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+    landlock_abi_of(env!("CARGO_BIN_EXE_palisade").as_ref())
+}
+
+/// `landlock_abi` as `palisade` reports it (the attack table inside the container runs the
+/// image's binary, not this build's).
+#[allow(dead_code)]
+pub fn landlock_abi_of(palisade: &std::ffi::OsStr) -> Option<u64> {
+    let out = std::process::Command::new(palisade)
         .args(["check", "--json"])
         .output()
         .expect("run palisade check --json");

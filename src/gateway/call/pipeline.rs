@@ -314,9 +314,12 @@ fn remember_task(
     let outer = crate::gateway::call::tasks::outer_id(&slot.name, slot.filters.unprefixed, &inner);
     entry.inner = inner.clone();
     if let Err(e) = shared.tasks.insert(outer.clone(), entry) {
-        // The server runs a task nobody can reach now (a race for the table's last place,
-        // or an id it reused): asked to cancel it rather than left running unseen.
-        cancel_unreachable_task(slot, inner);
+        // The server runs a task nobody can reach now (a race for the table's last place):
+        // asked to cancel it rather than left running unseen. Not for a reused id, which
+        // would cancel the task already known under it.
+        if e == crate::gateway::call::tasks::TaskError::Full {
+            cancel_unreachable_task(slot, inner);
+        }
         return Answer::Error(ErrorData::internal_error(e.to_string(), None));
     }
     // The task's own requests (sampling, elicitation naming it) go to the agent that made it.

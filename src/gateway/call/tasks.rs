@@ -148,7 +148,10 @@ impl TaskTable {
                 e.audited = true;
                 Ok(())
             }
-            _ => Ok(()),
+            Some(_) => Ok(()),
+            // Taken since the request looked it up: its server ended meanwhile, and its
+            // end's record says it was not fetched. This fetch's record says it was.
+            None => write(),
         }
     }
 
@@ -339,8 +342,10 @@ mod tests {
         let mut writes = 0;
         assert_eq!(audit(&t, "s__abc", &mut writes, false), Ok(()));
         assert_eq!(audit(&t, "s__abc", &mut writes, false), Ok(()));
-        assert_eq!(audit(&t, "s__unknown", &mut writes, false), Ok(()));
         assert_eq!(writes, 1);
+        // One its server's end took meanwhile: this fetch's record is written too.
+        assert_eq!(audit(&t, "s__taken", &mut writes, false), Ok(()));
+        assert_eq!(writes, 2);
     }
 
     // Review of stop 43: the flag was set before the write, so a retry after a failed write

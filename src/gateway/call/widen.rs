@@ -246,11 +246,12 @@ pub async fn for_approved<'s>(
     Ok((write.downgrade(), added))
 }
 
-/// Whether the approval granted `n`: the same directory, with at least its access.
+/// Whether the approval granted `n`: the same directory or one inside it (a path that did
+/// not exist when shown may be a directory now), with at least its access.
 fn approves(approved: &[crate::approval::RememberedDir], n: &Needed) -> bool {
     approved
         .iter()
-        .any(|a| a.path == n.path && (a.access == Access::Rw || n.access == Access::Ro))
+        .any(|a| n.path.starts_with(&a.path) && (a.access == Access::Rw || n.access == Access::Ro))
 }
 
 #[cfg(test)]
@@ -275,6 +276,8 @@ mod tests {
         assert!(!approves(&approved, &need("/data", Access::Rw)));
         assert!(!approves(&approved, &need("/victim", Access::Rw)));
         assert!(!approves(&approved, &need("/proj", Access::Ro)));
+        assert!(approves(&approved, &need("/proj/sub/new", Access::Rw)));
+        assert!(!approves(&approved, &need("/proj/subway", Access::Ro)));
         assert!(!approves(&[], &need("/proj/sub", Access::Ro)));
     }
 

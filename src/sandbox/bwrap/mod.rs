@@ -84,15 +84,16 @@ pub struct Render {
     pub pinned: Vec<PathBuf>,
 }
 
-/// The directories strictly between the deepest mount showing each of `paths` and the path,
-/// where that mount is read-write: what `Render::pinned` should hold once `launch` has kept
-/// only those that exist as real directories. Pure.
+/// The directories strictly between the deepest mount showing each of `paths` (other than a
+/// mount at the path itself: a read-only grant nested in a read-write one is guarded too)
+/// and the path, where that mount is read-write: what `Render::pinned` should hold once
+/// `launch` has kept only those that exist as real directories. Pure.
 pub fn pins_for<'a>(mounts: &[Mount], paths: impl IntoIterator<Item = &'a Path>) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for p in paths {
         let Some(m) = mounts
             .iter()
-            .filter(|m| p.starts_with(&m.path))
+            .filter(|m| p.starts_with(&m.path) && m.path != p)
             .max_by_key(|m| depth(&m.path))
         else {
             continue;

@@ -450,6 +450,9 @@ fn directories_on_the_way_to_a_protected_path_are_pinned_among_the_grants() {
             Path::new("/w/.bashrc"),
             Path::new("/w/ro/x/.bashrc"),
             Path::new("/elsewhere/a/b"),
+            // A read-only grant nested in the read-write one: its own mount is not counted.
+            Path::new("/w/a/b/ro"),
+            Path::new("/w/ro"),
         ],
     );
     let want: Vec<PathBuf> = ["/w/.git", "/w/a", "/w/a/b"]

@@ -16,7 +16,7 @@ use super::prepared::{argv_of, io, Enforcement, LaunchError, Prepared};
 use super::protect::write_protected;
 use super::request::LaunchRequest;
 use crate::sandbox::bwrap::{self, Mask, Render};
-use crate::sandbox::{deny_write, seccomp, sys, SandboxSpec};
+use crate::sandbox::{deny_write, seccomp, sys, Access, SandboxSpec};
 
 /// The bwrap command for `spec`.
 pub(super) fn prepare(
@@ -40,11 +40,15 @@ pub(super) fn prepare(
     let denied = deny_write::protect(&spec.mounts, &req.deny_write)
         .map_err(|e| LaunchError::Invalid(format!("server `{}`: {e}", req.name)))?;
     render.write_protect.extend(denied);
+    // Protected and masked paths, and read-only grants (one nested in a read-write grant
+    // would otherwise be swapped for a directory the server wrote, by renaming its parent).
+    let read_only = spec.mounts.iter().filter(|m| m.access == Access::Ro);
     let guarded = render
         .write_protect
         .iter()
         .map(PathBuf::as_path)
-        .chain(render.masks.iter().map(Mask::path));
+        .chain(render.masks.iter().map(Mask::path))
+        .chain(read_only.map(|m| m.path.as_path()));
     // Only real directories can be pinned (a symlink there would be followed by bwrap).
     render.pinned = bwrap::pins_for(&spec.mounts, guarded)
         .into_iter()

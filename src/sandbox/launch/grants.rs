@@ -46,10 +46,10 @@ pub(super) fn validate_grants(
             .map_err(|e| io(&format!("cannot canonicalise grant {shown}"), e))?;
         if req.grants_canonical && real != g.path {
             return Err(LaunchError::Invalid(format!(
-                "root {shown} now resolves to {} (a directory on its way was replaced by a \
-                 symlink since it was granted, possibly by a server that can write there); \
-                 refusing to mount it: restore the directory, or restart palisade to take \
-                 the new layout",
+                "root {shown} now resolves to {} (a directory on its way became a symlink \
+                 since it was granted: moved by you, or swapped by a server that can write \
+                 there); refusing to mount it: restore the directory, or restart palisade to \
+                 take the new layout",
                 real.display()
             )));
         }

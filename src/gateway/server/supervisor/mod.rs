@@ -63,9 +63,6 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
     let mut restarts = Restarts::default();
     // A relaunch in progress: answered once the new process runs (or failed to start).
     let mut relaunching: Option<Relaunch> = None;
-    // The process a relaunch replaces: stopped on its own task while the new one starts
-    // (calls are held at the slot's gate meanwhile), and always awaited, so it is reaped.
-    let mut retiring: Option<tokio::task::JoinHandle<String>> = None;
     loop {
         if shared.shutdown.is_cancelled() {
             break;
@@ -76,12 +73,6 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
             }
         });
         let attempt = start(&shared, &slot).await;
-        if let Some(old) = retiring.take() {
-            let exit = old
-                .await
-                .unwrap_or_else(|e| format!("stop task failed: {e}"));
-            tracing::info!(server = %slot.name, "replaced process ended ({exit})");
-        }
         let reason = match attempt {
             Ok(mut running) => {
                 slot.update(|s| {
@@ -96,7 +87,10 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                 let end = watch(&shared, &slot, &mut running, &mut relaunch_rx).await;
                 // Its tasks end with this process; each one not yet audited gets its record.
                 let ended = match &end {
-                    End::Shutdown => "palisade stopped".to_string(),
+                    End::Shutdown => {
+                        "its servers were stopped (palisade stopping, or its principal idle)"
+                            .to_string()
+                    }
                     End::Relaunch(_) => "relaunched with wider roots".to_string(),
                     End::Exited(why) | End::Fault(why) => why.clone(),
                 };
@@ -119,12 +113,12 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                     }
                     End::Relaunch(r) => {
                         tracing::info!(server = %slot.name, "relaunching with wider roots");
-                        let limits = shared.limits.clone();
-                        let name = slot.name.clone();
-                        retiring =
-                            Some(tokio::spawn(
-                                async move { stop(running, &limits, &name).await },
-                            ));
+                        // Stopped before the new sandbox is prepared: a process still running
+                        // could swap a directory between the launch's checks (recorded roots,
+                        // pins) and bwrap's own resolution of its mounts. Calls wait at the
+                        // slot's gate meanwhile.
+                        let exit = stop(running, &shared.limits, &slot.name).await;
+                        tracing::info!(server = %slot.name, "replaced process ended ({exit})");
                         relaunching = Some(r);
                         continue;
                     }
@@ -212,15 +206,6 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
             _ = tokio::time::sleep(delay) => {}
             _ = shared.shutdown.cancelled() => break,
         }
-    }
-    // A relaunch that shutdown interrupted before its new start: the process it replaces is
-    // still being stopped on its own task, and the supervisor ends only once it is reaped
-    // (the gateway's shutdown waits for the supervisors, not for their tasks).
-    if let Some(old) = retiring.take() {
-        let exit = old
-            .await
-            .unwrap_or_else(|e| format!("stop task failed: {e}"));
-        tracing::info!(server = %slot.name, "replaced process ended at shutdown ({exit})");
     }
     slot.update(|s| {
         s.status = Status::Stopped;
