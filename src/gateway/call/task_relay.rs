@@ -233,22 +233,12 @@ fn connection(shared: &Shared, idx: usize) -> Result<Connection, ErrorData> {
 pub fn end_with_server(shared: &Shared, idx: usize, why: &str) {
     let slot = &shared.slots[idx];
     for (outer, entry) in shared.tasks.take_server(idx) {
-        let record = CallRecord {
-            kind: Some(crate::audit::RecordKind::TaskResult),
-            duration_ms: entry.created.elapsed().as_millis() as u64,
-            task_id: Some(outer),
-            task_status: Some("failed".into()),
-            ..CallRecord::new(
-                slot.record_server(),
-                &entry.tool,
-                entry.request_id.clone(),
-                entry.arguments.clone(),
-                entry.decided.clone(),
-                CallOutcome::Error {
-                    error: format!("the task ended with its server's process ({why}) before its result was fetched"),
-                },
-            )
+        let outcome = CallOutcome::Error {
+            error: format!(
+                "the task ended with its server's process ({why}) before its result was fetched"
+            ),
         };
+        let record = completion_record(shared, (&outer, &entry, None), "failed", outcome);
         if let Err(e) = shared.stages.audit.record(&record) {
             tracing::error!(server = %slot.name, "audit write failed for a task its server's end took: {e}");
         }
@@ -270,6 +260,31 @@ fn result_outcome(v: &Value) -> CallOutcome {
     }
 }
 
+/// A task's completion record: the creating call's tool, arguments, decision and request id
+/// (the two records of one task share it), with the task's final status.
+fn completion_record(
+    shared: &Shared,
+    (outer, entry, versions): (&str, &TaskEntry, Option<&crate::audit::ProtocolVersions>),
+    status: &str,
+    outcome: CallOutcome,
+) -> CallRecord {
+    CallRecord {
+        kind: Some(crate::audit::RecordKind::TaskResult),
+        duration_ms: entry.created.elapsed().as_millis() as u64,
+        task_id: Some(outer.to_string()),
+        task_status: Some(status.to_string()),
+        protocol: versions.cloned(),
+        ..CallRecord::new(
+            shared.slots[entry.server].record_server(),
+            &entry.tool,
+            entry.request_id.clone(),
+            entry.arguments.clone(),
+            entry.decided.clone(),
+            outcome,
+        )
+    }
+}
+
 /// Writes the task's completion record, once; an audit failure fails the request.
 fn audit_completion(
     shared: &Shared,
@@ -278,23 +293,7 @@ fn audit_completion(
     outcome: CallOutcome,
 ) -> Result<(), ErrorData> {
     let slot = &shared.slots[entry.server];
-    let arguments = entry.arguments.clone();
-    let record = CallRecord {
-        kind: Some(crate::audit::RecordKind::TaskResult),
-        duration_ms: entry.created.elapsed().as_millis() as u64,
-        task_id: Some(outer.to_string()),
-        task_status: Some(status.to_string()),
-        protocol: Some(versions.clone()),
-        ..CallRecord::new(
-            slot.record_server(),
-            &entry.tool,
-            // The creating call's id: the two records of one task share it.
-            entry.request_id.clone(),
-            arguments,
-            entry.decided.clone(),
-            outcome,
-        )
-    };
+    let record = completion_record(shared, (outer, entry, Some(versions)), status, outcome);
     shared.tasks.audit_once(outer, || {
         shared.stages.audit.record(&record).map_err(|e| {
             tracing::error!(server = %slot.name, "audit write failed: {e}");
