@@ -362,6 +362,16 @@ fn text(r: &Report, with_config: bool) -> String {
         }
     };
     let _ = writeln!(s, "  Landlock:              {landlock}");
+    let _ = writeln!(
+        s,
+        "  connect checks:        {}",
+        if m.connect_mediation {
+            "yes (an allowlist under Landlock is held to the proxy's address)"
+        } else {
+            "NO (seccomp user notification, pidfd_getfd or process_vm_readv refused or missing: \
+             an allowlist under Landlock holds by port only)"
+        }
+    );
     let path = |p: &Option<std::path::PathBuf>| {
         p.as_ref()
             .map_or("missing".to_string(), |p| p.display().to_string())

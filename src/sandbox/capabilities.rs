@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 
 use serde::Serialize;
 
-use super::trial_record;
+use super::{sys, trial_record};
 
 /// Environment variable naming the bubblewrap binary to use instead of searching PATH. A
 /// test and operations knob: pointing it at a missing file makes bubblewrap unavailable.
@@ -90,6 +90,10 @@ pub struct Capabilities {
     pub srt_problem: Option<String>,
     /// The kernel's Landlock support (one system call, probed at every depth).
     pub landlock: Landlock,
+    /// Palisade can decide a Landlock server's connects itself (seccomp user notification,
+    /// `pidfd_getfd`, `process_vm_readv`; `connect_gate`): what holds an allowlist under
+    /// Landlock to the proxy's address, not only its port.
+    pub connect_mediation: bool,
 }
 
 /// What the kernel offers of Landlock.
@@ -196,6 +200,7 @@ pub fn probe_for(depth: Depth, srt_probe: SrtProbe) -> Capabilities {
         srt,
         srt_problem,
         landlock: probe_landlock(),
+        connect_mediation: sys::mediation_available(),
     }
 }
 
@@ -217,6 +222,7 @@ fn landlock_only() -> Capabilities {
         srt: None,
         srt_problem: None,
         landlock: probe_landlock(),
+        connect_mediation: sys::mediation_available(),
     }
 }
 

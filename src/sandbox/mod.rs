@@ -13,6 +13,7 @@ pub mod bwrap;
 pub mod capabilities;
 pub mod cgroup;
 pub mod closure;
+pub mod connect_gate;
 pub mod deny_write;
 pub mod landlock;
 pub mod launch;

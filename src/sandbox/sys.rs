@@ -7,8 +7,13 @@
 //!
 //! Never allocates or locks in the child: only async-signal-safe syscalls run after fork.
 
+mod notify;
 mod spawn;
 
+pub use notify::{
+    channel, connect, copy_fd, mediation_available, pidfd, read_memory, recv_fd, Listener,
+    Notification,
+};
 pub use spawn::{spawn, Exec};
 
 use std::ffi::CString;
@@ -105,7 +110,7 @@ fn join_cgroups_now(files: &[CString]) -> std::io::Result<()> {
 /// rlimits, drop every capability (bounding set, ambient, effective/permitted/inheritable: a
 /// root launcher's child keeps none, and none comes back at exec), set `no_new_privs`,
 /// restrict itself with the ruleset descriptor `ruleset` (built before), then install
-/// `filter`. Any failure fails the spawn (fail closed). The same steps, in this order,
+/// `filter` (with a listener sent to palisade on `notify_to`, when set). Any failure fails the spawn (fail closed). The same steps, in this order,
 /// whichever way the child is started (`install_landlock` on a `Command`, or `spawn`).
 #[derive(Debug)]
 pub struct LandlockChild {
@@ -115,6 +120,9 @@ pub struct LandlockChild {
     /// The Landlock ruleset's descriptor; the launch keeps it open until the child runs.
     pub ruleset: RawFd,
     pub filter: Option<seccompiler::BpfProgram>,
+    /// The child's end of the channel its seccomp listener goes to (`connect_gate`): set
+    /// when the filter hands `connect` to palisade.
+    pub notify_to: Option<RawFd>,
     /// Palisade runs as root: the bounding set can and must be emptied.
     pub root: bool,
 }
@@ -140,6 +148,9 @@ impl LandlockChild {
                 len: f.len() as libc::c_ushort,
                 filter: f.as_ptr() as *mut libc::sock_filter,
             };
+            if let Some(sock) = self.notify_to {
+                return notify::install_with_listener(&prog, sock);
+            }
             const SECCOMP_SET_MODE_FILTER: libc::c_uint = 1;
             // SAFETY: `prog` points into `filter`, which `self` owns and which lives until
             // exec; seccompiler's `sock_filter` has the kernel's layout (repr(C)). The

@@ -29,6 +29,7 @@ pub(crate) const ALLOWLIST_ATTACKS: &[(&str, &str)] = &[
     ("egress_own_port_peer_secret", "allowlist: another server's allowed name through this server's proxy endpoint with the other server's secret"),
     ("egress_udp", "allowlist: UDP round trip with an echo server on the host's 127.0.0.1"),
     ("egress_listen", "allowlist: listen() on a TCP port, then a host process connects to it (checked on the host)"),
+    ("egress_proxy_port_elsewhere", "allowlist: a listener at this server's proxy port number on another address (127.0.0.2), not the proxy"),
     ("egress_fastopen", "allowlist: GET from the origin's port by a TCP Fast Open connect (sendto with MSG_FASTOPEN)"),
 ];
 
@@ -37,14 +38,16 @@ pub(crate) const POSITIVE: &str = "egress_allowed";
 
 /// Why `tier` cannot run the allowlist rows here, if it cannot: srt's own proxy resolves
 /// names itself (the test's names need palisade's `egressHostsFile`), bubblewrap's bridge
-/// needs socat, Landlock's network rules need ABI 4.
+/// needs socat, Landlock's network rules need ABI 4 and palisade's connect checks (without
+/// them enforce refuses the allowlisted servers).
 pub(crate) fn allowlist_unsupported(tier: &str) -> Option<String> {
     match tier {
         // Measured: with the rows enabled, srt's proxy answers 502 for the allowed name.
         "srt" => Some("srt's own proxy cannot resolve the test's names".into()),
         "bwrap" if which::which("socat").is_err() => Some("socat is not installed".into()),
         "landlock" => match crate::skip::landlock_abi_of(palisade_bin().as_ref()) {
-            Some(abi) if abi >= 4 => None,
+            Some(abi) if abi >= 4 => (!crate::skip::connect_checks_of(palisade_bin().as_ref()))
+                .then(|| "palisade cannot check connects here (connect_mediation)".into()),
             abi => Some(format!("Landlock ABI {abi:?}: network rules need 4")),
         },
         _ => None,
@@ -62,6 +65,11 @@ pub(crate) async fn run_allowlist(
     let (leaked, detail) = call(c, &format!("{peer}leak_proxy"), json!({})).await;
     assert!(leaked, "the peer hands over its proxy URL: {detail}");
     for (name, _) in ALLOWLIST_ATTACKS {
+        let _listener = if *name == "egress_proxy_port_elsewhere" {
+            Some(listen_elsewhere(c, allowlisted).await)
+        } else {
+            None
+        };
         let r = call(c, &format!("{allowlisted}{name}"), json!({})).await;
         let r = if *name == "egress_listen" {
             host_connects(&r.1)
@@ -71,6 +79,51 @@ pub(crate) async fn run_allowlist(
         out.insert(name.to_string(), r);
     }
     out
+}
+
+/// A host listener on 127.0.0.2 at the allowlisted server's proxy port number (the
+/// origin's port for the direct control, which has no proxy), greeting whoever connects
+/// until the returned guard is dropped.
+async fn listen_elsewhere(c: &McpClient, allowlisted: &str) -> Greeter {
+    let (ok, detail) = call(c, &format!("{allowlisted}proxy_port"), json!({})).await;
+    let port: u16 = detail
+        .parse()
+        .unwrap_or_else(|_| panic!("the server names its proxy port: {ok} {detail}"));
+    let listener = std::net::TcpListener::bind(("127.0.0.2", port))
+        .unwrap_or_else(|e| panic!("host listener on 127.0.0.2:{port}: {e}"));
+    listener.set_nonblocking(true).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let thread = std::thread::spawn(move || {
+        use std::io::Write;
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((mut s, _)) => {
+                    let _ = s.write_all(b"elsewhere listener\n");
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    });
+    Greeter {
+        stop,
+        thread: Some(thread),
+    }
+}
+
+/// Stops and joins the host listener of `listen_elsewhere`.
+struct Greeter {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Greeter {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Decided on the host: whether a host process reaches the listener the tool reported

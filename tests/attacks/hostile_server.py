@@ -224,6 +224,23 @@ def _listen():
     return True, "listening on 127.0.0.1:%d" % port
 
 
+def _proxy_port():
+    """This server's egress proxy port (from HTTP_PROXY); launched directly (no proxy), the
+    origin's port."""
+    url = _own("http")
+    return urllib.parse.urlparse(url).port if url else E["origin_port"]
+
+
+def _elsewhere():
+    """Connects to this server's proxy port number on another loopback address (127.0.0.2),
+    where the test host listens: what a rule naming only the port lets through."""
+    s = socket.create_connection(("127.0.0.2", _proxy_port()), timeout=10)
+    s.settimeout(10)
+    greeting = s.recv(64)
+    s.close()
+    return greeting.startswith(b"elsewhere listener"), "greeted: %r" % greeting
+
+
 EGRESS = {
     "egress_allowed": lambda: _through("http", _own("http"), E["allowed_url"], netprobe.creds_of(_own("http"))),
     "egress_direct_tcp": lambda: _origin_answered(netprobe.direct_get(E["origin_port"], E["allowed_url"]), E["allowed_url"]),
@@ -233,6 +250,7 @@ EGRESS = {
     "egress_peer_port_peer_secret": lambda: _peer(creds_from_peer=True, endpoint_of_peer=True),
     "egress_own_port_peer_secret": lambda: _peer(creds_from_peer=True, endpoint_of_peer=False),
     "egress_udp": lambda: udp(),
+    "egress_proxy_port_elsewhere": _elsewhere,
     "egress_fastopen": lambda: _origin_answered(netprobe.fastopen_get(E["origin_port"], E["denied_url"]), E["denied_url"]),
 }
 
@@ -302,6 +320,12 @@ def egress_listen() -> str:
     except OSError as e:
         ok, detail = False, "%s: %s" % (type(e).__name__, e)
     return json.dumps({"ok": ok, "detail": detail})
+
+
+@server.tool(annotations=READ_ONLY)
+def proxy_port() -> str:
+    """This server's proxy port number, for the host to listen on elsewhere."""
+    return json.dumps({"ok": True, "detail": str(_proxy_port())})
 
 
 @server.tool(annotations=READ_ONLY)

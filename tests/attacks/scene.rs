@@ -286,13 +286,6 @@ pub(crate) fn write_config(sc: &Scene, backend: &str, allowlist: bool) -> PathBu
         servers["peer"]["sandbox"]["network"] = allow("other");
         servers["allowlisted"] = server("allowlisted", vec![sc.p("work")], vec![attacks_dir()]);
         servers["allowlisted"]["sandbox"]["network"] = allow("allowed");
-        if backend == "landlock" {
-            // Under enforce the Landlock tier refuses an allowlist (its rules name the
-            // proxy's port, not its address); under warn it holds by port, as tried here.
-            for name in ["peer", "allowlisted"] {
-                servers[name]["sandbox"]["policy"] = json!("warn");
-            }
-        }
     }
     let cfg = json!({
         "mcpServers": servers,

@@ -2,6 +2,8 @@
 //! allowlist under Landlock, `palisade run --allow-domain` keeps a proxy alive for its server,
 //! and the srt backend runs a server under srt with the lists.
 
+use std::path::Path;
+
 use serde_json::json;
 
 use crate::egress_support::http_origin;
@@ -43,76 +45,169 @@ fn check_reports_the_network_gap() {
 }
 
 /// An allowlisted server under `backend: landlock`: Landlock's network rules name the egress
-/// proxy's port, not its address, so the allowlist cannot be enforced. `palisade check`
-/// says REFUSED under enforce (exit 3), naming the field and the fix, and DEGRADED under
-/// warn, in Landlock still (with socat off PATH too, so it cannot be the bubblewrap bridge);
-/// `palisade run --allow-domain` under enforce refuses to run the command (exit 3).
+/// proxy's port, not its address; palisade checks each connect's address itself
+/// (`connect_gate`), so `palisade check` says sandboxed under enforce, in Landlock (socat off
+/// PATH, so it cannot be the bubblewrap bridge), and `palisade run --allow-domain` runs the
+/// command under enforce.
 #[test]
-fn an_allowlist_under_landlock_is_refused_under_enforce_and_degraded_under_warn() {
+fn an_allowlist_under_landlock_is_enforced_where_palisade_checks_each_connect() {
     if landlock_abi_4().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let empty = tempfile::tempdir().unwrap();
-    let check = |policy: &str| {
-        let cfg = dir.path().join(format!("{policy}.json"));
-        std::fs::write(
-            &cfg,
-            json!({"mcpServers": {"net": {"command": "/bin/true", "sandbox": {"backend": "landlock", "policy": policy, "network": {"allowedDomains": ["example.com"]}}}}}).to_string(),
-        )
-        .unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
-            .args(["check", "--config"])
-            .arg(&cfg)
-            .env("PATH", empty.path())
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).to_string(),
-        )
-    };
-    let (code, text) = check("enforce");
+    let (code, text) = check_allowlisted(dir.path(), "enforce", false);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("net (enforce): sandboxed"), "{text}");
+    assert!(text.contains("tier: landlock"), "{text}");
+    let marker = dir.path().join("ran");
+    let (code, stderr) = run_allowlisted(dir.path(), "enforce", &marker, false);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(marker.exists(), "the command did not run: {stderr}");
+}
+
+/// The same server where palisade cannot check connects: `pidfd_getfd` refused by a
+/// seccomp profile around palisade (as a container's could be). The allowlist would hold by
+/// port only, so `palisade check` says REFUSED under enforce (exit 3), naming the field and
+/// the fix, and DEGRADED under warn, in Landlock still; `palisade run --allow-domain` under
+/// enforce refuses to run the command (exit 3), and under warn (the control) runs it.
+#[test]
+fn an_allowlist_under_landlock_without_connect_checks_is_refused_under_enforce_and_degraded_under_warn(
+) {
+    if landlock_abi_4().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (code, text) = check_allowlisted(dir.path(), "enforce", true);
     assert_eq!(code, Some(3), "{text}");
     assert!(text.contains("net (enforce): REFUSED"), "{text}");
     assert!(
         text.contains("sandbox.network.allowedDomains cannot be enforced by the Landlock tier"),
         "{text}"
     );
-    let (code, text) = check("warn");
+    assert!(
+        text.contains("pidfd_getfd"),
+        "the fix names the call: {text}"
+    );
+    let (code, text) = check_allowlisted(dir.path(), "warn", true);
     assert_eq!(code, Some(0), "{text}");
     assert!(
         text.contains("net (warn): DEGRADED: runs in a weaker sandbox"),
         "{text}"
     );
     assert!(text.contains("tier: landlock"), "{text}");
-    // `run` under each policy, the marker's directory granted read-write: enforce refuses
-    // before the command runs; the control, warn, runs it (degraded) and the marker is made.
     let marker = dir.path().join("ran");
-    let tmp = private_tmp(dir.path());
-    let run = |policy: &str| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
-            .env("TMPDIR", &tmp)
-            .args(["run", "--backend", "landlock", "--sandbox-policy", policy])
-            .args(["--allow-domain", "example.com", "--rw"])
-            .arg(dir.path())
-            .arg("--")
-            .args(["/bin/touch".as_ref(), marker.as_os_str()])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-        (out.status.code(), stderr)
-    };
-    let (code, stderr) = run("enforce");
+    let (code, stderr) = run_allowlisted(dir.path(), "enforce", &marker, true);
     assert_eq!(code, Some(3), "{stderr}");
     assert!(stderr.contains("allowedDomains"), "{stderr}");
     assert!(!marker.exists(), "the command ran under enforce");
-    let (code, stderr) = run("warn");
+    let (code, stderr) = run_allowlisted(dir.path(), "warn", &marker, true);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         marker.exists(),
         "the control did not run the command: {stderr}"
     );
+}
+
+/// `palisade check` of a config with one Landlock server allowlisted to example.com under
+/// `policy`, with an empty PATH: its exit code and stdout.
+fn check_allowlisted(dir: &Path, policy: &str, no_pidfd_getfd: bool) -> (Option<i32>, String) {
+    let cfg = dir.join(format!("{policy}.json"));
+    std::fs::write(
+        &cfg,
+        json!({"mcpServers": {"net": {"command": "/bin/true", "sandbox": {"backend": "landlock", "policy": policy, "network": {"allowedDomains": ["example.com"]}}}}}).to_string(),
+    )
+    .unwrap();
+    let empty = dir.join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"));
+    cmd.args(["check", "--config"])
+        .arg(&cfg)
+        .env("PATH", &empty);
+    if no_pidfd_getfd {
+        refuse_pidfd_getfd(&mut cmd);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+    )
+}
+
+/// `palisade run --backend landlock --allow-domain example.com` under `policy`, `dir`
+/// granted read-write, touching `marker`: its exit code and stderr.
+fn run_allowlisted(
+    dir: &Path,
+    policy: &str,
+    marker: &Path,
+    no_pidfd_getfd: bool,
+) -> (Option<i32>, String) {
+    let own = dir.join(format!("run-{policy}"));
+    std::fs::create_dir_all(&own).unwrap();
+    let tmp = private_tmp(&own);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"));
+    cmd.env("TMPDIR", &tmp)
+        .args(["run", "--backend", "landlock", "--sandbox-policy", policy])
+        .args(["--allow-domain", "example.com", "--rw"])
+        .arg(dir)
+        .arg("--")
+        .args(["/bin/touch".as_ref(), marker.as_os_str()]);
+    if no_pidfd_getfd {
+        refuse_pidfd_getfd(&mut cmd);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// Starts `cmd` under a seccomp filter that refuses `pidfd_getfd` with EPERM, as a
+/// container's seccomp profile can: the one call connect checks need that nothing else of
+/// palisade's does.
+fn refuse_pidfd_getfd(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // ld nr; jeq pidfd_getfd (438 on x86_64 and aarch64) ? errno(EPERM) : allow.
+    static FILTER: [libc::sock_filter; 4] = [
+        libc::sock_filter {
+            code: 0x20,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: 0x15,
+            jt: 0,
+            jf: 1,
+            k: 438,
+        },
+        libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: 0x0005_0000 | libc::EPERM as u32,
+        },
+        libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: 0x7fff_0000,
+        },
+    ];
+    // SAFETY: the hook makes two system calls on static data between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let prog = libc::sock_fprog {
+                len: FILTER.len() as u16,
+                filter: FILTER.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::syscall(libc::SYS_seccomp, 1u32, 0u32, &prog) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// `palisade run --allow-domain`: the command (real curl) reaches the allowed name through

@@ -41,11 +41,11 @@ async fn under_landlock_servers_reach_exactly_their_allowlist_through_their_own_
     let allowed = format!("http://allowed.test:{port}");
     let denied = format!("http://denied.test:{port}");
     let other = format!("http://other.test:{port}");
-    // warn: under enforce the Landlock tier refuses an allowlist (its rules name the proxy's
-    // port, not its address); under warn the allowlist holds by port, as tried here.
+    // enforce: palisade checks each connect's address (`connect_gate`), so the tier holds
+    // an allowlist.
     let landlock = |domain: &str| {
         json!({"command": python.display().to_string(), "args": [net_probe()],
-               "sandbox": {"backend": "landlock", "policy": "warn",
+               "sandbox": {"backend": "landlock", "policy": "enforce",
                            "network": {"allowedDomains": [format!("{domain}:{port}")]}}})
     };
     let servers = json!({
@@ -149,7 +149,7 @@ async fn under_landlock_servers_reach_exactly_their_allowlist_through_their_own_
     assert_eq!(r.audit[6]["serverName"], "other");
     assert!(
         r.stderr
-            .contains("TCP connect to the egress proxy's loopback port only"),
+            .contains("TCP connect to the egress proxy's loopback endpoint only, each connect checked by palisade"),
         "{}",
         r.stderr
     );
@@ -205,8 +205,13 @@ async fn under_landlock_run_allows_only_the_proxy_port_and_the_proxy_only_its_se
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
         .env("TMPDIR", &tmp)
         .env("RUST_LOG", "debug")
-        // Under enforce the tier refuses an allowlist (by port, not address): warn.
-        .args(["run", "--backend", "landlock", "--sandbox-policy", "warn"])
+        .args([
+            "run",
+            "--backend",
+            "landlock",
+            "--sandbox-policy",
+            "enforce",
+        ])
         .arg("--allow-domain")
         .arg(format!("allowed.test:{port}"))
         .arg("--egress-hosts-file")

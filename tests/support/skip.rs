@@ -45,11 +45,23 @@ pub fn landlock_abi() -> Option<u64> {
 /// image's binary, not this build's).
 #[allow(dead_code)]
 pub fn landlock_abi_of(palisade: &std::ffi::OsStr) -> Option<u64> {
+    machine_of(palisade)["landlock"]["abi"].as_u64()
+}
+
+/// Whether the palisade binary at `palisade` can check a Landlock server's connects itself
+/// here (`connect_mediation` in `palisade check --json`).
+#[allow(dead_code)] // the attack table's only
+pub fn connect_checks_of(palisade: &std::ffi::OsStr) -> bool {
+    machine_of(palisade)["connect_mediation"] == true
+}
+
+/// The machine report of `palisade check --json`.
+fn machine_of(palisade: &std::ffi::OsStr) -> serde_json::Value {
     let out = std::process::Command::new(palisade)
         .args(["check", "--json"])
         .output()
         .expect("run palisade check --json");
-    let report: serde_json::Value =
+    let mut report: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("palisade check --json prints JSON");
-    report["machine"]["landlock"]["abi"].as_u64()
+    report["machine"].take()
 }

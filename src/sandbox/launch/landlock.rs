@@ -16,14 +16,14 @@ use std::sync::Arc;
 
 use super::decide::with_gaps;
 use super::limits;
-use super::prepared::{argv_of, Enforcement, LaunchError, Prepared, Unforked};
+use super::prepared::{argv_of, io, Enforcement, LaunchError, Prepared, Unforked};
 use super::protect::write_protected;
 use super::request::LaunchRequest;
 use super::scratch::Scratch;
 use crate::config::Backend;
 use crate::sandbox::capabilities::Capabilities;
 use crate::sandbox::landlock::{self as ll, Net};
-use crate::sandbox::{seccomp, sys, NetworkSpec, SandboxSpec};
+use crate::sandbox::{connect_gate, seccomp, sys, NetworkSpec, SandboxSpec};
 
 /// What the Landlock tier never enforces, whatever the configuration (launch log, `check`,
 /// docs/security.md).
@@ -35,11 +35,12 @@ pub const LANDLOCK_NOT_ENFORCED: &[&str] = &[
     "the server's child processes are not killed with it when palisade dies abruptly",
 ];
 
-/// What the Landlock tier does not enforce for a server with a domain allowlist (launch log,
-/// `check`, docs/security.md).
-pub const LANDLOCK_PROXY_NOT_ENFORCED: &str = "network rules name ports, not addresses: the \
-     server may also connect to the egress proxy's port number on any other host (refused \
-     under enforce; under warn the allowlist holds by port only)";
+/// What the Landlock tier does not enforce for a server with a domain allowlist where
+/// palisade cannot decide its connects itself (launch log, `check`, docs/security.md).
+pub const LANDLOCK_PROXY_NOT_ENFORCED: &str = "network rules name ports, not addresses, and \
+     palisade cannot check each connect here: the server may also connect to the egress \
+     proxy's port number on any other host (refused under enforce; under warn the allowlist \
+     holds by port only)";
 
 /// The Landlock command for `spec`: ruleset built here, restrict-self and seccomp in the
 /// child right before exec. `why` says why this tier was chosen (for the launch log).
@@ -76,6 +77,9 @@ pub(super) fn prepare(
         std::fs::canonicalize(p).unwrap_or_else(|_| crate::roots::canon::resolve_existing_prefix(p))
     }));
     let net = net_of(&spec.network);
+    // Where palisade decides each connect (`connect_gate`): the channel the child's
+    // listener comes back on (palisade's end, the child's).
+    let mut gate = None;
     if let Net::Proxy { port } = net {
         // The proxy's endpoint and secret, in the server's environment only.
         match &req.egress_loopback {
@@ -85,6 +89,9 @@ pub(super) fn prepare(
                     "the egress proxy's loopback endpoint is missing for this server".into(),
                 ]))
             }
+        }
+        if caps.connect_mediation && spec.seccomp {
+            gate = Some(sys::channel().map_err(|e| io("connect gate channel", e))?);
         }
     }
     let mut plan = ll::plan(
@@ -108,7 +115,7 @@ pub(super) fn prepare(
     let ruleset = ll::build(&plan, abi).map_err(|e| refuse(vec![e.to_string()]))?;
     let filter = if spec.seccomp {
         Some(
-            seccomp::program_with(std::env::consts::ARCH, sockets(net))
+            seccomp::program_with(std::env::consts::ARCH, sockets(net, gate.is_some()))
                 .map_err(|e| refuse(vec![e.to_string()]))?,
         )
     } else {
@@ -116,8 +123,12 @@ pub(super) fn prepare(
     };
     let mut not_enforced = LANDLOCK_NOT_ENFORCED.to_vec();
     if let Net::Proxy { port } = net {
-        tracing::info!(server = %req.name, port, "landlock: TCP connect to the egress proxy's loopback port only");
-        not_enforced.push(LANDLOCK_PROXY_NOT_ENFORCED);
+        if gate.is_some() {
+            tracing::info!(server = %req.name, port, "landlock: TCP connect to the egress proxy's loopback endpoint only, each connect checked by palisade");
+        } else {
+            tracing::info!(server = %req.name, port, "landlock: TCP connect to the egress proxy's loopback port only");
+            not_enforced.push(LANDLOCK_PROXY_NOT_ENFORCED);
+        }
     }
     tracing::info!(
         server = %req.name,
@@ -132,11 +143,22 @@ pub(super) fn prepare(
         .envs(&env)
         .current_dir(&cwd);
     let (attached, limits) = limits::plan(&req.name, &spec.limits);
+    let mut held = vec![ruleset];
+    let mut notify_to = None;
+    if let (Some((ours, theirs)), Net::Proxy { port }) = (gate, net) {
+        // The thread waits for the listener from now on; it returns at once when `theirs`
+        // closes unsent (the child failed, or is never spawned and this value dropped).
+        let endpoint = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port);
+        connect_gate::start(&req.name, ours, endpoint).map_err(|e| io("connect gate thread", e))?;
+        notify_to = Some(sys::raw(&theirs));
+        held.push(theirs);
+    }
     let child = Arc::new(sys::LandlockChild {
         cgroup_joins: limits.cgroup_joins,
         rlimits: limits.rlimits,
-        ruleset: sys::raw(&ruleset),
+        ruleset: sys::raw(&held[0]),
         filter,
+        notify_to,
         root: nix::unistd::geteuid().is_root(),
     });
     sys::install_landlock(&mut cmd, child.clone());
@@ -148,7 +170,7 @@ pub(super) fn prepare(
         command: tokio::process::Command::from(cmd),
         enforcement,
         argv: argv_of(&spec.program, &spec.args),
-        held: vec![ruleset],
+        held,
         files: Vec::new(),
         cgroup: attached.cgroup,
         task_watch: attached.task_watch,
@@ -196,10 +218,12 @@ fn net_of(network: &NetworkSpec) -> Net {
 }
 
 /// The sockets seccomp allows under Landlock: no internet socket with a closed network,
-/// plain TCP (Landlock decides the port) with the proxy's, any with the host's.
-fn sockets(net: Net) -> seccomp::Sockets {
+/// plain TCP with the proxy's (each connect decided by palisade when `mediated`, else by
+/// Landlock's port rule alone), any with the host's.
+fn sockets(net: Net, mediated: bool) -> seccomp::Sockets {
     let inet = match net {
         Net::Closed => seccomp::Inet::None,
+        Net::Proxy { .. } if mediated => seccomp::Inet::Mediated,
         Net::Proxy { .. } => seccomp::Inet::Tcp,
         Net::Host => seccomp::Inet::Any,
     };
@@ -231,13 +255,13 @@ mod tests {
     #[test]
     fn a_closed_network_allows_no_internet_socket() {
         assert_eq!(
-            sockets(Net::Closed),
+            sockets(Net::Closed, true),
             seccomp::Sockets::Landlock {
                 inet: seccomp::Inet::None
             }
         );
         assert_eq!(
-            sockets(Net::Host),
+            sockets(Net::Host, true),
             seccomp::Sockets::Landlock {
                 inet: seccomp::Inet::Any
             }
@@ -251,9 +275,16 @@ mod tests {
             Net::Proxy { port: 40000 }
         );
         assert_eq!(
-            sockets(Net::Proxy { port: 40000 }),
+            sockets(Net::Proxy { port: 40000 }, false),
             seccomp::Sockets::Landlock {
                 inet: seccomp::Inet::Tcp
+            }
+        );
+        // Where palisade can decide each connect, it does.
+        assert_eq!(
+            sockets(Net::Proxy { port: 40000 }, true),
+            seccomp::Sockets::Landlock {
+                inet: seccomp::Inet::Mediated
             }
         );
         assert_eq!(net_of(&NetworkSpec::None), Net::Closed);

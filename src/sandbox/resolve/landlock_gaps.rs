@@ -67,16 +67,20 @@ fn landlock_soft_gaps(caps: &Capabilities, needs: &Needs, plan: &mut Plan) -> Ve
                 plan.host_network = true;
                 gaps.push(gap);
             }
-            None if needs.allowlist_by_port => {}
-            // Landlock's network rules name a port, not an address: the proxy's port number
-            // on a host the server chooses (one listening on every port) is reachable too,
-            // around the allowlist.
+            None if needs.allowlist_by_port || caps.connect_mediation => {}
+            // Landlock's network rules name a port, not an address: without palisade
+            // deciding each connect, the proxy's port number on a host the server chooses
+            // (one listening on every port) is reachable too, around the allowlist.
             None => gaps.push(reason(
-                "sandbox.network.allowedDomains cannot be enforced by the Landlock tier: its network rules \
-                 name ports, not addresses, so the server can also reach the egress proxy's port number on \
-                 any host, around the allowlist",
-                "use backend bwrap (user namespaces needed), or remove sandbox.network.allowedDomains (no \
-                 network); under sandbox policy warn the server runs with the allowlist enforced by port only",
+                "sandbox.network.allowedDomains cannot be enforced by the Landlock tier here: its network \
+                 rules name ports, not addresses, and palisade cannot check each connect's address itself \
+                 (seccomp user notification, pidfd_getfd or process_vm_readv is missing or refused by a \
+                 seccomp profile around palisade), so the server could also reach the egress proxy's port \
+                 number on any host",
+                "use Linux 5.9 or later and allow seccomp, pidfd_open, pidfd_getfd and process_vm_readv in the \
+                 container's seccomp profile (Docker's and podman's defaults do), use backend bwrap (user \
+                 namespaces needed), or remove sandbox.network.allowedDomains (no network); under sandbox \
+                 policy warn the server runs with the allowlist enforced by port only",
             )),
         }
     }

@@ -23,6 +23,7 @@ fn good() -> Capabilities {
         srt: None,
         srt_problem: None,
         landlock: Landlock::Available { abi: 7 },
+        connect_mediation: true,
     }
 }
 
@@ -429,15 +430,33 @@ fn landlock_backend_needs_no_bubblewrap() {
 }
 
 #[test]
-fn an_allowlist_under_landlock_is_refused_in_enforce_and_held_by_port_in_warn() {
+fn an_allowlist_under_landlock_is_enforced_where_palisade_checks_each_connect() {
     let n = Needs {
         egress: true,
         ..landlock_needs()
     };
     let mut caps = good();
     caps.socat = None;
-    // Landlock's network rules name the proxy's port, not its address: any host's listener
-    // on that port number is reachable, so the allowlist cannot be enforced.
+    assert!(caps.connect_mediation);
+    assert_eq!(
+        resolve(&caps, &n, SandboxPolicy::Enforce),
+        Resolution::Sandboxed { plan: LANDLOCK }
+    );
+}
+
+#[test]
+fn an_allowlist_under_landlock_without_connect_checks_is_refused_in_enforce_and_held_by_port_in_warn(
+) {
+    let n = Needs {
+        egress: true,
+        ..landlock_needs()
+    };
+    let mut caps = good();
+    caps.socat = None;
+    caps.connect_mediation = false;
+    // Landlock's network rules name the proxy's port, not its address: without palisade
+    // checking each connect, any host's listener on that port number is reachable, so the
+    // allowlist cannot be enforced.
     let r = resolve(&caps, &n, SandboxPolicy::Enforce);
     assert!(matches!(r, Resolution::Refused { .. }), "{r:?}");
     assert!(

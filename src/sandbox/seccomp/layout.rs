@@ -35,7 +35,7 @@ const ARCH_OFFSET: u32 = 4;
 
 pub const RET_ALLOW: u32 = 0x7fff_0000;
 pub const RET_KILL_PROCESS: u32 = 0x8000_0000;
-const RET_ERRNO: u32 = 0x0005_0000;
+pub const RET_ERRNO: u32 = 0x0005_0000;
 
 /// At most this many numbers are compared one by one at the bottom of the search.
 const LEAF: usize = 4;
@@ -50,8 +50,8 @@ pub enum LayoutError {
 /// What the filter does with one syscall number.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Target {
-    /// Refused with this errno, whatever the arguments.
-    Errno(u32),
+    /// This action (an errno, a user notification), whatever the arguments.
+    Fixed(u32),
     /// Decided by rule block `i`.
     Block(usize),
 }
@@ -107,18 +107,19 @@ fn stmt(code: u16, k: u32) -> sock_filter {
 /// The program: the architecture check (any other than `audit_arch` is killed, as in
 /// seccompiler's prelude), then the syscall number loaded and searched for among the keys
 /// of `rules` (each refused with EPERM where its rules match, all of them when it has none)
-/// and `enosys` (refused with ENOSYS, checked first); every other number is allowed.
+/// and `fixed` (each answered with its action whatever the arguments, checked first); every
+/// other number is allowed.
 pub fn assemble(
     audit_arch: u32,
     rules: BTreeMap<i64, Vec<SeccompRule>>,
-    enosys: &[i64],
+    fixed: &[(i64, u32)],
 ) -> Result<BpfProgram, LayoutError> {
     let eperm = RET_ERRNO | libc::EPERM as u32;
     let mut blocks: Vec<Vec<sock_filter>> = Vec::new();
     let mut targets: BTreeMap<u32, Target> = BTreeMap::new();
     for (nr, chain) in rules {
         let target = if chain.is_empty() {
-            Target::Errno(eperm)
+            Target::Fixed(eperm)
         } else {
             // seccompiler's chain for this syscall, without its number comparison: each
             // rule followed by the match action, then the mismatch action.
@@ -139,9 +140,9 @@ pub fn assemble(
         };
         targets.insert(number(nr), target);
     }
-    for &nr in enosys {
-        // Checked before the EPERM rules in seccompiler's program too (see `mod.rs`).
-        targets.insert(number(nr), Target::Errno(RET_ERRNO | libc::ENOSYS as u32));
+    for &(nr, action) in fixed {
+        // Checked before the EPERM rules in the reference program too (see `reference.rs`).
+        targets.insert(number(nr), Target::Fixed(action));
     }
     let mut asm = Asm {
         ins: vec![
@@ -226,7 +227,7 @@ fn leaf(asm: &mut Asm, keys: &[(u32, Target)], blocks: &[Label]) {
     for (target, label) in local {
         asm.at(label);
         match target {
-            Target::Errno(k) => asm.ret(k),
+            Target::Fixed(k) => asm.ret(k),
             Target::Block(i) => asm.ins.push(Ins::Ja(blocks[i])),
         }
     }

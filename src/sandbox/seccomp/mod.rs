@@ -83,6 +83,9 @@ pub enum Inet {
     None,
     /// Plain TCP only (Landlock decides the ports), no `listen()`, no TCP Fast Open.
     Tcp,
+    /// As `Tcp`, and every `connect()` is handed to palisade to decide (seccomp user
+    /// notification, `connect_gate`): the address, not only the port, is checked.
+    Mediated,
     /// All (the host network: a warn-mode degradation).
     Any,
 }
@@ -91,6 +94,8 @@ const TIOCLINUX: u64 = 0x541C;
 const CLONE_NEWUSER: u64 = 0x1000_0000;
 const X32_BIT: i64 = 0x4000_0000;
 const X32_IOCTL: i64 = 514;
+/// `SECCOMP_RET_USER_NOTIF`: the call waits for the listener's answer.
+pub const RET_USER_NOTIF: u32 = 0x7fc0_0000;
 /// x32's own numbers for the calls whose 64-bit numbers it cannot reach.
 const X32_SENDMSG: i64 = 518;
 const X32_SENDMMSG: i64 = 538;
@@ -98,6 +103,7 @@ const X32_SENDMMSG: i64 = 538;
 /// Syscall numbers of one architecture.
 struct Nr {
     socket: i64,
+    connect: i64,
     listen: i64,
     sendto: i64,
     sendmsg: i64,
@@ -114,6 +120,7 @@ struct Nr {
 // include/uapi/asm-generic/unistd.h); seccompiler's own tables are not public.
 const X86_64: Nr = Nr {
     socket: 41,
+    connect: 42,
     listen: 50,
     sendto: 44,
     sendmsg: 46,
@@ -132,6 +139,7 @@ const X86_64: Nr = Nr {
 
 const AARCH64: Nr = Nr {
     socket: 198,
+    connect: 203,
     listen: 201,
     sendto: 206,
     sendmsg: 211,
@@ -175,7 +183,7 @@ fn socket_rules(sockets: Sockets) -> Result<Vec<SeccompRule>, SeccompError> {
         match inet {
             // None returned above (everything refused); Any allows every internet socket.
             Inet::Any | Inet::None => continue,
-            Inet::Tcp => {}
+            Inet::Tcp | Inet::Mediated => {}
         }
         // Any type but SOCK_STREAM (UDP, raw, SCTP's SOCK_SEQPACKET, ...).
         for ty in (0..=SOCK_TYPE_MASK).filter(|t| *t != SOCK_STREAM) {
@@ -206,7 +214,10 @@ fn eperm_rules(
         rules.insert(n | bias, vec![]);
     }
     rules.insert(nr.socket | bias, socket_rules(sockets)?);
-    if sockets == (Sockets::Landlock { inet: Inet::Tcp }) {
+    if let Sockets::Landlock {
+        inet: Inet::Tcp | Inet::Mediated,
+    } = sockets
+    {
         // listen() autobinds past Landlock's bind check; MSG_FASTOPEN connects past its
         // connect check. The flags are the 4th argument of sendto and sendmmsg, the 3rd of
         // sendmsg.
@@ -261,14 +272,14 @@ pub fn program_for(arch: &str) -> Result<BpfProgram, SeccompError> {
 
 /// Compiles the filter for `arch` with the given `socket()` rules.
 pub fn program_with(arch: &str, sockets: Sockets) -> Result<BpfProgram, SeccompError> {
-    let (rules, enosys, _) = syscalls(arch, sockets)?;
+    let Syscalls { rules, fixed, .. } = syscalls(arch, sockets)?;
     // The architecture check (other ABIs are killed, as seccompiler's own prelude does),
     // then the syscall number searched for among the listed ones (`layout`).
     let audit_arch = match arch {
         "x86_64" => AUDIT_ARCH_X86_64,
         _ => AUDIT_ARCH_AARCH64,
     };
-    Ok(layout::assemble(audit_arch, rules, &enosys)?)
+    Ok(layout::assemble(audit_arch, rules, &fixed)?)
 }
 
 /// `AUDIT_ARCH_*` of the two architectures (include/uapi/linux/audit.h), as
@@ -276,9 +287,17 @@ pub fn program_with(arch: &str, sockets: Sockets) -> Result<BpfProgram, SeccompE
 const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
 const AUDIT_ARCH_AARCH64: u32 = 0xc000_00b7;
 
-/// The EPERM rules per syscall number (no rule: refused whatever the arguments), the
-/// numbers refused with ENOSYS, and seccompiler's architecture, for `arch`.
-type Syscalls = (BTreeMap<i64, Vec<SeccompRule>>, Vec<i64>, TargetArch);
+/// What the filter does, per syscall number, for one architecture.
+struct Syscalls {
+    /// The EPERM rules per syscall number (no rule: refused whatever the arguments).
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    /// Numbers answered with a fixed action whatever their arguments, checked before the
+    /// rules: ENOSYS for clone3, the user notification for a mediated `connect`.
+    fixed: Vec<(i64, u32)>,
+    /// seccompiler's architecture (for the reference program).
+    #[cfg_attr(not(test), allow(dead_code))]
+    target: TargetArch,
+}
 
 fn syscalls(arch: &str, sockets: Sockets) -> Result<Syscalls, SeccompError> {
     let (nr, target, abis): (&Nr, TargetArch, &[i64]) = match arch {
@@ -292,8 +311,24 @@ fn syscalls(arch: &str, sockets: Sockets) -> Result<Syscalls, SeccompError> {
     }
     // clone3 passes its flags in a struct the filter cannot read: refuse it as "not
     // implemented" so libc falls back to clone(2), which the rule above inspects.
-    let enosys = abis.iter().map(|b| nr.clone3 | b).collect();
-    Ok((rules, enosys, target))
+    let mut fixed: Vec<(i64, u32)> = abis
+        .iter()
+        .map(|b| (nr.clone3 | b, layout::RET_ERRNO | libc::ENOSYS as u32))
+        .collect();
+    if sockets
+        == (Sockets::Landlock {
+            inet: Inet::Mediated,
+        })
+    {
+        // connect's address sits in the caller's memory, out of a filter's reach: palisade
+        // reads it and connects on the caller's behalf (`connect_gate`).
+        fixed.extend(abis.iter().map(|b| (nr.connect | b, RET_USER_NOTIF)));
+    }
+    Ok(Syscalls {
+        rules,
+        fixed,
+        target,
+    })
 }
 
 /// The program as the bytes bwrap reads from `--seccomp FD` (an array of `sock_filter` in

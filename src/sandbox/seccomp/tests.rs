@@ -7,10 +7,13 @@ use seccompiler::{sock_filter, SeccompAction, SeccompFilter};
 
 const AUDIT_ARCH_I386: u32 = 0x4000_0003;
 
-const ALL_SOCKETS: [Sockets; 4] = [
+const ALL_SOCKETS: [Sockets; 5] = [
     Sockets::Bwrap,
     Sockets::Landlock { inet: Inet::None },
     Sockets::Landlock { inet: Inet::Tcp },
+    Sockets::Landlock {
+        inet: Inet::Mediated,
+    },
     Sockets::Landlock { inet: Inet::Any },
 ];
 
@@ -97,8 +100,14 @@ fn the_search_decides_every_input_as_the_chain_did() {
         for sockets in ALL_SOCKETS {
             let new = program_with(arch, sockets).unwrap();
             let old = chain_program(arch, sockets).unwrap();
-            let (rules, enosys, _) = syscalls(arch, sockets).unwrap();
-            let keyed = |nr: u32| enosys.iter().chain(rules.keys()).any(|k| *k as u32 == nr);
+            let Syscalls { rules, fixed, .. } = syscalls(arch, sockets).unwrap();
+            let keyed = |nr: u32| {
+                fixed
+                    .iter()
+                    .map(|(k, _)| k)
+                    .chain(rules.keys())
+                    .any(|k| *k as u32 == nr)
+            };
             let mut checked = 0u64;
             for nr in numbers() {
                 for a in [
@@ -303,6 +312,43 @@ fn plain_tcp_also_refuses_listen_and_fast_open_on_both_architectures() {
             "{arch}: 50/201 is listen's"
         );
     }
+}
+
+#[test]
+fn only_the_mediated_variant_hands_connect_to_palisade_on_both_architectures() {
+    let mediated = Sockets::Landlock {
+        inet: Inet::Mediated,
+    };
+    for (arch, own, connect, listen) in [
+        ("x86_64", AUDIT_ARCH_X86_64, 42u32, 50u32),
+        ("aarch64", AUDIT_ARCH_AARCH64, 203, 201),
+    ] {
+        let call = |nr: u32| Data {
+            nr,
+            arch: own,
+            args: [3, 0x7fff_0000, 16, 0, 0, 0],
+        };
+        let prog = program_with(arch, mediated).unwrap();
+        assert_eq!(run(&prog, &call(connect)).0, RET_USER_NOTIF, "{arch}");
+        // Still plain TCP's rules: listen refused.
+        assert_eq!(run(&prog, &call(listen)).0, 0x0005_0000 | 1, "{arch}");
+        for other in [Inet::Tcp, Inet::Any, Inet::None] {
+            let prog = program_with(arch, Sockets::Landlock { inet: other }).unwrap();
+            assert_eq!(
+                run(&prog, &call(connect)).0,
+                layout::RET_ALLOW,
+                "{arch} {other:?}"
+            );
+        }
+    }
+    // x32's connect shares the number, with bit 30.
+    let prog = program_with("x86_64", mediated).unwrap();
+    let x32 = Data {
+        nr: 42 | X32_BIT as u32,
+        arch: AUDIT_ARCH_X86_64,
+        args: [0; 6],
+    };
+    assert_eq!(run(&prog, &x32).0, RET_USER_NOTIF);
 }
 
 #[test]
