@@ -57,6 +57,10 @@ impl Default for Limits {
 pub enum Status {
     Starting,
     Running,
+    /// Its process ended (or a fault ended it): the supervisor is stopping what is left and
+    /// will say whether it restarts. Set in the same update that clears `live`, so no one
+    /// sees a running server without a process.
+    Stopping,
     /// Down, another start is scheduled.
     Restarting {
         reason: String,

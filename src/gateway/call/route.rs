@@ -56,7 +56,6 @@ pub(in crate::gateway) async fn route_waiting(
         }
     }
     let deadline = Instant::now() + shared.limits.startup_timeout;
-    // Running but not yet in the catalog: the catalog is rebuilt just after the status.
     let mut running_misses = 0;
     loop {
         let error = match shared.catalog().tool(name) {
@@ -64,12 +63,14 @@ pub(in crate::gateway) async fn route_waiting(
             Err(e) => e,
         };
         let snap = owner(shared, name).map(|(slot, _)| slot.snapshot());
-        let waiting = match snap.as_ref().map(|s| (&s.status, s.live.is_some())) {
-            Some((Status::Starting | Status::Restarting { .. }, _)) => true,
-            // Its process ended and left the catalog: the supervisor says whether it restarts
-            // only once the process is stopped, which a loaded machine can make take a while.
-            Some((Status::Running, false)) => true,
-            Some((Status::Running, true)) => {
+        let waiting = match snap.as_ref().map(|s| &s.status) {
+            // Stopping: its process ended and left the catalog; the supervisor says whether
+            // it restarts once what is left is stopped, which a loaded machine can make take
+            // a while.
+            Some(Status::Starting | Status::Restarting { .. } | Status::Stopping) => true,
+            // Running but not yet in the catalog: the catalog is rebuilt just after the
+            // status.
+            Some(Status::Running) => {
                 running_misses += 1;
                 running_misses < 3
             }
@@ -156,6 +157,7 @@ pub fn not_running(server: &str, status: &Status) -> ErrorData {
     let why = match status {
         Status::Starting => "it is starting".to_string(),
         Status::Running => "its connection just closed".to_string(),
+        Status::Stopping => "its process just ended and it is being stopped; try again".to_string(),
         Status::Restarting { reason, attempt } => {
             format!("it is restarting after it went down ({reason}; attempt {attempt}) and was not back within the start timeout; try again")
         }

@@ -53,6 +53,7 @@ fn status_label(s: &crate::gateway::state::Status) -> &'static str {
     match s {
         Status::Starting => "starting",
         Status::Running => "running",
+        Status::Stopping => "stopping",
         Status::Restarting { .. } => "restarting",
         Status::Failed { .. } => "failed",
         Status::Refused { .. } => "refused",

@@ -99,7 +99,10 @@ pub async fn supervise(shared: Arc<Shared>, idx: usize, first: oneshot::Sender<(
                     // A relaunch keeps the old lists in the catalog: calls wait on the
                     // slot's gate meanwhile, and the agent hears of a change only if the
                     // new process lists different tools.
-                    slot.update(|s| s.live = None);
+                    slot.update(|s| {
+                        s.live = None;
+                        s.status = Status::Stopping;
+                    });
                     // At shutdown no one lists again: the server is stopped first, not
                     // after a catalog refresh (pins file, serialised) that could hold it.
                     if !shared.shutdown.is_cancelled() {
