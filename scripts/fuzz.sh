@@ -39,7 +39,7 @@ fi
 
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(file_uri root_guard policy_load domain_match bwrap_argv jsonrpc_framing upstream_frame)
+  targets=(file_uri root_guard policy_load domain_match bwrap_argv jsonrpc_framing upstream_frame connect_verdict)
 fi
 
 # Release build with debug assertions (overflow checks). No sanitizer: the code under test

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod bwrap_argv;
+pub mod connect_verdict;
 pub mod domain_match;
 pub mod file_uri;
 pub mod jsonrpc_framing;
@@ -20,6 +21,7 @@ pub type Check = fn(&[u8]);
 /// Every target, by name, for the replay test.
 pub const TARGETS: &[(&str, Check)] = &[
     ("bwrap_argv", bwrap_argv::run),
+    ("connect_verdict", connect_verdict::run),
     ("domain_match", domain_match::run),
     ("file_uri", file_uri::run),
     ("jsonrpc_framing", jsonrpc_framing::run),
