@@ -55,12 +55,12 @@ fn an_allowlist_under_landlock_is_enforced_where_palisade_checks_each_connect() 
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (code, text) = check_allowlisted(dir.path(), "enforce", false);
+    let (code, text) = check_allowlisted(dir.path(), "enforce", Outer::Nothing);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("net (enforce): sandboxed"), "{text}");
     assert!(text.contains("tier: landlock"), "{text}");
     let marker = dir.path().join("ran");
-    let (code, stderr) = run_allowlisted(dir.path(), "enforce", &marker, false);
+    let (code, stderr) = run_allowlisted(dir.path(), "enforce", &marker, Outer::Nothing);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(marker.exists(), "the command did not run: {stderr}");
 }
@@ -77,7 +77,7 @@ fn an_allowlist_under_landlock_without_connect_checks_is_refused_under_enforce_a
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (code, text) = check_allowlisted(dir.path(), "enforce", true);
+    let (code, text) = check_allowlisted(dir.path(), "enforce", Outer::RefusesPidfdGetfd);
     assert_eq!(code, Some(3), "{text}");
     assert!(text.contains("net (enforce): REFUSED"), "{text}");
     assert!(
@@ -88,7 +88,7 @@ fn an_allowlist_under_landlock_without_connect_checks_is_refused_under_enforce_a
         text.contains("pidfd_getfd"),
         "the fix names the call: {text}"
     );
-    let (code, text) = check_allowlisted(dir.path(), "warn", true);
+    let (code, text) = check_allowlisted(dir.path(), "warn", Outer::RefusesPidfdGetfd);
     assert_eq!(code, Some(0), "{text}");
     assert!(
         text.contains("net (warn): DEGRADED: runs in a weaker sandbox"),
@@ -96,11 +96,11 @@ fn an_allowlist_under_landlock_without_connect_checks_is_refused_under_enforce_a
     );
     assert!(text.contains("tier: landlock"), "{text}");
     let marker = dir.path().join("ran");
-    let (code, stderr) = run_allowlisted(dir.path(), "enforce", &marker, true);
+    let (code, stderr) = run_allowlisted(dir.path(), "enforce", &marker, Outer::RefusesPidfdGetfd);
     assert_eq!(code, Some(3), "{stderr}");
     assert!(stderr.contains("allowedDomains"), "{stderr}");
     assert!(!marker.exists(), "the command ran under enforce");
-    let (code, stderr) = run_allowlisted(dir.path(), "warn", &marker, true);
+    let (code, stderr) = run_allowlisted(dir.path(), "warn", &marker, Outer::RefusesPidfdGetfd);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         marker.exists(),
@@ -108,9 +108,42 @@ fn an_allowlist_under_landlock_without_connect_checks_is_refused_under_enforce_a
     );
 }
 
+/// Palisade started inside another sandbox whose seccomp filter already holds a listener
+/// (the kernel allows one per chain: a Landlock child's own would fail with EBUSY). The
+/// probe finds out, so `palisade check` says REFUSED under enforce with the reason, and
+/// `palisade run` under warn runs the command (by port only) instead of failing to start it.
+#[test]
+fn an_outer_listener_is_found_by_the_probe_and_warn_still_runs() {
+    if landlock_abi_4().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (code, text) = check_allowlisted(dir.path(), "enforce", Outer::HoldsAListener);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.contains("connect checks:        NO"), "{text}");
+    assert!(text.contains("net (enforce): REFUSED"), "{text}");
+    let marker = dir.path().join("ran");
+    let (code, stderr) = run_allowlisted(dir.path(), "warn", &marker, Outer::HoldsAListener);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        marker.exists(),
+        "the command did not run under warn: {stderr}"
+    );
+}
+
+/// What surrounds palisade in a test.
+#[derive(Clone, Copy)]
+enum Outer {
+    Nothing,
+    /// A seccomp filter refusing `pidfd_getfd` (EPERM).
+    RefusesPidfdGetfd,
+    /// An allow-all seccomp filter whose listener palisade inherits open.
+    HoldsAListener,
+}
+
 /// `palisade check` of a config with one Landlock server allowlisted to example.com under
 /// `policy`, with an empty PATH: its exit code and stdout.
-fn check_allowlisted(dir: &Path, policy: &str, no_pidfd_getfd: bool) -> (Option<i32>, String) {
+fn check_allowlisted(dir: &Path, policy: &str, outer: Outer) -> (Option<i32>, String) {
     let cfg = dir.join(format!("{policy}.json"));
     std::fs::write(
         &cfg,
@@ -123,9 +156,7 @@ fn check_allowlisted(dir: &Path, policy: &str, no_pidfd_getfd: bool) -> (Option<
     cmd.args(["check", "--config"])
         .arg(&cfg)
         .env("PATH", &empty);
-    if no_pidfd_getfd {
-        refuse_pidfd_getfd(&mut cmd);
-    }
+    surround(&mut cmd, outer);
     let out = cmd.output().unwrap();
     (
         out.status.code(),
@@ -135,12 +166,7 @@ fn check_allowlisted(dir: &Path, policy: &str, no_pidfd_getfd: bool) -> (Option<
 
 /// `palisade run --backend landlock --allow-domain example.com` under `policy`, `dir`
 /// granted read-write, touching `marker`: its exit code and stderr.
-fn run_allowlisted(
-    dir: &Path,
-    policy: &str,
-    marker: &Path,
-    no_pidfd_getfd: bool,
-) -> (Option<i32>, String) {
+fn run_allowlisted(dir: &Path, policy: &str, marker: &Path, outer: Outer) -> (Option<i32>, String) {
     let own = dir.join(format!("run-{policy}"));
     std::fs::create_dir_all(&own).unwrap();
     let tmp = private_tmp(&own);
@@ -151,9 +177,7 @@ fn run_allowlisted(
         .arg(dir)
         .arg("--")
         .args(["/bin/touch".as_ref(), marker.as_os_str()]);
-    if no_pidfd_getfd {
-        refuse_pidfd_getfd(&mut cmd);
-    }
+    surround(&mut cmd, outer);
     let out = cmd.output().unwrap();
     (
         out.status.code(),
@@ -161,13 +185,11 @@ fn run_allowlisted(
     )
 }
 
-/// Starts `cmd` under a seccomp filter that refuses `pidfd_getfd` with EPERM, as a
-/// container's seccomp profile can: the one call connect checks need that nothing else of
-/// palisade's does.
-fn refuse_pidfd_getfd(cmd: &mut std::process::Command) {
+/// Starts `cmd` inside `outer`.
+fn surround(cmd: &mut std::process::Command, outer: Outer) {
     use std::os::unix::process::CommandExt;
     // ld nr; jeq pidfd_getfd (438 on x86_64 and aarch64) ? errno(EPERM) : allow.
-    static FILTER: [libc::sock_filter; 4] = [
+    static NO_PIDFD_GETFD: [libc::sock_filter; 4] = [
         libc::sock_filter {
             code: 0x20,
             jt: 0,
@@ -193,16 +215,33 @@ fn refuse_pidfd_getfd(cmd: &mut std::process::Command) {
             k: 0x7fff_0000,
         },
     ];
-    // SAFETY: the hook makes two system calls on static data between fork and exec.
+    static ALLOW: [libc::sock_filter; 1] = [libc::sock_filter {
+        code: 0x06,
+        jt: 0,
+        jf: 0,
+        k: 0x7fff_0000,
+    }];
+    let (filter, flags): (&'static [libc::sock_filter], u32) = match outer {
+        Outer::Nothing => return,
+        Outer::RefusesPidfdGetfd => (&NO_PIDFD_GETFD, 0),
+        Outer::HoldsAListener => (&ALLOW, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32),
+    };
+    // SAFETY: the hook makes a few system calls on static data between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             let prog = libc::sock_fprog {
-                len: FILTER.len() as u16,
-                filter: FILTER.as_ptr() as *mut libc::sock_filter,
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut libc::sock_filter,
             };
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::syscall(libc::SYS_seccomp, 1u32, 0u32, &prog) != 0
-            {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let fd = libc::syscall(libc::SYS_seccomp, 1u32, flags, &prog);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The listener survives the exec: palisade runs with it held open.
+            if flags != 0 && libc::fcntl(fd as i32, libc::F_SETFD, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())

@@ -9,12 +9,17 @@
 //! (`verdict`: the proxy's loopback endpoint only), and either refuses it with EACCES, as
 //! Landlock refuses a port, or connects the caller's socket itself: on a copy of the
 //! descriptor (`pidfd_getfd`), to the address it checked, so a caller that rewrites its
-//! memory after the check gains nothing. Landlock's port rule stays in place beneath.
+//! memory after the check gains nothing. The server's own connect never runs, so this
+//! verdict is the one check on `connect()` (Landlock's port rule applies to the server's
+//! calls, and palisade's connect is not one); Landlock still refuses every `bind`.
 //!
 //! One thread per such server, blocked in `poll` (never on the runtime), ending when the
-//! server's last process does. If it cannot read or answer, every connect of that server
-//! fails (the kernel fails a notification nobody answers once the listener is closed): fail
-//! closed.
+//! server's last process does; whatever fails meanwhile, the listener stays open and the
+//! connect is refused. Once it is closed (palisade killed) a connect nobody answers fails
+//! (ENOSYS), and the server cannot install a listener of its own to take over (its filter
+//! refuses one: `seccomp::Inet::Mediated`). Where palisade cannot read the caller (Yama,
+//! a server that made itself non-dumpable under an unprivileged palisade) the connect is
+//! refused: fail closed.
 
 mod verdict;
 
@@ -49,6 +54,9 @@ fn serve(server: &str, from_child: &OwnedFd, endpoint: SocketAddrV4) {
             return;
         }
     };
+    let mut refusals = Refusals::default();
+    // Until every process under the filter has ended: the listener stays open whatever
+    // fails here, so a connect is refused, never left to anyone else to decide.
     loop {
         match listener.wait() {
             Ok(true) => {}
@@ -66,19 +74,42 @@ fn serve(server: &str, from_child: &OwnedFd, endpoint: SocketAddrV4) {
             // The caller was killed between the wakeup and the read.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
             Err(e) => {
-                tracing::error!(server, "connect gate: reading a notification failed: {e}; the server's connects fail from now on");
-                return;
+                tracing::error!(server, "connect gate: reading a notification failed: {e}");
+                // Not a spin: a failing read is not a pending call; wait for the next.
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                continue;
             }
         };
-        let Some(result) = answer(server, &listener, &call, endpoint) else {
+        let Some(result) = answer(server, &listener, &call, endpoint, &mut refusals) else {
             continue;
         };
         if let Err(e) = listener.answer(call.id, result) {
-            tracing::error!(
+            tracing::error!(server, "connect gate: answering a connect failed: {e}");
+        }
+    }
+}
+
+/// How many connects of one server were refused: the first few are logged one by one, then
+/// one line per thousand (a server retrying in a loop must not fill the log).
+#[derive(Default)]
+struct Refusals(u64);
+
+impl Refusals {
+    const LOGGED_EACH: u64 = 10;
+
+    fn note(&mut self, server: &str, asked: &str, endpoint: SocketAddrV4) {
+        self.0 += 1;
+        let n = self.0;
+        if n <= Self::LOGGED_EACH {
+            tracing::warn!(
                 server,
-                "connect gate: answering failed: {e}; the server's connects fail from now on"
+                "connect to {asked} refused: under Landlock this server may connect only to its egress proxy ({endpoint})"
             );
-            return;
+        } else if n.is_multiple_of(1000) {
+            tracing::warn!(
+                server,
+                "{n} connects refused so far (the last to {asked}): under Landlock this server may connect only to its egress proxy ({endpoint})"
+            );
         }
     }
 }
@@ -90,6 +121,7 @@ fn answer(
     listener: &sys::Listener,
     call: &sys::Notification,
     endpoint: SocketAddrV4,
+    refusals: &mut Refusals,
 ) -> Option<Result<i64, i32>> {
     let [fd, addr, len, ..] = call.args;
     // socklen_t is 32 bits wide; the upper half of the register is not the caller's.
@@ -116,10 +148,7 @@ fn answer(
     match verdict(&bytes, endpoint) {
         Verdict::Invalid(errno) => Some(Err(errno)),
         Verdict::Refuse(asked) => {
-            tracing::warn!(
-                server,
-                "connect to {asked} refused: under Landlock this server may connect only to its egress proxy ({endpoint})"
-            );
+            refusals.note(server, &asked, endpoint);
             Some(Err(libc::EACCES))
         }
         Verdict::Connect(to) => Some(connect_for(server, listener, call, fd as i32, &to)),
@@ -136,15 +165,22 @@ fn connect_for(
     to: &std::net::SocketAddr,
 ) -> Result<i64, i32> {
     let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EACCES);
-    let process = thread_group_of(call.pid).ok_or(libc::EACCES)?;
-    let pidfd = sys::pidfd(process).map_err(|e| {
-        tracing::warn!(
-            server,
-            "connect gate: no pidfd for process {process}: {e}; connect refused"
-        );
-        libc::EACCES
-    })?;
-    // Still pending: the pidfd was opened on the caller's process, not a successor's.
+    // The calling thread's own descriptor table (a thread may have unshared it): a pidfd of
+    // the thread itself where the kernel has them (6.9), else of its process.
+    let pidfd = match sys::thread_pidfd(call.pid) {
+        Ok(fd) => fd,
+        Err(_) => {
+            let process = thread_group_of(call.pid).ok_or(libc::EACCES)?;
+            sys::pidfd(process).map_err(|e| {
+                tracing::warn!(
+                    server,
+                    "connect gate: no pidfd for process {process}: {e}; connect refused"
+                );
+                libc::EACCES
+            })?
+        }
+    };
+    // Still pending: the pidfd was opened on the caller, not a successor under its pid.
     if !listener.pending(call.id) {
         return Err(libc::EINTR);
     }
@@ -153,7 +189,8 @@ fn connect_for(
         _ => {
             tracing::warn!(
                 server,
-                "connect gate: cannot take the socket of process {process}: {e}; connect refused"
+                "connect gate: cannot take the socket of thread {}: {e}; connect refused",
+                call.pid
             );
             libc::EACCES
         }

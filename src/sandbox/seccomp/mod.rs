@@ -29,7 +29,13 @@
 //! With `Inet::Tcp` two ways past Landlock's bind and connect checks are refused too:
 //! `listen()` (it binds an unbound socket to an ephemeral port without a bind call: the
 //! server would accept connections from the host's network) and TCP Fast Open
-//! (`sendto`/`sendmsg`/`sendmmsg` with `MSG_FASTOPEN` connects without a connect call).
+//! (`sendto`/`sendmsg`/`sendmmsg` with `MSG_FASTOPEN` connects without a connect call),
+//! and the socket options that send a connection past its address (`SO_BINDTODEVICE` and
+//! `SO_BINDTOIFINDEX`: a connect to 127.0.0.1 leaves by another interface; `IP_OPTIONS`: a
+//! source route where the kernel still allows one). `Inet::Mediated` adds two: `connect()`
+//! itself goes to palisade (user notification, `connect_gate`), and `seccomp()` with a new
+//! listener is refused, so the server can never install a listener of its own, which would
+//! decide its connects once palisade's closed.
 //!
 //! On x86_64 the x32 ABI numbers of the same calls are refused too (the x32 ABI reaches the
 //! same kernel code through syscall numbers with bit 30 set); other architectures' ABIs are
@@ -99,11 +105,24 @@ pub const RET_USER_NOTIF: u32 = 0x7fc0_0000;
 /// x32's own numbers for the calls whose 64-bit numbers it cannot reach.
 const X32_SENDMSG: i64 = 518;
 const X32_SENDMMSG: i64 = 538;
+const X32_SETSOCKOPT: i64 = 541;
+/// `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
+const NEW_LISTENER: u64 = 8;
+/// `setsockopt` levels and names that steer a connection past its address: `SO_BINDTODEVICE`
+/// and `SO_BINDTOIFINDEX` (SOL_SOCKET) send a connect to 127.0.0.1 out of another interface;
+/// `IP_OPTIONS` (IPPROTO_IP) can carry a source route where the kernel still allows one.
+const SOL_SOCKET: u64 = 1;
+const SO_BINDTODEVICE: u64 = 25;
+const SO_BINDTOIFINDEX: u64 = 62;
+const IPPROTO_IP: u64 = 0;
+const IP_OPTIONS: u64 = 4;
 
 /// Syscall numbers of one architecture.
 struct Nr {
     socket: i64,
     connect: i64,
+    setsockopt: i64,
+    seccomp: i64,
     listen: i64,
     sendto: i64,
     sendmsg: i64,
@@ -121,6 +140,8 @@ struct Nr {
 const X86_64: Nr = Nr {
     socket: 41,
     connect: 42,
+    setsockopt: 54,
+    seccomp: 317,
     listen: 50,
     sendto: 44,
     sendmsg: 46,
@@ -140,6 +161,8 @@ const X86_64: Nr = Nr {
 const AARCH64: Nr = Nr {
     socket: 198,
     connect: 203,
+    setsockopt: 208,
+    seccomp: 277,
     listen: 201,
     sendto: 206,
     sendmsg: 211,
@@ -238,6 +261,45 @@ fn eperm_rules(
         rules.insert(nr.sendto | bias, vec![fastopen(3)?]);
         rules.insert(sendmsg | bias, vec![fastopen(2)?]);
         rules.insert(sendmmsg | bias, vec![fastopen(3)?]);
+        // Socket options that send an allowed connect somewhere else.
+        let setsockopt = if bias == X32_BIT {
+            X32_SETSOCKOPT
+        } else {
+            nr.setsockopt
+        };
+        let option = |level: u64, name: u64| {
+            rule(vec![
+                cond(1, Dword, SeccompCmpOp::Eq, level),
+                cond(2, Dword, SeccompCmpOp::Eq, name),
+            ])
+        };
+        rules.insert(
+            setsockopt | bias,
+            vec![
+                option(SOL_SOCKET, SO_BINDTODEVICE)?,
+                option(SOL_SOCKET, SO_BINDTOIFINDEX)?,
+                option(IPPROTO_IP, IP_OPTIONS)?,
+            ],
+        );
+    }
+    if sockets
+        == (Sockets::Landlock {
+            inet: Inet::Mediated,
+        })
+    {
+        // A filter of the server's own with a listener would take its connects over the
+        // moment palisade's listener closed (palisade killed, its thread gone): the kernel
+        // lets one listener exist per filter chain, and then the newest decides. Refused,
+        // a connect nobody answers fails (ENOSYS).
+        rules.insert(
+            nr.seccomp | bias,
+            vec![rule(vec![cond(
+                1,
+                Dword,
+                SeccompCmpOp::MaskedEq(NEW_LISTENER),
+                NEW_LISTENER,
+            )])?],
+        );
     }
     // x32 has its own number for ioctl (514), the 64-bit one is not reachable with bit 30.
     let ioctl = if bias == X32_BIT { X32_IOCTL } else { nr.ioctl };

@@ -341,6 +341,47 @@ fn only_the_mediated_variant_hands_connect_to_palisade_on_both_architectures() {
             );
         }
     }
+    // The server's own listener, and the options that steer a connection, refused.
+    for (arch, own, seccomp, setsockopt) in [
+        ("x86_64", AUDIT_ARCH_X86_64, 317u32, 54u32),
+        ("aarch64", AUDIT_ARCH_AARCH64, 277, 208),
+    ] {
+        let prog = program_with(arch, mediated).unwrap();
+        let call = |nr: u32, args: [u64; 6]| {
+            run(
+                &prog,
+                &Data {
+                    nr,
+                    arch: own,
+                    args,
+                },
+            )
+            .0
+        };
+        let eperm = 0x0005_0000 | 1;
+        assert_eq!(call(seccomp, [1, 8, 0, 0, 0, 0]), eperm, "{arch}");
+        assert_eq!(call(seccomp, [1, 8 | 32, 0, 0, 0, 0]), eperm, "{arch}");
+        assert_eq!(
+            call(seccomp, [1, 0, 0, 0, 0, 0]),
+            layout::RET_ALLOW,
+            "{arch}"
+        );
+        for (level, name) in [(1, 25), (1, 62), (0, 4)] {
+            assert_eq!(call(setsockopt, [3, level, name, 0, 0, 0]), eperm, "{arch}");
+        }
+        assert_eq!(
+            call(setsockopt, [3, 6, 1, 0, 0, 0]),
+            layout::RET_ALLOW,
+            "{arch}: TCP_NODELAY"
+        );
+        let tcp = program_with(arch, Sockets::Landlock { inet: Inet::Tcp }).unwrap();
+        let d = Data {
+            nr: setsockopt,
+            arch: own,
+            args: [3, 1, 25, 0, 0, 0],
+        };
+        assert_eq!(run(&tcp, &d).0, eperm, "{arch}: port-only TCP too");
+    }
     // x32's connect shares the number, with bit 30.
     let prog = program_with("x86_64", mediated).unwrap();
     let x32 = Data {

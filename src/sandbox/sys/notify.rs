@@ -286,6 +286,19 @@ pub fn pidfd(pid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// A pidfd for thread `tid` itself (`PIDFD_THREAD`, Linux 6.9): descriptors taken through it
+/// come from that thread's table. EINVAL on older kernels.
+pub fn thread_pidfd(tid: u32) -> io::Result<OwnedFd> {
+    const PIDFD_THREAD: u32 = libc::O_EXCL as u32;
+    // SAFETY: pidfd_open takes a pid and flags.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid as libc::pid_t, PIDFD_THREAD) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor was just returned to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
 /// Palisade's own copy of descriptor `fd` of the process behind `pidfd` (close-on-exec).
 pub fn copy_fd(pidfd: &OwnedFd, fd: i32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_getfd takes two descriptors numbers and flags.
@@ -349,10 +362,13 @@ pub fn connect(sock: &OwnedFd, addr: &SocketAddr) -> io::Result<()> {
     }
 }
 
-/// Whether this kernel, under whatever seccomp profile surrounds palisade, can mediate
-/// connects: the user-notification action exists, and `pidfd_open`, `pidfd_getfd` and
-/// `process_vm_readv` are not refused (each is called so that it fails on its arguments:
-/// EINVAL or EBADF from the call itself, not a profile's EPERM or ENOSYS).
+/// Whether this kernel, under whatever surrounds palisade, can mediate connects: the
+/// user-notification action exists; `pidfd_open`, `pidfd_getfd` and `process_vm_readv` are
+/// not refused (each is called so that it fails on its arguments: EINVAL or EBADF from the
+/// call itself, not a profile's EPERM or ENOSYS); Yama lets palisade read its children. And
+/// where palisade itself runs under a seccomp filter (a container, another sandbox), which
+/// may hold a listener of its own (a second one is refused: EBUSY) or refuse what the checks
+/// need, the whole hand-over is tried once on a forked child.
 pub fn mediation_available() -> bool {
     const SECCOMP_GET_ACTION_AVAIL: libc::c_uint = 2;
     let action: u32 = libc::SECCOMP_RET_USER_NOTIF;
@@ -383,5 +399,87 @@ pub fn mediation_available() -> bool {
             ),
         )
     };
-    notif && open && getfd && readv
+    if !(notif && open && getfd && readv && yama_allows()) {
+        return false;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let filtered = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp:"))
+        .is_none_or(|v| v.trim() != "0");
+    !filtered || trial_hand_over()
+}
+
+/// Yama's `ptrace_scope` (absent: no Yama): 3 lets no one read another process's memory, 2
+/// only a privileged palisade.
+fn yama_allows() -> bool {
+    match std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") {
+        Ok(v) => match v.trim() {
+            "3" => false,
+            "2" => nix::unistd::geteuid().is_root(),
+            _ => true,
+        },
+        Err(_) => true,
+    }
+}
+
+/// A value for the trial to read from its child's memory.
+static TRIAL_WORD: u64 = 0x5041_4c49_5341_4445;
+
+/// Forks a child that installs an allow-all filter with a listener (as a Landlock child
+/// does), then takes a descriptor of it and reads its memory as the gate would.
+fn trial_hand_over() -> bool {
+    const ALLOW: [libc::sock_filter; 1] = [libc::sock_filter {
+        code: 0x06,
+        jt: 0,
+        jf: 0,
+        k: 0x7fff_0000,
+    }];
+    let Ok((ours, theirs)) = channel() else {
+        return false;
+    };
+    let (ours_raw, theirs_raw) = (ours.as_raw_fd(), theirs.as_raw_fd());
+    // SAFETY: the child makes only async-signal-safe system calls on data built before the
+    // fork (the filter is a constant) and ends with _exit; the parent reaps it below.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return false;
+    }
+    if pid == 0 {
+        // SAFETY: raw system calls in the forked child, then _exit.
+        unsafe {
+            libc::close(ours_raw);
+            let prog = libc::sock_fprog {
+                len: 1,
+                filter: ALLOW.as_ptr() as *mut libc::sock_filter,
+            };
+            let ok = libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+                && libc::syscall(
+                    libc::SYS_seccomp,
+                    1u32,
+                    libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32,
+                    &prog,
+                ) >= 0;
+            let byte = [u8::from(ok)];
+            libc::write(theirs_raw, byte.as_ptr().cast(), 1);
+            // Wait for the parent's end to close (it is done with this process).
+            let mut sink = [0u8; 1];
+            libc::read(theirs_raw, sink.as_mut_ptr().cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    drop(theirs);
+    let mut byte = [0u8; 1];
+    // SAFETY: reads one byte into our buffer.
+    let installed =
+        unsafe { libc::read(ours_raw, byte.as_mut_ptr().cast(), 1) } == 1 && byte[0] == 1;
+    let taken = installed
+        && pidfd(pid as u32).is_ok_and(|p| copy_fd(&p, theirs_raw).is_ok())
+        && read_memory(pid as u32, &TRIAL_WORD as *const u64 as u64, 8)
+            .is_ok_and(|b| b == TRIAL_WORD.to_ne_bytes());
+    drop(ours);
+    let mut status = 0;
+    // SAFETY: reaps the child forked above (it exits once our end is closed).
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    taken
 }
