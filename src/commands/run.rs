@@ -134,8 +134,11 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         (SandboxPolicy::Enforce, _) => Depth::Trial,
         (SandboxPolicy::Warn, _) => Depth::Full,
     };
-    let caps = capabilities::probe(depth);
+    let mut caps = capabilities::probe(depth);
     if crate::gateway::network::wants_proxy(&req) {
+        if depth == Depth::LandlockOnly {
+            caps.connect_mediation = capabilities::probe_connect_mediation();
+        }
         return run_proxied(req, &caps, args.egress_hosts_file.as_deref());
     }
     let prepared = launch::prepare_with(&req, &caps).map_err(exit_for)?;

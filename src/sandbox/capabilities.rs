@@ -36,7 +36,8 @@ pub enum Depth {
     /// Landlock and seccomp only, for a launch whose backend is explicitly `landlock`
     /// (`palisade run --backend landlock`): that tier needs neither bubblewrap, socat,
     /// ripgrep nor srt, so they are not looked up and read as absent, and the user-namespace
-    /// sysctls are not read. Never for `auto`, `check`, or a report of the machine.
+    /// sysctls are not read; nor are the connect checks (`probe_connect_mediation`, for a
+    /// launch with an allowlist). Never for `auto`, `check`, or a report of the machine.
     LandlockOnly,
 }
 
@@ -222,8 +223,14 @@ fn landlock_only() -> Capabilities {
         srt: None,
         srt_problem: None,
         landlock: probe_landlock(),
-        connect_mediation: sys::mediation_available(),
+        // Looked for only where a server has an allowlist (`probe_connect_mediation`).
+        connect_mediation: false,
     }
+}
+
+/// Whether palisade can check a Landlock server's connects (`Capabilities::connect_mediation`).
+pub fn probe_connect_mediation() -> bool {
+    sys::mediation_available()
 }
 
 fn find_srt() -> Option<PathBuf> {
