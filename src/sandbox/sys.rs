@@ -11,8 +11,8 @@ mod notify;
 mod spawn;
 
 pub use notify::{
-    channel, connect, copy_fd, mediation_available, pidfd, read_memory, recv_fd, thread_pidfd,
-    Listener, Notification,
+    channel, connect, copy_fd, mediation_available, pidfd, read_memory, recv_fd, same_fd_table,
+    thread_pidfd, Listener, Notification,
 };
 pub use spawn::{spawn, Exec};
 

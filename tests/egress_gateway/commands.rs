@@ -51,7 +51,11 @@ fn check_reports_the_network_gap() {
 /// command under enforce.
 #[test]
 fn an_allowlist_under_landlock_is_enforced_where_palisade_checks_each_connect() {
-    if landlock_abi_4().is_none() {
+    if landlock_allowlist(
+        "an_allowlist_under_landlock_is_enforced_where_palisade_checks_each_connect",
+    )
+    .is_none()
+    {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -110,8 +114,9 @@ fn an_allowlist_under_landlock_without_connect_checks_is_refused_under_enforce_a
 
 /// Palisade started inside another sandbox whose seccomp filter already holds a listener
 /// (the kernel allows one per chain: a Landlock child's own would fail with EBUSY). The
-/// probe finds out, so `palisade check` says REFUSED under enforce with the reason, and
-/// `palisade run` under warn runs the command (by port only) instead of failing to start it.
+/// probe finds out, so `palisade check` says REFUSED under enforce with the reason, `palisade
+/// run` under enforce refuses (exit 3), and under warn runs the command (by port only)
+/// instead of failing to start it.
 #[test]
 fn an_outer_listener_is_found_by_the_probe_and_warn_still_runs() {
     if landlock_abi_4().is_none() {
@@ -123,6 +128,9 @@ fn an_outer_listener_is_found_by_the_probe_and_warn_still_runs() {
     assert!(text.contains("connect checks:        NO"), "{text}");
     assert!(text.contains("net (enforce): REFUSED"), "{text}");
     let marker = dir.path().join("ran");
+    let (code, stderr) = run_allowlisted(dir.path(), "enforce", &marker, Outer::HoldsAListener);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(!marker.exists(), "the command ran under enforce: {stderr}");
     let (code, stderr) = run_allowlisted(dir.path(), "warn", &marker, Outer::HoldsAListener);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(

@@ -31,7 +31,11 @@ async fn under_landlock_servers_reach_exactly_their_allowlist_through_their_own_
         skip::skip(&format!("no test venv at {}", python.display()));
         return;
     }
-    if landlock_abi_4().is_none() {
+    if landlock_allowlist(
+        "under_landlock_servers_reach_exactly_their_allowlist_through_their_own_proxy_port",
+    )
+    .is_none()
+    {
         return;
     }
     let origin = http_origin().await;
@@ -172,13 +176,17 @@ fn netprobe() -> PathBuf {
 /// and the denied one refused (403); the proxy's port without the secret, or with a wrong
 /// one, is answered 407 over HTTP and refused over SOCKS5 (control: the same requests with
 /// the secret are served); a TCP connect
-/// to another loopback port (the origin's) is refused by Landlock, UDP, `listen()` and a TCP
+/// to another loopback port (the origin's) is refused by palisade's connect checks, UDP, `listen()` and a TCP
 /// Fast Open connect by seccomp. Control: the same probe run directly connects, sends the
 /// datagram (received here), listens and connects by Fast Open. The secret the server was
 /// given appears nowhere in palisade's log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_landlock_run_allows_only_the_proxy_port_and_the_proxy_only_its_secret() {
-    if landlock_abi_4().is_none() {
+    if landlock_allowlist(
+        "under_landlock_run_allows_only_the_proxy_port_and_the_proxy_only_its_secret",
+    )
+    .is_none()
+    {
         return;
     }
     let Ok(python) = which::which("python3") else {

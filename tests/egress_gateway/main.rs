@@ -169,3 +169,16 @@ fn landlock_abi_4() -> Option<u32> {
         }
     }
 }
+
+/// `landlock_abi_4`, and palisade able to check each connect here (without that an
+/// allowlist under Landlock is refused under enforce: unit-tested, and tried in `commands`
+/// under a filter that takes the checks away). A host skip otherwise: the checks are a host
+/// feature `palisade check` reports (`connect checks`).
+fn landlock_allowlist(test: &str) -> Option<u32> {
+    let abi = landlock_abi_4()?;
+    if !skip::connect_checks_of(env!("CARGO_BIN_EXE_palisade").as_ref()) {
+        skip::host_skip(test, "palisade check says connect checks: NO on this host");
+        return None;
+    }
+    Some(abi)
+}

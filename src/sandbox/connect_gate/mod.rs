@@ -90,26 +90,22 @@ fn serve(server: &str, from_child: &OwnedFd, endpoint: SocketAddrV4) {
 }
 
 /// How many connects of one server were refused: the first few are logged one by one, then
-/// one line per thousand (a server retrying in a loop must not fill the log).
+/// one line per thousand (a server retrying in a loop must not fill the log). Every refusal
+/// is logged through here.
 #[derive(Default)]
 struct Refusals(u64);
 
 impl Refusals {
     const LOGGED_EACH: u64 = 10;
 
-    fn note(&mut self, server: &str, asked: &str, endpoint: SocketAddrV4) {
+    /// Counts one refusal; `why` says what was refused and why.
+    fn note(&mut self, server: &str, why: std::fmt::Arguments<'_>) {
         self.0 += 1;
         let n = self.0;
         if n <= Self::LOGGED_EACH {
-            tracing::warn!(
-                server,
-                "connect to {asked} refused: under Landlock this server may connect only to its egress proxy ({endpoint})"
-            );
+            tracing::warn!(server, "{why}");
         } else if n.is_multiple_of(1000) {
-            tracing::warn!(
-                server,
-                "{n} connects refused so far (the last to {asked}): under Landlock this server may connect only to its egress proxy ({endpoint})"
-            );
+            tracing::warn!(server, "{n} connects refused so far; the last: {why}");
         }
     }
 }
@@ -133,9 +129,9 @@ fn answer(
         Ok(b) => b,
         Err(e) if e.raw_os_error() == Some(libc::EFAULT) => return Some(Err(libc::EFAULT)),
         Err(e) => {
-            tracing::warn!(
+            refusals.note(
                 server,
-                "connect gate: cannot read the address of a connect: {e}; refused"
+                format_args!("connect refused: cannot read its address: {e}"),
             );
             return Some(Err(libc::EACCES));
         }
@@ -148,54 +144,67 @@ fn answer(
     match verdict(&bytes, endpoint) {
         Verdict::Invalid(errno) => Some(Err(errno)),
         Verdict::Refuse(asked) => {
-            refusals.note(server, &asked, endpoint);
+            refusals.note(
+                server,
+                format_args!(
+                    "connect to {asked} refused: under Landlock this server may connect only to its egress proxy ({endpoint})"
+                ),
+            );
             Some(Err(libc::EACCES))
         }
-        Verdict::Connect(to) => Some(connect_for(server, listener, call, fd as i32, &to)),
+        Verdict::Connect(to) => Some(connect_for(listener, call, fd as i32, &to).map_err(
+            |(errno, why)| {
+                if let Some(why) = why {
+                    refusals.note(server, format_args!("connect refused: {why}"));
+                }
+                errno
+            },
+        )),
     }
 }
 
 /// Connects the caller's descriptor `fd` to `to` on palisade's copy of it: the caller's
 /// socket is then connected (or in progress) exactly as its own connect would have left it.
+/// A failure is its errno, with why palisade refused where it was palisade's refusal.
 fn connect_for(
-    server: &str,
     listener: &sys::Listener,
     call: &sys::Notification,
     fd: i32,
     to: &std::net::SocketAddr,
-) -> Result<i64, i32> {
-    let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EACCES);
+) -> Result<i64, (i32, Option<String>)> {
+    let refused = |why: String| (libc::EACCES, Some(why));
+    let tid = call.pid;
     // The calling thread's own descriptor table (a thread may have unshared it): a pidfd of
-    // the thread itself where the kernel has them (6.9), else of its process.
-    let pidfd = match sys::thread_pidfd(call.pid) {
+    // the thread itself where the kernel has them (6.9); before, of its process, whose
+    // table must then be the thread's (`kcmp`).
+    let pidfd = match sys::thread_pidfd(tid) {
         Ok(fd) => fd,
-        Err(_) => {
-            let process = thread_group_of(call.pid).ok_or(libc::EACCES)?;
-            sys::pidfd(process).map_err(|e| {
-                tracing::warn!(
-                    server,
-                    "connect gate: no pidfd for process {process}: {e}; connect refused"
-                );
-                libc::EACCES
-            })?
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            let process = thread_group_of(tid)
+                .ok_or_else(|| refused(format!("thread {tid} has no process")))?;
+            // kcmp refused (a seccomp profile): the leader's table, as before 6.9 always;
+            // whichever socket that connects, it connects to the checked endpoint.
+            if process != tid && sys::same_fd_table(process, tid) == Some(false) {
+                return Err(refused(format!(
+                    "thread {tid} has a descriptor table of its own, which this kernel's pidfds cannot reach (Linux 6.9 can)"
+                )));
+            }
+            sys::pidfd(process)
+                .map_err(|e| refused(format!("no pidfd for process {process}: {e}")))?
         }
+        Err(e) => return Err(refused(format!("no pidfd for thread {tid}: {e}"))),
     };
     // Still pending: the pidfd was opened on the caller, not a successor under its pid.
     if !listener.pending(call.id) {
-        return Err(libc::EINTR);
+        return Err((libc::EINTR, None));
     }
     let sock = sys::copy_fd(&pidfd, fd).map_err(|e| match e.raw_os_error() {
-        Some(libc::EBADF) => libc::EBADF,
-        _ => {
-            tracing::warn!(
-                server,
-                "connect gate: cannot take the socket of thread {}: {e}; connect refused",
-                call.pid
-            );
-            libc::EACCES
-        }
+        Some(libc::EBADF) => (libc::EBADF, None),
+        _ => refused(format!("cannot take the socket of thread {tid}: {e}")),
     })?;
-    sys::connect(&sock, to).map(|()| 0).map_err(errno)
+    sys::connect(&sock, to)
+        .map(|()| 0)
+        .map_err(|e| (e.raw_os_error().unwrap_or(libc::EACCES), None))
 }
 
 /// The process (thread group) of thread `tid`, from `/proc/TID/status`.

@@ -75,12 +75,14 @@ fn landlock_soft_gaps(caps: &Capabilities, needs: &Needs, plan: &mut Plan) -> Ve
                 "sandbox.network.allowedDomains cannot be enforced by the Landlock tier here: its network \
                  rules name ports, not addresses, and palisade cannot check each connect's address itself \
                  (seccomp user notification, pidfd_getfd or process_vm_readv is missing or refused by a \
-                 seccomp profile around palisade), so the server could also reach the egress proxy's port \
-                 number on any host",
+                 seccomp profile around palisade, Yama forbids reading its children, or an outer sandbox \
+                 already holds the one seccomp listener allowed), so the server could also reach the egress \
+                 proxy's port number on any host",
                 "use Linux 5.9 or later and allow seccomp, pidfd_open, pidfd_getfd and process_vm_readv in the \
-                 container's seccomp profile (Docker's and podman's defaults do), use backend bwrap (user \
-                 namespaces needed), or remove sandbox.network.allowedDomains (no network); under sandbox \
-                 policy warn the server runs with the allowlist enforced by port only",
+                 container's seccomp profile (podman's default does; Docker's allows pidfd_getfd only with \
+                 --cap-add SYS_PTRACE), use backend bwrap (user namespaces needed), or remove \
+                 sandbox.network.allowedDomains (no network); under sandbox policy warn the server runs with \
+                 the allowlist enforced by port only",
             )),
         }
     }

@@ -106,6 +106,8 @@ pub const RET_USER_NOTIF: u32 = 0x7fc0_0000;
 const X32_SENDMSG: i64 = 518;
 const X32_SENDMMSG: i64 = 538;
 const X32_SETSOCKOPT: i64 = 541;
+/// x32's kexec_load (its 64-bit number, 246, is the 64-bit ABI's only).
+const X32_KEXEC_LOAD: i64 = 528;
 /// `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
 const NEW_LISTENER: u64 = 8;
 /// `setsockopt` levels and names that steer a connection past its address: `SO_BINDTODEVICE`
@@ -235,6 +237,9 @@ fn eperm_rules(
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for &n in nr.always {
         rules.insert(n | bias, vec![]);
+    }
+    if bias == X32_BIT {
+        rules.insert(X32_KEXEC_LOAD | bias, vec![]);
     }
     rules.insert(nr.socket | bias, socket_rules(sockets)?);
     if let Sockets::Landlock {

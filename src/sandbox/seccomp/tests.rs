@@ -299,18 +299,47 @@ fn the_program_starts_with_seccompilers_architecture_check() {
 #[test]
 fn plain_tcp_also_refuses_listen_and_fast_open_on_both_architectures() {
     let tcp = Sockets::Landlock { inet: Inet::Tcp };
-    for (arch, listen) in [("x86_64", 50u32), ("aarch64", 201)] {
+    for (arch, own, listen, sendto) in [
+        ("x86_64", AUDIT_ARCH_X86_64, 50u32, 44u32),
+        ("aarch64", AUDIT_ARCH_AARCH64, 201, 206),
+    ] {
+        let decide = |prog: &[sock_filter], nr: u32, args: [u64; 6]| {
+            run(
+                prog,
+                &Data {
+                    nr,
+                    arch: own,
+                    args,
+                },
+            )
+            .0
+        };
+        let eperm = 0x0005_0000 | 1;
+        let fastopen = [3, 0, 0, MSG_FASTOPEN, 0, 0];
         let prog = program_with(arch, tcp).unwrap();
-        let has = |k: u32| prog.iter().any(|i| i.k == k);
-        assert!(has(listen), "{arch}: listen checked");
-        assert!(has(MSG_FASTOPEN as u32), "{arch}: MSG_FASTOPEN checked");
+        assert_eq!(
+            decide(&prog, listen, [3, 1, 0, 0, 0, 0]),
+            eperm,
+            "{arch}: listen"
+        );
+        assert_eq!(
+            decide(&prog, sendto, fastopen),
+            eperm,
+            "{arch}: MSG_FASTOPEN"
+        );
+        assert_eq!(
+            decide(&prog, sendto, [3, 0, 0, 0, 0, 0]),
+            layout::RET_ALLOW,
+            "{arch}"
+        );
         // Without TCP (no internet socket at all) neither rule is needed.
         let none = program_with(arch, Sockets::Landlock { inet: Inet::None }).unwrap();
-        assert!(!none.iter().any(|i| i.k == MSG_FASTOPEN as u32), "{arch}");
-        assert!(
-            !none.iter().any(|i| i.k == listen),
-            "{arch}: 50/201 is listen's"
+        assert_eq!(
+            decide(&none, listen, [3, 1, 0, 0, 0, 0]),
+            layout::RET_ALLOW,
+            "{arch}"
         );
+        assert_eq!(decide(&none, sendto, fastopen), layout::RET_ALLOW, "{arch}");
     }
 }
 
@@ -382,6 +411,22 @@ fn only_the_mediated_variant_hands_connect_to_palisade_on_both_architectures() {
         };
         assert_eq!(run(&tcp, &d).0, eperm, "{arch}: port-only TCP too");
     }
+    // x32: setsockopt has its own number (541), seccomp shares 317, both with bit 30.
+    let prog = program_with("x86_64", mediated).unwrap();
+    let x32 = |nr: u32, args: [u64; 6]| {
+        run(
+            &prog,
+            &Data {
+                nr: nr | X32_BIT as u32,
+                arch: AUDIT_ARCH_X86_64,
+                args,
+            },
+        )
+        .0
+    };
+    assert_eq!(x32(541, [3, 1, 25, 0, 0, 0]), 0x0005_0000 | 1);
+    assert_eq!(x32(317, [1, 8, 0, 0, 0, 0]), 0x0005_0000 | 1);
+    assert_eq!(x32(528, [0; 6]), 0x0005_0000 | 1, "x32 kexec_load");
     // x32's connect shares the number, with bit 30.
     let prog = program_with("x86_64", mediated).unwrap();
     let x32 = Data {

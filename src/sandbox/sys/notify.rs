@@ -299,6 +299,24 @@ pub fn thread_pidfd(tid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// Whether threads `a` and `b` share one descriptor table (`kcmp`); `None` when `kcmp` is
+/// refused (a seccomp profile) or fails.
+pub fn same_fd_table(a: u32, b: u32) -> Option<bool> {
+    const KCMP_FILES: libc::c_int = 2;
+    // SAFETY: kcmp compares two tasks' kernel objects; it takes integers only.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            a as libc::pid_t,
+            b as libc::pid_t,
+            KCMP_FILES,
+            0,
+            0,
+        )
+    };
+    (r >= 0).then_some(r == 0)
+}
+
 /// Palisade's own copy of descriptor `fd` of the process behind `pidfd` (close-on-exec).
 pub fn copy_fd(pidfd: &OwnedFd, fd: i32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_getfd takes two descriptors numbers and flags.
@@ -399,24 +417,35 @@ pub fn mediation_available() -> bool {
             ),
         )
     };
-    if !(notif && open && getfd && readv && yama_allows()) {
+    if !(notif && open && getfd && readv) {
         return false;
     }
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let filtered = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Seccomp:"))
-        .is_none_or(|v| v.trim() != "0");
+    // The calling thread's filters are the ones a fork (and so a launch) copies.
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(str::trim)
+    };
+    if !yama_allows(field("CapEff:")) {
+        return false;
+    }
+    let filtered = field("Seccomp:").is_none_or(|v| v != "0");
     !filtered || trial_hand_over()
 }
 
 /// Yama's `ptrace_scope` (absent: no Yama): 3 lets no one read another process's memory, 2
-/// only a privileged palisade.
-fn yama_allows() -> bool {
+/// only a palisade with CAP_SYS_PTRACE in its effective set (`cap_eff`, hex, from
+/// `/proc/thread-self/status`).
+fn yama_allows(cap_eff: Option<&str>) -> bool {
+    const CAP_SYS_PTRACE: u32 = 19;
     match std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") {
         Ok(v) => match v.trim() {
             "3" => false,
-            "2" => nix::unistd::geteuid().is_root(),
+            "2" => cap_eff
+                .and_then(|c| u64::from_str_radix(c, 16).ok())
+                .is_some_and(|c| c & (1 << CAP_SYS_PTRACE) != 0),
             _ => true,
         },
         Err(_) => true,
@@ -462,24 +491,38 @@ fn trial_hand_over() -> bool {
                 ) >= 0;
             let byte = [u8::from(ok)];
             libc::write(theirs_raw, byte.as_ptr().cast(), 1);
-            // Wait for the parent's end to close (it is done with this process).
-            let mut sink = [0u8; 1];
-            libc::read(theirs_raw, sink.as_mut_ptr().cast(), 1);
-            libc::_exit(0);
+            // Until the parent, done with this process, kills it.
+            loop {
+                libc::pause();
+            }
         }
     }
     drop(theirs);
+    // The child's verdict, within a bound: an outer listener could hold its seccomp call.
+    let mut pfd = libc::pollfd {
+        fd: ours_raw,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     let mut byte = [0u8; 1];
-    // SAFETY: reads one byte into our buffer.
-    let installed =
-        unsafe { libc::read(ours_raw, byte.as_mut_ptr().cast(), 1) } == 1 && byte[0] == 1;
+    // SAFETY: poll reads and writes the one pollfd we own; read writes one byte into ours.
+    let installed = unsafe {
+        libc::poll(&mut pfd, 1, 2000) == 1 && libc::read(ours_raw, byte.as_mut_ptr().cast(), 1) == 1
+    } && byte[0] == 1;
     let taken = installed
         && pidfd(pid as u32).is_ok_and(|p| copy_fd(&p, theirs_raw).is_ok())
         && read_memory(pid as u32, &TRIAL_WORD as *const u64 as u64, 8)
             .is_ok_and(|b| b == TRIAL_WORD.to_ne_bytes());
     drop(ours);
-    let mut status = 0;
-    // SAFETY: reaps the child forked above (it exits once our end is closed).
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    // Killed rather than told: it may hold copies of other descriptors (another probe's
+    // channel) whose closing it would otherwise wait for.
+    // SAFETY: signals and reaps the child forked above.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        let mut status = 0;
+        while libc::waitpid(pid, &mut status, 0) < 0
+            && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+        {}
+    }
     taken
 }
