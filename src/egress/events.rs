@@ -24,6 +24,9 @@ pub enum Protocol {
     /// Plain HTTP with an absolute URI.
     HttpForward,
     Socks5,
+    /// A direct `connect()` by a Landlock server, refused by palisade's connect checks
+    /// (`sandbox::connect_gate`): not through the proxy at all.
+    Connect,
 }
 
 impl fmt::Display for Protocol {
@@ -32,6 +35,7 @@ impl fmt::Display for Protocol {
             Protocol::HttpConnect => "HTTP CONNECT",
             Protocol::HttpForward => "HTTP",
             Protocol::Socks5 => "SOCKS5",
+            Protocol::Connect => "direct connect",
         })
     }
 }
@@ -63,6 +67,19 @@ impl RefusalEvent {
             m.push(')');
         }
         m
+    }
+}
+
+/// Where refusals made outside the proxy are published (the Landlock tier's connect checks),
+/// so that they reach the call in flight, the agent and the audit record as the proxy's do.
+/// Publishes without a log line: the caller throttles its own.
+#[derive(Debug, Clone)]
+pub struct RefusalReporter(pub(super) EventBus);
+
+impl RefusalReporter {
+    pub fn report(&self, event: RefusalEvent) {
+        // Err only means "no receiver right now" (no call in flight).
+        let _ = self.0.tx.send(event);
     }
 }
 

@@ -38,6 +38,8 @@ pub enum RefusalReason {
     },
     /// The requested host was not a valid name or address.
     InvalidHost { detail: String },
+    /// A Landlock server connected to something other than its egress proxy.
+    NotThroughProxy,
 }
 
 impl fmt::Display for RefusalReason {
@@ -56,6 +58,10 @@ impl fmt::Display for RefusalReason {
                 write!(f, "resolves to {class} address {address}")
             }
             RefusalReason::InvalidHost { detail } => write!(f, "invalid host: {detail}"),
+            RefusalReason::NotThroughProxy => f.write_str(
+                "not through the egress proxy (under Landlock the server may connect only to \
+                 the proxy its HTTP_PROXY and ALL_PROXY variables name)",
+            ),
         }
     }
 }

@@ -267,6 +267,11 @@ impl EgressProxy {
         v
     }
 
+    /// The handle through which refusals made outside the proxy join its own.
+    pub fn reporter(&self) -> super::events::RefusalReporter {
+        super::events::RefusalReporter(self.inner.bus.clone())
+    }
+
     /// Every refusal from now on, for every server.
     pub fn subscribe(&self) -> broadcast::Receiver<RefusalEvent> {
         self.inner.bus.subscribe()

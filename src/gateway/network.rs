@@ -132,7 +132,10 @@ pub fn open_loopback(
         return;
     }
     match proxy.add_loopback(name) {
-        Ok(ep) => req.egress_loopback = Some(ep),
+        Ok(ep) => {
+            req.egress_loopback = Some(ep);
+            req.egress_refusals = Some(proxy.reporter());
+        }
         Err(e) => {
             tracing::error!(server = %name, "egress loopback endpoint not opened: {e}");
             req.egress = EgressSocket::Failed(e.to_string());

@@ -298,7 +298,10 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
     .replace(&format!("pid {}", sc.marker_proc.id()), "pid PID")
     .replace(&format!("/proc/{}/", sc.marker_proc.id()), "/proc/PID/")
     .replace(&format!(", {})", sc.marker_proc.id()), ", PID)")
-    .replace(&format!(".test:{}", sc.origin_port), ".test:ORIGIN");
+    .replace(&format!(".test:{}", sc.origin_port), ".test:ORIGIN")
+    .replace(&format!("127.0.0.1:{} ", sc.origin_port), "127.0.0.1:ORIGIN ");
+    // The proxies' ports change with every run.
+    let table = mask_ports(&table, "network access to 127.0.0.");
     println!("{table}");
     write_table(&table);
     assert!(
@@ -377,4 +380,32 @@ async fn behind_serve(
         audit.lines().next().unwrap_or("")
     );
     boxed
+}
+
+/// `text` with the port after each `PREFIX<digit>:` replaced by `PORT` (a name such as
+/// `ORIGIN` stays).
+fn mask_ports(text: &str, prefix: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(prefix) {
+        let (head, tail) = rest.split_at(i + prefix.len());
+        out.push_str(head);
+        let host_end = tail
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        let (octet, after) = tail.split_at(host_end);
+        out.push_str(octet);
+        rest = after;
+        if let Some(port_part) = after.strip_prefix(':') {
+            let digits = port_part
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(port_part.len());
+            if digits > 0 {
+                out.push_str(":PORT");
+                rest = &port_part[digits..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }

@@ -109,9 +109,16 @@ async fn under_landlock_servers_reach_exactly_their_allowlist_through_their_own_
             "{text}"
         );
     }
-    // Around the proxy: another loopback port (Landlock), UDP (seccomp).
+    // Around the proxy: another loopback port (palisade's connect checks, which tell the
+    // agent as the proxy does), UDP (seccomp).
     let (err, text) = c(4);
     assert!(err && text.contains("connect:"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "[SANDBOX BLOCKED] network access to 127.0.0.1:{port} denied for server \"net\": not through the egress proxy"
+        )),
+        "{text}"
+    );
     let (err, text) = c(5);
     assert!(err && text.contains("udp: [Errno 1]"), "{text}");
     // Each server has its own port and lists.
@@ -150,6 +157,9 @@ async fn under_landlock_servers_reach_exactly_their_allowlist_through_their_own_
     assert_eq!(refusals(2)[0]["protocol"], "http-forward");
     assert_eq!(refusals(3)[0]["protocol"], "socks5");
     assert_eq!(refusals(6)[0]["host"], "allowed.test");
+    assert_eq!(refusals(4)[0]["host"], "127.0.0.1");
+    assert_eq!(refusals(4)[0]["port"], port);
+    assert_eq!(refusals(4)[0]["protocol"], "connect");
     assert_eq!(r.audit[6]["serverName"], "other");
     assert!(
         r.stderr

@@ -127,6 +127,7 @@ pub fn launch_request(
         // The gateway fills this in when it registers the server with its egress proxy.
         egress: launch::EgressSocket::NotStarted,
         egress_loopback: None,
+        egress_refusals: None,
         write_protect,
         session_dir: Some(sandbox_dir.to_path_buf()),
         allowlist_by_port: false,

@@ -23,25 +23,40 @@
 
 mod verdict;
 
-use std::net::SocketAddrV4;
+use std::collections::HashMap;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
 
+use crate::egress::events::{Protocol, RefusalEvent, RefusalReporter};
+use crate::egress::policy::RefusalReason;
 use crate::sandbox::sys;
 
-pub use verdict::{verdict, Verdict, SOCKADDR_MAX_LEN};
+pub use verdict::{verdict, Refused, Verdict, SOCKADDR_MAX_LEN};
 
 /// Starts the gate of server `name`: a thread that waits for the listener the child sends
 /// on `from_child` (returns at once when the child's end closes without one), then answers
-/// its connects. `endpoint`: the server's egress proxy.
-pub fn start(name: &str, from_child: OwnedFd, endpoint: SocketAddrV4) -> std::io::Result<()> {
+/// its connects. `endpoint`: the server's egress proxy; `reporter`: where a refused address
+/// is published, as the proxy publishes its refusals (the call in flight, the audit).
+pub fn start(
+    name: &str,
+    from_child: OwnedFd,
+    endpoint: SocketAddrV4,
+    reporter: Option<RefusalReporter>,
+) -> std::io::Result<()> {
     let server = name.to_string();
     std::thread::Builder::new()
         .name(format!("connect-gate-{name}"))
-        .spawn(move || serve(&server, &from_child, endpoint))?;
+        .spawn(move || serve(&server, &from_child, endpoint, reporter))?;
     Ok(())
 }
 
-fn serve(server: &str, from_child: &OwnedFd, endpoint: SocketAddrV4) {
+fn serve(
+    server: &str,
+    from_child: &OwnedFd,
+    endpoint: SocketAddrV4,
+    reporter: Option<RefusalReporter>,
+) {
     let listener = match sys::recv_fd(from_child) {
         Ok(Some(fd)) => sys::Listener::new(fd),
         // The child ended (or was never spawned) before installing its filter.
@@ -54,7 +69,10 @@ fn serve(server: &str, from_child: &OwnedFd, endpoint: SocketAddrV4) {
             return;
         }
     };
-    let mut refusals = Refusals::default();
+    let mut refusals = Refusals {
+        reporter,
+        ..Refusals::default()
+    };
     // Until every process under the filter has ended: the listener stays open whatever
     // fails here, so a connect is refused, never left to anyone else to decide.
     loop {
@@ -91,17 +109,52 @@ fn serve(server: &str, from_child: &OwnedFd, endpoint: SocketAddrV4) {
 
 /// How many connects of one server were refused: the first few are logged one by one, then
 /// one line per thousand (a server retrying in a loop must not fill the log). Every refusal
-/// is logged through here.
+/// is logged through here. A refused address is also published (`reporter`), at most once a
+/// second per address.
 #[derive(Default)]
-struct Refusals(u64);
+struct Refusals {
+    count: u64,
+    reporter: Option<RefusalReporter>,
+    /// When each address was last published (cleared when it grows past `RECENT`).
+    published: HashMap<SocketAddr, Instant>,
+}
 
 impl Refusals {
     const LOGGED_EACH: u64 = 10;
+    const RECENT: usize = 256;
+    const REPUBLISH: Duration = Duration::from_secs(1);
+
+    /// Publishes the refusal of a connect to `to` for the call in flight.
+    fn publish(&mut self, server: &str, to: SocketAddr) {
+        let Some(reporter) = &self.reporter else {
+            return;
+        };
+        let now = Instant::now();
+        if self
+            .published
+            .get(&to)
+            .is_some_and(|t| now.duration_since(*t) < Self::REPUBLISH)
+        {
+            return;
+        }
+        if self.published.len() >= Self::RECENT {
+            self.published.clear();
+        }
+        self.published.insert(to, now);
+        reporter.report(RefusalEvent {
+            server: server.to_string(),
+            host: to.ip().to_string(),
+            port: to.port(),
+            protocol: Protocol::Connect,
+            reason: RefusalReason::NotThroughProxy,
+            hint: None,
+        });
+    }
 
     /// Counts one refusal; `why` says what was refused and why.
     fn note(&mut self, server: &str, why: std::fmt::Arguments<'_>) {
-        self.0 += 1;
-        let n = self.0;
+        self.count += 1;
+        let n = self.count;
         if n <= Self::LOGGED_EACH {
             tracing::warn!(server, "{why}");
         } else if n.is_multiple_of(1000) {
@@ -144,6 +197,9 @@ fn answer(
     match verdict(&bytes, endpoint) {
         Verdict::Invalid(errno) => Some(Err(errno)),
         Verdict::Refuse(asked) => {
+            if let Refused::Address(to) = &asked {
+                refusals.publish(server, *to);
+            }
             refusals.note(
                 server,
                 format_args!(

@@ -9,11 +9,28 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 pub enum Verdict {
     /// Connect the caller's socket to this address (the endpoint, in the caller's family).
     Connect(SocketAddr),
-    /// Refuse with EACCES, as Landlock refuses a port it does not allow; the text says what
-    /// was asked, for the log.
-    Refuse(String),
+    /// Refuse with EACCES, as Landlock refuses a port it does not allow.
+    Refuse(Refused),
     /// The call is malformed: fail it with this errno, as the kernel would.
     Invalid(i32),
+}
+
+/// What a refused connect asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// An internet address other than the endpoint.
+    Address(SocketAddr),
+    /// Another family (AF_UNSPEC's disconnect, a unix path, ...), described.
+    Other(String),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Address(a) => write!(f, "{a}"),
+            Refused::Other(what) => f.write_str(what),
+        }
+    }
 }
 
 const AF_UNSPEC: u16 = 0;
@@ -49,8 +66,8 @@ pub fn verdict(bytes: &[u8], endpoint: SocketAddrV4) -> Verdict {
         }
         // AF_UNSPEC dissolves a connection; anything else (a unix path through a
         // socketpair's socket, ...) is not the proxy either.
-        AF_UNSPEC => return Verdict::Refuse("AF_UNSPEC (disconnect)".into()),
-        other => return Verdict::Refuse(format!("address family {other}")),
+        AF_UNSPEC => return Verdict::Refuse(Refused::Other("AF_UNSPEC (disconnect)".into())),
+        other => return Verdict::Refuse(Refused::Other(format!("address family {other}"))),
     };
     let ip = match asked.ip() {
         IpAddr::V6(v6) => v6
@@ -62,7 +79,7 @@ pub fn verdict(bytes: &[u8], endpoint: SocketAddrV4) -> Verdict {
     if ip == IpAddr::V4(*endpoint.ip()) && asked.port() == endpoint.port() {
         Verdict::Connect(asked)
     } else {
-        Verdict::Refuse(asked.to_string())
+        Verdict::Refuse(Refused::Address(asked))
     }
 }
 

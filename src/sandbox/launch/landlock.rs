@@ -149,7 +149,8 @@ pub(super) fn prepare(
         // The thread waits for the listener from now on; it returns at once when `theirs`
         // closes unsent (the child failed, or is never spawned and this value dropped).
         let endpoint = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port);
-        connect_gate::start(&req.name, ours, endpoint).map_err(|e| io("connect gate thread", e))?;
+        connect_gate::start(&req.name, ours, endpoint, req.egress_refusals.clone())
+            .map_err(|e| io("connect gate thread", e))?;
         notify_to = Some(sys::raw(&theirs));
         held.push(theirs);
     }

@@ -60,6 +60,9 @@ pub struct LaunchRequest {
     /// Landlock tier (no network namespace to bridge the socket into). Its secret is never
     /// logged (`Debug` redacts it).
     pub egress_loopback: Option<LoopbackEndpoint>,
+    /// Where the Landlock tier's connect checks report what they refuse (the proxy's own
+    /// refusal channel, so a refusal reaches the call in flight and its audit record).
+    pub egress_refusals: Option<crate::egress::events::RefusalReporter>,
     /// Re-bind `WRITE_PROTECTED` paths found in read-write grants read-only (default on;
     /// `sandbox.filesystem.protectDangerousFiles: false` turns it off).
     pub write_protect: bool,
@@ -118,6 +121,7 @@ impl Default for LaunchRequest {
             limits: ResourceLimits::default(),
             egress: EgressSocket::NotStarted,
             egress_loopback: None,
+            egress_refusals: None,
             write_protect: true,
             session_dir: None,
             allowlist_by_port: false,
