@@ -146,9 +146,10 @@ pub struct ApprovedRoot {
 pub struct NetworkRefusal {
     pub host: String,
     pub port: u16,
-    /// `http-connect`, `http-forward` or `socks5`.
+    /// `http-connect`, `http-forward`, `socks5`, or `connect` (a Landlock server's direct
+    /// connect, refused by palisade's connect checks).
     pub protocol: String,
-    /// Why the proxy refused it.
+    /// Why it was refused.
     pub reason: String,
 }
 

@@ -220,7 +220,7 @@ pub fn drain(rx: &mut broadcast::Receiver<RefusalEvent>, server: &str) -> Vec<Re
 
 /// The text the agent reads for a call's refusals: one `[SANDBOX BLOCKED] network access to
 /// HOST:PORT denied ...` line per refused host, each with the config entry that would allow
-/// it.
+/// it where one would (none allows a direct connect around the proxy).
 pub fn refusal_text(refusals: &[RefusalEvent]) -> String {
     refusals
         .iter()

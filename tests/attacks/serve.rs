@@ -300,8 +300,10 @@ async fn every_attack_through_serve_fails_and_succeeds_without_palisade() {
     .replace(&format!(", {})", sc.marker_proc.id()), ", PID)")
     .replace(&format!(".test:{}", sc.origin_port), ".test:ORIGIN")
     .replace(&format!("127.0.0.1:{} ", sc.origin_port), "127.0.0.1:ORIGIN ");
-    // The proxies' ports change with every run.
+    // The proxies' ports, pipe inodes and key serials change with every run.
     let table = mask_ports(&table, "network access to 127.0.0.");
+    let table = mask_number(&table, "pipe:[");
+    let table = mask_number(&table, "created key ");
     println!("{table}");
     write_table(&table);
     assert!(
@@ -405,6 +407,25 @@ fn mask_ports(text: &str, prefix: &str) -> String {
                 rest = &port_part[digits..];
             }
         }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `text` with the number after each `prefix` replaced by `N`.
+fn mask_number(text: &str, prefix: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(prefix) {
+        let (head, tail) = rest.split_at(i + prefix.len());
+        out.push_str(head);
+        let digits = tail
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        if digits > 0 {
+            out.push('N');
+        }
+        rest = &tail[digits..];
     }
     out.push_str(rest);
     out

@@ -23,10 +23,9 @@
 
 mod verdict;
 
-use std::collections::HashMap;
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::os::fd::OwnedFd;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::egress::events::{Protocol, RefusalEvent, RefusalReporter};
 use crate::egress::policy::RefusalReason;
@@ -109,41 +108,63 @@ fn serve(
 
 /// How many connects of one server were refused: the first few are logged one by one, then
 /// one line per thousand (a server retrying in a loop must not fill the log). Every refusal
-/// is logged through here. A refused address is also published (`reporter`), at most once a
-/// second per address.
+/// is logged through here. A refused address is also published (`reporter`) for the call in
+/// flight, every time, within a budget per server (`Budget`): a server scanning addresses
+/// must not crowd other servers' refusals out of the proxy's shared channel.
 #[derive(Default)]
 struct Refusals {
     count: u64,
     reporter: Option<RefusalReporter>,
-    /// When each address was last published (cleared when it grows past `RECENT`).
-    published: HashMap<SocketAddr, Instant>,
+    budget: Budget,
+}
+
+/// A token bucket: `BURST` events at once, `PER_SECOND` a second after that.
+struct Budget {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Default for Budget {
+    fn default() -> Budget {
+        Budget {
+            tokens: Budget::BURST,
+            at: Instant::now(),
+        }
+    }
+}
+
+impl Budget {
+    const BURST: f64 = 20.0;
+    const PER_SECOND: f64 = 50.0;
+
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * Self::PER_SECOND;
+        self.tokens = (self.tokens + refill).min(Self::BURST);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 impl Refusals {
     const LOGGED_EACH: u64 = 10;
-    const RECENT: usize = 256;
-    const REPUBLISH: Duration = Duration::from_secs(1);
 
     /// Publishes the refusal of a connect to `to` for the call in flight.
     fn publish(&mut self, server: &str, to: SocketAddr) {
         let Some(reporter) = &self.reporter else {
             return;
         };
-        let now = Instant::now();
-        if self
-            .published
-            .get(&to)
-            .is_some_and(|t| now.duration_since(*t) < Self::REPUBLISH)
-        {
+        if !self.budget.take() {
             return;
         }
-        if self.published.len() >= Self::RECENT {
-            self.published.clear();
-        }
-        self.published.insert(to, now);
         reporter.report(RefusalEvent {
             server: server.to_string(),
-            host: to.ip().to_string(),
+            host: host_text(to.ip()),
             port: to.port(),
             protocol: Protocol::Connect,
             reason: RefusalReason::NotThroughProxy,
@@ -263,6 +284,18 @@ fn connect_for(
         .map_err(|e| (e.raw_os_error().unwrap_or(libc::EACCES), None))
 }
 
+/// A refused address as the proxy's refusals write hosts: an IPv4-mapped address as the IPv4
+/// one it is, other IPv6 addresses in brackets (`HOST:PORT` stays readable).
+fn host_text(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => format!("[{v6}]"),
+        },
+        IpAddr::V4(v4) => v4.to_string(),
+    }
+}
+
 /// The process (thread group) of thread `tid`, from `/proc/TID/status`.
 fn thread_group_of(tid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
@@ -270,4 +303,25 @@ fn thread_group_of(tid: u32) -> Option<u32> {
         .lines()
         .find_map(|l| l.strip_prefix("Tgid:"))
         .and_then(|v| v.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_written_as_the_proxy_writes_them() {
+        assert_eq!(host_text("127.0.0.2".parse().unwrap()), "127.0.0.2");
+        assert_eq!(host_text("::ffff:127.0.0.2".parse().unwrap()), "127.0.0.2");
+        assert_eq!(host_text("::1".parse().unwrap()), "[::1]");
+    }
+
+    #[test]
+    fn the_budget_allows_a_burst_then_a_rate() {
+        let mut b = Budget::default();
+        let burst = (0..100).filter(|_| b.take()).count();
+        assert_eq!(burst, Budget::BURST as usize);
+        b.at -= std::time::Duration::from_millis(100);
+        assert!(b.take(), "refilled after a tenth of a second");
+    }
 }
