@@ -37,21 +37,33 @@ pub fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
 #[repr(C, align(8))]
 struct FdControl([u8; 24]);
 
+/// The one data byte of a descriptor-passing message.
+fn one_byte(byte: &mut [u8; 1]) -> libc::iovec {
+    libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    }
+}
+
+/// A message of the byte `iov` points at, with room in `control` for one descriptor. It
+/// points into both: they must outlive it. Async-signal-safe (no allocation).
+fn fd_message(iov: &mut libc::iovec, control: &mut FdControl) -> libc::msghdr {
+    // SAFETY: msghdr is plain data; zero is a valid value for each field.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0.as_mut_ptr().cast();
+    msg.msg_controllen = control.0.len();
+    msg
+}
+
 /// The child's half: sends `fd` over `sock` (SCM_RIGHTS). Async-signal-safe: builds the
 /// message on its own stack and makes one system call.
 pub(super) fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
     let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
+    let mut iov = one_byte(&mut byte);
     let mut control = FdControl([0; 24]);
-    // SAFETY: msghdr is plain data; zero is a valid value for each field.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.0.as_mut_ptr().cast();
-    msg.msg_controllen = control.0.len();
+    let msg = fd_message(&mut iov, &mut control);
     // SAFETY: the control buffer is CMSG_SPACE(sizeof(int)) bytes, aligned, so the first
     // header and its data fit; CMSG_* only compute addresses inside it.
     unsafe {
@@ -72,17 +84,9 @@ pub(super) fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
 /// child's end closed without sending one (the child never got that far).
 pub fn recv_fd(sock: &OwnedFd) -> io::Result<Option<OwnedFd>> {
     let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
+    let mut iov = one_byte(&mut byte);
     let mut control = FdControl([0; 24]);
-    // SAFETY: msghdr is plain data; zero is a valid value for each field.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.0.as_mut_ptr().cast();
-    msg.msg_controllen = control.0.len();
+    let mut msg = fd_message(&mut iov, &mut control);
     let n = loop {
         // SAFETY: `msg` points at buffers on this stack; the kernel writes into them.
         let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
